@@ -1,0 +1,91 @@
+/*
+ * model_config.h: what config.json and generation_config.json of a Hugging Face
+ * Llama-family model directory say, validated (types, ranges, consistency).
+ */
+#ifndef TP_MODEL_CONFIG_H
+#define TP_MODEL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_MAX_LAYERS 1024
+#define TP_MAX_EOS_IDS 16
+
+typedef enum tp_arch {
+    TP_ARCH_LLAMA,   /* LlamaForCausalLM */
+    TP_ARCH_MISTRAL, /* MistralForCausalLM */
+    TP_ARCH_QWEN2,   /* Qwen2ForCausalLM */
+    TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
+    TP_ARCH_COUNT
+} tp_arch;
+
+typedef enum tp_rope_type { TP_ROPE_DEFAULT, TP_ROPE_LINEAR, TP_ROPE_LLAMA3 } tp_rope_type;
+
+typedef struct tp_rope_scaling {
+    tp_rope_type type;
+    double factor;                  /* linear, llama3 */
+    double low_freq_factor;         /* llama3 */
+    double high_freq_factor;        /* llama3 */
+    int64_t original_max_position;  /* llama3 */
+} tp_rope_scaling;
+
+typedef struct tp_model_config {
+    tp_arch arch;
+    int64_t hidden_size;       /* d_model */
+    int64_t intermediate_size; /* MLP inner dim */
+    int64_t n_layers;
+    int64_t n_heads;           /* query heads */
+    int64_t n_kv_heads;
+    int64_t head_dim;          /* explicit, or hidden_size / n_heads */
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    tp_rope_scaling rope_scaling;
+    int tie_word_embeddings;
+    int attention_bias;        /* q/k/v biases (Qwen2 always; Llama/Qwen3 when attention_bias) */
+    int o_bias;                /* o_proj bias (Llama attention_bias) */
+    int mlp_bias;
+    int qk_norm;               /* Qwen3 per-head q/k RMSNorm */
+    tp_dtype torch_dtype;      /* F32 when absent */
+    int64_t bos_token_id;      /* -1 when absent */
+    int64_t eos_token_ids[TP_MAX_EOS_IDS];
+    int n_eos;
+} tp_model_config;
+
+typedef struct tp_generation_config {
+    int64_t bos_token_id;      /* -1 when absent */
+    int64_t eos_token_ids[TP_MAX_EOS_IDS];
+    int n_eos;                 /* 0 when absent: the model config's eos ids apply */
+    int do_sample;             /* -1 when absent */
+    double temperature;        /* < 0 when absent */
+    double top_p;              /* < 0 when absent */
+    int64_t top_k;             /* < 0 when absent */
+    double repetition_penalty; /* < 0 when absent */
+    int64_t max_new_tokens;    /* < 0 when absent */
+} tp_generation_config;
+
+const char *tp_arch_name(tp_arch arch); /* the HF architectures[] string */
+
+/* Parse config.json text; what names the file in messages. */
+tp_status tp_model_config_parse(const char *json_text, size_t len, const char *what,
+                                tp_model_config *cfg);
+/* Read DIR/config.json. */
+tp_status tp_model_config_load(const char *model_dir, tp_model_config *cfg);
+
+/* generation_config.json is optional: a missing file gives all fields "absent". */
+tp_status tp_generation_config_parse(const char *json_text, size_t len, const char *what,
+                                     tp_generation_config *gen);
+tp_status tp_generation_config_load(const char *model_dir, tp_generation_config *gen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,45 @@
+/*
+ * util.h: small checked helpers shared by every module: whole-file reads with a size
+ * cap, overflow-checked size arithmetic, and strict number parsing.
+ */
+#ifndef TP_UTIL_H
+#define TP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TP_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Read a whole file (at most max_bytes) into a NUL-terminated malloc'ed buffer.
+ * A missing file is TP_ERR_IO with a message naming path and the OS reason. */
+tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
+
+/* "dir/name" in a malloc'ed string (NULL on OOM). */
+char *tp_path_join(const char *dir, const char *name);
+
+/* Overflow-checked arithmetic: return 0 on overflow, 1 on success. */
+static inline int tp_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int tp_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Parse a whole string as a base-10 integer / finite double; 0 on any junk, overflow
+ * or empty input ("2x", "1e3" for ints, "", "99999999999999999999"). */
+int tp_parse_i64(const char *s, int64_t *out);
+int tp_parse_double(const char *s, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

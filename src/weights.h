@@ -1,0 +1,49 @@
+/*
+ * weights.h: a Hugging Face model directory's weights: one model.safetensors, or the
+ * shards that model.safetensors.index.json names. Shard names are checked to stay inside
+ * the directory, and every tensor must be found exactly once.
+ */
+#ifndef TP_WEIGHTS_H
+#define TP_WEIGHTS_H
+
+#include "safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_weight_ref {
+    const tp_st_file *file;
+    const tp_st_tensor *tensor;
+} tp_weight_ref;
+
+typedef struct tp_weights {
+    char *dir;
+    tp_st_file *shards;
+    size_t n_shards;
+    tp_weight_ref *refs; /* every tensor of every shard, sorted by name */
+    size_t n_refs;
+    int from_index;      /* 1 when model.safetensors.index.json was used */
+} tp_weights;
+
+/* Precedence: the index when present (a warning if model.safetensors is there too),
+ * else model.safetensors; neither is an error naming both. */
+tp_status tp_weights_open(const char *model_dir, tp_weights *w);
+void tp_weights_free(tp_weights *w);
+
+/* Parse an index held in memory: fills names[i] with the shard file names (deduplicated,
+ * in first-seen order) after the path checks. For tests; tp_weights_open uses it. */
+tp_status tp_weights_parse_index(const char *json_text, size_t len, const char *dir,
+                                 char ***shard_names, size_t *n_shards);
+
+/* NULL if absent. */
+const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name);
+
+/* tp_st_read_slice on the named tensor; a missing tensor is an error naming it. */
+tp_status tp_weights_read_slice(const tp_weights *w, const char *name, tp_slice s,
+                                tp_dtype dst_dt, void *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
