@@ -84,6 +84,10 @@ tp_status tp_model_config_load(const char *model_dir, tp_model_config *cfg);
 tp_status tp_generation_config_parse(const char *json_text, size_t len, const char *what,
                                      tp_generation_config *gen);
 tp_status tp_generation_config_load(const char *model_dir, tp_generation_config *gen);
+/* generation_config.json alone does not know the vocabulary: check its token ids against
+ * the model's vocab_size (what names the file in messages). */
+tp_status tp_generation_config_check(const tp_generation_config *gen,
+                                     const tp_model_config *cfg, const char *what);
 
 #ifdef __cplusplus
 }

@@ -50,7 +50,9 @@ typedef struct tp_weight_slice {
 
 /* The list of every weight slice this rank reads, in load order. *out is malloc'ed;
  * free() it. Row-parallel weights (o_proj, down_proj) are sliced by columns, the rest
- * by rows. Tied embeddings: the last stage reads embed_tokens rows as its LM head. */
+ * by rows. Tied embeddings: the last stage reads embed_tokens rows as its LM head.
+ * Row-parallel biases (o_proj.bias, down_proj.bias) are listed on tp rank 0 only: the
+ * all-reduce sums the ranks' partial outputs, so the bias must be added by one rank. */
 tp_status tp_shard_plan_weights(const tp_model_config *cfg, const tp_shard_plan *plan,
                                 tp_weight_slice **out, int *n_out);
 

@@ -1,0 +1,219 @@
+/*
+ * dry_run.c: the --dry-run report. Each rank validates what it would load; the reports
+ * travel to rank 0 with one all-gather so the output is in rank order, not interleaved.
+ */
+#include "dry_run.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define REPORT_CAP 8192 /* bytes of text per rank; a multiple of 4 (sent as int32) */
+
+static void appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    if (*len + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
+static void human_bytes(int64_t b, char *out, size_t cap)
+{
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(out, cap, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+}
+
+/* The [rows, cols] view of a stored tensor, as safetensors.h defines it. */
+static void view_2d(const tp_st_tensor *t, int64_t *rows, int64_t *cols)
+{
+    *rows = t->rank ? t->shape[0] : 1;
+    *cols = 1;
+    for (int i = 1; i < t->rank; i++) *cols *= t->shape[i];
+}
+
+static tp_status check_slice(const tp_weights *w, const tp_weight_slice *s, const tp_grid *g,
+                             int64_t *bytes)
+{
+    const tp_weight_ref *ref = tp_weights_find(w, s->name);
+    if (!ref)
+        return tp_error(TP_ERR_FORMAT,
+                        "tensor %s, which rank %d (tp %d, pp %d) needs, is not in the model's "
+                        "safetensors files",
+                        s->name, g->rank, g->tp_rank, g->pp_rank);
+    tp_dtype dt;
+    if (!tp_st_dtype_to_dtype(ref->tensor->dtype, &dt) || dt == TP_DTYPE_I32)
+        return tp_error(TP_ERR_UNSUPPORTED,
+                        "%s: tensor %s has dtype %s; tpinfer loads F32, F16 and BF16 weights",
+                        ref->file->path, s->name, tp_st_dtype_name(ref->tensor->dtype));
+    int64_t rows, cols;
+    view_2d(ref->tensor, &rows, &cols);
+    int want_rank = s->full_cols == 1 ? 1 : 2;
+    if (rows != s->full_rows || cols != s->full_cols || ref->tensor->rank != want_rank)
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: tensor %s has %d-D shape %" PRId64 " x %" PRId64
+                        " but config.json implies %d-D %" PRId64 " x %" PRId64,
+                        ref->file->path, s->name, ref->tensor->rank, rows, cols, want_rank,
+                        s->full_rows, s->full_cols);
+    *bytes = s->nrows * s->ncols * (int64_t)tp_dtype_size(dt);
+    return TP_OK;
+}
+
+/* The plan lists the tied embedding twice (embedding and LM head); one rank holding
+ * both reads it once. */
+static int same_as_earlier(const tp_weight_slice *s, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (!strcmp(s[j].name, s[i].name) && s[j].row0 == s[i].row0 && s[j].nrows == s[i].nrows &&
+            s[j].col0 == s[i].col0 && s[j].ncols == s[i].ncols)
+            return 1;
+    return 0;
+}
+
+static tp_dtype compute_dtype(const tp_options *o, const tp_model_config *cfg)
+{
+    tp_dtype dt = cfg->torch_dtype;
+    if (strcmp(o->dtype, "auto")) tp_dtype_from_name(o->dtype, &dt);
+    return dt;
+}
+
+tp_status tp_dry_run_rank(const tp_options *o, const tp_grid *g, const tp_model_config *cfg,
+                          const tp_weights *w, const tp_device_info *dev, tp_rank_report *rep,
+                          char *text, size_t cap)
+{
+    memset(rep, 0, sizeof *rep);
+    tp_shard_plan plan;
+    TP_CHECK(tp_shard_plan_make(cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
+    tp_weight_slice *slices = NULL;
+    int n = 0;
+    TP_CHECK(tp_shard_plan_weights(cfg, &plan, &slices, &n));
+    tp_status st = TP_OK;
+    for (int i = 0; i < n; i++) {
+        if (same_as_earlier(slices, i)) continue; /* tied embedding on a one-stage pipeline */
+        int64_t b = 0;
+        TP_CHECK_GOTO(check_slice(w, &slices[i], g, &b), st, out);
+        rep->weight_bytes += b;
+        rep->n_tensors++;
+    }
+    tp_dtype dt = compute_dtype(o, cfg);
+    rep->kv_bytes_per_token = tp_shard_plan_kv_bytes_per_token(cfg, &plan, (int64_t)tp_dtype_size(dt));
+
+    char wb[32], kvb[32];
+    human_bytes(rep->weight_bytes, wb, sizeof wb);
+    human_bytes(rep->kv_bytes_per_token, kvb, sizeof kvb);
+    size_t len = strlen(text);
+    appendf(text, cap, &len, "rank %d: dp %d/%d  pp %d/%d  tp %d/%d  node-local %d/%d", g->rank,
+            g->dp_rank, g->dp, g->pp_rank, g->pp, g->tp_rank, g->tp, g->local_rank, g->local_size);
+    if (dev->count > 0)
+        appendf(text, cap, &len, "  GPU %d %s (%s)\n", dev->index, dev->name, dev->pci_bus);
+    else
+        appendf(text, cap, &len, "  CPU\n");
+    appendf(text, cap, &len, "  layers      [%" PRId64 ", %" PRId64 ")%s%s\n", plan.layers.begin,
+            plan.layers.end, plan.has_embedding ? "  + embedding" : "",
+            plan.has_lm_head ? "  + final norm, LM head" : "");
+    appendf(text, cap, &len,
+            "  query heads [%" PRId64 ", %" PRId64 ")  KV heads [%" PRId64 ", %" PRId64
+            ")%s  MLP [%" PRId64 ", %" PRId64 ")  vocab [%" PRId64 ", %" PRId64 ")\n",
+            plan.q_heads.begin, plan.q_heads.end, plan.kv_heads.begin, plan.kv_heads.end,
+            plan.kv_replicas > 1 ? " (replicated)" : "", plan.mlp.begin, plan.mlp.end,
+            plan.vocab.begin, plan.vocab.end);
+    appendf(text, cap, &len, "  weights     %" PRId64 " slices, %s (%" PRId64 " bytes)\n",
+            rep->n_tensors, wb, rep->weight_bytes);
+    appendf(text, cap, &len, "  KV cache    %s per token (%s)\n", kvb, tp_dtype_name(dt));
+out:
+    free(slices);
+    return st;
+}
+
+static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
+                         const tp_model_config *cfg, const tp_weights *w,
+                         const tp_rank_report *all)
+{
+    int64_t total = 0, kv = 0, file_bytes = 0;
+    for (int r = 0; r < g->world; r++) total += all[r].weight_bytes;
+    for (int r = 0; r < g->tp * g->pp; r++) kv += all[r].kv_bytes_per_token; /* replica 0 */
+    for (size_t i = 0; i < w->n_refs; i++)
+        file_bytes += (int64_t)(w->refs[i].tensor->end - w->refs[i].tensor->begin);
+    int64_t ctx = o->max_model_len ? o->max_model_len : cfg->max_position_embeddings;
+    char tb[32], fb[32], kb[32], kf[32];
+    human_bytes(total, tb, sizeof tb);
+    human_bytes(file_bytes, fb, sizeof fb);
+    human_bytes(kv, kb, sizeof kb);
+    human_bytes(kv * ctx * o->max_num_seqs, kf, sizeof kf);
+    fprintf(out, "total: %s %s, %" PRId64 " layers, world %d = dp %d x pp %d x tp %d\n",
+            tp_arch_name(cfg->arch), o->model, cfg->n_layers, g->world, g->dp, g->pp, g->tp);
+    fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",
+            tb, total, fb, w->n_refs, w->n_shards);
+    fprintf(out, "  KV cache per token per replica: %s; for --max-num-seqs %" PRId64
+            " x --max-model-len %" PRId64 ": %s\n",
+            kb, o->max_num_seqs, ctx, kf);
+    fprintf(out, "  no weight data was read (--dry-run)\n");
+}
+
+tp_status tp_dry_run(const tp_options *o, tp_mpi_world *world, const tp_device_info *dev,
+                     FILE *out, int *n_failed)
+{
+    const tp_grid *g = &world->grid;
+    tp_model_config cfg;
+    tp_weights w;
+    memset(&w, 0, sizeof w);
+    char *text = calloc(1, REPORT_CAP);
+    char *all_text = NULL;
+    tp_rank_report rep, *all = NULL;
+    tp_status st = TP_OK, mine = TP_OK;
+    if (!text) return tp_error(TP_ERR_OOM, "out of memory");
+
+    mine = tp_model_config_load(o->model, &cfg);
+    if (mine == TP_OK) mine = tp_shard_plan_validate(&cfg, g->tp, g->pp);
+    if (mine == TP_OK && o->max_model_len > cfg.max_position_embeddings)
+        mine = tp_error(TP_ERR_INVALID_ARG,
+                        "--max-model-len %" PRId64 " exceeds the model's max_position_embeddings %" PRId64,
+                        o->max_model_len, cfg.max_position_embeddings);
+    if (mine == TP_OK) mine = tp_weights_open(o->model, &w);
+    if (mine == TP_OK) mine = tp_dry_run_rank(o, g, &cfg, &w, dev, &rep, text, REPORT_CAP);
+    if (mine != TP_OK) memset(&rep, 0, sizeof rep);
+
+    /* Every rank reaches this point, failed or not: the exchange doubles as agreement. */
+    int n_usage = 0;
+    TP_CHECK_GOTO(tp_mpi_agree(world->world, mine, n_failed, &n_usage), st, done);
+    if (*n_failed) {
+        /* A rank that did not fail itself records no message: the failed ones speak. */
+        st = mine != TP_OK ? mine : (n_usage ? TP_ERR_INVALID_ARG : TP_ERR_FORMAT);
+        goto done;
+    }
+    all_text = calloc((size_t)g->world, REPORT_CAP);
+    all = calloc((size_t)g->world, sizeof *all);
+    if (!all_text || !all) {
+        st = tp_error(TP_ERR_OOM, "out of memory");
+        goto done;
+    }
+    TP_CHECK_GOTO(tp_comm_all_gather(world->world, text, all_text, REPORT_CAP / 4, TP_DTYPE_I32, NULL),
+                  st, done);
+    TP_CHECK_GOTO(tp_comm_all_gather(world->world, &rep, all, sizeof rep / 4, TP_DTYPE_I32, NULL),
+                  st, done);
+    if (g->rank == 0) {
+        for (int r = 0; r < g->world; r++) fputs(all_text + (size_t)r * REPORT_CAP, out);
+        print_totals(out, o, g, &cfg, &w, all);
+        fflush(out);
+    }
+done:
+    free(all);
+    free(all_text);
+    free(text);
+    tp_weights_free(&w);
+    return st;
+}

@@ -1,0 +1,113 @@
+/*
+ * main.c: tpinfer's entry point. Parses the command line on every rank (so every rank
+ * reaches the same verdict without talking), builds the rank grid, and is the only
+ * place that ends the job: a clean exit when all ranks agree, MPI_Abort otherwise.
+ */
+#include "config.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "device.h"
+#include "dry_run.h"
+#include "log.h"
+#include "options.h"
+#include "status.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+static int exit_code(tp_status st)
+{
+    return st == TP_OK ? EXIT_OK : st == TP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_FAIL;
+}
+
+/* Print this rank's failure: every failing rank speaks, except that when all ranks
+ * failed (the usual case: same files, same flags) only rank 0 does. */
+static void report(tp_status st, int rank, int n_failed, int world)
+{
+    if (st == TP_OK || !*tp_error_message()) return;
+    if (n_failed == world && rank != 0) return;
+    if (world > 1)
+        tp_log(TP_LOG_ERROR, "%s", tp_error_message());
+    else
+        fprintf(stderr, "tpinfer: %s\n", tp_error_message());
+    tp_log(TP_LOG_DEBUG, "(recorded at %s: %s)", tp_error_where(), tp_status_str(st));
+}
+
+static void abort_job(tp_status st, int rank)
+{
+    tp_log(TP_LOG_ERROR, "%s; ending all ranks", *tp_error_message() ? tp_error_message()
+                                                                     : tp_status_str(st));
+    fflush(NULL);
+    MPI_Abort(MPI_COMM_WORLD, exit_code(st));
+}
+
+static int run(const tp_options *o, int rank, int world_size)
+{
+    tp_grid layout;
+    tp_status st = tp_grid_layout(world_size, rank, o->tp, o->pp, &layout);
+    if (st != TP_OK) { /* every rank computes the same verdict */
+        report(st, rank, world_size, world_size);
+        return exit_code(st);
+    }
+    tp_mpi_world world;
+    st = tp_mpi_world_create(o->tp, o->pp, &world);
+    if (st != TP_OK) abort_job(st, rank);
+
+    tp_device_info dev;
+    tp_status mine = tp_device_query(world.grid.local_rank, &dev);
+    int n_failed = 0, n_usage = 0;
+    if (tp_mpi_agree(world.world, mine, &n_failed, &n_usage) != TP_OK) abort_job(TP_ERR_MPI, rank);
+    if (n_failed) {
+        report(mine, rank, n_failed, world_size);
+        tp_mpi_world_free(&world);
+        return EXIT_FAIL;
+    }
+
+    if (o->mode == TP_MODE_DRY_RUN) {
+        st = tp_dry_run(o, &world, &dev, stdout, &n_failed);
+    } else {
+        st = tp_error(TP_ERR_UNSUPPORTED,
+                      "generation is not part of this build yet; use --dry-run to check a model "
+                      "and grid");
+        n_failed = world_size;
+    }
+    report(st, rank, n_failed, world_size);
+    tp_mpi_world_free(&world);
+    return exit_code(st);
+}
+
+int main(int argc, char **argv)
+{
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+        fprintf(stderr, "tpinfer: MPI_Init failed; is this an MPI launch (mpirun/srun)?\n");
+        return EXIT_FAIL;
+    }
+    /* Errors come back as codes, so one rank's failure can be agreed on or aborted. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    tp_log_init(rank, size);
+
+    tp_options o;
+    int code;
+    tp_status st = tp_options_parse(argc, argv, &o);
+    if (st != TP_OK) {
+        if (rank == 0) fprintf(stderr, "tpinfer: %s\n", tp_error_message());
+        code = EXIT_USAGE;
+    } else if (o.mode == TP_MODE_HELP) {
+        if (rank == 0) tp_options_print_help(stdout);
+        code = EXIT_OK;
+    } else if (o.mode == TP_MODE_VERSION) {
+        if (rank == 0) printf("tpinfer %s\n", PACKAGE_VERSION);
+        code = EXIT_OK;
+    } else {
+        code = run(&o, rank, size);
+    }
+    fflush(NULL);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,697 @@
+/*
+ * model_config.c: config.json and generation_config.json of a Hugging Face Llama-family
+ * model, parsed strictly (jansson, duplicate keys rejected) and checked for types, ranges
+ * and consistency before any shape computed from them is trusted (reliability.md §3.2 C).
+ * Every message names the file, the key, what was found and what is allowed.
+ */
+#include "model_config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+#define MAX_CONFIG_BYTES (16u << 20) /* real configs are a few KiB */
+#define MAX_DIM (INT64_C(1) << 24)   /* hidden, intermediate, vocab: refuse allocation bombs */
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 1024
+#define MAX_POSITIONS INT64_C(2147483647)
+#define MAX_TOKEN_ID INT64_C(2147483647)
+
+// ----------------------------------------------------------------------------
+// architectures
+
+static const struct {
+    const char *hf;         /* architectures[0] */
+    const char *model_type; /* used when architectures is absent */
+    tp_arch arch;
+} archs[] = {
+    {"LlamaForCausalLM", "llama", TP_ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", TP_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", "qwen2", TP_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
+};
+#define SUPPORTED_ARCHS "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+
+const char *tp_arch_name(tp_arch arch)
+{
+    for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
+        if (archs[i].arch == arch) return archs[i].hf;
+    return "unknown";
+}
+
+// ----------------------------------------------------------------------------
+// typed key readers: absent and (for optional keys) null leave the default in place
+
+/* An untrusted string fit for a message: capped, control and non-ASCII bytes as '?'. */
+static void sanitize(const char *src, size_t len, char *buf, size_t n)
+{
+    size_t k = 0;
+    for (; k < len && k + 4 < n; k++)
+        buf[k] = (src[k] >= 0x20 && src[k] < 0x7f) ? src[k] : '?';
+    if (k < len) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+}
+
+/* "the real number 4096.0", "the string \"4096\"", ... for "found ..." in messages. */
+static void describe(const json_t *v, char *buf, size_t n)
+{
+    if (!v) {
+        snprintf(buf, n, "nothing");
+    } else if (json_is_null(v)) {
+        snprintf(buf, n, "null");
+    } else if (json_is_boolean(v)) {
+        snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
+    } else if (json_is_integer(v)) {
+        snprintf(buf, n, "the integer %lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        char num[64];
+        snprintf(num, sizeof num, "%.17g", json_real_value(v));
+        /* keep 4096.0 recognisable as a real, not the integer 4096 */
+        const char *tail = strpbrk(num, ".eEni") ? "" : ".0";
+        snprintf(buf, n, "the real number %s%s", num, tail);
+    } else if (json_is_string(v)) {
+        char s[48];
+        sanitize(json_string_value(v), json_string_length(v), s, sizeof s);
+        snprintf(buf, n, "the string \"%s\"", s);
+    } else if (json_is_array(v)) {
+        snprintf(buf, n, "an array");
+    } else {
+        snprintf(buf, n, "an object");
+    }
+}
+
+/* "parent.key" or "key", for messages about nested keys. */
+static void label(char *buf, size_t n, const char *parent, const char *key)
+{
+    if (parent)
+        snprintf(buf, n, "%s.%s", parent, key);
+    else
+        snprintf(buf, n, "%s", key);
+}
+
+static tp_status bad_value(const char *what, const char *parent, const char *key,
+                           const char *allowed, const json_t *v)
+{
+    char name[128], found[128];
+    label(name, sizeof name, parent, key);
+    describe(v, found, sizeof found);
+    return tp_error(TP_ERR_FORMAT, "%s: %s must be %s, found %s", what, name, allowed, found);
+}
+
+static tp_status missing(const char *what, const char *parent, const char *key,
+                         const char *allowed)
+{
+    char name[128];
+    label(name, sizeof name, parent, key);
+    return tp_error(TP_ERR_FORMAT, "%s: missing required key %s (%s)", what, name, allowed);
+}
+
+/* An integer in [lo, hi]; JSON reals, strings and booleans are refused, not converted. */
+static tp_status int_key(const char *what, const json_t *obj, const char *parent,
+                         const char *key, int required, int64_t lo, int64_t hi, int64_t *out,
+                         int *found)
+{
+    char allowed[96];
+    snprintf(allowed, sizeof allowed, "an integer in [%lld, %lld]", (long long)lo,
+             (long long)hi);
+    const json_t *v = json_object_get(obj, key);
+    if (found) *found = 0;
+    if (!v || (json_is_null(v) && !required)) {
+        if (required) return missing(what, parent, key, allowed);
+        return TP_OK;
+    }
+    if (!json_is_integer(v)) return bad_value(what, parent, key, allowed, v);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) return bad_value(what, parent, key, allowed, v);
+    *out = (int64_t)x;
+    if (found) *found = 1;
+    return TP_OK;
+}
+
+typedef enum { NUM_POSITIVE, NUM_NONNEGATIVE, NUM_UNIT } num_range;
+
+/* A finite number (integer or real JSON) in the given range. */
+static tp_status num_key(const char *what, const json_t *obj, const char *parent,
+                         const char *key, int required, num_range range, double *out,
+                         int *found)
+{
+    static const char *const allowed[] = {
+        [NUM_POSITIVE] = "a finite number > 0",
+        [NUM_NONNEGATIVE] = "a finite number >= 0",
+        [NUM_UNIT] = "a number in [0, 1]",
+    };
+    const json_t *v = json_object_get(obj, key);
+    if (found) *found = 0;
+    if (!v || (json_is_null(v) && !required)) {
+        if (required) return missing(what, parent, key, allowed[range]);
+        return TP_OK;
+    }
+    if (!json_is_number(v)) return bad_value(what, parent, key, allowed[range], v);
+    double x = json_number_value(v);
+    int ok = isfinite(x);
+    if (range == NUM_POSITIVE) ok = ok && x > 0;
+    if (range == NUM_NONNEGATIVE) ok = ok && x >= 0;
+    if (range == NUM_UNIT) ok = ok && x >= 0 && x <= 1;
+    if (!ok) return bad_value(what, parent, key, allowed[range], v);
+    *out = x;
+    if (found) *found = 1;
+    return TP_OK;
+}
+
+/* true/false only: 0 and 1 are not booleans to Python's json either. */
+static tp_status bool_key(const char *what, const json_t *obj, const char *key, int *out,
+                          int *found)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (found) *found = 0;
+    if (!v || json_is_null(v)) return TP_OK;
+    if (!json_is_boolean(v)) return bad_value(what, NULL, key, "true or false", v);
+    *out = json_is_true(v);
+    if (found) *found = 1;
+    return TP_OK;
+}
+
+/* A string, or NULL when absent or null. */
+static tp_status str_key(const char *what, const json_t *obj, const char *parent,
+                         const char *key, const char **out)
+{
+    const json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return TP_OK;
+    if (!json_is_string(v)) return bad_value(what, parent, key, "a string", v);
+    *out = json_string_value(v);
+    return TP_OK;
+}
+
+/* A token id (integer in [0, limit)), a list of them, or null. Single-only keys (bos)
+ * pass max_ids = 1 and refuse lists. */
+static tp_status token_ids(const char *what, const json_t *obj, const char *key, int64_t limit,
+                           int max_ids, int64_t *ids, int *n_ids)
+{
+    char allowed[128];
+    if (max_ids == 1)
+        snprintf(allowed, sizeof allowed, "a token id in [0, %lld)", (long long)limit);
+    else
+        snprintf(allowed, sizeof allowed,
+                 "a token id in [0, %lld) or a list of at most %d of them", (long long)limit,
+                 max_ids);
+    const json_t *v = json_object_get(obj, key);
+    *n_ids = 0;
+    if (!v || json_is_null(v)) return TP_OK;
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x >= limit) return bad_value(what, NULL, key, allowed, v);
+        ids[0] = (int64_t)x;
+        *n_ids = 1;
+        return TP_OK;
+    }
+    if (!json_is_array(v) || max_ids == 1) return bad_value(what, NULL, key, allowed, v);
+    if (json_array_size(v) > (size_t)max_ids)
+        return tp_error(TP_ERR_FORMAT, "%s: %s lists %zu ids, more than the %d supported",
+                        what, key, json_array_size(v), max_ids);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= limit) {
+            char name[96];
+            snprintf(name, sizeof name, "%s[%zu]", key, i);
+            return bad_value(what, NULL, name, allowed, e);
+        }
+        ids[i] = (int64_t)json_integer_value(e);
+    }
+    *n_ids = (int)json_array_size(v);
+    return TP_OK;
+}
+
+/* Parse with duplicate keys rejected (transformers would silently keep the last one). */
+static tp_status load_object(const char *json_text, size_t len, const char *what,
+                             json_t **root)
+{
+    json_error_t err;
+    *root = NULL;
+    if (!json_text) return tp_error(TP_ERR_INVALID_ARG, "%s: no text to parse", what);
+    json_t *r = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!r) {
+        if (json_error_code(&err) == json_error_duplicate_key)
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: line %d: duplicate key (%s); each key may appear once", what,
+                            err.line, err.text);
+        return tp_error(TP_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", what,
+                        err.line, err.column, err.text);
+    }
+    if (!json_is_object(r)) {
+        char found[128];
+        describe(r, found, sizeof found);
+        json_decref(r);
+        return tp_error(TP_ERR_FORMAT, "%s: the top level must be a JSON object, found %s",
+                        what, found);
+    }
+    *root = r;
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// config.json sections
+
+static tp_status parse_arch(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    const json_t *a = json_object_get(root, "architectures");
+    const char *name, *key;
+    if (a && !json_is_null(a)) {
+        key = "architectures[0]";
+        if (!json_is_array(a) || json_array_size(a) == 0 ||
+            !json_is_string(json_array_get(a, 0)))
+            return bad_value(what, NULL, "architectures",
+                             "a non-empty list of architecture names", a);
+        name = json_string_value(json_array_get(a, 0));
+        for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
+            if (strcmp(name, archs[i].hf) == 0) {
+                cfg->arch = archs[i].arch;
+                return TP_OK;
+            }
+    } else {
+        key = "model_type";
+        TP_CHECK(str_key(what, root, NULL, "model_type", &name));
+        if (!name)
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: neither architectures nor model_type is given (supported: "
+                            SUPPORTED_ARCHS ")", what);
+        for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
+            if (strcmp(name, archs[i].model_type) == 0) {
+                cfg->arch = archs[i].arch;
+                return TP_OK;
+            }
+    }
+    char found[128];
+    describe(a && !json_is_null(a) ? json_array_get(a, 0) : json_object_get(root, key), found,
+             sizeof found);
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: %s is %s, which tpinfer does not run (supported: " SUPPORTED_ARCHS ")",
+                    what, key, found);
+}
+
+static tp_status parse_shape(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    int hd_found;
+    TP_CHECK(int_key(what, root, NULL, "hidden_size", 1, 1, MAX_DIM, &cfg->hidden_size, NULL));
+    TP_CHECK(int_key(what, root, NULL, "intermediate_size", 1, 1, MAX_DIM,
+                     &cfg->intermediate_size, NULL));
+    TP_CHECK(int_key(what, root, NULL, "num_hidden_layers", 1, 1, TP_MAX_LAYERS, &cfg->n_layers,
+                     NULL));
+    TP_CHECK(int_key(what, root, NULL, "num_attention_heads", 1, 1, MAX_HEADS, &cfg->n_heads,
+                     NULL));
+    TP_CHECK(int_key(what, root, NULL, "vocab_size", 1, 1, MAX_DIM, &cfg->vocab_size, NULL));
+
+    /* HF: a null or absent num_key_value_heads means plain multi-head attention */
+    cfg->n_kv_heads = cfg->n_heads;
+    TP_CHECK(int_key(what, root, NULL, "num_key_value_heads", 0, 1, MAX_HEADS, &cfg->n_kv_heads,
+                     NULL));
+    if (cfg->n_kv_heads > cfg->n_heads)
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: num_key_value_heads %lld is more than num_attention_heads %lld; "
+                        "it must divide it", what, (long long)cfg->n_kv_heads,
+                        (long long)cfg->n_heads);
+    if (cfg->n_heads % cfg->n_kv_heads != 0)
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: num_attention_heads %lld is not divisible by num_key_value_heads "
+                        "%lld; every KV head must serve the same number of query heads", what,
+                        (long long)cfg->n_heads, (long long)cfg->n_kv_heads);
+
+    TP_CHECK(int_key(what, root, NULL, "head_dim", 0, 1, MAX_HEAD_DIM, &cfg->head_dim,
+                     &hd_found));
+    if (!hd_found && cfg->arch == TP_ARCH_QWEN3 && !json_object_get(root, "head_dim")) {
+        cfg->head_dim = 128; /* Qwen3Config's default, not hidden / heads */
+    } else if (!hd_found) {
+        if (cfg->hidden_size % cfg->n_heads != 0)
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: hidden_size %lld is not divisible by num_attention_heads %lld "
+                            "and no head_dim is given", what, (long long)cfg->hidden_size,
+                            (long long)cfg->n_heads);
+        cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+        if (cfg->head_dim > MAX_HEAD_DIM)
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: head_dim hidden_size / num_attention_heads = %lld is more than "
+                            "the %d supported", what, (long long)cfg->head_dim, MAX_HEAD_DIM);
+    }
+    if (cfg->head_dim % 2 != 0) /* RoPE rotates pairs of dimensions */
+        return tp_error(TP_ERR_FORMAT, "%s: head_dim %lld must be even for rotary embeddings",
+                        what, (long long)cfg->head_dim);
+
+    TP_CHECK(int_key(what, root, NULL, "max_position_embeddings", 1, 1, MAX_POSITIONS,
+                     &cfg->max_position_embeddings, NULL));
+
+    const char *act;
+    TP_CHECK(str_key(what, root, NULL, "hidden_act", &act));
+    if (act && strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0) {
+        char found[128];
+        describe(json_object_get(root, "hidden_act"), found, sizeof found);
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: hidden_act is %s (supported: silu)", what,
+                        found);
+    }
+    return TP_OK;
+}
+
+static tp_status parse_norm_and_bias(const char *what, const json_t *root,
+                                     tp_model_config *cfg)
+{
+    cfg->rms_norm_eps = 1e-6;
+    TP_CHECK(num_key(what, root, NULL, "rms_norm_eps", 0, NUM_POSITIVE, &cfg->rms_norm_eps,
+                     NULL));
+    cfg->tie_word_embeddings = 0;
+    TP_CHECK(bool_key(what, root, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL));
+
+    /* which projections carry biases follows the HF modeling code of each architecture */
+    int attention_bias = 0, mlp_bias = 0;
+    TP_CHECK(bool_key(what, root, "attention_bias", &attention_bias, NULL));
+    TP_CHECK(bool_key(what, root, "mlp_bias", &mlp_bias, NULL));
+    switch (cfg->arch) {
+    case TP_ARCH_LLAMA:
+        cfg->attention_bias = cfg->o_bias = attention_bias;
+        cfg->mlp_bias = mlp_bias;
+        break;
+    case TP_ARCH_QWEN3:
+        cfg->attention_bias = cfg->o_bias = attention_bias;
+        cfg->qk_norm = 1;
+        break;
+    case TP_ARCH_QWEN2:
+        cfg->attention_bias = 1; /* q/k/v always, o never, whatever the keys say */
+        break;
+    default: /* Mistral: no biases at all */
+        break;
+    }
+    return TP_OK;
+}
+
+static tp_status parse_rope(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    /* transformers >= 5 may group rope_theta and the scaling in rope_parameters */
+    const json_t *params = json_object_get(root, "rope_parameters");
+    if (params && json_is_null(params)) params = NULL;
+    if (params && !json_is_object(params))
+        return bad_value(what, NULL, "rope_parameters", "an object or null", params);
+
+    double theta = 10000.0, ptheta = 0;
+    int found, pfound = 0;
+    TP_CHECK(num_key(what, root, NULL, "rope_theta", 0, NUM_POSITIVE, &theta, &found));
+    if (params)
+        TP_CHECK(num_key(what, params, "rope_parameters", "rope_theta", 0, NUM_POSITIVE, &ptheta,
+                         &pfound));
+    if (found && pfound && theta != ptheta)
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: rope_theta %g and rope_parameters.rope_theta %g disagree", what,
+                        theta, ptheta);
+    cfg->rope_theta = pfound ? ptheta : theta;
+
+    const char *parent = "rope_scaling";
+    const json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs) && !json_is_object(rs))
+        return bad_value(what, NULL, "rope_scaling", "an object or null", rs);
+    if (!rs || json_is_null(rs)) {
+        rs = params;
+        parent = "rope_parameters";
+    }
+    memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
+    cfg->rope_scaling.type = TP_ROPE_DEFAULT;
+    cfg->rope_scaling.factor = 1.0;
+    if (!rs) return TP_OK;
+
+    /* HF reads rope_type, then the legacy "type" */
+    const char *type;
+    TP_CHECK(str_key(what, rs, parent, "rope_type", &type));
+    if (!type) TP_CHECK(str_key(what, rs, parent, "type", &type));
+    if (!type) {
+        if (rs == params) return TP_OK; /* rope_parameters with only rope_theta */
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: rope_scaling has no rope_type (or type); use null for no scaling",
+                        what);
+    }
+    tp_rope_scaling *s = &cfg->rope_scaling;
+    if (strcmp(type, "default") == 0) return TP_OK;
+    if (strcmp(type, "linear") == 0) {
+        s->type = TP_ROPE_LINEAR;
+        return num_key(what, rs, parent, "factor", 1, NUM_POSITIVE, &s->factor, NULL);
+    }
+    if (strcmp(type, "llama3") == 0) {
+        s->type = TP_ROPE_LLAMA3;
+        TP_CHECK(num_key(what, rs, parent, "factor", 1, NUM_POSITIVE, &s->factor, NULL));
+        TP_CHECK(num_key(what, rs, parent, "low_freq_factor", 1, NUM_POSITIVE,
+                         &s->low_freq_factor, NULL));
+        TP_CHECK(num_key(what, rs, parent, "high_freq_factor", 1, NUM_POSITIVE,
+                         &s->high_freq_factor, NULL));
+        TP_CHECK(int_key(what, rs, parent, "original_max_position_embeddings", 1, 1,
+                         MAX_POSITIONS, &s->original_max_position, NULL));
+        /* the smoothing between the two wavelengths divides by high - low */
+        if (!(s->high_freq_factor > s->low_freq_factor))
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: %s.high_freq_factor %g must be greater than low_freq_factor %g",
+                            what, parent, s->high_freq_factor, s->low_freq_factor);
+        return TP_OK;
+    }
+    char shown[48];
+    sanitize(type, strlen(type), shown, sizeof shown);
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: %s type '%s' is not supported (supported: linear, llama3)", what,
+                    parent, shown);
+}
+
+/* A window narrower than the context changes the attention mask; tpinfer has no sliding
+ * attention yet, so such a config is refused rather than silently run with full attention.
+ * Llama's modeling code never reads sliding_window, so there it is only type-checked. */
+static tp_status parse_sliding_window(const char *what, const json_t *root,
+                                      tp_model_config *cfg)
+{
+    int64_t window = 0;
+    int has_window;
+    TP_CHECK(int_key(what, root, NULL, "sliding_window", 0, 0, INT64_MAX, &window,
+                     &has_window));
+    int use = 0;
+    TP_CHECK(bool_key(what, root, "use_sliding_window", &use, NULL));
+    int64_t max_window_layers = 28; /* Qwen2Config / Qwen3Config default */
+    TP_CHECK(int_key(what, root, NULL, "max_window_layers", 0, 0, INT64_MAX, &max_window_layers,
+                     NULL));
+
+    /* Qwen: an explicit layer_types list overrides max_window_layers */
+    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3;
+    int any_sliding_layer = max_window_layers < cfg->n_layers;
+    const json_t *types = json_object_get(root, "layer_types");
+    if (qwen && types && !json_is_null(types)) {
+        char allowed[128];
+        snprintf(allowed, sizeof allowed,
+                 "a list of %lld \"full_attention\" or \"sliding_attention\" strings",
+                 (long long)cfg->n_layers);
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != cfg->n_layers)
+            return bad_value(what, NULL, "layer_types", allowed, types);
+        any_sliding_layer = 0;
+        for (size_t i = 0; i < json_array_size(types); i++) {
+            const char *t = json_string_value(json_array_get(types, i));
+            if (t && strcmp(t, "sliding_attention") == 0)
+                any_sliding_layer = 1;
+            else if (!t || strcmp(t, "full_attention") != 0)
+                return bad_value(what, NULL, "layer_types", allowed, json_array_get(types, i));
+        }
+    }
+
+    int used = 0;
+    switch (cfg->arch) {
+    case TP_ARCH_MISTRAL:
+        used = has_window;
+        break;
+    case TP_ARCH_QWEN2:
+    case TP_ARCH_QWEN3:
+        /* HF drops the window unless use_sliding_window, then slides the layers
+         * >= max_window_layers (or those layer_types marks) */
+        used = has_window && use && any_sliding_layer;
+        break;
+    default:
+        break;
+    }
+    if (used && window < cfg->max_position_embeddings)
+        return tp_error(TP_ERR_UNSUPPORTED,
+                        "%s: sliding_window %lld is not supported yet (it is below "
+                        "max_position_embeddings %lld; only full attention is implemented)",
+                        what, (long long)window, (long long)cfg->max_position_embeddings);
+    return TP_OK;
+}
+
+static const struct {
+    const char *name;
+    tp_dtype dt;
+} torch_dtypes[] = {
+    {"float32", TP_DTYPE_F32},
+    {"float16", TP_DTYPE_F16},
+    {"bfloat16", TP_DTYPE_BF16},
+};
+
+static tp_status dtype_key(const char *what, const json_t *root, const char *key,
+                           tp_dtype *out, int *found)
+{
+    const char *name;
+    *found = 0;
+    TP_CHECK(str_key(what, root, NULL, key, &name));
+    if (!name) return TP_OK;
+    for (size_t i = 0; i < TP_ARRAY_LEN(torch_dtypes); i++)
+        if (strcmp(name, torch_dtypes[i].name) == 0) {
+            *out = torch_dtypes[i].dt;
+            *found = 1;
+            return TP_OK;
+        }
+    char found_s[96];
+    describe(json_object_get(root, key), found_s, sizeof found_s);
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: %s is %s (supported: float32, float16, bfloat16)", what, key, found_s);
+}
+
+static tp_status parse_dtype(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    /* newer transformers write "dtype", older ones "torch_dtype" */
+    tp_dtype a = TP_DTYPE_F32, b = TP_DTYPE_F32;
+    int fa, fb;
+    TP_CHECK(dtype_key(what, root, "torch_dtype", &a, &fa));
+    TP_CHECK(dtype_key(what, root, "dtype", &b, &fb));
+    if (fa && fb && a != b)
+        return tp_error(TP_ERR_FORMAT, "%s: torch_dtype \"%s\" and dtype \"%s\" disagree", what,
+                        json_string_value(json_object_get(root, "torch_dtype")),
+                        json_string_value(json_object_get(root, "dtype")));
+    cfg->torch_dtype = fb ? b : a;
+    return TP_OK;
+}
+
+static tp_status parse_token_ids(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    int64_t bos;
+    int n;
+    cfg->bos_token_id = -1;
+    TP_CHECK(token_ids(what, root, "bos_token_id", cfg->vocab_size, 1, &bos, &n));
+    if (n == 1) cfg->bos_token_id = bos;
+    return token_ids(what, root, "eos_token_id", cfg->vocab_size, TP_MAX_EOS_IDS,
+                     cfg->eos_token_ids, &cfg->n_eos);
+}
+
+// ----------------------------------------------------------------------------
+// public entry points
+
+tp_status tp_model_config_parse(const char *json_text, size_t len, const char *what,
+                                tp_model_config *cfg)
+{
+    json_t *root;
+    TP_CHECK(load_object(json_text, len, what, &root));
+    /* fill a local copy so a failure leaves *cfg untouched */
+    tp_model_config c;
+    memset(&c, 0, sizeof c);
+    tp_status st;
+    TP_CHECK_GOTO(parse_arch(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_shape(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_norm_and_bias(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_rope(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_sliding_window(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_dtype(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_token_ids(what, root, &c), st, done);
+    *cfg = c;
+done:
+    json_decref(root);
+    return st;
+}
+
+tp_status tp_model_config_load(const char *model_dir, tp_model_config *cfg)
+{
+    char *path = tp_path_join(model_dir, "config.json");
+    if (!path) return tp_error(TP_ERR_OOM, "out of memory joining %s/config.json", model_dir);
+    char *text;
+    size_t len;
+    tp_status st = tp_read_file(path, MAX_CONFIG_BYTES, &text, &len);
+    if (st == TP_OK) {
+        st = tp_model_config_parse(text, len, path, cfg);
+        free(text);
+    }
+    free(path);
+    return st;
+}
+
+static void generation_config_absent(tp_generation_config *gen)
+{
+    memset(gen, 0, sizeof *gen);
+    gen->bos_token_id = -1;
+    gen->do_sample = -1;
+    gen->temperature = -1;
+    gen->top_p = -1;
+    gen->top_k = -1;
+    gen->repetition_penalty = -1;
+    gen->max_new_tokens = -1;
+}
+
+/* Token ids are checked against the vocabulary later (tp_generation_config_check), as this
+ * file alone does not say its size. pad_token_id, max_length and other keys are ignored. */
+tp_status tp_generation_config_parse(const char *json_text, size_t len, const char *what,
+                                     tp_generation_config *gen)
+{
+    json_t *root;
+    TP_CHECK(load_object(json_text, len, what, &root));
+    tp_generation_config g;
+    generation_config_absent(&g);
+    tp_status st;
+    int64_t bos;
+    int n;
+    TP_CHECK_GOTO(token_ids(what, root, "bos_token_id", MAX_TOKEN_ID, 1, &bos, &n), st, done);
+    if (n == 1) g.bos_token_id = bos;
+    TP_CHECK_GOTO(token_ids(what, root, "eos_token_id", MAX_TOKEN_ID, TP_MAX_EOS_IDS,
+                            g.eos_token_ids, &g.n_eos), st, done);
+    TP_CHECK_GOTO(bool_key(what, root, "do_sample", &g.do_sample, NULL), st, done);
+    TP_CHECK_GOTO(num_key(what, root, NULL, "temperature", 0, NUM_NONNEGATIVE, &g.temperature,
+                          NULL), st, done);
+    TP_CHECK_GOTO(num_key(what, root, NULL, "top_p", 0, NUM_UNIT, &g.top_p, NULL), st, done);
+    TP_CHECK_GOTO(int_key(what, root, NULL, "top_k", 0, 0, INT32_MAX, &g.top_k, NULL), st, done);
+    TP_CHECK_GOTO(num_key(what, root, NULL, "repetition_penalty", 0, NUM_POSITIVE,
+                          &g.repetition_penalty, NULL), st, done);
+    TP_CHECK_GOTO(int_key(what, root, NULL, "max_new_tokens", 0, 1, INT32_MAX,
+                          &g.max_new_tokens, NULL), st, done);
+    *gen = g;
+done:
+    json_decref(root);
+    return st;
+}
+
+tp_status tp_generation_config_load(const char *model_dir, tp_generation_config *gen)
+{
+    generation_config_absent(gen);
+    char *path = tp_path_join(model_dir, "generation_config.json");
+    if (!path)
+        return tp_error(TP_ERR_OOM, "out of memory joining %s/generation_config.json",
+                        model_dir);
+    /* only a missing file means "no generation config"; any other failure is reported */
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
+        free(path);
+        return TP_OK;
+    }
+    char *text;
+    size_t len;
+    tp_status st = tp_read_file(path, MAX_CONFIG_BYTES, &text, &len);
+    if (st == TP_OK) {
+        st = tp_generation_config_parse(text, len, path, gen);
+        free(text);
+    }
+    free(path);
+    return st;
+}
+
+tp_status tp_generation_config_check(const tp_generation_config *gen,
+                                     const tp_model_config *cfg, const char *what)
+{
+    if (gen->bos_token_id >= cfg->vocab_size)
+        return tp_error(TP_ERR_FORMAT, "%s: bos_token_id %lld is not below vocab_size %lld",
+                        what, (long long)gen->bos_token_id, (long long)cfg->vocab_size);
+    for (int i = 0; i < gen->n_eos; i++)
+        if (gen->eos_token_ids[i] >= cfg->vocab_size)
+            return tp_error(TP_ERR_FORMAT,
+                            "%s: eos_token_id %lld is not below vocab_size %lld", what,
+                            (long long)gen->eos_token_ids[i], (long long)cfg->vocab_size);
+    return TP_OK;
+}

@@ -1,0 +1,228 @@
+/*
+ * options.c: getopt_long parsing with strict values (no "2x", no overflow, no empty
+ * values) and a --help generated from the same table, so they cannot disagree.
+ */
+#include "options.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "util.h"
+
+enum {
+    OPT_HELP = 'h',
+    OPT_VERSION = 'V',
+    OPT_MODEL = 'm',
+    OPT_INPUT = 'i',
+    OPT_OUTPUT = 'o',
+    OPT_TP = 256,
+    OPT_PP,
+    OPT_DRY_RUN,
+    OPT_MAX_MODEL_LEN,
+    OPT_MAX_NUM_SEQS,
+    OPT_MAX_NUM_BATCHED_TOKENS,
+    OPT_GPU_MEMORY_UTILIZATION,
+    OPT_SEED,
+    OPT_DTYPE,
+    OPT_BACKEND,
+};
+
+typedef struct option_doc {
+    struct option opt;
+    const char *alias;   /* a second long name with the same meaning, or NULL */
+    const char *arg;     /* metavariable, NULL for a switch */
+    const char *help;
+    const char *deflt;   /* shown as "(default: ...)", NULL for none */
+} option_doc;
+
+static const option_doc docs[] = {
+    {{"model", required_argument, 0, OPT_MODEL}, NULL, "DIR",
+     "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", NULL},
+    {{"input", required_argument, 0, OPT_INPUT}, NULL, "FILE", "prompts: text lines or JSONL", NULL},
+    {{"output", required_argument, 0, OPT_OUTPUT}, NULL, "FILE", "completions as JSONL", "stdout"},
+    {{"tensor-parallel-size", required_argument, 0, OPT_TP}, "tp", "N",
+     "ranks that split each layer (Megatron tensor parallel)", "1"},
+    {{"pipeline-parallel-size", required_argument, 0, OPT_PP}, "pp", "N",
+     "pipeline stages that split the layers", "1"},
+    {{"dry-run", no_argument, 0, OPT_DRY_RUN}, NULL, NULL,
+     "read headers only; print each rank's grid place, layers, slices and bytes", NULL},
+    {{"max-model-len", required_argument, 0, OPT_MAX_MODEL_LEN}, NULL, "N",
+     "context length (prompt + completion) per sequence", "the model's max_position_embeddings"},
+    {{"max-num-seqs", required_argument, 0, OPT_MAX_NUM_SEQS}, NULL, "N",
+     "sequences in one batch at most", "256"},
+    {{"max-num-batched-tokens", required_argument, 0, OPT_MAX_NUM_BATCHED_TOKENS}, NULL, "N",
+     "tokens in one forward step at most (chunked prefill)", "8192"},
+    {{"gpu-memory-utilization", required_argument, 0, OPT_GPU_MEMORY_UTILIZATION}, NULL, "F",
+     "fraction of each GPU's memory tpinfer may use, in (0, 1]", "0.9"},
+    {{"seed", required_argument, 0, OPT_SEED}, NULL, "N", "random seed for sampling", "0"},
+    {{"dtype", required_argument, 0, OPT_DTYPE}, NULL, "T",
+     "compute type: auto, float32, float16, bfloat16", "auto (the model's torch_dtype)"},
+    {{"backend", required_argument, 0, OPT_BACKEND}, NULL, "B", "auto, cpu or cuda", "auto"},
+    {{"help", no_argument, 0, OPT_HELP}, NULL, NULL, "print this help and exit", NULL},
+    {{"version", no_argument, 0, OPT_VERSION}, NULL, NULL, "print the version and exit", NULL},
+};
+
+void tp_options_defaults(tp_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mode = TP_MODE_GENERATE;
+    o->tp = 1;
+    o->pp = 1;
+    o->max_num_seqs = 256;
+    o->max_num_batched_tokens = 8192;
+    o->gpu_memory_utilization = 0.9;
+    o->dtype = "auto";
+    o->backend = "auto";
+}
+
+/* The long name the user typed for option index idx (an alias if that is what was used). */
+static const char *flag_name(const char *typed, int val)
+{
+    for (size_t i = 0; i < TP_ARRAY_LEN(docs); i++)
+        if (docs[i].opt.val == val) {
+            if (typed && docs[i].alias && !strncmp(typed, "--", 2) &&
+                !strncmp(typed + 2, docs[i].alias, strlen(docs[i].alias)))
+                return docs[i].alias;
+            return docs[i].opt.name;
+        }
+    return "?";
+}
+
+static tp_status int_arg(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t x;
+    if (!tp_parse_i64(v, &x) || x < lo || x > hi)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "--%s: '%s' is not allowed; give a whole number from %lld to %lld", flag,
+                        v, (long long)lo, (long long)hi);
+    *out = x;
+    return TP_OK;
+}
+
+static tp_status str_arg(const char *flag, const char *v, const char *const *allowed,
+                         const char *what)
+{
+    for (size_t i = 0; allowed[i]; i++)
+        if (!strcmp(v, allowed[i])) return TP_OK;
+    return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give one of %s", flag, v, what);
+}
+
+static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
+{
+    static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+    int64_t x;
+    double d;
+    tp_dtype dt;
+    if (v && !*v)
+        return tp_error(TP_ERR_INVALID_ARG, "--%s: the value is empty; give a value", flag);
+    switch (val) {
+    case OPT_MODEL: o->model = v; break;
+    case OPT_INPUT: o->input = v; break;
+    case OPT_OUTPUT: o->output = v; break;
+    case OPT_TP: TP_CHECK(int_arg(flag, v, 1, 4096, &x)); o->tp = (int)x; break;
+    case OPT_PP: TP_CHECK(int_arg(flag, v, 1, 4096, &x)); o->pp = (int)x; break;
+    case OPT_DRY_RUN: o->mode = TP_MODE_DRY_RUN; break;
+    case OPT_MAX_MODEL_LEN: TP_CHECK(int_arg(flag, v, 1, INT64_C(1) << 32, &o->max_model_len)); break;
+    case OPT_MAX_NUM_SEQS: TP_CHECK(int_arg(flag, v, 1, 1 << 20, &o->max_num_seqs)); break;
+    case OPT_MAX_NUM_BATCHED_TOKENS:
+        TP_CHECK(int_arg(flag, v, 1, INT64_C(1) << 32, &o->max_num_batched_tokens));
+        break;
+    case OPT_GPU_MEMORY_UTILIZATION:
+        if (!tp_parse_double(v, &d) || !(d > 0.0 && d <= 1.0))
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "--%s: '%s' is not allowed; give a fraction in (0, 1], such as 0.9",
+                            flag, v);
+        o->gpu_memory_utilization = d;
+        break;
+    case OPT_SEED:
+        TP_CHECK(int_arg(flag, v, 0, INT64_MAX, &x));
+        o->seed = (uint64_t)x;
+        break;
+    case OPT_DTYPE:
+        if (strcmp(v, "auto") && !(tp_dtype_from_name(v, &dt) && dt != TP_DTYPE_I32))
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "--%s: '%s' is not allowed; give one of auto, float32, float16, bfloat16",
+                            flag, v);
+        o->dtype = v;
+        break;
+    case OPT_BACKEND: TP_CHECK(str_arg(flag, v, backends, "auto, cpu, cuda")); o->backend = v; break;
+    case OPT_HELP: o->mode = TP_MODE_HELP; break;
+    case OPT_VERSION: o->mode = TP_MODE_VERSION; break;
+    default: return tp_error(TP_ERR_INTERNAL, "option %d has no handler", val);
+    }
+    return TP_OK;
+}
+
+tp_status tp_options_parse(int argc, char *const argv[], tp_options *o)
+{
+    enum { N = TP_ARRAY_LEN(docs) };
+    struct option longopts[2 * N + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < N; i++) {
+        longopts[n++] = docs[i].opt;
+        if (docs[i].alias) {
+            longopts[n] = docs[i].opt;
+            longopts[n++].name = docs[i].alias;
+        }
+    }
+    memset(&longopts[n], 0, sizeof longopts[n]);
+
+    tp_options_defaults(o);
+    int help = 0, version = 0;
+    optind = 0; /* full reset of GNU getopt, so tests can parse several times */
+    opterr = 0;
+    for (;;) {
+        int prev = optind ? optind : 1;
+        int c = getopt_long(argc, argv, ":hVm:i:o:", longopts, NULL);
+        if (c == -1) break;
+        const char *typed = prev < argc ? argv[prev] : NULL;
+        if (c == '?') {
+            if (optopt)
+                return tp_error(TP_ERR_INVALID_ARG, "unknown option '-%c'; see tpinfer --help", optopt);
+            return tp_error(TP_ERR_INVALID_ARG, "unknown option '%s'; see tpinfer --help",
+                            typed ? typed : "?");
+        }
+        if (c == ':')
+            return tp_error(TP_ERR_INVALID_ARG, "option '%s' needs a value; see tpinfer --help",
+                            typed ? typed : "?");
+        if (c == OPT_HELP) help = 1;
+        else if (c == OPT_VERSION) version = 1;
+        else TP_CHECK(apply(o, c, flag_name(typed, c), optarg));
+    }
+    if (optind < argc)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "unexpected argument '%s'; options take the form --name VALUE", argv[optind]);
+    if (help) { o->mode = TP_MODE_HELP; return TP_OK; }
+    if (version) { o->mode = TP_MODE_VERSION; return TP_OK; }
+    if (!o->model)
+        return tp_error(TP_ERR_INVALID_ARG, "--model is required: give a Hugging Face model directory");
+    if (o->mode == TP_MODE_GENERATE && !o->input)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "--input is required to generate (or give --dry-run to check the plan)");
+    return TP_OK;
+}
+
+void tp_options_print_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: mpirun -np N tpinfer --model DIR [--tp T] [--pp P] --input FILE [--output FILE]\n"
+            "       tpinfer --model DIR --dry-run [--tp T] [--pp P]\n"
+            "Offline batch inference for Hugging Face Llama-family models over MPI ranks\n"
+            "(one per GPU). The world size is dp x pp x tp; dp = ranks / (tp * pp).\n\n"
+            "Options:\n");
+    for (size_t i = 0; i < TP_ARRAY_LEN(docs); i++) {
+        const option_doc *d = &docs[i];
+        char left[96];
+        int n = snprintf(left, sizeof left, "  --%s%s%s%s%s", d->opt.name,
+                         d->alias ? ", --" : "", d->alias ? d->alias : "", d->arg ? " " : "",
+                         d->arg ? d->arg : "");
+        if (n < 0) n = 0;
+        fprintf(out, "%-36s %s", left, d->help);
+        if (d->deflt) fprintf(out, " (default: %s)", d->deflt);
+        fputc('\n', out);
+    }
+    fprintf(out, "\nExit status: 0 success, 1 failure, 2 usage error.\n"
+                 "See tpinfer(1) for details.\n");
+}

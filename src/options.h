@@ -1,0 +1,51 @@
+/*
+ * options.h: the command line. Every flag, its default and its check live in one
+ * table in options.c, from which --help and the man page test are derived.
+ */
+#ifndef TP_OPTIONS_H
+#define TP_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tp_mode {
+    TP_MODE_GENERATE, /* the default: run the prompts of --input */
+    TP_MODE_DRY_RUN,  /* --dry-run: plan and check shapes; read no weight data */
+    TP_MODE_HELP,
+    TP_MODE_VERSION
+} tp_mode;
+
+typedef struct tp_options {
+    tp_mode mode;
+    const char *model;       /* --model DIR */
+    const char *input;       /* --input FILE */
+    const char *output;      /* --output FILE (default: stdout) */
+    int tp;                  /* --tensor-parallel-size */
+    int pp;                  /* --pipeline-parallel-size */
+    int64_t max_model_len;   /* 0: the model's max_position_embeddings */
+    int64_t max_num_seqs;
+    int64_t max_num_batched_tokens;
+    double gpu_memory_utilization;
+    uint64_t seed;
+    const char *dtype;       /* "auto" or a dtype name */
+    const char *backend;     /* "auto", "cpu", "cuda" */
+} tp_options;
+
+void tp_options_defaults(tp_options *o);
+
+/* Parse argv; on TP_ERR_INVALID_ARG the recorded message is one line naming the flag
+ * and what it allows. Does not print. getopt state is reset, so it can run twice. */
+tp_status tp_options_parse(int argc, char *const argv[], tp_options *o);
+
+void tp_options_print_help(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

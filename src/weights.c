@@ -1,0 +1,301 @@
+/*
+ * weights.c: open a model directory's safetensors files. A sharded index's weight_map is
+ * attacker-controlled (transformers#47176), so every shard name must be a bare file name
+ * whose realpath stays inside the directory, and the index and the shards' headers must
+ * agree tensor by tensor (anchors/reliability.md §1.7).
+ */
+#include "weights.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "util.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+#define SINGLE_NAME "model.safetensors"
+#define MAX_INDEX_BYTES (64u << 20)
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char *p = tp_path_join(dir, name);
+    struct stat sb;
+    int ok = p && stat(p, &sb) == 0;
+    free(p);
+    return ok;
+}
+
+/* ---- the index ------------------------------------------------------------------- */
+
+static tp_status check_bare_name(const char *dir, const char *tensor, json_t *v)
+{
+    if (!json_is_string(v))
+        return tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": weight_map value of \"%.200s\" is "
+                        "not a string", dir, tensor);
+    const char *s = json_string_value(v);
+    if (!*s || !strcmp(s, ".") || !strcmp(s, "..") || strchr(s, '/') ||
+        strlen(s) != json_string_length(v))
+        return tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": tensor \"%.200s\" maps to shard "
+                        "\"%.200s\", which is not a bare file name in the model directory",
+                        dir, tensor, s);
+    return TP_OK;
+}
+
+/* The shard must exist and, symlinks resolved, still lie inside the directory. */
+static tp_status check_inside(const char *dir, const char *real_dir, const char *name)
+{
+    char *path = tp_path_join(dir, name);
+    if (!path) return tp_error(TP_ERR_OOM, "out of memory");
+    char *real = realpath(path, NULL);
+    int err = errno;
+    free(path);
+    if (!real)
+        return tp_error(TP_ERR_IO, "%s/" INDEX_NAME ": shard \"%s\" cannot be opened: %s", dir,
+                        name, strerror(err));
+    size_t n = strlen(real_dir);
+    int inside = strncmp(real, real_dir, n) == 0 && (real[n] == '/' || !strcmp(real_dir, "/"));
+    tp_status st = inside ? TP_OK
+                          : tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": shard \"%s\" resolves "
+                                     "to %s, outside the model directory", dir, name, real);
+    free(real);
+    return st;
+}
+
+static tp_status add_name(char ***names, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp((*names)[i], name)) return TP_OK;
+    char **grown = realloc(*names, (*n + 1) * sizeof *grown);
+    if (!grown) return tp_error(TP_ERR_OOM, "out of memory");
+    *names = grown;
+    if (!(grown[*n] = strdup(name))) return tp_error(TP_ERR_OOM, "out of memory");
+    (*n)++;
+    return TP_OK;
+}
+
+static tp_status collect_shards(json_t *map, const char *dir, char ***names, size_t *n)
+{
+    char *real_dir = realpath(dir, NULL);
+    if (!real_dir)
+        return tp_error(TP_ERR_IO, "cannot resolve model directory %s: %s", dir, strerror(errno));
+    tp_status st = TP_OK;
+    const char *tensor;
+    json_t *v;
+    json_object_foreach(map, tensor, v) {
+        st = check_bare_name(dir, tensor, v);
+        if (st == TP_OK) st = add_name(names, n, json_string_value(v));
+        if (st != TP_OK) break;
+    }
+    for (size_t i = 0; st == TP_OK && i < *n; i++) st = check_inside(dir, real_dir, (*names)[i]);
+    free(real_dir);
+    return st;
+}
+
+/* Parse and check the index; on success *root holds it (the caller decrefs). */
+static tp_status load_index(const char *text, size_t len, const char *dir, json_t **root,
+                            char ***names, size_t *n)
+{
+    *names = NULL;
+    *n = 0;
+    json_error_t err;
+    *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!*root)
+        return tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": invalid JSON: %s (line %d, column %d)",
+                        dir, err.text, err.line, err.column);
+    json_t *map = json_object_get(*root, "weight_map"), *meta = json_object_get(*root, "metadata");
+    tp_status st = TP_OK;
+    if (!json_is_object(*root) || !json_is_object(map))
+        st = tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": \"weight_map\" is missing or not an "
+                      "object", dir);
+    else if (json_object_size(map) == 0)
+        st = tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": \"weight_map\" is empty", dir);
+    else if (meta && !json_is_object(meta))
+        st = tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": \"metadata\" is not an object", dir);
+    if (st == TP_OK) st = collect_shards(map, dir, names, n);
+    if (st != TP_OK) {
+        free_names(*names, *n);
+        *names = NULL;
+        *n = 0;
+        json_decref(*root);
+        *root = NULL;
+    }
+    return st;
+}
+
+tp_status tp_weights_parse_index(const char *json_text, size_t len, const char *dir,
+                                 char ***shard_names, size_t *n_shards)
+{
+    json_t *root;
+    TP_CHECK(load_index(json_text, len, dir, &root, shard_names, n_shards));
+    json_decref(root);
+    return TP_OK;
+}
+
+/* ---- refs --------------------------------------------------------------------------- */
+
+static const char *shard_name(const tp_st_file *f)
+{
+    const char *slash = strrchr(f->path, '/');
+    return slash ? slash + 1 : f->path;
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+    return strcmp(((const tp_weight_ref *)a)->tensor->name,
+                  ((const tp_weight_ref *)b)->tensor->name);
+}
+
+/* Every tensor of every shard, sorted; a name in two shards is an error. */
+static tp_status build_refs(tp_weights *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n_shards; i++) n += w->shards[i].n_tensors;
+    w->refs = calloc(n ? n : 1, sizeof *w->refs);
+    if (!w->refs) return tp_error(TP_ERR_OOM, "out of memory");
+    for (size_t i = 0; i < w->n_shards; i++)
+        for (size_t j = 0; j < w->shards[i].n_tensors; j++)
+            w->refs[w->n_refs++] = (tp_weight_ref){&w->shards[i], &w->shards[i].tensors[j]};
+    qsort(w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
+    for (size_t i = 1; i < w->n_refs; i++) {
+        if (!strcmp(w->refs[i].tensor->name, w->refs[i - 1].tensor->name))
+            return tp_error(TP_ERR_FORMAT, "%s: tensor \"%.200s\" is in two shards, %s and %s",
+                            w->dir, w->refs[i].tensor->name, shard_name(w->refs[i - 1].file),
+                            shard_name(w->refs[i].file));
+    }
+    return TP_OK;
+}
+
+/* The index's tensor set must equal the shards' (tensor -> the right shard). */
+static tp_status match_index(const tp_weights *w, json_t *map)
+{
+    for (size_t i = 0; i < w->n_refs; i++) {
+        const tp_weight_ref *r = &w->refs[i];
+        json_t *v = json_object_get(map, r->tensor->name);
+        if (!v)
+            return tp_error(TP_ERR_FORMAT, "%s: tensor \"%.200s\" is in shard %s but not in "
+                            INDEX_NAME, w->dir, r->tensor->name, shard_name(r->file));
+        if (strcmp(json_string_value(v), shard_name(r->file)))
+            return tp_error(TP_ERR_FORMAT, "%s: " INDEX_NAME " puts tensor \"%.200s\" in %s, "
+                            "but it is in %s", w->dir, r->tensor->name, json_string_value(v),
+                            shard_name(r->file));
+    }
+    const char *tensor;
+    json_t *v;
+    json_object_foreach(map, tensor, v) {
+        if (!tp_weights_find(w, tensor))
+            return tp_error(TP_ERR_FORMAT, "%s: " INDEX_NAME " puts tensor \"%.200s\" in %s, "
+                            "but that shard has no such tensor", w->dir, tensor,
+                            json_string_value(v));
+    }
+    return TP_OK;
+}
+
+/* total_size is informational; scripts write 0 or file sizes, so a mismatch only warns. */
+static void check_total_size(const tp_weights *w, json_t *root)
+{
+    json_t *total = json_object_get(json_object_get(root, "metadata"), "total_size");
+    if (!total) return;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < w->n_refs; i++) sum += w->refs[i].tensor->end - w->refs[i].tensor->begin;
+    if (!json_is_integer(total) || (uint64_t)json_integer_value(total) != sum)
+        tp_log(TP_LOG_WARN, "%s/" INDEX_NAME ": metadata.total_size is not %" PRIu64 ", the "
+               "sum of the tensors' bytes; ignoring it", w->dir, sum);
+}
+
+/* ---- opening ------------------------------------------------------------------------ */
+
+static tp_status open_shards(tp_weights *w, char **names, size_t n)
+{
+    w->shards = calloc(n ? n : 1, sizeof *w->shards);
+    if (!w->shards) return tp_error(TP_ERR_OOM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char *path = tp_path_join(w->dir, names[i]);
+        if (!path) return tp_error(TP_ERR_OOM, "out of memory");
+        tp_status st = tp_st_open(path, &w->shards[i]);
+        free(path);
+        TP_CHECK(st);
+        w->n_shards++;
+    }
+    return TP_OK;
+}
+
+static tp_status open_index(tp_weights *w)
+{
+    char *path = tp_path_join(w->dir, INDEX_NAME), *text = NULL, **names = NULL;
+    if (!path) return tp_error(TP_ERR_OOM, "out of memory");
+    size_t len, n = 0;
+    json_t *root = NULL;
+    tp_status st = tp_read_file(path, MAX_INDEX_BYTES, &text, &len);
+    free(path);
+    if (st == TP_OK) st = load_index(text, len, w->dir, &root, &names, &n);
+    free(text);
+    if (st == TP_OK) st = open_shards(w, names, n);
+    if (st == TP_OK) st = build_refs(w);
+    if (st == TP_OK) st = match_index(w, json_object_get(root, "weight_map"));
+    if (st == TP_OK) check_total_size(w, root);
+    free_names(names, n);
+    json_decref(root);
+    return st;
+}
+
+tp_status tp_weights_open(const char *model_dir, tp_weights *w)
+{
+    memset(w, 0, sizeof *w);
+    if (!(w->dir = strdup(model_dir))) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st;
+    if (file_exists(model_dir, INDEX_NAME)) {
+        if (file_exists(model_dir, SINGLE_NAME))
+            tp_log(TP_LOG_WARN, "%s has both " SINGLE_NAME " and " INDEX_NAME "; using the index",
+                   model_dir);
+        w->from_index = 1;
+        st = open_index(w);
+    } else if (file_exists(model_dir, SINGLE_NAME)) {
+        char *names[] = {SINGLE_NAME};
+        st = open_shards(w, names, 1);
+        if (st == TP_OK) st = build_refs(w);
+    } else {
+        st = tp_error(TP_ERR_IO, "%s: no weights: neither " SINGLE_NAME " nor " INDEX_NAME
+                      " exists there", model_dir);
+    }
+    if (st != TP_OK) tp_weights_free(w);
+    return st;
+}
+
+void tp_weights_free(tp_weights *w)
+{
+    if (!w) return;
+    for (size_t i = 0; i < w->n_shards; i++) tp_st_free(&w->shards[i]);
+    free(w->shards);
+    free(w->refs);
+    free(w->dir);
+    memset(w, 0, sizeof *w);
+}
+
+const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name)
+{
+    if (!w->n_refs) return NULL;
+    tp_weight_ref key_ref;
+    tp_st_tensor key = {.name = (char *)name};
+    key_ref.tensor = &key;
+    return bsearch(&key_ref, w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
+}
+
+tp_status tp_weights_read_slice(const tp_weights *w, const char *name, tp_slice s,
+                                tp_dtype dst_dt, void *dst)
+{
+    const tp_weight_ref *r = tp_weights_find(w, name);
+    if (!r) return tp_error(TP_ERR_FORMAT, "%s: the model has no tensor \"%.200s\"", w->dir, name);
+    return tp_st_read_slice(r->file, r->tensor, s, dst_dt, dst);
+}

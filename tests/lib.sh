@@ -1,0 +1,35 @@
+# tests/lib.sh: shared helpers of the shell tests (sourced). Automake's test protocol:
+# exit 0 pass, 77 skip, anything else fail.
+set -u
+: "${top_builddir:=$(pwd)}"
+: "${top_srcdir:=$(pwd)}"
+: "${TPINFER_SHARED:=$top_srcdir/../shared}"
+TPINFER="$top_builddir/tpinfer"
+MODELS="$TPINFER_SHARED/models"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+need_shared() {
+    [ -d "$MODELS" ] || skip "$MODELS is absent (set TPINFER_SHARED to the shared/ folder)"
+}
+
+# mpirun with what a 2-core CI machine run as root needs.
+mpi() {
+    [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ] || skip "mpirun not found"
+    local np=$1; shift
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+        timeout 120 "$MPIRUN" --oversubscribe -np "$np" "$@"
+}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tpinfer-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+# expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
+expect_fail() {
+    local code=$1 needle=$2; shift 2
+    local rc=0
+    "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    [ "$rc" -eq "$code" ] || { cat "$TMP/err" >&2; fail "'$*' exited $rc, wanted $code"; }
+    grep -qF -- "$needle" "$TMP/err" || { cat "$TMP/err" >&2; fail "'$*': stderr lacks '$needle'"; }
+}

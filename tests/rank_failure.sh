@@ -1,0 +1,28 @@
+#!/bin/sh
+# A failure on some ranks only (a tensor only pipeline stage 1 reads has the wrong shape)
+# ends every rank within seconds, non-zero, with the failing ranks naming the tensor.
+. "$top_srcdir/tests/lib.sh"
+[ "$PYTHON3" != no ] || skip "python3 not found"
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/m" || fail "gen_tiny_model.py"
+# Swap the two dims of a layer-3 weight: the file stays valid, the shape does not fit.
+"$PYTHON3" - "$TMP/m/model.safetensors" <<'PY' || fail "rewriting the header"
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h["model.layers.3.mlp.down_proj.weight"]
+t["shape"] = t["shape"][::-1]
+text = json.dumps(h, separators=(",", ":")).encode()
+text += b" " * (n - len(text))
+assert len(text) == n
+open(p, "wb").write(b[:8] + text + b[8 + n:])
+PY
+start=$(date +%s)
+expect_fail 1 "model.layers.3.mlp.down_proj.weight" mpi 4 "$TPINFER" --model "$TMP/m" --dry-run --tp 2 --pp 2
+elapsed=$(( $(date +%s) - start ))
+[ $elapsed -le 30 ] || fail "took ${elapsed}s to end the job"
+grep -q "tpinfer\[2/4" "$TMP/err" && grep -q "tpinfer\[3/4" "$TMP/err" || fail "stage-1 ranks did not report"
+grep "down_proj" "$TMP/err" | grep -q "tpinfer\[[01]/4" && fail "stage-0 ranks reported an error they did not have"
+grep -q "rank 2 (tp 0, pp 1)\|128 x 64\|64 x 128" "$TMP/err" || fail "message lacks the shapes"
+exit 0
