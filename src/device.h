@@ -17,7 +17,7 @@ extern "C" {
 typedef struct tp_device_info {
     int count;           /* GPUs visible to this process (0 without CUDA) */
     int index;           /* the GPU this rank uses (local_rank), -1 when none */
-    char name[128];      /* "NVIDIA H200", or "" */
+    char name[256];      /* "NVIDIA H200", or "" */
     char pci_bus[32];    /* "0000:19:00.0", or "" */
     int64_t total_bytes; /* memory of that GPU */
     int64_t free_bytes;
