@@ -6,9 +6,9 @@
  */
 #include "model_config.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +223,7 @@ static tp_status token_ids(const char *what, const json_t *obj, const char *key,
         if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= limit) {
             char name[96];
             snprintf(name, sizeof name, "%s[%zu]", key, i);
+            snprintf(allowed, sizeof allowed, "a token id in [0, %lld)", (long long)limit);
             return bad_value(what, NULL, name, allowed, e);
         }
         ids[i] = (int64_t)json_integer_value(e);
@@ -231,14 +232,15 @@ static tp_status token_ids(const char *what, const json_t *obj, const char *key,
     return TP_OK;
 }
 
-/* Parse with duplicate keys rejected (transformers would silently keep the last one). */
+/* Parse with duplicate keys rejected (transformers would silently keep the last one).
+ * JSON_DECODE_ANY only so that "42" gets the clearer "must be an object" message. */
 static tp_status load_object(const char *json_text, size_t len, const char *what,
                              json_t **root)
 {
     json_error_t err;
     *root = NULL;
     if (!json_text) return tp_error(TP_ERR_INVALID_ARG, "%s: no text to parse", what);
-    json_t *r = json_loadb(json_text, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *r = json_loadb(json_text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
     if (!r) {
         if (json_error_code(&err) == json_error_duplicate_key)
             return tp_error(TP_ERR_FORMAT,

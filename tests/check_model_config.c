@@ -1,0 +1,810 @@
+/*
+ * check_model_config.c: config.json and generation_config.json parsing. Every config of
+ * $TPINFER_SHARED/models (skipped when absent) loads with the right values; then tables
+ * of malformed configs (reliability.md §3.2 C1-C11) each give the expected status and a
+ * message naming the file and the key.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model_config.h"
+#include "util.h"
+
+#define WHAT "/m/config.json"
+#define GEN_WHAT "/m/generation_config.json"
+
+// ----------------------------------------------------------------------------
+// shared model directories
+
+/* $TPINFER_SHARED/models/NAME in buf, or 0 (with a printed reason) when absent. */
+static int shared_model(const char *name, char *buf, size_t n)
+{
+    const char *shared = getenv("TPINFER_SHARED");
+    if (!shared || !*shared) shared = "../shared";
+    snprintf(buf, n, "%s/models%s%s", shared, name ? "/" : "", name ? name : "");
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        printf("SKIP: %s not found (set TPINFER_SHARED to the shared fixtures)\n", buf);
+        return 0;
+    }
+    return 1;
+}
+
+static void load_ok(const char *name, tp_model_config *cfg)
+{
+    char dir[4096];
+    tp_error_clear();
+    snprintf(dir, sizeof dir, "%s", name);
+    tp_status st = tp_model_config_load(dir, cfg);
+    ck_assert_msg(st == TP_OK, "%s: %s", dir, tp_error_message());
+}
+
+static void assert_eos(const int64_t *ids, int n, const int64_t *want, int n_want)
+{
+    ck_assert_int_eq(n, n_want);
+    for (int i = 0; i < n; i++) ck_assert_int_eq(ids[i], want[i]);
+}
+
+START_TEST(every_shared_config_loads)
+{
+    char models[4096];
+    if (!shared_model(NULL, models, sizeof models)) return;
+    DIR *d = opendir(models);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char dir[4096 + 256], file[4096 + 300];
+        snprintf(dir, sizeof dir, "%s/%s", models, e->d_name);
+        snprintf(file, sizeof file, "%s/config.json", dir);
+        if (access(file, F_OK) != 0) continue; /* stories260K: llama2.c format, no config */
+        tp_model_config cfg;
+        tp_generation_config gen;
+        load_ok(dir, &cfg);
+        tp_error_clear();
+        ck_assert_msg(tp_generation_config_load(dir, &gen) == TP_OK, "%s: %s", dir,
+                      tp_error_message());
+        ck_assert_msg(tp_generation_config_check(&gen, &cfg, dir) == TP_OK, "%s: %s", dir,
+                      tp_error_message());
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 6);
+}
+END_TEST
+
+START_TEST(stories260K_values)
+{
+    char dir[4096];
+    if (!shared_model("stories260K-hf", dir, sizeof dir)) return;
+    tp_model_config c;
+    load_ok(dir, &c);
+    ck_assert_int_eq(c.arch, TP_ARCH_LLAMA);
+    ck_assert_str_eq(tp_arch_name(c.arch), "LlamaForCausalLM");
+    ck_assert_int_eq(c.hidden_size, 64);
+    ck_assert_int_eq(c.intermediate_size, 172);
+    ck_assert_int_eq(c.n_layers, 5);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 8);
+    ck_assert_int_eq(c.vocab_size, 512);
+    ck_assert_int_eq(c.max_position_embeddings, 512);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-5);
+    ck_assert_double_eq(c.rope_theta, 10000.0);
+    ck_assert_int_eq(c.rope_scaling.type, TP_ROPE_DEFAULT);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert(!c.attention_bias && !c.o_bias && !c.mlp_bias && !c.qk_norm);
+    ck_assert_int_eq(c.torch_dtype, TP_DTYPE_F32);
+    ck_assert_int_eq(c.bos_token_id, 1);
+    assert_eos(c.eos_token_ids, c.n_eos, (const int64_t[]){2}, 1);
+
+    if (!shared_model("stories260K-hf-bf16-sharded", dir, sizeof dir)) return;
+    load_ok(dir, &c);
+    ck_assert_int_eq(c.torch_dtype, TP_DTYPE_BF16);
+    ck_assert_int_eq(c.hidden_size, 64);
+
+    tp_generation_config g;
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_OK);
+    ck_assert_int_eq(g.bos_token_id, 1);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){2}, 1);
+    ck_assert_int_eq(g.do_sample, 0);
+    ck_assert_int_lt(g.max_new_tokens, 0); /* max_length is not max_new_tokens */
+    ck_assert(g.temperature < 0 && g.top_p < 0 && g.top_k < 0 && g.repetition_penalty < 0);
+}
+END_TEST
+
+START_TEST(tiny_llama3_values)
+{
+    char dir[4096];
+    if (!shared_model("tiny-llama3", dir, sizeof dir)) return;
+    tp_model_config c;
+    load_ok(dir, &c);
+    ck_assert_int_eq(c.arch, TP_ARCH_LLAMA);
+    ck_assert_int_eq(c.hidden_size, 128);
+    ck_assert_int_eq(c.intermediate_size, 352);
+    ck_assert_int_eq(c.n_layers, 4);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.vocab_size, 1024);
+    ck_assert_double_eq(c.rope_theta, 500000.0);
+    ck_assert_int_eq(c.rope_scaling.type, TP_ROPE_LLAMA3);
+    ck_assert_double_eq(c.rope_scaling.factor, 8.0);
+    ck_assert_double_eq(c.rope_scaling.low_freq_factor, 1.0);
+    ck_assert_double_eq(c.rope_scaling.high_freq_factor, 4.0);
+    ck_assert_int_eq(c.rope_scaling.original_max_position, 64);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert_int_eq(c.torch_dtype, TP_DTYPE_BF16);
+    ck_assert_int_eq(c.bos_token_id, 1008);
+    assert_eos(c.eos_token_ids, c.n_eos, (const int64_t[]){1009, 1016, 1017}, 3);
+
+    tp_generation_config g;
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_OK);
+    ck_assert_int_eq(g.bos_token_id, 1008);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){1009, 1016, 1017}, 3);
+    ck_assert_int_eq(g.do_sample, 0);
+}
+END_TEST
+
+START_TEST(tiny_mistral_values)
+{
+    char dir[4096];
+    if (!shared_model("tiny-mistral", dir, sizeof dir)) return;
+    tp_model_config c;
+    load_ok(dir, &c);
+    ck_assert_int_eq(c.arch, TP_ARCH_MISTRAL);
+    ck_assert_int_eq(c.hidden_size, 128);
+    ck_assert_int_eq(c.intermediate_size, 384);
+    ck_assert_int_eq(c.n_layers, 3);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.vocab_size, 512);
+    ck_assert_int_eq(c.max_position_embeddings, 1024);
+    ck_assert_double_eq(c.rope_theta, 1000000.0);
+    ck_assert(!c.attention_bias && !c.o_bias && !c.mlp_bias && !c.qk_norm);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+}
+END_TEST
+
+START_TEST(tiny_qwen2_values)
+{
+    char dir[4096];
+    if (!shared_model("tiny-qwen2", dir, sizeof dir)) return;
+    tp_model_config c;
+    load_ok(dir, &c); /* sliding_window 4096 with use_sliding_window false */
+    ck_assert_int_eq(c.arch, TP_ARCH_QWEN2);
+    ck_assert_int_eq(c.n_heads, 4);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert_int_eq(c.head_dim, 32); /* derived: 128 / 4 */
+    ck_assert_int_eq(c.attention_bias, 1);
+    ck_assert_int_eq(c.o_bias, 0);
+    ck_assert_int_eq(c.mlp_bias, 0);
+    ck_assert_int_eq(c.qk_norm, 0);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-6);
+    assert_eos(c.eos_token_ids, c.n_eos, (const int64_t[]){1002}, 1);
+
+    tp_generation_config g;
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_OK);
+    ck_assert_int_eq(g.bos_token_id, 1000);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){1002, 1000}, 2);
+}
+END_TEST
+
+START_TEST(tiny_qwen3_values)
+{
+    char dir[4096];
+    if (!shared_model("tiny-qwen3", dir, sizeof dir)) return;
+    tp_model_config c;
+    load_ok(dir, &c);
+    ck_assert_int_eq(c.arch, TP_ARCH_QWEN3);
+    ck_assert_int_eq(c.hidden_size, 128);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert_int_eq(c.head_dim, 32); /* explicit, not 128 / 8 */
+    ck_assert_int_eq(c.qk_norm, 1);
+    ck_assert(!c.attention_bias && !c.o_bias && !c.mlp_bias);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert_int_eq(c.vocab_size, 1024);
+}
+END_TEST
+
+// ----------------------------------------------------------------------------
+// malformed config.json: a base config with one key set, deleted, or raw text
+
+static const char *const llama_base =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":128,"
+    "\"intermediate_size\":352,\"num_hidden_layers\":4,\"num_attention_heads\":8,"
+    "\"num_key_value_heads\":2,\"vocab_size\":1024,\"max_position_embeddings\":512,"
+    "\"rms_norm_eps\":1e-05,\"rope_theta\":500000.0,\"rope_scaling\":null,"
+    "\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,\"attention_bias\":false,"
+    "\"mlp_bias\":false,\"bos_token_id\":1,\"eos_token_id\":2,\"torch_dtype\":\"bfloat16\"}";
+
+static const char *const qwen2_base =
+    "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":128,"
+    "\"intermediate_size\":320,\"num_hidden_layers\":3,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"vocab_size\":1024,\"max_position_embeddings\":32768,"
+    "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,"
+    "\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":3,"
+    "\"eos_token_id\":1002,\"torch_dtype\":\"bfloat16\"}";
+
+static const char *const mistral_base =
+    "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":128,"
+    "\"intermediate_size\":384,\"num_hidden_layers\":3,\"num_attention_heads\":8,"
+    "\"num_key_value_heads\":4,\"head_dim\":16,\"vocab_size\":512,"
+    "\"max_position_embeddings\":32768,\"sliding_window\":null}";
+
+static const char *const qwen3_base =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":128,\"intermediate_size\":384,"
+    "\"num_hidden_layers\":3,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
+    "\"head_dim\":32,\"vocab_size\":1024,\"max_position_embeddings\":1024,"
+    "\"attention_bias\":false}";
+
+typedef struct cfg_case {
+    const char *base; /* base config text (ignored when raw is set) */
+    const char *del;  /* a key to delete, or NULL */
+    const char *set;  /* a JSON object whose members replace the base's, or NULL */
+    const char *raw;  /* whole text to parse instead */
+    tp_status st;
+    const char *msg;  /* expected message substring (errors), or NULL */
+    void (*check)(const tp_model_config *cfg); /* extra checks on success, or NULL */
+} cfg_case;
+
+static void check_head_dim_16(const tp_model_config *c) { ck_assert_int_eq(c->head_dim, 16); }
+static void check_qwen3_default_head_dim(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->head_dim, 128);
+}
+static void check_qwen2(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_QWEN2);
+    ck_assert(c->attention_bias && !c->o_bias && !c->mlp_bias);
+}
+static void check_llama_biases(const tp_model_config *c)
+{
+    ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
+}
+static void check_qwen3_biases(const tp_model_config *c)
+{
+    ck_assert(c->attention_bias && c->o_bias && !c->mlp_bias && c->qk_norm);
+}
+static void check_linear(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_LINEAR);
+    ck_assert_double_eq(c->rope_scaling.factor, 2.0);
+}
+static void check_rope_parameters(const tp_model_config *c)
+{
+    ck_assert_double_eq(c->rope_theta, 250000.0);
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_LLAMA3);
+    ck_assert_int_eq(c->rope_scaling.original_max_position, 8192);
+}
+static void check_defaults(const tp_model_config *c)
+{
+    ck_assert_double_eq(c->rms_norm_eps, 1e-6);
+    ck_assert_double_eq(c->rope_theta, 10000.0);
+    ck_assert_int_eq(c->torch_dtype, TP_DTYPE_F32);
+    ck_assert_int_eq(c->tie_word_embeddings, 0);
+    ck_assert_int_eq(c->bos_token_id, -1);
+    ck_assert_int_eq(c->n_eos, 0);
+}
+static void check_minimal(const tp_model_config *c)
+{
+    check_defaults(c);
+    ck_assert_int_eq(c->n_kv_heads, c->n_heads);
+    ck_assert_int_eq(c->head_dim, 16);
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_DEFAULT);
+}
+static void check_dtype_key(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->torch_dtype, TP_DTYPE_F16);
+}
+static void check_eos_list(const tp_model_config *c)
+{
+    assert_eos(c->eos_token_ids, c->n_eos, (const int64_t[]){5, 7, 1023}, 3);
+}
+static void check_no_eos(const tp_model_config *c) { ck_assert_int_eq(c->n_eos, 0); }
+
+#define LLAMA3_OK "\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4," \
+                  "\"original_max_position_embeddings\":8192"
+
+static const cfg_case cfg_cases[] = {
+    /* C1: required keys */
+    {llama_base, "hidden_size", NULL, NULL, TP_ERR_FORMAT, "missing required key hidden_size",
+     NULL},
+    {llama_base, "num_attention_heads", NULL, NULL, TP_ERR_FORMAT,
+     "missing required key num_attention_heads", NULL},
+    {llama_base, "num_hidden_layers", NULL, NULL, TP_ERR_FORMAT,
+     "missing required key num_hidden_layers", NULL},
+    {llama_base, "vocab_size", NULL, NULL, TP_ERR_FORMAT, "missing required key vocab_size",
+     NULL},
+    {llama_base, "intermediate_size", NULL, NULL, TP_ERR_FORMAT,
+     "missing required key intermediate_size", NULL},
+    {llama_base, "max_position_embeddings", NULL, NULL, TP_ERR_FORMAT,
+     "missing required key max_position_embeddings", NULL},
+    /* C2: head_dim derivation */
+    {llama_base, NULL, "{\"hidden_size\":100}", NULL, TP_ERR_FORMAT,
+     "hidden_size 100 is not divisible by num_attention_heads 8", NULL},
+    {llama_base, NULL, "{\"hidden_size\":100,\"head_dim\":16}", NULL, TP_OK, NULL,
+     check_head_dim_16},
+    {llama_base, NULL, "{\"head_dim\":null}", NULL, TP_OK, NULL, check_head_dim_16},
+    {llama_base, NULL, "{\"head_dim\":15}", NULL, TP_ERR_FORMAT, "head_dim 15 must be even",
+     NULL},
+    {llama_base, NULL, "{\"head_dim\":0}", NULL, TP_ERR_FORMAT,
+     "head_dim must be an integer in [1, 1024], found the integer 0", NULL},
+    {qwen3_base, "head_dim", NULL, NULL, TP_OK, NULL, check_qwen3_default_head_dim},
+    /* C3: GQA shape */
+    {llama_base, NULL, "{\"num_key_value_heads\":3}", NULL, TP_ERR_FORMAT,
+     "num_attention_heads 8 is not divisible by num_key_value_heads 3", NULL},
+    {llama_base, NULL, "{\"num_key_value_heads\":16}", NULL, TP_ERR_FORMAT,
+     "num_key_value_heads 16 is more than num_attention_heads 8", NULL},
+    {llama_base, NULL, "{\"num_key_value_heads\":0}", NULL, TP_ERR_FORMAT,
+     "num_key_value_heads must be an integer in [1, 1024], found the integer 0", NULL},
+    /* C5: zero, negative, huge */
+    {llama_base, NULL, "{\"num_hidden_layers\":1000000000}", NULL, TP_ERR_FORMAT,
+     "num_hidden_layers must be an integer in [1, 1024], found the integer 1000000000", NULL},
+    {llama_base, NULL, "{\"vocab_size\":0}", NULL, TP_ERR_FORMAT,
+     "vocab_size must be an integer in [1, 16777216], found the integer 0", NULL},
+    {llama_base, NULL, "{\"hidden_size\":-128}", NULL, TP_ERR_FORMAT,
+     "hidden_size must be an integer in [1, 16777216], found the integer -128", NULL},
+    {llama_base, NULL, "{\"intermediate_size\":1099511627776}", NULL, TP_ERR_FORMAT,
+     "intermediate_size must be an integer", NULL},
+    {llama_base, NULL, "{\"num_attention_heads\":4096}", NULL, TP_ERR_FORMAT,
+     "num_attention_heads must be an integer in [1, 1024]", NULL},
+    {llama_base, NULL, "{\"max_position_embeddings\":0}", NULL, TP_ERR_FORMAT,
+     "max_position_embeddings must be an integer in [1, 2147483647], found the integer 0", NULL},
+    {llama_base, NULL, "{\"vocab_size\":9223372036854775807}", NULL, TP_ERR_FORMAT,
+     "vocab_size must be an integer", NULL},
+    /* C6: JSON types */
+    {llama_base, NULL, "{\"hidden_size\":4096.0}", NULL, TP_ERR_FORMAT,
+     "hidden_size must be an integer in [1, 16777216], found the real number 4096.0", NULL},
+    {llama_base, NULL, "{\"hidden_size\":\"4096\"}", NULL, TP_ERR_FORMAT,
+     "hidden_size must be an integer in [1, 16777216], found the string \"4096\"", NULL},
+    {llama_base, NULL, "{\"hidden_size\":true}", NULL, TP_ERR_FORMAT,
+     "hidden_size must be an integer in [1, 16777216], found true", NULL},
+    {llama_base, NULL, "{\"hidden_size\":null}", NULL, TP_ERR_FORMAT,
+     "hidden_size must be an integer in [1, 16777216], found null", NULL},
+    {llama_base, NULL, "{\"num_hidden_layers\":[4]}", NULL, TP_ERR_FORMAT,
+     "num_hidden_layers must be an integer in [1, 1024], found an array", NULL},
+    {llama_base, NULL, "{\"num_key_value_heads\":2.5}", NULL, TP_ERR_FORMAT,
+     "num_key_value_heads must be an integer in [1, 1024], found the real number 2.5", NULL},
+    {llama_base, NULL, "{\"num_key_value_heads\":null}", NULL, TP_OK, NULL, NULL},
+    {llama_base, NULL, "{\"tie_word_embeddings\":1}", NULL, TP_ERR_FORMAT,
+     "tie_word_embeddings must be true or false, found the integer 1", NULL},
+    {llama_base, NULL, "{\"tie_word_embeddings\":\"true\"}", NULL, TP_ERR_FORMAT,
+     "tie_word_embeddings must be true or false, found the string \"true\"", NULL},
+    {llama_base, NULL, "{\"attention_bias\":{}}", NULL, TP_ERR_FORMAT,
+     "attention_bias must be true or false, found an object", NULL},
+    {llama_base, NULL, "{\"eos_token_id\":\"2\"}", NULL, TP_ERR_FORMAT,
+     "eos_token_id must be a token id in [0, 1024) or a list", NULL},
+    {llama_base, NULL, "{\"eos_token_id\":[5,\"7\"]}", NULL, TP_ERR_FORMAT,
+     "eos_token_id[1] must be a token id in [0, 1024)", NULL},
+    {llama_base, NULL, "{\"eos_token_id\":1024}", NULL, TP_ERR_FORMAT,
+     "eos_token_id must be a token id in [0, 1024) or a list of at most 16 of them, "
+     "found the integer 1024", NULL},
+    {llama_base, NULL, "{\"eos_token_id\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}", NULL,
+     TP_ERR_FORMAT, "eos_token_id lists 17 ids, more than the 16 supported", NULL},
+    {llama_base, NULL, "{\"eos_token_id\":[5,7,1023]}", NULL, TP_OK, NULL, check_eos_list},
+    {llama_base, NULL, "{\"eos_token_id\":null}", NULL, TP_OK, NULL, check_no_eos},
+    {llama_base, NULL, "{\"bos_token_id\":-1}", NULL, TP_ERR_FORMAT,
+     "bos_token_id must be a token id in [0, 1024), found the integer -1", NULL},
+    {llama_base, NULL, "{\"bos_token_id\":[1]}", NULL, TP_ERR_FORMAT,
+     "bos_token_id must be a token id in [0, 1024), found an array", NULL},
+    /* C8: architectures */
+    {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
+     "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
+     "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+     NULL},
+    {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
+     "Qwen3MoeForCausalLM", NULL},
+    {llama_base, NULL, "{\"architectures\":[]}", NULL, TP_ERR_FORMAT,
+     "architectures must be a non-empty list of architecture names, found an array", NULL},
+    {llama_base, NULL, "{\"architectures\":\"LlamaForCausalLM\"}", NULL, TP_ERR_FORMAT,
+     "architectures must be a non-empty list", NULL},
+    {llama_base, "architectures", "{\"model_type\":\"gpt2\"}", NULL, TP_ERR_UNSUPPORTED,
+     "model_type is the string \"gpt2\"", NULL},
+    {qwen2_base, "architectures", NULL, NULL, TP_OK, NULL, check_qwen2},
+    {qwen2_base, "model_type", "{\"architectures\":null}", NULL, TP_ERR_FORMAT,
+     "neither architectures nor model_type", NULL},
+    {llama_base, NULL, "{\"hidden_act\":\"gelu\"}", NULL, TP_ERR_UNSUPPORTED,
+     "hidden_act is the string \"gelu\" (supported: silu)", NULL},
+    /* C9: rope, norm, positions */
+    {llama_base, NULL, "{\"rope_theta\":0}", NULL, TP_ERR_FORMAT,
+     "rope_theta must be a finite number > 0, found the integer 0", NULL},
+    {llama_base, NULL, "{\"rope_theta\":-10000.0}", NULL, TP_ERR_FORMAT,
+     "rope_theta must be a finite number > 0, found the real number -10000.0", NULL},
+    {llama_base, NULL, "{\"rope_theta\":\"10000\"}", NULL, TP_ERR_FORMAT,
+     "rope_theta must be a finite number > 0, found the string", NULL},
+    {llama_base, NULL, "{\"rms_norm_eps\":-1e-5}", NULL, TP_ERR_FORMAT,
+     "rms_norm_eps must be a finite number > 0, found the real number -1", NULL},
+    {llama_base, NULL, "{\"rms_norm_eps\":0.0}", NULL, TP_ERR_FORMAT,
+     "rms_norm_eps must be a finite number > 0", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"LlamaForCausalLM\"],\"rms_norm_eps\":NaN}",
+     TP_ERR_FORMAT, "invalid JSON", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"LlamaForCausalLM\"],\"rms_norm_eps\":1e400}",
+     TP_ERR_FORMAT, "invalid JSON at line 1", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}", NULL,
+     TP_ERR_UNSUPPORTED, "rope_scaling type 'yarn' is not supported (supported: linear, llama3)",
+     NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", NULL,
+     TP_ERR_UNSUPPORTED, "rope_scaling type 'dynamic' is not supported", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"longrope\"}}", NULL,
+     TP_ERR_UNSUPPORTED, "rope_scaling type 'longrope' is not supported", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"factor\":2.0}}", NULL, TP_ERR_FORMAT,
+     "rope_scaling has no rope_type", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":\"linear\"}", NULL, TP_ERR_FORMAT,
+     "rope_scaling must be an object or null, found the string \"linear\"", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":7}}", NULL, TP_ERR_FORMAT,
+     "rope_scaling.rope_type must be a string, found the integer 7", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"linear\"}}", NULL, TP_ERR_FORMAT,
+     "missing required key rope_scaling.factor", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":0}}", NULL,
+     TP_ERR_FORMAT, "rope_scaling.factor must be a finite number > 0, found the integer 0", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}}", NULL, TP_OK, NULL,
+     check_linear},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"default\"}}", NULL, TP_OK, NULL, NULL},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"high_freq_factor\":4,"
+     "\"original_max_position_embeddings\":8192}}", NULL, TP_ERR_FORMAT,
+     "missing required key rope_scaling.low_freq_factor", NULL},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":4,"
+     "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}", NULL, TP_ERR_FORMAT,
+     "rope_scaling.high_freq_factor 4 must be greater than low_freq_factor 4", NULL},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+     "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192.0}}", NULL,
+     TP_ERR_FORMAT, "rope_scaling.original_max_position_embeddings must be an integer in "
+     "[1, 2147483647], found the real number 8192.0", NULL},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+     "\"high_freq_factor\":4,\"original_max_position_embeddings\":0}}", NULL, TP_ERR_FORMAT,
+     "original_max_position_embeddings must be an integer in [1, 2147483647], "
+     "found the integer 0", NULL},
+    {llama_base, "rope_theta",
+     "{\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":250000.0," LLAMA3_OK "}}",
+     NULL, TP_OK, NULL, check_rope_parameters},
+    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
+     NULL, TP_ERR_FORMAT, "rope_theta 500000 and rope_parameters.rope_theta 10000 disagree",
+     NULL},
+    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}", NULL,
+     TP_ERR_UNSUPPORTED,
+     "rope_parameters type 'yarn' is not supported (supported: linear, llama3)", NULL},
+    {llama_base, NULL, "{\"rope_parameters\":[1]}", NULL, TP_ERR_FORMAT,
+     "rope_parameters must be an object or null, found an array", NULL},
+    /* sliding windows */
+    {qwen2_base, NULL, NULL, NULL, TP_OK, NULL, check_qwen2},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":0}", NULL,
+     TP_ERR_UNSUPPORTED, "sliding_window 4096 is not supported yet", NULL},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":3}", NULL, TP_OK, NULL,
+     NULL},
+    {qwen2_base, "max_window_layers", "{\"use_sliding_window\":true}", NULL, TP_OK, NULL, NULL},
+    {qwen2_base, NULL,
+     "{\"use_sliding_window\":true,\"max_window_layers\":0,\"max_position_embeddings\":4096}",
+     NULL, TP_OK, NULL, NULL},
+    {qwen2_base, NULL,
+     "{\"use_sliding_window\":true,\"layer_types\":[\"full_attention\",\"full_attention\","
+     "\"sliding_attention\"]}", NULL, TP_ERR_UNSUPPORTED,
+     "sliding_window 4096 is not supported yet", NULL},
+    {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\"]}", NULL, TP_ERR_FORMAT,
+     "layer_types must be a list of 3", NULL},
+    {qwen2_base, NULL, "{\"use_sliding_window\":\"false\"}", NULL, TP_ERR_FORMAT,
+     "use_sliding_window must be true or false, found the string \"false\"", NULL},
+    {qwen2_base, NULL, "{\"sliding_window\":\"4096\"}", NULL, TP_ERR_FORMAT,
+     "sliding_window must be an integer", NULL},
+    {qwen2_base, NULL, "{\"attention_bias\":false}", NULL, TP_OK, NULL, check_qwen2},
+    {mistral_base, NULL, "{\"sliding_window\":4096}", NULL, TP_ERR_UNSUPPORTED,
+     "sliding_window 4096 is not supported yet", NULL},
+    {mistral_base, NULL, "{\"sliding_window\":32768}", NULL, TP_OK, NULL, NULL},
+    {mistral_base, NULL, NULL, NULL, TP_OK, NULL, check_defaults},
+    /* biases */
+    {llama_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,
+     check_llama_biases},
+    {qwen3_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,
+     check_qwen3_biases},
+    /* C10: dtype */
+    {llama_base, NULL, "{\"torch_dtype\":\"float64\"}", NULL, TP_ERR_UNSUPPORTED,
+     "torch_dtype is the string \"float64\" (supported: float32, float16, bfloat16)", NULL},
+    {llama_base, NULL, "{\"torch_dtype\":\"fp8\"}", NULL, TP_ERR_UNSUPPORTED,
+     "torch_dtype is the string \"fp8\"", NULL},
+    {llama_base, NULL, "{\"torch_dtype\":16}", NULL, TP_ERR_FORMAT,
+     "torch_dtype must be a string, found the integer 16", NULL},
+    {llama_base, "torch_dtype", "{\"dtype\":\"float16\"}", NULL, TP_OK, NULL, check_dtype_key},
+    {llama_base, NULL, "{\"dtype\":\"float16\"}", NULL, TP_ERR_FORMAT,
+     "torch_dtype \"bfloat16\" and dtype \"float16\" disagree", NULL},
+    {llama_base, NULL,
+     "{\"torch_dtype\":\"\\u0001\\u0002xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxxxxxxxxxxxxxx\"}", NULL, TP_ERR_UNSUPPORTED, "torch_dtype is the string \"??xxxxx",
+     NULL},
+    /* C11 and syntax */
+    {NULL, NULL, NULL,
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"hidden_size\":128}",
+     TP_ERR_FORMAT, "duplicate key", NULL},
+    {NULL, NULL, NULL,
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"hidden_size\":64}",
+     TP_ERR_FORMAT, "\"hidden_size\"", NULL},
+    {NULL, NULL, NULL,
+     "{\"rope_scaling\":{\"factor\":1,\"factor\":2},\"architectures\":[\"LlamaForCausalLM\"]}",
+     TP_ERR_FORMAT, "duplicate key", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"LlamaForCausalLM\"],}", TP_ERR_FORMAT,
+     "invalid JSON at line 1", NULL},
+    {NULL, NULL, NULL, "[{\"architectures\":[\"LlamaForCausalLM\"]}]", TP_ERR_FORMAT,
+     "the top level must be a JSON object, found an array", NULL},
+    {NULL, NULL, NULL, "42", TP_ERR_FORMAT,
+     "the top level must be a JSON object, found the integer 42", NULL},
+    {NULL, NULL, NULL, "", TP_ERR_FORMAT, "invalid JSON", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"LlamaForCausalLM\"]", TP_ERR_FORMAT, "invalid JSON",
+     NULL},
+    {NULL, NULL, NULL, "{} trailing", TP_ERR_FORMAT, "invalid JSON", NULL},
+    /* every default */
+    {NULL, NULL, NULL,
+     "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":32,"
+     "\"max_position_embeddings\":64}", TP_OK, NULL, check_minimal},
+};
+
+/* The case's text: raw, or the base with its key deleted and its members set. */
+static char *case_text(const cfg_case *c)
+{
+    if (c->raw) return strdup(c->raw);
+    json_error_t err;
+    json_t *root = json_loads(c->base, 0, &err);
+    ck_assert_msg(root != NULL, "base config: %s", err.text);
+    if (c->del) json_object_del(root, c->del);
+    if (c->set) {
+        json_t *set = json_loads(c->set, 0, &err);
+        ck_assert_msg(set != NULL, "case set text: %s", err.text);
+        json_object_update(root, set);
+        json_decref(set);
+    }
+    char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    return text;
+}
+
+START_TEST(malformed_config)
+{
+    const cfg_case *c = &cfg_cases[_i];
+    char *text = case_text(c);
+    tp_model_config cfg, before;
+    memset(&cfg, 0xab, sizeof cfg);
+    memcpy(&before, &cfg, sizeof cfg);
+    tp_error_clear();
+    tp_status st = tp_model_config_parse(text, strlen(text), WHAT, &cfg);
+    ck_assert_msg(st == c->st, "case %d (%s): status %s, want %s; message: %s", _i, text,
+                  tp_status_str(st), tp_status_str(c->st), tp_error_message());
+    if (st != TP_OK) {
+        ck_assert_msg(strstr(tp_error_message(), WHAT) != NULL, "case %d: no file name in: %s",
+                      _i, tp_error_message());
+        ck_assert_msg(strstr(tp_error_message(), c->msg) != NULL,
+                      "case %d: message \"%s\" lacks \"%s\"", _i, tp_error_message(), c->msg);
+        /* a failed parse leaves the output untouched */
+        ck_assert(memcmp(&cfg, &before, sizeof cfg) == 0);
+    } else if (c->check) {
+        c->check(&cfg);
+    }
+    free(text);
+}
+END_TEST
+
+START_TEST(long_string_is_capped)
+{
+    char text[8192];
+    char big[4000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    snprintf(text, sizeof text, "{\"architectures\":[\"%s\"]}", big);
+    tp_model_config cfg;
+    tp_error_clear();
+    ck_assert_int_eq(tp_model_config_parse(text, strlen(text), WHAT, &cfg), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "xxx...\""));
+    ck_assert_int_lt(strlen(tp_error_message()), 400);
+}
+END_TEST
+
+START_TEST(config_file_errors)
+{
+    tp_model_config cfg;
+    tp_error_clear();
+    ck_assert_int_eq(tp_model_config_load("/nonexistent-tpinfer-model", &cfg), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "/nonexistent-tpinfer-model/config.json"));
+
+    char dir[] = "/tmp/check_model_config.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *path = tp_path_join(dir, "config.json");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096.0}", f);
+    fclose(f);
+    tp_error_clear();
+    ck_assert_int_eq(tp_model_config_load(dir, &cfg), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), path)); /* the real path */
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "hidden_size"));
+    unlink(path);
+    free(path);
+    rmdir(dir);
+}
+END_TEST
+
+// ----------------------------------------------------------------------------
+// generation_config.json
+
+typedef struct gen_case {
+    const char *text;
+    tp_status st;
+    const char *msg;
+} gen_case;
+
+static const gen_case gen_cases[] = {
+    {"{\"eos_token_id\":\"2\"}", TP_ERR_FORMAT, "eos_token_id must be a token id"},
+    {"{\"eos_token_id\":[1,2.0]}", TP_ERR_FORMAT,
+     "eos_token_id[1] must be a token id in [0, 2147483647), found the real number 2.0"},
+    {"{\"eos_token_id\":[-1]}", TP_ERR_FORMAT, "eos_token_id[0] must be a token id"},
+    {"{\"bos_token_id\":true}", TP_ERR_FORMAT,
+     "bos_token_id must be a token id in [0, 2147483647), found true"},
+    {"{\"do_sample\":\"false\"}", TP_ERR_FORMAT,
+     "do_sample must be true or false, found the string \"false\""},
+    {"{\"do_sample\":0}", TP_ERR_FORMAT, "do_sample must be true or false, found the integer 0"},
+    {"{\"temperature\":-1}", TP_ERR_FORMAT,
+     "temperature must be a finite number >= 0, found the integer -1"},
+    {"{\"temperature\":\"0.7\"}", TP_ERR_FORMAT,
+     "temperature must be a finite number >= 0, found the string \"0.7\""},
+    {"{\"top_p\":1.5}", TP_ERR_FORMAT,
+     "top_p must be a number in [0, 1], found the real number 1.5"},
+    {"{\"top_k\":-1}", TP_ERR_FORMAT,
+     "top_k must be an integer in [0, 2147483647], found the integer -1"},
+    {"{\"top_k\":5.0}", TP_ERR_FORMAT,
+     "top_k must be an integer in [0, 2147483647], found the real number 5.0"},
+    {"{\"repetition_penalty\":0}", TP_ERR_FORMAT,
+     "repetition_penalty must be a finite number > 0"},
+    {"{\"max_new_tokens\":0}", TP_ERR_FORMAT,
+     "max_new_tokens must be an integer in [1, 2147483647], found the integer 0"},
+    {"{\"max_new_tokens\":100000000000000000000}", TP_ERR_FORMAT, "invalid JSON"},
+    {"{\"do_sample\":true,\"do_sample\":false}", TP_ERR_FORMAT, "duplicate key"},
+    {"[]", TP_ERR_FORMAT, "the top level must be a JSON object, found an array"},
+    {"{\"pad_token_id\":\"x\",\"max_length\":20,\"transformers_version\":\"5.17.0\",\"whatever"
+     "\":{}}", TP_OK, NULL},
+    {"{\"eos_token_id\":null,\"temperature\":null}", TP_OK, NULL},
+};
+
+START_TEST(malformed_generation_config)
+{
+    const gen_case *c = &gen_cases[_i];
+    tp_generation_config g;
+    tp_error_clear();
+    tp_status st = tp_generation_config_parse(c->text, strlen(c->text), GEN_WHAT, &g);
+    ck_assert_msg(st == c->st, "case %d (%s): status %s, want %s; message: %s", _i, c->text,
+                  tp_status_str(st), tp_status_str(c->st), tp_error_message());
+    if (st != TP_OK) {
+        ck_assert_ptr_nonnull(strstr(tp_error_message(), GEN_WHAT));
+        ck_assert_msg(strstr(tp_error_message(), c->msg) != NULL,
+                      "case %d: message \"%s\" lacks \"%s\"", _i, tp_error_message(), c->msg);
+    } else {
+        ck_assert_int_eq(g.n_eos, 0);
+        ck_assert(g.temperature < 0);
+    }
+}
+END_TEST
+
+START_TEST(generation_config_values)
+{
+    const char *t = "{\"bos_token_id\":1,\"eos_token_id\":[2,3],\"do_sample\":true,"
+                    "\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,"
+                    "\"repetition_penalty\":1.1,\"max_new_tokens\":256}";
+    tp_generation_config g;
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_parse(t, strlen(t), GEN_WHAT, &g), TP_OK);
+    ck_assert_int_eq(g.bos_token_id, 1);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){2, 3}, 2);
+    ck_assert_int_eq(g.do_sample, 1);
+    ck_assert_double_eq(g.temperature, 0.7);
+    ck_assert_double_eq(g.top_p, 0.9);
+    ck_assert_int_eq(g.top_k, 40);
+    ck_assert_double_eq(g.repetition_penalty, 1.1);
+    ck_assert_int_eq(g.max_new_tokens, 256);
+
+    t = "{\"eos_token_id\":7}";
+    ck_assert_int_eq(tp_generation_config_parse(t, strlen(t), GEN_WHAT, &g), TP_OK);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){7}, 1);
+    ck_assert_int_eq(g.bos_token_id, -1);
+    ck_assert_int_eq(g.do_sample, -1);
+    ck_assert(g.top_p < 0 && g.top_k < 0 && g.repetition_penalty < 0 && g.max_new_tokens < 0);
+
+    /* ids are checked against the model's vocabulary separately */
+    tp_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.vocab_size = 8;
+    ck_assert_int_eq(tp_generation_config_check(&g, &cfg, GEN_WHAT), TP_OK);
+    cfg.vocab_size = 7;
+    ck_assert_int_eq(tp_generation_config_check(&g, &cfg, GEN_WHAT), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "eos_token_id 7 is not below vocab_size 7"));
+}
+END_TEST
+
+START_TEST(generation_config_files)
+{
+    char dir[] = "/tmp/check_model_config.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    tp_generation_config g;
+    memset(&g, 0x5a, sizeof g);
+    /* missing: every field absent, and no error recorded */
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_OK);
+    ck_assert_str_eq(tp_error_message(), "");
+    ck_assert_int_eq(g.bos_token_id, -1);
+    ck_assert_int_eq(g.n_eos, 0);
+    ck_assert_int_eq(g.do_sample, -1);
+    ck_assert(g.temperature < 0 && g.max_new_tokens < 0);
+
+    char *path = tp_path_join(dir, "generation_config.json");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"eos_token_id\":[4,5],\"do_sample\":false}", f);
+    fclose(f);
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_OK);
+    assert_eos(g.eos_token_ids, g.n_eos, (const int64_t[]){4, 5}, 2);
+
+    f = fopen(path, "w");
+    fputs("{\"top_p\":2}", f);
+    fclose(f);
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), path));
+
+    /* present but unreadable as a file: an error, not "absent" */
+    unlink(path);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_load(dir, &g), TP_ERR_IO);
+    rmdir(path);
+    free(path);
+    rmdir(dir);
+}
+END_TEST
+
+static Suite *model_config_suite(void)
+{
+    Suite *s = suite_create("model_config");
+    TCase *tc = tcase_create("shared");
+    tcase_add_test(tc, every_shared_config_loads);
+    tcase_add_test(tc, stories260K_values);
+    tcase_add_test(tc, tiny_llama3_values);
+    tcase_add_test(tc, tiny_mistral_values);
+    tcase_add_test(tc, tiny_qwen2_values);
+    tcase_add_test(tc, tiny_qwen3_values);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("config");
+    tcase_add_loop_test(tc, malformed_config, 0, (int)TP_ARRAY_LEN(cfg_cases));
+    tcase_add_test(tc, long_string_is_capped);
+    tcase_add_test(tc, config_file_errors);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("generation_config");
+    tcase_add_loop_test(tc, malformed_generation_config, 0, (int)TP_ARRAY_LEN(gen_cases));
+    tcase_add_test(tc, generation_config_values);
+    tcase_add_test(tc, generation_config_files);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(model_config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures ? 1 : 0;
+}
