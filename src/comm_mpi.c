@@ -204,6 +204,8 @@ tp_status tp_mpi_world_create(int tp, int pp, tp_mpi_world *w)
     TP_CHECK_GOTO(split_comm(g->dp_rank * g->pp + g->pp_rank, g->tp_rank, "tp", &w->tp), st, fail);
     TP_CHECK_GOTO(split_comm(g->dp_rank * g->tp + g->tp_rank, g->pp_rank, "pp", &w->pp), st, fail);
     TP_CHECK_GOTO(split_comm(g->pp_rank * g->tp + g->tp_rank, g->dp_rank, "dp", &w->dp), st, fail);
+    TP_CHECK_GOTO(split_comm(g->dp_rank, g->pp_rank * g->tp + g->tp_rank, "replica", &w->replica), st,
+                  fail);
     return TP_OK;
 fail:
     tp_mpi_world_free(w);
@@ -212,6 +214,7 @@ fail:
 
 void tp_mpi_world_free(tp_mpi_world *w)
 {
+    tp_comm_destroy(w->replica);
     tp_comm_destroy(w->dp);
     tp_comm_destroy(w->pp);
     tp_comm_destroy(w->tp);

@@ -16,6 +16,7 @@ typedef struct tp_mpi_world {
     tp_comm *tp;    /* the ranks of this rank's TP group, ordered by tp_rank */
     tp_comm *pp;    /* the stages of this rank's pipeline, ordered by pp_rank */
     tp_comm *dp;    /* the replicas of this rank's (pp, tp) place, ordered by dp_rank */
+    tp_comm *replica; /* every rank of this rank's replica, ordered as pp_rank * tp + tp_rank */
 } tp_mpi_world;
 
 /* Wrap a duplicate of comm (the caller keeps its own). */

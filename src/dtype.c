@@ -92,7 +92,7 @@ uint16_t tp_f32_to_f16(float f)
         x -= 0x38000000u;
         return (uint16_t)(sign | ((x + 0xfffu + ((x >> 13) & 1u)) >> 13));
     }
-    if (x < 0x33000000u) return sign; /* <= 2^-25 rounds to zero (the tie goes to even 0) */
+    if (x < 0x33000000u) return sign; /* below 2^-25: zero (2^-25 itself ties to 0 below) */
     /* Subnormal result: mantissa with its implicit bit, shifted to units of 2^-24. */
     uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - e, r = m >> shift;

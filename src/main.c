@@ -12,6 +12,7 @@
 #include "comm_mpi.h"
 #include "device.h"
 #include "dry_run.h"
+#include "engine.h"
 #include "log.h"
 #include "options.h"
 #include "status.h"
@@ -66,16 +67,22 @@ static int run(const tp_options *o, int rank, int world_size)
         return EXIT_FAIL;
     }
 
+    int64_t request_errors = 0;
     if (o->mode == TP_MODE_DRY_RUN) {
         st = tp_dry_run(o, &world, &dev, stdout, &n_failed);
     } else {
-        st = tp_error(TP_ERR_UNSUPPORTED,
-                      "generation is not part of this build yet; use --dry-run to check a model "
-                      "and grid");
-        n_failed = world_size;
+        int must_abort = 0;
+        st = tp_generate(o, &world, &dev, &n_failed, &must_abort, &request_errors);
+        if (st != TP_OK && must_abort) abort_job(st, rank);
     }
     report(st, rank, n_failed, world_size);
     tp_mpi_world_free(&world);
+    if (st == TP_OK && request_errors > 0) {
+        if (rank == 0)
+            tp_log(TP_LOG_WARN, "%lld request(s) failed; their lines in the output say why",
+                   (long long)request_errors);
+        return EXIT_FAIL;
+    }
     return exit_code(st);
 }
 

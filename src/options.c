@@ -4,6 +4,7 @@
  */
 #include "options.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,14 @@ enum {
     OPT_SEED,
     OPT_DTYPE,
     OPT_BACKEND,
+    OPT_MAX_TOKENS,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_IGNORE_EOS,
+    OPT_KV_BLOCK_SIZE,
+    OPT_KV_CACHE_MEMORY,
+    OPT_DUMP_LOGITS,
 };
 
 typedef struct option_doc {
@@ -60,6 +69,22 @@ static const option_doc docs[] = {
     {{"dtype", required_argument, 0, OPT_DTYPE}, NULL, "T",
      "compute type: auto, float32, float16, bfloat16", "auto (the model's torch_dtype)"},
     {{"backend", required_argument, 0, OPT_BACKEND}, NULL, "B", "auto, cpu or cuda", "auto"},
+    {{"max-tokens", required_argument, 0, OPT_MAX_TOKENS}, NULL, "N",
+     "completion tokens per request, unless its line says max_tokens", "16"},
+    {{"temperature", required_argument, 0, OPT_TEMPERATURE}, NULL, "T",
+     "sampling temperature; 0 is greedy", "the model's generation_config, else 0"},
+    {{"top-k", required_argument, 0, OPT_TOP_K}, NULL, "K", "sample among the K likeliest tokens; -1 is off",
+     "the model's generation_config, else off"},
+    {{"top-p", required_argument, 0, OPT_TOP_P}, NULL, "P",
+     "sample within the top probability mass P, in (0, 1]", "the model's generation_config, else 1"},
+    {{"ignore-eos", no_argument, 0, OPT_IGNORE_EOS}, NULL, NULL,
+     "keep generating past the model's end-of-sequence tokens", NULL},
+    {{"kv-block-size", required_argument, 0, OPT_KV_BLOCK_SIZE}, NULL, "N",
+     "tokens per KV-cache block", "16"},
+    {{"kv-cache-memory", required_argument, 0, OPT_KV_CACHE_MEMORY}, NULL, "BYTES",
+     "KV-cache memory per rank on the CPU backend, such as 512MiB or 4GiB", "1GiB"},
+    {{"dump-logits", required_argument, 0, OPT_DUMP_LOGITS}, NULL, "DIR",
+     "write each request's float32 logits (prompt and generated steps) to DIR/ID.safetensors", NULL},
     {{"help", no_argument, 0, OPT_HELP}, NULL, NULL, "print this help and exit", NULL},
     {{"version", no_argument, 0, OPT_VERSION}, NULL, NULL, "print the version and exit", NULL},
 };
@@ -75,6 +100,33 @@ void tp_options_defaults(tp_options *o)
     o->gpu_memory_utilization = 0.9;
     o->dtype = "auto";
     o->backend = "auto";
+    o->max_tokens = 16;
+    o->temperature = -1;
+    o->top_k = -2;
+    o->top_p = -1;
+    o->kv_block_size = 16;
+    o->kv_cache_memory = INT64_C(1) << 30;
+}
+
+int tp_parse_bytes(const char *s, int64_t *out)
+{
+    static const struct { const char *suffix; int64_t mult; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1000}, {"KB", 1000}, {"KiB", 1024}, {"M", 1000000},
+        {"MB", 1000000}, {"MiB", INT64_C(1) << 20}, {"G", 1000000000}, {"GB", 1000000000},
+        {"GiB", INT64_C(1) << 30}, {"T", INT64_C(1000000000000)}, {"TiB", INT64_C(1) << 40}};
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0) return 0;
+    for (size_t i = 0; i < TP_ARRAY_LEN(units); i++)
+        if (!strcmp(end, units[i].suffix)) {
+            int64_t r;
+            if (__builtin_mul_overflow((int64_t)v, units[i].mult, &r)) return 0;
+            *out = r;
+            return 1;
+        }
+    return 0;
 }
 
 /* The long name the user typed for option index idx (an alias if that is what was used). */
@@ -148,6 +200,29 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
         o->dtype = v;
         break;
     case OPT_BACKEND: TP_CHECK(str_arg(flag, v, backends, "auto, cpu, cuda")); o->backend = v; break;
+    case OPT_MAX_TOKENS: TP_CHECK(int_arg(flag, v, 1, 1 << 30, &o->max_tokens)); break;
+    case OPT_TEMPERATURE:
+        if (!tp_parse_double(v, &d) || d < 0 || d > 100)
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give a number from 0 to 100",
+                            flag, v);
+        o->temperature = d;
+        break;
+    case OPT_TOP_K: TP_CHECK(int_arg(flag, v, -1, 1 << 30, &o->top_k)); break;
+    case OPT_TOP_P:
+        if (!tp_parse_double(v, &d) || !(d > 0.0 && d <= 1.0))
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give a number in (0, 1]",
+                            flag, v);
+        o->top_p = d;
+        break;
+    case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
+    case OPT_KV_BLOCK_SIZE: TP_CHECK(int_arg(flag, v, 1, 1024, &o->kv_block_size)); break;
+    case OPT_KV_CACHE_MEMORY:
+        if (!tp_parse_bytes(v, &o->kv_cache_memory) || o->kv_cache_memory < 1)
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "--%s: '%s' is not allowed; give bytes with an optional unit, such as 512MiB or 4GiB",
+                            flag, v);
+        break;
+    case OPT_DUMP_LOGITS: o->dump_logits = v; break;
     case OPT_HELP: o->mode = TP_MODE_HELP; break;
     case OPT_VERSION: o->mode = TP_MODE_VERSION; break;
     default: return tp_error(TP_ERR_INTERNAL, "option %d has no handler", val);

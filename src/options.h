@@ -35,7 +35,18 @@ typedef struct tp_options {
     uint64_t seed;
     const char *dtype;       /* "auto" or a dtype name */
     const char *backend;     /* "auto", "cpu", "cuda" */
+    int64_t max_tokens;      /* completion tokens per request unless the request says */
+    double temperature;      /* < 0: the model's generation_config (greedy without one) */
+    int64_t top_k;           /* < 0: unset */
+    double top_p;            /* < 0: unset */
+    int ignore_eos;
+    int64_t kv_block_size;
+    int64_t kv_cache_memory; /* bytes of KV cache per rank (CPU backend) */
+    const char *dump_logits; /* directory, or NULL */
 } tp_options;
+
+/* "1GiB", "512MiB", "2G", "1000000" -> bytes; 0 on junk or overflow. */
+int tp_parse_bytes(const char *s, int64_t *out);
 
 void tp_options_defaults(tp_options *o);
 

@@ -242,13 +242,13 @@ static tp_status check_layout(tp_st_file *f)
     }
     uint64_t need;
     if (!tp_add_u64(f->data_offset, end, &need) || need > f->file_size)
-        return st_fail(TP_ERR_FORMAT, f, NULL, "file is truncated: the header and data_offsets "
-                       "need %" PRIu64 "+%" PRIu64 " bytes but the file has %" PRIu64,
-                       f->data_offset, end, f->file_size);
+        return st_fail(TP_ERR_FORMAT, f, NULL, "file is truncated: it has %" PRIu64 " bytes but "
+                       "the header and data_offsets need %" PRIu64 " + %" PRIu64,
+                       f->file_size, f->data_offset, end);
     if (need < f->file_size)
-        return st_fail(TP_ERR_FORMAT, f, NULL, "%" PRIu64 " trailing bytes after the last "
-                       "tensor (the file has %" PRIu64 " bytes, the header and data_offsets "
-                       "account for %" PRIu64 ")", f->file_size - need, f->file_size, need);
+        return st_fail(TP_ERR_FORMAT, f, NULL, "file has %" PRIu64 " bytes but the header and "
+                       "data_offsets account for %" PRIu64 ": %" PRIu64 " trailing bytes after "
+                       "the last tensor", f->file_size, need, f->file_size - need);
     qsort(f->tensors, f->n_tensors, sizeof *f->tensors, by_name);
     return TP_OK;
 }
@@ -268,16 +268,20 @@ static tp_status check_header_length(const tp_st_file *f, uint64_t n)
     return TP_OK;
 }
 
+/* The tensors and their names share one allocation: names live after the array, so a
+ * header of many tensors costs one malloc, and sorting moves only the structs. */
 static tp_status parse_entries(tp_st_file *f, json_t *root)
 {
-    size_t n = json_object_size(root);
+    size_t n = json_object_size(root), names = 0;
     if (n > TP_ST_MAX_TENSORS)
         return st_fail(TP_ERR_FORMAT, f, NULL, "header has %zu entries, more than the %d "
                        "tensors allowed", n, TP_ST_MAX_TENSORS);
-    f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
-    if (!f->tensors) return tp_error(TP_ERR_OOM, "out of memory reading %s", f->path);
     const char *key;
     json_t *v;
+    json_object_foreach(root, key, v) names += strlen(key) + 1; /* bounded by the header */
+    f->tensors = calloc(1, n * sizeof *f->tensors + names);
+    if (!f->tensors) return tp_error(TP_ERR_OOM, "out of memory reading %s", f->path);
+    char *next = (char *)(f->tensors + n);
     json_object_foreach(root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
             TP_CHECK(parse_metadata(f, v, &f->n_metadata));
@@ -285,8 +289,8 @@ static tp_status parse_entries(tp_st_file *f, json_t *root)
         }
         tp_st_tensor *t = &f->tensors[f->n_tensors];
         TP_CHECK(parse_tensor(f, key, v, t));
-        if (!(t->name = strdup(key))) return tp_error(TP_ERR_OOM, "out of memory reading %s",
-                                                      f->path);
+        t->name = strcpy(next, key);
+        next += strlen(key) + 1;
         f->n_tensors++;
     }
     return TP_OK;
@@ -296,6 +300,13 @@ static tp_status parse_entries(tp_st_file *f, json_t *root)
 static tp_status parse_header(tp_st_file *f, const char *hdr, uint64_t n)
 {
     f->data_offset = 8 + n;
+    /* jansson rejects these too, but with messages that do not say why. */
+    const char *nul = memchr(hdr, 0, (size_t)n);
+    if (nul)
+        return st_fail(TP_ERR_FORMAT, f, NULL, "header has a NUL byte at offset %zu (headers "
+                       "are padded with spaces)", (size_t)(nul - hdr));
+    if (n >= 3 && memcmp(hdr, "\xef\xbb\xbf", 3) == 0)
+        return st_fail(TP_ERR_FORMAT, f, NULL, "header starts with a UTF-8 byte order mark");
     json_error_t err;
     json_t *root = json_loadb(hdr, (size_t)n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
     if (!root)
@@ -398,8 +409,7 @@ void tp_st_free(tp_st_file *f)
         if (f->map) munmap((void *)f->map, (size_t)f->file_size);
         close(f->fd);
     }
-    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
-    free(f->tensors);
+    free(f->tensors); /* the names too */
     free(f->path);
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -463,7 +473,7 @@ static tp_status check_unchanged(const tp_st_file *f)
 tp_status tp_st_read_slice(const tp_st_file *f, const tp_st_tensor *t, tp_slice s,
                            tp_dtype dst_dt, void *dst)
 {
-    tp_dtype src_dt;
+    tp_dtype src_dt = TP_DTYPE_F32;
     int64_t cols;
     TP_CHECK(check_convertible(f, t, dst_dt, &src_dt));
     TP_CHECK(check_slice(f, t, s, &cols));

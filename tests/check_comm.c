@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

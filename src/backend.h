@@ -1,0 +1,156 @@
+/*
+ * backend.h: the compute backend as a table of operations (ggml's shape). The model
+ * forward is written only against this table and comm.h. Every operation is enqueued
+ * on the backend's stream and needs no host synchronisation, so a CUDA backend can
+ * capture a whole decode step as one graph; only download() + synchronize() wait.
+ * backend_cpu.c is the reference (f32 math); cuda/ implements the same table.
+ */
+#ifndef TP_BACKEND_H
+#define TP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A 2-D row-major matrix in backend memory: element (r, c) is at data + (r*stride + c). */
+typedef struct tp_tensor {
+    void *data;
+    tp_dtype dtype;
+    int64_t rows, cols;
+    int64_t stride; /* elements between rows; >= cols */
+} tp_tensor;
+
+static inline tp_tensor tp_tensor_make(void *data, tp_dtype dt, int64_t rows, int64_t cols)
+{
+    tp_tensor t;
+    t.data = data;
+    t.dtype = dt;
+    t.rows = rows;
+    t.cols = cols;
+    t.stride = cols;
+    return t;
+}
+
+/* Columns [col0, col0 + ncols) of t, sharing its memory. */
+static inline tp_tensor tp_tensor_cols(const tp_tensor *t, int64_t col0, int64_t ncols)
+{
+    tp_tensor v = *t;
+    v.data = (char *)t->data + (size_t)col0 * tp_dtype_size(t->dtype);
+    v.cols = ncols;
+    return v;
+}
+
+/* Rows [row0, row0 + nrows) of t, sharing its memory. */
+static inline tp_tensor tp_tensor_rows(const tp_tensor *t, int64_t row0, int64_t nrows)
+{
+    tp_tensor v = *t;
+    v.data = (char *)t->data + (size_t)(row0 * t->stride) * tp_dtype_size(t->dtype);
+    v.rows = nrows;
+    return v;
+}
+
+/* Where the tokens of one forward step sit in the paged KV cache. All arrays are in
+ * backend memory. Token i belongs to sequence seq[i] at position pos[i] and attends to
+ * positions 0..pos[i] of that sequence (causal), whose keys/values were stored earlier
+ * or by kv_store() of this same step. */
+typedef struct tp_attn_batch {
+    int32_t n_tokens;
+    const int32_t *seq;         /* [n_tokens] row of block_table */
+    const int32_t *pos;         /* [n_tokens] */
+    const int32_t *slot;        /* [n_tokens] cache slot to write: block * block_size + offset */
+    const int32_t *block_table; /* [n_seqs, max_blocks] physical block of each logical block */
+    int32_t max_blocks;         /* columns of block_table */
+    int32_t max_pos;            /* host-known bound: every pos[i] < max_pos (kernel sizing) */
+} tp_attn_batch;
+
+/* One layer's KV cache: K and V each [n_blocks, block_size, n_kv_heads, head_dim]. */
+typedef struct tp_kv_layer {
+    void *k, *v;
+    tp_dtype dtype;
+    int32_t n_blocks, block_size, n_kv_heads, head_dim;
+} tp_kv_layer;
+
+typedef struct tp_backend tp_backend;
+
+struct tp_backend_ops {
+    /* ---- memory; pointers are backend memory (device memory on a GPU) ---- */
+    tp_status (*alloc)(tp_backend *b, size_t bytes, void **out);
+    void (*free)(tp_backend *b, void *p); /* accepts NULL */
+    /* host -> backend; the host buffer may be reused as soon as this returns */
+    tp_status (*upload)(tp_backend *b, void *dst, const void *src, size_t bytes);
+    /* backend -> host; the data are there after synchronize() */
+    tp_status (*download)(tp_backend *b, void *dst, const void *src, size_t bytes);
+    tp_status (*memset0)(tp_backend *b, void *p, size_t bytes);
+    /* wait until everything enqueued has finished */
+    tp_status (*synchronize)(tp_backend *b);
+
+    /* ---- operations (shapes as [rows, cols]) ---- */
+    /* out[i] = table[ids[i] - vocab_begin] when vocab_begin <= ids[i] < vocab_begin +
+     * table.rows, else zeros (vocab-parallel: the TP all-reduce completes the lookup).
+     * ids [n] int32, table [V_local, d], out [n, d] */
+    tp_status (*embedding)(tp_backend *b, const int32_t *ids, int32_t n, const tp_tensor *table,
+                           int64_t vocab_begin, tp_tensor *out);
+    /* residual += delta (when delta is not NULL); out = rmsnorm(residual) * weight.
+     * residual [n, d] (f32), delta [n, d] or NULL, weight [1, d], out [n, d] */
+    tp_status (*add_rmsnorm)(tp_backend *b, tp_tensor *residual, const tp_tensor *delta,
+                             const tp_tensor *weight, float eps, tp_tensor *out);
+    /* Per-head RMSNorm in place (Qwen3 q/k norm): x [n, heads*head_dim], weight [1, head_dim] */
+    tp_status (*head_rmsnorm)(tp_backend *b, tp_tensor *x, int32_t head_dim,
+                              const tp_tensor *weight, float eps);
+    /* y = x @ w^T + bias: x [n, k], w [m, k] (Hugging Face's [out, in]), bias [1, m] or
+     * NULL, y [n, m]; f32 accumulation whatever the weight dtype */
+    tp_status (*matmul)(tp_backend *b, const tp_tensor *x, const tp_tensor *w,
+                        const tp_tensor *bias, tp_tensor *y);
+    /* Rotary embedding in place, Hugging Face rotate-half layout: x [n, heads*head_dim],
+     * pos [n], inv_freq [head_dim/2] f32 (the scaling type is folded into inv_freq) */
+    tp_status (*rope)(tp_backend *b, tp_tensor *x, int32_t head_dim, const int32_t *pos,
+                      const float *inv_freq);
+    /* Store this step's keys and values at batch->slot: k, v [n, kv_heads*head_dim] */
+    tp_status (*kv_store)(tp_backend *b, const tp_tensor *k, const tp_tensor *v,
+                          tp_kv_layer *cache, const tp_attn_batch *batch);
+    /* Causal attention over the paged cache, grouped-query: q [n, q_heads*head_dim],
+     * out [n, q_heads*head_dim]; q head h reads KV head h / (q_heads / kv_heads) */
+    tp_status (*attention)(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
+                           const tp_attn_batch *batch, int32_t q_heads, float scale,
+                           tp_tensor *out);
+    /* out = silu(gate) * up: gate, up, out [n, m] */
+    tp_status (*swiglu)(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out);
+    /* out[i] = x[rows[i]]: rows [n] int32 in backend memory, out [n, d] */
+    tp_status (*gather_rows)(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
+                             tp_tensor *out);
+    /* dst = src converted to dst's dtype (same shape) */
+    tp_status (*convert)(tp_backend *b, const tp_tensor *src, tp_tensor *dst);
+
+    void (*destroy)(tp_backend *b);
+};
+
+struct tp_backend {
+    const struct tp_backend_ops *ops;
+    void *ctx;
+    const char *name;   /* "cpu", "cuda" */
+    tp_dtype act_dtype; /* dtype of activations between operations */
+    void *stream;       /* what comm operations are ordered on (cudaStream_t; NULL on CPU) */
+};
+
+/* The CPU backend (OpenMP threads; f32 activations). */
+tp_status tp_backend_cpu_create(tp_backend **out);
+
+/* By name: "cpu", "cuda" (device = GPU index), or "auto". TP_ERR_UNAVAILABLE when the
+ * backend is not built in or has no device. */
+tp_status tp_backend_create(const char *name, int device, tp_dtype act_dtype, tp_backend **out);
+
+static inline void tp_backend_destroy(tp_backend *b)
+{
+    if (b) b->ops->destroy(b);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,803 @@
+/*
+ * backend_cpu.c: the reference backend. Activations are f32 in ordinary host memory;
+ * weights and the KV cache may be f32, f16 or bf16 and are widened to f32 as they are
+ * read. Work is spread over OpenMP threads, and every result is computed the same way
+ * whatever the thread count or the batch around it (see "matmul"), so a row decoded
+ * alone is bit-identical to the same row inside a batch.
+ *
+ * Determinism note: the sums below are written out lane by lane, and the build uses
+ * ISO C (-std=c11), where GCC does not contract a*b+c into an FMA (-ffp-contract=off).
+ * Building with -ffast-math or -ffp-contract=fast would keep the results close but not
+ * bit-invariant.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Below this many multiply-adds an operation runs on the calling thread alone. */
+#define PAR_WORK 32768
+
+#define ALIGN 64
+
+/* ---- context: one scratch buffer the operations share (they never run at once) ------ */
+
+typedef struct cpu_ctx {
+    float *scratch;
+    size_t scratch_floats;
+} cpu_ctx;
+
+/* At least n floats of 64-byte aligned scratch, or NULL (out of memory). */
+static float *scratch_get(cpu_ctx *ctx, size_t n)
+{
+    if (n <= ctx->scratch_floats && ctx->scratch) return ctx->scratch;
+    if (n > (SIZE_MAX - ALIGN) / sizeof(float)) return NULL;
+    size_t bytes = (n * sizeof(float) + ALIGN - 1) / ALIGN * ALIGN;
+    free(ctx->scratch);
+    ctx->scratch = aligned_alloc(ALIGN, bytes ? bytes : ALIGN);
+    ctx->scratch_floats = ctx->scratch ? n : 0;
+    return ctx->scratch;
+}
+
+/* ---- argument checks: every operation validates before it touches memory ---------- */
+
+enum { ACT, WEIGHT }; /* what a tensor may hold: f32 activations, or any float type */
+
+static int is_float(tp_dtype dt)
+{
+    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
+}
+
+static tp_status check_tensor(const char *op, const char *name, const tp_tensor *t, int kind)
+{
+    if (!t) return tp_error(TP_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (kind == ACT && t->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s; the cpu backend's activations are float32",
+                        op, name, tp_dtype_name(t->dtype));
+    if (!is_float(t->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s, not float32, float16 or bfloat16", op,
+                        name, tp_dtype_name(t->dtype));
+    if (t->rows < 0 || t->cols < 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has a negative shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    if (t->stride < t->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has stride %lld, less than its %lld columns", op,
+                        name, (long long)t->stride, (long long)t->cols);
+    if (t->stride > 0 && t->rows > INT64_MAX / 8 / t->stride)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is too large ([%lld, %lld], stride %lld)", op,
+                        name, (long long)t->rows, (long long)t->cols, (long long)t->stride);
+    if (!t->data && t->rows > 0 && t->cols > 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has no data but shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    return TP_OK;
+}
+
+static tp_status check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows,
+                             int64_t cols)
+{
+    if (t->rows != rows || t->cols != cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], expected [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    return TP_OK;
+}
+
+static tp_status check_cache(const char *op, const tp_kv_layer *c)
+{
+    if (!c) return tp_error(TP_ERR_INVALID_ARG, "%s: cache is NULL", op);
+    if (!is_float(c->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: cache is %s, not float32, float16 or bfloat16", op,
+                        tp_dtype_name(c->dtype));
+    if (c->n_blocks <= 0 || c->block_size <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "%s: cache has %d blocks of %d slots, %d kv heads of dim %d; all must be > 0",
+                        op, c->n_blocks, c->block_size, c->n_kv_heads, c->head_dim);
+    if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
+    return TP_OK;
+}
+
+/* Row r of t, and of an f32 t. */
+static inline void *row_ptr(const tp_tensor *t, int64_t r)
+{
+    return (char *)t->data + (size_t)(r * t->stride) * tp_dtype_size(t->dtype);
+}
+
+static inline float *row_f32(const tp_tensor *t, int64_t r)
+{
+    return (float *)t->data + r * t->stride;
+}
+
+/* ---- widening to f32 (exact; the hot paths keep them out of line calls) ------------- */
+
+static inline float bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) { /* zero or subnormal: mant * 2^-24 */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_to_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* dst[0..n) = src[0..n) of type dt as f32; src may be unaligned. Same values as
+ * tp_convert, which these conversions match bit for bit. */
+static void to_f32(float *dst, const void *src, tp_dtype dt, int64_t n)
+{
+    const unsigned char *s = src;
+    int64_t j = 0;
+    switch (dt) {
+    case TP_DTYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case TP_DTYPE_BF16:
+        for (; j + 8 <= n; j += 8) { /* fixed-width block: GCC vectorizes it at -O2 */
+            uint16_t h[8];
+            uint32_t u[8];
+            memcpy(h, s + 2 * j, sizeof h);
+            for (int l = 0; l < 8; l++) u[l] = (uint32_t)h[l] << 16;
+            memcpy(dst + j, u, sizeof u);
+        }
+        for (; j < n; j++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * j, 2);
+            dst[j] = bits_to_f32((uint32_t)h << 16);
+        }
+        break;
+    case TP_DTYPE_F16:
+        for (; j < n; j++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * j, 2);
+            dst[j] = f16_to_f32(h);
+        }
+        break;
+    default:
+        memset(dst, 0, (size_t)n * sizeof(float));
+    }
+}
+
+/* A [1, n] weight as f32: its own memory when it is f32, else converted into buf. */
+static const float *weight_row(const tp_tensor *w, float *buf)
+{
+    if (w->dtype == TP_DTYPE_F32) return w->data;
+    to_f32(buf, w->data, w->dtype, w->cols);
+    return buf;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static tp_status cpu_alloc(tp_backend *b, size_t bytes, void **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "alloc: out is NULL");
+    *out = NULL;
+    if (bytes > SIZE_MAX - ALIGN)
+        return tp_error(TP_ERR_OOM, "alloc: %zu bytes is more than this machine can address", bytes);
+    size_t rounded = (bytes + ALIGN - 1) / ALIGN * ALIGN; /* aligned_alloc wants a multiple */
+    *out = aligned_alloc(ALIGN, rounded ? rounded : ALIGN);
+    if (!*out) return tp_error(TP_ERR_OOM, "alloc: out of memory allocating %zu bytes", bytes);
+    return TP_OK;
+}
+
+static void cpu_free(tp_backend *b, void *p)
+{
+    free(p);
+}
+
+static tp_status cpu_copy(const char *op, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return TP_OK;
+    if (!dst || !src) return tp_error(TP_ERR_INVALID_ARG, "%s: NULL pointer for %zu bytes", op, bytes);
+    memcpy(dst, src, bytes);
+    return TP_OK;
+}
+
+static tp_status cpu_upload(tp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    return cpu_copy("upload", dst, src, bytes);
+}
+
+static tp_status cpu_download(tp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    return cpu_copy("download", dst, src, bytes);
+}
+
+static tp_status cpu_memset0(tp_backend *b, void *p, size_t bytes)
+{
+    if (bytes == 0) return TP_OK;
+    if (!p) return tp_error(TP_ERR_INVALID_ARG, "memset0: NULL pointer for %zu bytes", bytes);
+    memset(p, 0, bytes);
+    return TP_OK;
+}
+
+static tp_status cpu_synchronize(tp_backend *b)
+{
+    return TP_OK; /* every operation has finished when it returns */
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+/*
+ * y (n,m) = x (n,k) @ w (m,k)^T + bias (m). Each output element is one dot product over
+ * the whole of k, accumulated in LANES f32 lanes: product kk goes into lane kk % LANES
+ * (the ragged tail is zero-padded to a full vector), and the lanes are summed at the end
+ * as (l0 + l2) + (l1 + l3). That order depends on k alone, not on n, on the tile or slot
+ * that computes the element, nor on the thread: batch and thread-count invariance follow.
+ *
+ * Cache blocking: a task is a block of MB rows of w (widened to f32 once into the thread's
+ * scratch when w is bf16/f16, ~256 KiB so it stays in L2) times a block of up to NB rows
+ * of x. Inside, a micro-tile keeps NR x MR accumulator vectors in registers, so each load
+ * of x is used MR times and each load of w NR times. Decode-shaped calls (n small) are the
+ * same loop with one block of x: the threads split m.
+ *
+ * The vectors are GCC/Clang vector extensions: the element-wise arithmetic is exactly the
+ * scalar lane arithmetic described above, and GCC at -O2 will not vectorize a reduction
+ * without reassociating it, which would tie the result to alignment or to the target.
+ */
+
+#define LANES 4 /* f32 lanes per accumulator: one SSE register */
+#define NR 2    /* rows of x per micro-tile */
+#define MR 4    /* rows of w per micro-tile */
+#define NB 64   /* rows of x per task */
+#define WBLOCK_FLOATS 65536 /* target size of one converted block of w: 256 KiB */
+
+typedef float vlanes __attribute__((vector_size(LANES * sizeof(float))));
+
+static inline vlanes load_lanes(const float *p)
+{
+    vlanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float sum_lanes(vlanes v)
+{
+    return (v[0] + v[2]) + (v[1] + v[3]);
+}
+
+/* out[r][c] = x[r] . w[c] over k, for r < nr (1 or NR) and c < MR. */
+static inline __attribute__((always_inline)) void
+tile(int nr, const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+{
+    vlanes acc[NR][MR];
+    _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < MR; c++) acc[r][c] = (vlanes){0};
+    int64_t kk = 0;
+    for (; kk + LANES <= k; kk += LANES) {
+        vlanes xv[NR];
+        _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++) xv[r] = load_lanes(x[r] + kk);
+        _Pragma("GCC unroll 8") for (int c = 0; c < MR; c++) {
+            vlanes wv = load_lanes(w[c] + kk);
+            _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++) acc[r][c] += xv[r] * wv;
+        }
+    }
+    if (kk < k) { /* the tail, zero-padded: 0 * 0 adds nothing */
+        size_t rem = (size_t)(k - kk) * sizeof(float);
+        float xt[NR][LANES] = {{0}}, wt[MR][LANES] = {{0}};
+        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + kk, rem);
+        for (int c = 0; c < MR; c++) memcpy(wt[c], w[c] + kk, rem);
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < MR; c++) acc[r][c] += load_lanes(xt[r]) * load_lanes(wt[c]);
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < MR; c++) out[r][c] = sum_lanes(acc[r][c]);
+}
+
+static void tile_2(const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+{
+    tile(2, x, w, k, out);
+}
+
+static void tile_1(const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+{
+    tile(1, x, w, k, out);
+}
+
+/* A single dot product, accumulated exactly as one element of a tile. */
+static float dot(const float *a, const float *b, int64_t k)
+{
+    vlanes acc = {0};
+    int64_t kk = 0;
+    for (; kk + LANES <= k; kk += LANES) acc += load_lanes(a + kk) * load_lanes(b + kk);
+    if (kk < k) {
+        float at[LANES] = {0}, bt[LANES] = {0};
+        memcpy(at, a + kk, (size_t)(k - kk) * sizeof(float));
+        memcpy(bt, b + kk, (size_t)(k - kk) * sizeof(float));
+        acc += load_lanes(at) * load_lanes(bt);
+    }
+    return sum_lanes(acc);
+}
+
+/* y rows [i0, i0+ni) x columns [j0, j0+nj): wrow(j) is row j of w as f32. */
+static void matmul_block(const tp_tensor *x, const float *wblock, const tp_tensor *w, int64_t i0,
+                         int64_t ni, int64_t j0, int64_t nj, int64_t k, const float *bias,
+                         tp_tensor *y)
+{
+    for (int64_t c = 0; c < nj; c += MR) {
+        const float *wr[MR];
+        for (int cc = 0; cc < MR; cc++) { /* past the edge: repeat the last row, drop the result */
+            int64_t j = c + cc < nj ? c + cc : nj - 1;
+            wr[cc] = wblock ? wblock + j * k : row_f32(w, j0 + j);
+        }
+        int64_t nc = nj - c < MR ? nj - c : MR;
+        for (int64_t i = 0; i < ni; i += NR) {
+            const float *xr[NR];
+            float out[NR][MR];
+            int64_t nr = ni - i < NR ? ni - i : NR;
+            for (int r = 0; r < NR; r++) xr[r] = row_f32(x, i0 + i + (r < nr ? r : nr - 1));
+            if (nr == NR) tile_2(xr, wr, k, out);
+            else tile_1(xr, wr, k, out);
+            for (int64_t r = 0; r < nr; r++) {
+                float *yr = row_f32(y, i0 + i + r) + j0 + c;
+                for (int64_t cc = 0; cc < nc; cc++)
+                    yr[cc] = bias ? out[r][cc] + bias[j0 + c + cc] : out[r][cc];
+            }
+        }
+    }
+}
+
+static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *w,
+                            const tp_tensor *bias, tp_tensor *y)
+{
+    TP_CHECK(check_tensor("matmul", "x", x, ACT));
+    TP_CHECK(check_tensor("matmul", "w", w, WEIGHT));
+    TP_CHECK(check_tensor("matmul", "y", y, ACT));
+    if (x->cols != w->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
+                        (long long)x->cols, (long long)w->cols);
+    TP_CHECK(check_shape("matmul", "y", y, x->rows, w->rows));
+    if (bias) {
+        TP_CHECK(check_tensor("matmul", "bias", bias, WEIGHT));
+        TP_CHECK(check_shape("matmul", "bias", bias, 1, w->rows));
+    }
+    const int64_t n = x->rows, k = x->cols, m = w->rows;
+    if (n == 0 || m == 0) return TP_OK;
+    if (k == 0) { /* empty sums: y = bias, or zeros */
+        for (int64_t i = 0; i < n; i++)
+            if (bias) tp_convert(row_f32(y, i), TP_DTYPE_F32, bias->data, bias->dtype, (size_t)m);
+            else memset(row_f32(y, i), 0, (size_t)m * sizeof(float));
+        return TP_OK;
+    }
+
+    /* MB rows of w per block: a multiple of MR, ~WBLOCK_FLOATS, and enough blocks for
+     * every thread to have several (the split never changes a result). */
+    const int nt = max_threads();
+    int64_t mb = WBLOCK_FLOATS / k;
+    if (mb > 64) mb = 64;
+    while (mb > MR && (m + mb - 1) / mb < 4 * nt) mb /= 2;
+    mb = mb < MR ? MR : mb / MR * MR;
+    const int64_t n_mblocks = (m + mb - 1) / mb, n_nblocks = (n + NB - 1) / NB;
+    const int64_t tasks = n_mblocks * n_nblocks;
+
+    const int widen = w->dtype != TP_DTYPE_F32;
+    const int64_t bias_floats = bias && bias->dtype != TP_DTYPE_F32 ? (m + 15) / 16 * 16 : 0;
+    size_t need = (size_t)bias_floats + (widen ? (size_t)nt * (size_t)(mb * k) : 0);
+    float *scratch = need ? scratch_get(b->ctx, need) : NULL;
+    if (need && !scratch)
+        return tp_error(TP_ERR_OOM, "matmul: out of memory for %zu floats of scratch", need);
+    const float *bv = bias ? weight_row(bias, scratch) : NULL;
+    float *wblocks = widen ? scratch + bias_floats : NULL;
+
+#pragma omp parallel num_threads(nt) if (tasks > 1 && (double)n * m * k > PAR_WORK)
+    {
+        float *wblock = widen ? wblocks + (size_t)thread_id() * (size_t)(mb * k) : NULL;
+        int64_t have = -1; /* which block of w wblock holds */
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t jb = t / n_nblocks, ib = t % n_nblocks;
+            int64_t j0 = jb * mb, nj = m - j0 < mb ? m - j0 : mb;
+            int64_t i0 = ib * NB, ni = n - i0 < NB ? n - i0 : NB;
+            if (widen && have != jb) {
+                for (int64_t j = 0; j < nj; j++) to_f32(wblock + j * k, row_ptr(w, j0 + j), w->dtype, k);
+                have = jb;
+            }
+            matmul_block(x, wblock, w, i0, ni, j0, nj, k, bv, y);
+        }
+    }
+    return TP_OK;
+}
+
+/* ---- normalization ----------------------------------------------------------------- */
+
+/* out = r * (1 / sqrt(mean(r^2) + eps)) * w over d elements (Hugging Face LlamaRMSNorm in
+ * f32; the mean of squares is summed in double, then rounded to f32). out may be r. */
+static void rmsnorm_row(float *out, const float *r, const float *w, int64_t d, float eps)
+{
+    double ss = 0.0;
+    for (int64_t j = 0; j < d; j++) ss += (double)r[j] * (double)r[j];
+    float var = d > 0 ? (float)(ss / (double)d) : 0.0f;
+    float inv = 1.0f / sqrtf(var + eps);
+    for (int64_t j = 0; j < d; j++) out[j] = r[j] * inv * w[j];
+}
+
+static tp_status cpu_add_rmsnorm(tp_backend *b, tp_tensor *residual, const tp_tensor *delta,
+                                 const tp_tensor *weight, float eps, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("add_rmsnorm", "residual", residual, ACT));
+    TP_CHECK(check_tensor("add_rmsnorm", "weight", weight, WEIGHT));
+    TP_CHECK(check_tensor("add_rmsnorm", "out", out, ACT));
+    const int64_t n = residual->rows, d = residual->cols;
+    if (delta) {
+        TP_CHECK(check_tensor("add_rmsnorm", "delta", delta, ACT));
+        TP_CHECK(check_shape("add_rmsnorm", "delta", delta, n, d));
+    }
+    TP_CHECK(check_shape("add_rmsnorm", "weight", weight, 1, d));
+    TP_CHECK(check_shape("add_rmsnorm", "out", out, n, d));
+    if (n == 0) return TP_OK;
+    float *buf = weight->dtype == TP_DTYPE_F32 ? NULL : scratch_get(b->ctx, (size_t)d);
+    if (weight->dtype != TP_DTYPE_F32 && !buf)
+        return tp_error(TP_ERR_OOM, "add_rmsnorm: out of memory");
+    const float *w = weight_row(weight, buf);
+
+#pragma omp parallel for schedule(static) if ((double)n * d > PAR_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        float *r = row_f32(residual, i);
+        if (delta) {
+            const float *dl = row_f32(delta, i);
+            for (int64_t j = 0; j < d; j++) r[j] += dl[j];
+        }
+        rmsnorm_row(row_f32(out, i), r, w, d, eps);
+    }
+    return TP_OK;
+}
+
+static tp_status cpu_head_rmsnorm(tp_backend *b, tp_tensor *x, int32_t head_dim,
+                                  const tp_tensor *weight, float eps)
+{
+    TP_CHECK(check_tensor("head_rmsnorm", "x", x, ACT));
+    TP_CHECK(check_tensor("head_rmsnorm", "weight", weight, WEIGHT));
+    if (head_dim <= 0 || x->cols % head_dim != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "head_rmsnorm: x has %lld columns, not a multiple of "
+                        "head_dim %d", (long long)x->cols, head_dim);
+    TP_CHECK(check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
+    const int64_t n = x->rows, heads = x->cols / head_dim;
+    if (n == 0 || heads == 0) return TP_OK;
+    float *buf = weight->dtype == TP_DTYPE_F32 ? NULL : scratch_get(b->ctx, (size_t)head_dim);
+    if (weight->dtype != TP_DTYPE_F32 && !buf)
+        return tp_error(TP_ERR_OOM, "head_rmsnorm: out of memory");
+    const float *w = weight_row(weight, buf);
+
+#pragma omp parallel for schedule(static) if ((double)n * x->cols > PAR_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        float *r = row_f32(x, i);
+        for (int64_t h = 0; h < heads; h++) rmsnorm_row(r + h * head_dim, r + h * head_dim, w, head_dim, eps);
+    }
+    return TP_OK;
+}
+
+/* ---- rotary embedding ---------------------------------------------------------------- */
+/*
+ * Hugging Face rotate-half, in f32 as HF computes it: freq = (float)pos * inv_freq[j] (an
+ * f32 product), cos/sin of that f32 value with cosf/sinf, then
+ * x[j] <- x[j] cos - x[j+h] sin, x[j+h] <- x[j+h] cos + x[j] sin, for j < h = head_dim/2.
+ */
+static tp_status cpu_rope(tp_backend *b, tp_tensor *x, int32_t head_dim, const int32_t *pos,
+                          const float *inv_freq)
+{
+    TP_CHECK(check_tensor("rope", "x", x, ACT));
+    if (head_dim <= 0 || head_dim % 2 != 0 || x->cols % head_dim != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "rope: head_dim %d must be even and divide x's %lld "
+                        "columns", head_dim, (long long)x->cols);
+    const int64_t n = x->rows, heads = x->cols / head_dim, half = head_dim / 2;
+    if (n == 0 || heads == 0) return TP_OK;
+    if (!pos || !inv_freq) return tp_error(TP_ERR_INVALID_ARG, "rope: pos or inv_freq is NULL");
+
+#pragma omp parallel for schedule(static) if ((double)n * x->cols > PAR_WORK / 4)
+    for (int64_t i = 0; i < n; i++) {
+        float *r = row_f32(x, i);
+        const float p = (float)pos[i];
+        for (int64_t j = 0; j < half; j++) {
+            const float f = p * inv_freq[j];
+            const float c = cosf(f), s = sinf(f);
+            for (int64_t h = 0; h < heads; h++) {
+                float *v = r + h * head_dim;
+                const float x1 = v[j], x2 = v[j + half];
+                v[j] = x1 * c - x2 * s;
+                v[j + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+    return TP_OK;
+}
+
+/* ---- KV cache and attention ---------------------------------------------------------- */
+
+/* Element offset of (slot, kv head) in a cache laid out [n_blocks, block_size, heads, hd]. */
+static inline size_t cache_off(const tp_kv_layer *c, int64_t slot, int64_t head)
+{
+    return (size_t)((slot * c->n_kv_heads + head) * c->head_dim);
+}
+
+/* Slots below zero are padding and are skipped (vLLM's convention). */
+static tp_status cpu_kv_store(tp_backend *b, const tp_tensor *k, const tp_tensor *v,
+                              tp_kv_layer *cache, const tp_attn_batch *batch)
+{
+    TP_CHECK(check_cache("kv_store", cache));
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch is NULL");
+    TP_CHECK(check_tensor("kv_store", "k", k, ACT));
+    TP_CHECK(check_tensor("kv_store", "v", v, ACT));
+    const int64_t n = batch->n_tokens, width = (int64_t)cache->n_kv_heads * cache->head_dim;
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch has %lld tokens", (long long)n);
+    TP_CHECK(check_shape("kv_store", "k", k, n, width));
+    TP_CHECK(check_shape("kv_store", "v", v, n, width));
+    if (n == 0) return TP_OK;
+    if (!batch->slot) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch->slot is NULL");
+    const int64_t slots = (int64_t)cache->n_blocks * cache->block_size;
+    for (int64_t i = 0; i < n; i++)
+        if (batch->slot[i] >= slots)
+            return tp_error(TP_ERR_INVALID_ARG, "kv_store: token %lld has slot %d, past the cache's "
+                            "%lld slots (%d blocks of %d)", (long long)i, batch->slot[i],
+                            (long long)slots, cache->n_blocks, cache->block_size);
+    const size_t es = tp_dtype_size(cache->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        if (batch->slot[i] < 0) continue;
+        size_t off = cache_off(cache, batch->slot[i], 0) * es;
+        tp_convert((char *)cache->k + off, cache->dtype, row_f32(k, i), TP_DTYPE_F32, (size_t)width);
+        tp_convert((char *)cache->v + off, cache->dtype, row_f32(v, i), TP_DTYPE_F32, (size_t)width);
+    }
+    return TP_OK;
+}
+
+static tp_status check_attn_batch(const tp_kv_layer *c, const tp_attn_batch *ab)
+{
+    if (ab->n_tokens == 0) return TP_OK;
+    if (!ab->seq || !ab->pos || !ab->block_table)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: batch has a NULL seq, pos or block_table");
+    if (ab->max_blocks <= 0 || ab->max_pos <= 0)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
+                        "must be > 0", ab->max_blocks, ab->max_pos);
+    for (int32_t i = 0; i < ab->n_tokens; i++) {
+        int32_t s = ab->seq[i], p = ab->pos[i];
+        if (s < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has sequence %d", i, s);
+        if (p < 0 || p >= ab->max_pos)
+            return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has position %d, outside "
+                            "[0, max_pos %d)", i, p, ab->max_pos);
+        if (p / c->block_size >= ab->max_blocks)
+            return tp_error(TP_ERR_INVALID_ARG, "attention: token %d at position %d needs logical "
+                            "block %d, but the block table has %d columns", i, p,
+                            p / c->block_size, ab->max_blocks);
+        const int32_t *bt = ab->block_table + (int64_t)s * ab->max_blocks;
+        for (int32_t lb = 0; lb <= p / c->block_size; lb++)
+            if (bt[lb] < 0 || bt[lb] >= c->n_blocks)
+                return tp_error(TP_ERR_INVALID_ARG, "attention: sequence %d maps logical block %d "
+                                "to physical block %d, outside the cache's %d", s, lb, bt[lb],
+                                c->n_blocks);
+    }
+    return TP_OK;
+}
+
+/* Row of K or V at (sequence position p, kv head) as f32: in place when the cache is f32,
+ * else widened into buf. */
+static const float *cache_row(const tp_kv_layer *c, const void *base, const int32_t *bt, int32_t p,
+                              int64_t head, float *buf)
+{
+    int64_t slot = (int64_t)bt[p / c->block_size] * c->block_size + p % c->block_size;
+    size_t off = cache_off(c, slot, head);
+    if (c->dtype == TP_DTYPE_F32) return (const float *)base + off;
+    to_f32(buf, (const char *)base + off * tp_dtype_size(c->dtype), c->dtype, c->head_dim);
+    return buf;
+}
+
+/* acc[0..n) += a * v[0..n) (element-wise, so the order over positions is all that matters). */
+static void axpy(float *acc, float a, const float *v, int64_t n)
+{
+    int64_t j = 0;
+    vlanes av = {a, a, a, a};
+    for (; j + LANES <= n; j += LANES) {
+        vlanes s = load_lanes(acc + j) + av * load_lanes(v + j);
+        memcpy(acc + j, &s, sizeof s);
+    }
+    for (; j < n; j++) acc[j] += a * v[j];
+}
+
+/*
+ * For token i and q head h: scores s_p = scale * q.k_p over positions p = 0..pos[i] of
+ * the token's sequence, softmax in f32 with the maximum subtracted, out = sum_p e_p v_p /
+ * sum_p e_p. Each (token, head) is one task whose arithmetic does not depend on the rest
+ * of the batch. out may be q itself (a task reads its slice of q before writing it).
+ */
+static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
+                               const tp_attn_batch *batch, int32_t q_heads, float scale,
+                               tp_tensor *out)
+{
+    TP_CHECK(check_cache("attention", cache));
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "attention: batch is NULL");
+    TP_CHECK(check_tensor("attention", "q", q, ACT));
+    TP_CHECK(check_tensor("attention", "out", out, ACT));
+    const int64_t hd = cache->head_dim, kvh = cache->n_kv_heads, n = batch->n_tokens;
+    if (q_heads <= 0 || q_heads % kvh != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: %d q heads is not a positive multiple of the "
+                        "cache's %lld kv heads", q_heads, (long long)kvh);
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has %lld tokens", (long long)n);
+    TP_CHECK(check_shape("attention", "q", q, n, q_heads * hd));
+    TP_CHECK(check_shape("attention", "out", out, n, q_heads * hd));
+    TP_CHECK(check_attn_batch(cache, batch));
+    if (n == 0) return TP_OK;
+
+    /* per thread: scores [max_pos], acc [hd], k and v rows [hd] each */
+    const int nt = max_threads();
+    const size_t per = ((size_t)batch->max_pos + 3 * (size_t)hd + 15) / 16 * 16;
+    float *scratch = scratch_get(b->ctx, per * (size_t)nt);
+    if (!scratch) return tp_error(TP_ERR_OOM, "attention: out of memory for scratch");
+    const int64_t group = q_heads / kvh, tasks = n * q_heads;
+
+#pragma omp parallel num_threads(nt) if (tasks > 1 && (double)tasks * batch->max_pos * hd > PAR_WORK)
+    {
+        float *scores = scratch + per * (size_t)thread_id();
+        float *acc = scores + batch->max_pos, *kbuf = acc + hd, *vbuf = kbuf + hd;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t i = t / q_heads, h = t % q_heads, kh = h / group;
+            const int32_t np = batch->pos[i] + 1;
+            const int32_t *bt = batch->block_table + (int64_t)batch->seq[i] * batch->max_blocks;
+            const float *qv = row_f32(q, i) + h * hd;
+            float mx = -INFINITY;
+            for (int32_t p = 0; p < np; p++) {
+                float s = scale * dot(qv, cache_row(cache, cache->k, bt, p, kh, kbuf), hd);
+                scores[p] = s;
+                if (s > mx) mx = s;
+            }
+            float sum = 0.0f;
+            memset(acc, 0, (size_t)hd * sizeof(float));
+            for (int32_t p = 0; p < np; p++) {
+                float e = expf(scores[p] - mx);
+                sum += e;
+                axpy(acc, e, cache_row(cache, cache->v, bt, p, kh, vbuf), hd);
+            }
+            float *o = row_f32(out, i) + h * hd;
+            for (int64_t j = 0; j < hd; j++) o[j] = acc[j] / sum;
+        }
+    }
+    return TP_OK;
+}
+
+/* ---- element-wise, gathers, conversions ---------------------------------------------- */
+
+/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (PyTorch's formula). out may alias
+ * gate or up. */
+static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("swiglu", "gate", gate, ACT));
+    TP_CHECK(check_tensor("swiglu", "up", up, ACT));
+    TP_CHECK(check_tensor("swiglu", "out", out, ACT));
+    TP_CHECK(check_shape("swiglu", "up", up, gate->rows, gate->cols));
+    TP_CHECK(check_shape("swiglu", "out", out, gate->rows, gate->cols));
+    const int64_t n = gate->rows, m = gate->cols;
+
+#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
+    for (int64_t i = 0; i < n; i++) {
+        const float *g = row_f32(gate, i), *u = row_f32(up, i);
+        float *o = row_f32(out, i);
+        for (int64_t j = 0; j < m; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    return TP_OK;
+}
+
+/* out[i] = x[rows[i]], converting when the dtypes differ. */
+static tp_status cpu_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
+                                 tp_tensor *out)
+{
+    TP_CHECK(check_tensor("gather_rows", "x", x, WEIGHT));
+    TP_CHECK(check_tensor("gather_rows", "out", out, WEIGHT));
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: n is %d", n);
+    TP_CHECK(check_shape("gather_rows", "out", out, n, x->cols));
+    if (n > 0 && !rows) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows is NULL");
+    for (int32_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= x->rows)
+            return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows[%d] is %d, outside x's %lld rows",
+                            i, rows[i], (long long)x->rows);
+    for (int32_t i = 0; i < n; i++)
+        tp_convert(row_ptr(out, i), out->dtype, row_ptr(x, rows[i]), x->dtype, (size_t)x->cols);
+    return TP_OK;
+}
+
+/* out[i] = table[ids[i] - vocab_begin] when that row is on this rank, else zeros. */
+static tp_status cpu_embedding(tp_backend *b, const int32_t *ids, int32_t n, const tp_tensor *table,
+                               int64_t vocab_begin, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("embedding", "table", table, WEIGHT));
+    TP_CHECK(check_tensor("embedding", "out", out, ACT));
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "embedding: n is %d", n);
+    TP_CHECK(check_shape("embedding", "out", out, n, table->cols));
+    if (n > 0 && !ids) return tp_error(TP_ERR_INVALID_ARG, "embedding: ids is NULL");
+    const int64_t d = table->cols;
+
+#pragma omp parallel for schedule(static) if ((double)n * d > PAR_WORK)
+    for (int32_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)ids[i] - vocab_begin;
+        if (r >= 0 && r < table->rows) to_f32(row_f32(out, i), row_ptr(table, r), table->dtype, d);
+        else memset(row_f32(out, i), 0, (size_t)d * sizeof(float));
+    }
+    return TP_OK;
+}
+
+static tp_status cpu_convert(tp_backend *b, const tp_tensor *src, tp_tensor *dst)
+{
+    TP_CHECK(check_tensor("convert", "src", src, WEIGHT));
+    TP_CHECK(check_tensor("convert", "dst", dst, WEIGHT));
+    TP_CHECK(check_shape("convert", "dst", dst, src->rows, src->cols));
+    const int64_t n = src->rows;
+
+#pragma omp parallel for schedule(static) if ((double)n * src->cols > PAR_WORK)
+    for (int64_t i = 0; i < n; i++)
+        tp_convert(row_ptr(dst, i), dst->dtype, row_ptr(src, i), src->dtype, (size_t)src->cols);
+    return TP_OK;
+}
+
+/* ---- the table --------------------------------------------------------------------- */
+
+static void cpu_destroy(tp_backend *b)
+{
+    if (!b) return;
+    cpu_ctx *ctx = b->ctx;
+    if (ctx) free(ctx->scratch);
+    free(ctx);
+    free(b);
+}
+
+static const struct tp_backend_ops cpu_ops = {
+    /* .alloc        = */ cpu_alloc,
+    /* .free         = */ cpu_free,
+    /* .upload       = */ cpu_upload,
+    /* .download     = */ cpu_download,
+    /* .memset0      = */ cpu_memset0,
+    /* .synchronize  = */ cpu_synchronize,
+    /* .embedding    = */ cpu_embedding,
+    /* .add_rmsnorm  = */ cpu_add_rmsnorm,
+    /* .head_rmsnorm = */ cpu_head_rmsnorm,
+    /* .matmul       = */ cpu_matmul,
+    /* .rope         = */ cpu_rope,
+    /* .kv_store     = */ cpu_kv_store,
+    /* .attention    = */ cpu_attention,
+    /* .swiglu       = */ cpu_swiglu,
+    /* .gather_rows  = */ cpu_gather_rows,
+    /* .convert      = */ cpu_convert,
+    /* .destroy      = */ cpu_destroy,
+};
+
+tp_status tp_backend_cpu_create(tp_backend **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_backend_cpu_create: out is NULL");
+    *out = NULL;
+    tp_backend *b = calloc(1, sizeof *b);
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!b || !ctx) {
+        free(b);
+        free(ctx);
+        return tp_error(TP_ERR_OOM, "out of memory creating the cpu backend");
+    }
+    b->ops = &cpu_ops;
+    b->ctx = ctx;
+    b->name = "cpu";
+    b->act_dtype = TP_DTYPE_F32;
+    b->stream = NULL;
+    *out = b;
+    return TP_OK;
+}

@@ -1,0 +1,315 @@
+/*
+ * model.c: loading one rank's weight slices onto a backend (fused q|k|v and gate|up),
+ * the RoPE frequencies, the KV cache and the step buffers.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq)
+{
+    const int64_t half = cfg->head_dim / 2;
+    const tp_rope_scaling *rs = &cfg->rope_scaling;
+    for (int64_t j = 0; j < half; j++) {
+        /* HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32 */
+        float expo = (float)(2 * j) / (float)cfg->head_dim;
+        float f = (float)(1.0 / pow(cfg->rope_theta, (double)expo));
+        if (rs->type == TP_ROPE_LINEAR) {
+            f = (float)(f / rs->factor);
+        } else if (rs->type == TP_ROPE_LLAMA3) {
+            /* transformers' _compute_llama3_parameters */
+            double old_len = (double)rs->original_max_position;
+            double low_wavelen = old_len / rs->low_freq_factor;
+            double high_wavelen = old_len / rs->high_freq_factor;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = (float)(f / rs->factor);
+            } else if (wavelen >= high_wavelen) { /* medium: blend */
+                double smooth = (old_len / wavelen - rs->low_freq_factor) /
+                                (rs->high_freq_factor - rs->low_freq_factor);
+                f = (float)((1.0 - smooth) * f / rs->factor + smooth * f);
+            }
+        }
+        inv_freq[j] = f;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backend allocations, tracked so that one call frees them all
+
+static tp_status model_alloc(tp_model *m, size_t bytes, void **out)
+{
+    if (m->n_allocations == m->cap_allocations) {
+        int cap = m->cap_allocations ? 2 * m->cap_allocations : 64;
+        void **p = realloc(m->allocations, (size_t)cap * sizeof *p);
+        if (!p) return tp_error(TP_ERR_OOM, "out of memory tracking buffers");
+        m->allocations = p;
+        m->cap_allocations = cap;
+    }
+    TP_CHECK(m->backend->ops->alloc(m->backend, bytes, out));
+    m->allocations[m->n_allocations++] = *out;
+    return TP_OK;
+}
+
+static tp_status alloc_tensor(tp_model *m, tp_dtype dt, int64_t rows, int64_t cols, tp_tensor *t)
+{
+    void *p = NULL;
+    TP_CHECK(model_alloc(m, (size_t)(rows * cols) * tp_dtype_size(dt), &p));
+    *t = tp_tensor_make(p, dt, rows, cols);
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// weights: each slice the shard plan lists goes to a place in a (fused) tensor
+
+typedef struct placement {
+    tp_tensor *dst;
+    int64_t row0; /* first row of dst the slice fills */
+} placement;
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Allocate a layer's tensors (fused shapes) once its first slice arrives. */
+static tp_status alloc_layer(tp_model *m, tp_layer_weights *L)
+{
+    const tp_model_dims *d = &m->dims;
+    const tp_model_config *c = &m->cfg;
+    tp_dtype dt = m->weight_dtype;
+    int64_t qkv_rows = (d->hq + 2 * d->hk) * d->hd;
+    TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->attn_norm));
+    TP_CHECK(alloc_tensor(m, dt, qkv_rows, d->d, &L->qkv));
+    if (c->attention_bias) TP_CHECK(alloc_tensor(m, dt, 1, qkv_rows, &L->qkv_bias));
+    if (c->qk_norm) {
+        TP_CHECK(alloc_tensor(m, dt, 1, d->hd, &L->q_norm));
+        TP_CHECK(alloc_tensor(m, dt, 1, d->hd, &L->k_norm));
+    }
+    TP_CHECK(alloc_tensor(m, dt, d->d, d->hq * d->hd, &L->o));
+    if (c->o_bias && m->plan.tp_rank == 0) TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->o_bias));
+    TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->mlp_norm));
+    TP_CHECK(alloc_tensor(m, dt, 2 * d->m, d->d, &L->gate_up));
+    if (c->mlp_bias) TP_CHECK(alloc_tensor(m, dt, 1, 2 * d->m, &L->gate_up_bias));
+    TP_CHECK(alloc_tensor(m, dt, d->d, d->m, &L->down));
+    if (c->mlp_bias && m->plan.tp_rank == 0) TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->down_bias));
+    return TP_OK;
+}
+
+/* Where slice s goes. 1-D tensors (norms, biases) are stored as one row [1, n], so
+ * their slice rows become columns of that row: placement row0 is then a column. */
+static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int *is_vector)
+{
+    const tp_model_dims *d = &m->dims;
+    *is_vector = s->full_cols == 1;
+    p->row0 = 0;
+    if (!strcmp(s->name, "model.embed_tokens.weight")) {
+        /* listed first for the embedding, again (tied) for the LM head */
+        p->dst = m->plan.has_embedding && !m->embed.data ? &m->embed : &m->lm_head;
+        return TP_OK;
+    }
+    if (!strcmp(s->name, "lm_head.weight")) { p->dst = &m->lm_head; return TP_OK; }
+    if (!strcmp(s->name, "model.norm.weight")) { p->dst = &m->final_norm; return TP_OK; }
+    long long layer;
+    int off = 0;
+    if (sscanf(s->name, "model.layers.%lld.%n", &layer, &off) != 1 || off == 0 ||
+        layer < m->plan.layers.begin || layer >= m->plan.layers.end)
+        return tp_error(TP_ERR_INTERNAL, "shard plan lists %s, which this stage does not hold", s->name);
+    tp_layer_weights *L = &m->layers[layer - m->plan.layers.begin];
+    if (!L->qkv.data) TP_CHECK(alloc_layer(m, L));
+    const char *n = s->name + off;
+    int64_t q = d->hq * d->hd, k = d->hk * d->hd;
+    static const char *const names[] = {
+        "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.q_proj.bias",
+        "self_attn.k_proj.bias", "self_attn.v_proj.bias", "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight", "self_attn.o_proj.weight", "self_attn.o_proj.bias",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+        "mlp.gate_proj.bias", "mlp.up_proj.bias", "mlp.down_proj.bias"};
+    tp_tensor *dst[] = {&L->attn_norm, &L->mlp_norm, &L->qkv, &L->qkv, &L->qkv, &L->qkv_bias,
+                        &L->qkv_bias, &L->qkv_bias, &L->q_norm, &L->k_norm, &L->o, &L->o_bias,
+                        &L->gate_up, &L->gate_up, &L->down, &L->gate_up_bias, &L->gate_up_bias,
+                        &L->down_bias};
+    int64_t row0[] = {0, 0, 0, q, q + k, 0, q, q + k, 0, 0, 0, 0, 0, d->m, 0, 0, d->m, 0};
+    for (size_t i = 0; i < TP_ARRAY_LEN(names); i++)
+        if (ends_with(n, names[i]) && !strcmp(n, names[i])) {
+            p->dst = dst[i];
+            p->row0 = row0[i];
+            return TP_OK;
+        }
+    return tp_error(TP_ERR_INTERNAL, "no place for weight %s", s->name);
+}
+
+static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_slice *s,
+                            void **staging, size_t *staging_cap)
+{
+    placement p = {NULL, 0};
+    int is_vector = 0;
+    TP_CHECK(place(m, s, &p, &is_vector));
+    tp_dtype dt = m->weight_dtype;
+    size_t bytes = (size_t)(s->nrows * s->ncols) * tp_dtype_size(dt);
+    if (!p.dst->data) { /* whole-tensor destinations: embedding, head, final norm */
+        if (is_vector) TP_CHECK(alloc_tensor(m, dt, 1, s->nrows, p.dst));
+        else TP_CHECK(alloc_tensor(m, dt, s->nrows, s->ncols, p.dst));
+    }
+    if (bytes > *staging_cap) {
+        void *q = realloc(*staging, bytes);
+        if (!q) return tp_error(TP_ERR_OOM, "out of memory staging %s (%zu bytes)", s->name, bytes);
+        *staging = q;
+        *staging_cap = bytes;
+    }
+    tp_slice sl = {s->row0, s->nrows, s->col0, s->ncols};
+    TP_CHECK(tp_weights_read_slice(w, s->name, sl, dt, *staging));
+    /* a vector slice fills columns [row0, row0 + n) of a [1, n] tensor; a matrix slice
+     * fills rows [row0, row0 + nrows) of a matrix whose width is the slice's */
+    int64_t elem_offset = is_vector ? p.row0 : p.row0 * p.dst->stride;
+    int64_t cap = p.dst->rows * p.dst->stride;
+    int64_t n = s->nrows * s->ncols;
+    if ((!is_vector && s->ncols != p.dst->cols) || elem_offset + n > cap)
+        return tp_error(TP_ERR_INTERNAL, "slice of %s (%lld x %lld) does not fit its buffer",
+                        s->name, (long long)s->nrows, (long long)s->ncols);
+    char *dst = (char *)p.dst->data + (size_t)elem_offset * tp_dtype_size(dt);
+    TP_CHECK(m->backend->ops->upload(m->backend, dst, *staging, bytes));
+    m->weight_bytes += (int64_t)bytes;
+    return TP_OK;
+}
+
+tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
+                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->plan = *plan;
+    m->backend = b;
+    m->weight_dtype = weight_dtype;
+    tp_model_dims *d = &m->dims;
+    d->d = cfg->hidden_size;
+    d->hq = plan->q_heads.end - plan->q_heads.begin;
+    d->hk = plan->kv_heads.end - plan->kv_heads.begin;
+    d->hd = cfg->head_dim;
+    d->m = plan->mlp.end - plan->mlp.begin;
+    d->vocab = plan->vocab.end - plan->vocab.begin;
+    d->vocab_pad = TP_CEIL_DIV(cfg->vocab_size, plan->tp);
+    d->n_layers = plan->layers.end - plan->layers.begin;
+
+    tp_weight_slice *slices = NULL;
+    int n = 0;
+    void *staging = NULL;
+    size_t staging_cap = 0;
+    tp_status st;
+    m->layers = calloc((size_t)(d->n_layers ? d->n_layers : 1), sizeof *m->layers);
+    if (!m->layers) return tp_error(TP_ERR_OOM, "out of memory");
+    TP_CHECK_GOTO(tp_shard_plan_weights(cfg, plan, &slices, &n), st, fail);
+    for (int i = 0; i < n; i++) {
+        /* a one-stage pipeline with tied embeddings reads the embedding once */
+        if (cfg->tie_word_embeddings && plan->has_embedding && plan->has_lm_head && m->embed.data &&
+            !strcmp(slices[i].name, "model.embed_tokens.weight")) {
+            m->lm_head = m->embed;
+            continue;
+        }
+        TP_CHECK_GOTO(load_slice(m, w, &slices[i], &staging, &staging_cap), st, fail);
+    }
+    float *inv = malloc((size_t)(d->hd / 2 > 0 ? d->hd / 2 : 1) * sizeof *inv);
+    if (!inv) {
+        st = tp_error(TP_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    tp_rope_inv_freq(cfg, inv);
+    st = model_alloc(m, (size_t)(d->hd / 2) * sizeof(float), (void **)&m->inv_freq);
+    if (st == TP_OK) st = b->ops->upload(b, m->inv_freq, inv, (size_t)(d->hd / 2) * sizeof(float));
+    free(inv);
+    if (st != TP_OK) goto fail;
+    TP_CHECK_GOTO(b->ops->synchronize(b), st, fail);
+    free(slices);
+    free(staging);
+    return TP_OK;
+fail:
+    free(slices);
+    free(staging);
+    tp_model_free(m);
+    return st;
+}
+
+void tp_model_free(tp_model *m)
+{
+    for (int i = 0; i < m->n_allocations; i++) m->backend->ops->free(m->backend, m->allocations[i]);
+    free(m->allocations);
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}
+
+// ----------------------------------------------------------------------------
+// KV cache and step buffers
+
+tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, tp_dtype dtype,
+                             tp_kv_cache *kv)
+{
+    memset(kv, 0, sizeof *kv);
+    const tp_model_dims *d = &m->dims;
+    kv->layers = calloc((size_t)(d->n_layers ? d->n_layers : 1), sizeof *kv->layers);
+    if (!kv->layers) return tp_error(TP_ERR_OOM, "out of memory");
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    size_t per = (size_t)n_blocks * (size_t)block_size * (size_t)(d->hk * d->hd) * tp_dtype_size(dtype);
+    for (int64_t l = 0; l < d->n_layers; l++) {
+        tp_kv_layer *L = &kv->layers[l];
+        L->dtype = dtype;
+        L->n_blocks = n_blocks;
+        L->block_size = block_size;
+        L->n_kv_heads = (int32_t)d->hk;
+        L->head_dim = (int32_t)d->hd;
+        TP_CHECK(model_alloc(m, per, &L->k));
+        TP_CHECK(model_alloc(m, per, &L->v));
+    }
+    return TP_OK;
+}
+
+void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv)
+{
+    (void)m; /* the buffers are the model's: tp_model_free releases them */
+    free(kv->layers);
+    memset(kv, 0, sizeof *kv);
+}
+
+tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_seqs,
+                                 int32_t max_blocks, tp_step_buffers *s)
+{
+    memset(s, 0, sizeof *s);
+    const tp_model_dims *d = &m->dims;
+    s->max_tokens = T;
+    s->max_logits = L;
+    s->max_seqs = max_seqs;
+    s->max_blocks = max_blocks;
+    size_t i32 = sizeof(int32_t);
+    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->ids));
+    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->pos));
+    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->seq));
+    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->slot));
+    TP_CHECK(model_alloc(m, (size_t)max_seqs * (size_t)max_blocks * i32, (void **)&s->block_table));
+    TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->logit_rows));
+    tp_dtype act = m->backend->act_dtype;
+    TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->x));
+    TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->delta));
+    TP_CHECK(alloc_tensor(m, act, T, d->d, &s->xn));
+    TP_CHECK(alloc_tensor(m, act, T, (d->hq + 2 * d->hk) * d->hd, &s->qkv));
+    TP_CHECK(alloc_tensor(m, act, T, d->hq * d->hd, &s->attn));
+    TP_CHECK(alloc_tensor(m, act, T, 2 * d->m, &s->gate_up));
+    TP_CHECK(alloc_tensor(m, act, T, d->m, &s->act));
+    TP_CHECK(alloc_tensor(m, act, L, d->d, &s->rows));
+    TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, L, d->vocab_pad, &s->logits));
+    TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, (int64_t)m->plan.tp * L, d->vocab_pad, &s->gathered));
+    return TP_OK;
+}
+
+void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
+{
+    (void)m; /* model-owned buffers */
+    memset(s, 0, sizeof *s);
+}

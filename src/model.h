@@ -1,0 +1,123 @@
+/*
+ * model.h: one rank's share of a Llama-family model on a backend (llama2.c's Config /
+ * Weights / RunState split): the weights of its layers and slices, fused as the forward
+ * pass wants them (q|k|v rows in one matrix, gate|up in another), its KV cache, and the
+ * scratch buffers of one step. tp_model_forward runs one step of the Megatron forward.
+ */
+#ifndef TP_MODEL_H
+#define TP_MODEL_H
+
+#include "backend.h"
+#include "comm.h"
+#include "model_config.h"
+#include "shard_plan.h"
+#include "weights.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_layer_weights {
+    tp_tensor attn_norm;    /* [1, d] */
+    tp_tensor qkv;          /* [(hq + 2 hk) * hd, d]: this rank's q, k, v rows */
+    tp_tensor qkv_bias;     /* [1, (hq + 2 hk) * hd], data NULL when none */
+    tp_tensor q_norm;       /* [1, hd] Qwen3, data NULL when none */
+    tp_tensor k_norm;
+    tp_tensor o;            /* [d, hq * hd]: columns of this rank's heads */
+    tp_tensor o_bias;       /* [1, d] on tp rank 0 only */
+    tp_tensor mlp_norm;     /* [1, d] */
+    tp_tensor gate_up;      /* [2 m, d]: gate rows, then up rows */
+    tp_tensor gate_up_bias; /* [1, 2 m] */
+    tp_tensor down;         /* [d, m] */
+    tp_tensor down_bias;    /* [1, d] on tp rank 0 only */
+} tp_layer_weights;
+
+typedef struct tp_model_dims {
+    int64_t d;        /* hidden size */
+    int64_t hq, hk;   /* query / KV heads on this rank */
+    int64_t hd;       /* head dim */
+    int64_t m;        /* MLP slice */
+    int64_t vocab;    /* rows of this rank's vocab slice */
+    int64_t vocab_pad;/* rows every rank's logits carry for the all-gather: ceil(V / tp) */
+    int64_t n_layers; /* layers of this stage */
+} tp_model_dims;
+
+typedef struct tp_model {
+    tp_model_config cfg;
+    tp_shard_plan plan;
+    tp_model_dims dims;
+    tp_backend *backend; /* not owned */
+    tp_dtype weight_dtype;
+    tp_tensor embed;      /* [V_local, d] first stage */
+    tp_tensor final_norm; /* [1, d] last stage */
+    tp_tensor lm_head;    /* [V_local, d] last stage (may share embed's memory) */
+    tp_layer_weights *layers;
+    float *inv_freq;      /* [hd / 2] backend memory */
+    void **allocations;   /* every backend buffer, freed by tp_model_free */
+    int n_allocations, cap_allocations;
+    int64_t weight_bytes;
+} tp_model;
+
+/* HF's RoPE inverse frequencies for head_dim / 2 pairs, scaling applied (default, linear,
+ * llama3), as float32 (the dtype HF computes them in). */
+void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq);
+
+/* Load this rank's slices (plan) from w onto backend b, converting to weight_dtype. */
+tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
+                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype);
+void tp_model_free(tp_model *m); /* accepts a zeroed model */
+
+/* ----------------------------------------------------------------------------
+ * One forward step */
+
+typedef struct tp_kv_cache {
+    tp_kv_layer *layers; /* [n_layers of this stage] */
+    int32_t n_blocks, block_size;
+} tp_kv_cache;
+
+tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, tp_dtype dtype,
+                             tp_kv_cache *kv);
+void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv);
+
+/* Scratch for steps of up to max_tokens tokens and max_logits logit rows. */
+typedef struct tp_step_buffers {
+    int32_t max_tokens, max_logits, max_seqs, max_blocks;
+    int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows; /* backend int32 arrays */
+    tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
+    tp_tensor xn;         /* [T, d] normalized */
+    tp_tensor qkv;        /* [T, (hq + 2 hk) hd] */
+    tp_tensor attn;       /* [T, hq hd] */
+    tp_tensor gate_up;    /* [T, 2 m] */
+    tp_tensor act;        /* [T, m] */
+    tp_tensor rows;       /* [L, d] normalized rows that produce logits */
+    tp_tensor logits;     /* [L, vocab_pad] this rank's logits (padded) */
+    tp_tensor gathered;   /* [tp, L, vocab_pad] all TP ranks' logits */
+} tp_step_buffers;
+
+tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
+                                 int32_t max_seqs, int32_t max_blocks, tp_step_buffers *s);
+void tp_step_buffers_free(tp_model *m, tp_step_buffers *s);
+
+/* The host description of a step (from the scheduler). */
+typedef struct tp_step {
+    int32_t n_tokens;
+    const int32_t *ids, *pos, *seq, *slot; /* [n_tokens] */
+    int32_t n_seqs, max_blocks, max_pos;
+    const int32_t *block_table;            /* [n_seqs * max_blocks] */
+    int32_t n_logits;
+    const int32_t *logit_rows;             /* [n_logits] token indices */
+} tp_step;
+
+/* Run this stage's layers on the step. The first stage embeds step->ids; a later stage
+ * starts from in_x / in_delta ([n_tokens, d], the previous stage's buf->x and
+ * buf->delta, which the caller received). A stage that is not the last leaves its output
+ * in buf->x and buf->delta for the caller to send on. The last stage writes host logits
+ * [n_logits, vocab] (f32, the full vocabulary gathered over tp) to logits_host. */
+tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
+                           tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
+                           float *logits_host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

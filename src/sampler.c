@@ -1,0 +1,466 @@
+/*
+ * sampler.c: one row of logits -> the next token, in vLLM/HF order (penalties, temperature,
+ * top-k, top-p, min-p, inverse-CDF draw), and raw log-softmax logprobs. Works in double on
+ * per-sampler scratch arrays and never fully sorts the vocabulary: (weighted) quickselect
+ * finds the top-k set, the top-p cut and the drawn token. The random stream is a pure
+ * function of (seed, step), documented below and frozen: resumed runs depend on it.
+ */
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this temperature vLLM samples greedily (_SAMPLING_EPS in vllm/v1/sample/sampler.py):
+ * dividing by a near-zero temperature would only amplify rounding. */
+#define GREEDY_TEMPERATURE 1e-5
+#define MAX_LOGPROBS 20 /* OpenAI's top_logprobs limit and vLLM's default max_logprobs */
+#define SMALL_RANGE 16  /* selections finish ranges this short with an insertion sort */
+
+struct tp_sampler {
+    int32_t vocab;
+    double *val;    /* [vocab] penalized logits (sampling path only) */
+    double *w;      /* [vocab] exp((val - max) / temperature): unnormalized probabilities */
+    int32_t *idx;   /* [vocab] candidate ids, rearranged in place by the selections */
+    int32_t *count; /* [vocab] occurrences in the output; all zero between calls */
+    uint8_t *seen;  /* [vocab] 1 if in prompt or output; all zero between calls */
+};
+
+/* ---- parameters ---------------------------------------------------------------------- */
+
+void tp_sampling_params_default(tp_sampling_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->temperature = 0.0;
+    p->top_k = 0;
+    p->top_p = 1.0;
+    p->min_p = 0.0;
+    p->repetition_penalty = 1.0;
+    p->presence_penalty = 0.0;
+    p->frequency_penalty = 0.0;
+    p->seed = 0;
+    p->logprobs = 0;
+}
+
+/* The shortest %g form that reads back as v, so 1.0000001 is not printed as "1". */
+static void format_double(char *buf, size_t n, double v)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (!isfinite(v) || strtod(buf, NULL) == v) return;
+    }
+}
+
+static tp_status out_of_range(const char *field, double v, const char *range)
+{
+    char num[40];
+    format_double(num, sizeof num, v);
+    return tp_error(TP_ERR_INVALID_ARG, "%s %s is outside %s", field, num, range);
+}
+
+tp_status tp_sampling_params_validate(const tp_sampling_params *p)
+{
+    if (!p) return tp_error(TP_ERR_INVALID_ARG, "sampling parameters are missing");
+    /* Every test is written as !(inside) so that NaN fails it too. */
+    if (!(p->temperature >= 0.0 && isfinite(p->temperature)))
+        return out_of_range("temperature", p->temperature, "[0, inf) (0 means greedy)");
+    if (p->top_k < -1)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "top_k %d is outside [-1, %d] (-1 and 0 turn top-k off)", (int)p->top_k,
+                        (int)INT32_MAX);
+    if (!(p->top_p > 0.0 && p->top_p <= 1.0))
+        return out_of_range("top_p", p->top_p, "(0, 1] (1 turns top-p off)");
+    if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
+        return out_of_range("min_p", p->min_p, "[0, 1] (0 turns min-p off)");
+    if (!(p->repetition_penalty > 0.0 && isfinite(p->repetition_penalty)))
+        return out_of_range("repetition_penalty", p->repetition_penalty,
+                            "(0, inf) (1 turns it off)");
+    if (!(p->presence_penalty >= -2.0 && p->presence_penalty <= 2.0))
+        return out_of_range("presence_penalty", p->presence_penalty, "[-2, 2]");
+    if (!(p->frequency_penalty >= -2.0 && p->frequency_penalty <= 2.0))
+        return out_of_range("frequency_penalty", p->frequency_penalty, "[-2, 2]");
+    if (p->logprobs < 0 || p->logprobs > MAX_LOGPROBS)
+        return tp_error(TP_ERR_INVALID_ARG, "logprobs %d is outside [0, %d]", (int)p->logprobs,
+                        MAX_LOGPROBS);
+    return TP_OK;
+}
+
+/* ---- the random stream ----------------------------------------------------------------
+ * FROZEN: a resumed run must redraw exactly what the first run drew, so any change here is
+ * a format change (check_sampler.c pins the values). With SplitMix64's output function
+ *     mix(x):  z = x + 0x9e3779b97f4a7c15;
+ *              z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+ *              z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+ *              return z ^ (z >> 31);          (all arithmetic mod 2^64)
+ * and FNV-1a 64 over the bytes of the request id (offset 0xcbf29ce484222325, prime
+ * 0x100000001b3; NULL is the empty string):
+ *     request_seed = mix(mix(global_seed) ^ fnv1a64(request_id))
+ *     bits(step)   = mix(seed + step * 0x9e3779b97f4a7c15)   -- SplitMix64's step-th output
+ *     u(step)      = (bits >> 11) * 2^-53                     -- uniform in [0, 1)
+ * Counter-based: step k's draw needs no earlier call, so batching and rank layout cannot
+ * change it. Greedy steps use no draw, and later steps' draws are the same either way. */
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+
+static uint64_t mix64(uint64_t x)
+{
+    uint64_t z = x + GOLDEN;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t tp_sampler_request_seed(uint64_t global_seed, const char *request_id)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *c = (const unsigned char *)(request_id ? request_id : ""); *c; c++) {
+        h ^= *c;
+        h *= 0x100000001b3ULL;
+    }
+    /* Mixing the global seed first keeps (seed, id) pairs from cancelling in the XOR. */
+    return mix64(mix64(global_seed) ^ h);
+}
+
+static double stream_unit(uint64_t seed, uint64_t step)
+{
+    return (double)(mix64(seed + step * GOLDEN) >> 11) * 0x1.0p-53;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------ */
+
+tp_status tp_sampler_create(int32_t vocab_size, tp_sampler **out)
+{
+    *out = NULL;
+    if (vocab_size < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "sampler vocabulary size %d must be at least 1",
+                        (int)vocab_size);
+    tp_sampler *s = calloc(1, sizeof *s);
+    if (!s) return tp_error(TP_ERR_OOM, "out of memory creating a sampler");
+    size_t n = (size_t)vocab_size;
+    s->vocab = vocab_size;
+    s->val = malloc(n * sizeof *s->val);
+    s->w = malloc(n * sizeof *s->w);
+    s->idx = malloc(n * sizeof *s->idx);
+    s->count = calloc(n, sizeof *s->count);
+    s->seen = calloc(n, sizeof *s->seen);
+    if (!s->val || !s->w || !s->idx || !s->count || !s->seen) {
+        tp_sampler_destroy(s);
+        return tp_error(TP_ERR_OOM, "out of memory creating a sampler for %d tokens",
+                        (int)vocab_size);
+    }
+    *out = s;
+    return TP_OK;
+}
+
+void tp_sampler_destroy(tp_sampler *s)
+{
+    if (!s) return;
+    free(s->val);
+    free(s->w);
+    free(s->idx);
+    free(s->count);
+    free(s->seen);
+    free(s);
+}
+
+/* ---- selection in rank order --------------------------------------------------------------
+ * Every rule ranks tokens by (penalized logit descending, id ascending): a strict total
+ * order, so top-k ties at the boundary keep the lower ids and all results are deterministic. */
+
+static inline int ranks_before(const double *val, int32_t a, int32_t b)
+{
+    return val[a] > val[b] || (val[a] == val[b] && a < b);
+}
+
+static inline void swap_ids(int32_t *a, int32_t *b)
+{
+    int32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void insertion_sort(const double *val, int32_t *idx, int32_t lo, int32_t hi)
+{
+    for (int32_t i = lo + 1; i < hi; i++) {
+        int32_t t = idx[i], j = i;
+        while (j > lo && ranks_before(val, t, idx[j - 1])) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = t;
+    }
+}
+
+/* Heap whose root ranks last, so popping roots to the back leaves the array in rank order. */
+static void sift_down(const double *val, int32_t *a, int32_t i, int32_t n)
+{
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && ranks_before(val, a[c], a[c + 1])) c++;
+        if (!ranks_before(val, a[i], a[c])) return;
+        swap_ids(&a[i], &a[c]);
+        i = c;
+    }
+}
+
+/* Sort idx[lo, hi) in rank order: the fallback that bounds quickselect's worst case. */
+static void sort_range(const double *val, int32_t *idx, int32_t lo, int32_t hi)
+{
+    int32_t n = hi - lo;
+    if (n <= SMALL_RANGE) {
+        insertion_sort(val, idx, lo, hi);
+        return;
+    }
+    int32_t *a = idx + lo;
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift_down(val, a, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        swap_ids(&a[0], &a[end]);
+        sift_down(val, a, 0, end);
+    }
+}
+
+/* Partition idx[lo, hi) (at least 3 entries) around a median-of-three pivot: afterwards
+ * idx[lo, p) rank before idx[p] and idx(p, hi) after it. Returns p. */
+static int32_t partition(const double *val, int32_t *idx, int32_t lo, int32_t hi)
+{
+    int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (ranks_before(val, idx[mid], idx[lo])) swap_ids(&idx[mid], &idx[lo]);
+    if (ranks_before(val, idx[last], idx[lo])) swap_ids(&idx[last], &idx[lo]);
+    if (ranks_before(val, idx[last], idx[mid])) swap_ids(&idx[last], &idx[mid]);
+    swap_ids(&idx[mid], &idx[last]);
+    int32_t pivot = idx[last], store = lo;
+    for (int32_t i = lo; i < last; i++)
+        if (ranks_before(val, idx[i], pivot)) swap_ids(&idx[i], &idx[store++]);
+    swap_ids(&idx[store], &idx[last]);
+    return store;
+}
+
+/* Quickselect gets this many partitions before falling back to a heap sort (introselect). */
+static int depth_budget(int32_t n)
+{
+    int d = 8;
+    while (n > 1) {
+        n >>= 1;
+        d += 2;
+    }
+    return d;
+}
+
+/* Rearrange idx[0, n) so that idx[0, k) are the k first-ranked tokens (0 < k < n). */
+static void select_first_k(const double *val, int32_t *idx, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n;
+    int depth = depth_budget(n);
+    while (hi - lo > SMALL_RANGE && depth-- > 0) {
+        int32_t p = partition(val, idx, lo, hi);
+        if (p > k) hi = p;
+        else if (p + 1 < k) lo = p + 1;
+        else return; /* p == k or p == k - 1: the boundary falls at the pivot */
+    }
+    sort_range(val, idx, lo, hi);
+}
+
+static inline int mass_reached(double cum, double target, int strict)
+{
+    return strict ? cum > target : cum >= target;
+}
+
+/* Walk the rank order of idx[0, n) without sorting it: return the first rank position m whose
+ * running mass cum(m) = w of the m + 1 first-ranked tokens reaches target (cum >= target, or
+ * cum > target if strict). idx is rearranged so that idx[0, m] are those tokens and idx[m]
+ * is the (m+1)-th. If rounding leaves the target unreached, the last token is returned. */
+static int32_t select_by_mass(const double *val, const double *w, int32_t *idx, int32_t n,
+                              double target, int strict)
+{
+    int32_t lo = 0, hi = n;
+    int depth = depth_budget(n);
+    double acc = 0.0; /* mass of idx[0, lo), which all rank before idx[lo, hi) */
+    while (hi - lo > SMALL_RANGE && depth-- > 0) {
+        int32_t p = partition(val, idx, lo, hi);
+        double a = acc;
+        for (int32_t i = lo; i < p; i++) a += w[idx[i]];
+        if (p > lo && mass_reached(a, target, strict)) {
+            hi = p;
+            continue;
+        }
+        a += w[idx[p]];
+        if (mass_reached(a, target, strict) || p == hi - 1) return p;
+        acc = a;
+        lo = p + 1;
+    }
+    sort_range(val, idx, lo, hi);
+    for (int32_t i = lo; i < hi; i++) {
+        acc += w[idx[i]];
+        if (mass_reached(acc, target, strict)) return i;
+    }
+    return hi - 1;
+}
+
+static double mass_of(const double *w, const int32_t *idx, int32_t n)
+{
+    double z = 0.0;
+    for (int32_t i = 0; i < n; i++) z += w[idx[i]];
+    return z;
+}
+
+/* ---- sampling -------------------------------------------------------------------------- */
+
+static tp_status check_tokens(const char *what, const int32_t *t, int32_t n, int32_t vocab)
+{
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "%s token count %d is negative", what, (int)n);
+    if (n > 0 && !t)
+        return tp_error(TP_ERR_INVALID_ARG, "%s has %d tokens but no token array", what, (int)n);
+    for (int32_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= vocab)
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "%s token %d at position %d is outside the vocabulary [0, %d)", what,
+                            (int)t[i], (int)i, (int)vocab);
+    return TP_OK;
+}
+
+static void mark_tokens(tp_sampler *s, const int32_t *prompt, int32_t n_prompt,
+                        const int32_t *output, int32_t n_output, int on)
+{
+    for (int32_t i = 0; i < n_prompt; i++) s->seen[prompt[i]] = (uint8_t)on;
+    for (int32_t i = 0; i < n_output; i++) {
+        s->seen[output[i]] = (uint8_t)on;
+        s->count[output[i]] = on ? s->count[output[i]] + 1 : 0;
+    }
+}
+
+/* vLLM's apply_penalties: repetition (HF: once per distinct token of prompt + output), then
+ * frequency and presence (OpenAI: output only). A finite logit stays finite, so a huge
+ * repetition penalty cannot turn a live token into a -inf one. */
+static double penalize(double x, const tp_sampling_params *p, int32_t count)
+{
+    double v = x > 0.0 ? x / p->repetition_penalty : x * p->repetition_penalty;
+    v -= (double)count * p->frequency_penalty;
+    if (count > 0) v -= p->presence_penalty;
+    if (isinf(v) && isfinite(x)) v = copysign(DBL_MAX, v);
+    return v;
+}
+
+/* Keep top[0, *n) as the best raw logits seen so far, best first; ids arrive in increasing
+ * order, so an equal logit ranks after the ones already there (ties go to the lower id). */
+static void insert_top(tp_token_logprob *top, int32_t *n, int32_t cap, int32_t id, float x)
+{
+    int32_t j = *n < cap ? (*n)++ : cap - 1;
+    while (j > 0 && top[j - 1].logprob < x) {
+        top[j] = top[j - 1];
+        j--;
+    }
+    top[j].id = id;
+    top[j].logprob = x;
+}
+
+/* The random path over the n live candidates in s->idx (penalized logits in s->val, their
+ * maximum max): top-k, temperature, top-p, min-p, then an inverse-CDF draw in rank order. */
+static int32_t draw_token(tp_sampler *s, const tp_sampling_params *p, uint64_t step, double max,
+                          int32_t n)
+{
+    const double *val = s->val;
+    double *w = s->w;
+    int32_t *idx = s->idx;
+    /* top-k ranks penalized logits, which temperature does not reorder: select before exp. */
+    if (p->top_k > 0 && p->top_k < n) {
+        select_first_k(val, idx, n, p->top_k);
+        n = p->top_k;
+    }
+    /* The best token weighs exactly 1. Weights that underflow to 0 could never be drawn:
+     * dropping them keeps "the last survivor" (rounding's fallback) a drawable token. */
+    int32_t live = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = idx[i];
+        w[t] = exp((val[t] - max) / p->temperature);
+        if (w[t] > 0.0) idx[live++] = t;
+    }
+    n = live;
+    /* top-p: the smallest rank prefix whose mass (renormalized after top-k) is >= top_p. */
+    if (p->top_p < 1.0 && n > 1)
+        n = select_by_mass(val, w, idx, n, p->top_p * mass_of(w, idx, n), 0) + 1;
+    /* min-p: prob < min_p * max_prob  <=>  w < min_p, as the best token (still here) weighs 1. */
+    if (p->min_p > 0.0 && n > 1) {
+        live = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (w[idx[i]] >= p->min_p) idx[live++] = idx[i];
+        n = live;
+    }
+    if (n == 1) return idx[0];
+    double u = stream_unit(p->seed, step);
+    return idx[select_by_mass(val, w, idx, n, u * mass_of(w, idx, n), 1)];
+}
+
+tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
+                            const float *logits, const int32_t *prompt, int32_t n_prompt,
+                            const int32_t *output, int32_t n_output, tp_sample_result *result)
+{
+    if (!s || !logits || !result)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "tp_sampler_sample needs a sampler, logits and a result");
+    TP_CHECK(tp_sampling_params_validate(params));
+    if (params->logprobs > 0 && !result->top)
+        return tp_error(TP_ERR_INVALID_ARG, "logprobs %d requested but result->top is NULL",
+                        (int)params->logprobs);
+    const int32_t vocab = s->vocab;
+    const int penalized = params->repetition_penalty != 1.0 || params->frequency_penalty != 0.0 ||
+                          params->presence_penalty != 0.0;
+    const int greedy = params->temperature < GREEDY_TEMPERATURE || params->top_k == 1;
+    if (penalized) {
+        /* The token lists are read only when a penalty is on, so they are checked only then. */
+        TP_CHECK(check_tokens("prompt", prompt, n_prompt, vocab));
+        TP_CHECK(check_tokens("output", output, n_output, vocab));
+        mark_tokens(s, prompt, n_prompt, output, n_output, 1);
+    }
+
+    /* One pass: reject NaN/+Inf; online log-sum-exp and top-N of the raw logits; penalized
+     * logits, their argmax (the greedy answer, lowest id on ties) and the live candidates. */
+    const int32_t n_top = params->logprobs < vocab ? params->logprobs : vocab;
+    tp_token_logprob *top = result->top; /* holds raw logits until the end */
+    int32_t n_have = 0, n_live = 0, arg = 0, bad = -1;
+    double m = -INFINITY, sum = 0.0, best = -INFINITY;
+    for (int32_t i = 0; i < vocab; i++) {
+        const float x = logits[i];
+        if (isnan(x) || x == INFINITY) {
+            bad = i;
+            break;
+        }
+        const double r = x;
+        if (r > m) {
+            sum = sum * exp(m - r) + 1.0;
+            m = r;
+        } else if (r != -INFINITY) {
+            sum += exp(r - m);
+        }
+        if (n_top > 0 && (n_have < n_top || x > top[n_top - 1].logprob))
+            insert_top(top, &n_have, n_top, i, x);
+        const double v = penalized && s->seen[i] ? penalize(r, params, s->count[i]) : r;
+        if (v > best) {
+            best = v;
+            arg = i;
+        }
+        if (!greedy) {
+            s->val[i] = v;
+            if (v != -INFINITY) s->idx[n_live++] = i;
+        }
+    }
+    if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
+    if (bad >= 0)
+        return tp_error(TP_ERR_INVALID_ARG, "logits contain %s at token %d",
+                        isnan(logits[bad]) ? "NaN" : "+Inf", (int)bad);
+
+    /* All -inf: nothing is live, and the greedy rule (token 0) stands; no draw either. */
+    result->token = greedy || n_live <= 1 ? arg : draw_token(s, params, step, best, n_live);
+    /* Raw logprobs, as vLLM's default logprobs_mode. All -inf has no softmax: report its limit
+     * for equal logits, the uniform distribution. */
+    const int none_live = m == -INFINITY;
+    const double lse = none_live ? 0.0 : m + log(sum);
+    const double uniform = -log((double)vocab);
+    result->logprob = (float)(none_live ? uniform : (double)logits[result->token] - lse);
+    for (int32_t i = 0; i < n_have; i++)
+        top[i].logprob = (float)(none_live ? uniform : (double)top[i].logprob - lse);
+    result->n_top = n_have;
+    return TP_OK;
+}

@@ -1,0 +1,625 @@
+/*
+ * scheduler.c: vLLM-style continuous batching over block_alloc's paged KV blocks.
+ * Sequences move WAITING -> RUNNING -> FINISHED through intrusive lists; a preempted
+ * one goes back to the front of WAITING without blocks and is recomputed from its
+ * tokens. Every decision depends only on the calls made, so all ranks agree.
+ */
+#include "scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "block_alloc.h"
+
+enum { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED };
+
+typedef struct seq {
+    int64_t key;
+    int32_t *tokens;     /* prompt then generated tokens */
+    int32_t len, cap;    /* tokens known / allocated */
+    int32_t n_prompt, max_new;
+    int32_t n_computed;  /* leading tokens whose KV are in the cache */
+    int32_t *blocks;     /* physical block of positions [i * block_size, (i+1) * block_size) */
+    int32_t n_blocks, cap_blocks;
+    int state;
+    int64_t step_mark;   /* == the scheduler's step_id once placed in the step being built */
+    struct seq *prev, *next;
+} seq;
+
+typedef struct seq_list {
+    seq *head, *tail;
+    int32_t n;
+} seq_list;
+
+typedef struct step_row {
+    seq *sq;
+    int32_t len;   /* tokens fed, from sq->n_computed on */
+    int logit;     /* the chunk ends the known tokens: it samples one */
+    int decode;
+} step_row;
+
+struct tp_scheduler {
+    tp_sched_config cfg;
+    int32_t max_blocks; /* block table columns */
+    tp_block_alloc *alloc;
+    seq_list waiting, running, finished;
+    seq *popped; /* handed out by pop_finished; freed on the next call */
+
+    /* key -> sequence for every sequence not yet popped; open addressing */
+    seq **table;
+    size_t table_cap, table_n;
+
+    /* the step being built, then awaiting commit */
+    int64_t step_id;
+    int pending, preempted_now;
+    step_row *rows;
+    int32_t n_rows, n_logits;
+    size_t cap_rows;
+    seq **order; /* snapshot of RUNNING at the start of schedule */
+    size_t cap_order;
+
+    /* batch arrays handed to the caller */
+    int32_t *tok, *pos, *tseq, *slot;
+    size_t cap_tokens;
+    int32_t *block_table;
+    size_t cap_table;
+    int64_t *seq_key;
+    int32_t *seq_first, *seq_len, *logit_token, *logit_seq;
+    size_t cap_seq_arrays;
+
+    int64_t steps, preemptions, prefill_tokens, decode_tokens;
+};
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+static int32_t blocks_for(const tp_scheduler *s, int64_t n_tokens)
+{
+    return (int32_t)((n_tokens + s->cfg.block_size - 1) / s->cfg.block_size);
+}
+
+/* realloc array p to n elements, or jump to label on failure (p then unchanged) */
+#define RESIZE(p, n, label)                                      \
+    do {                                                         \
+        void *resize_q_ = realloc((p), (size_t)(n) * sizeof *(p)); \
+        if (!resize_q_) goto label;                              \
+        (p) = resize_q_;                                         \
+    } while (0)
+
+/* room for need elements in p, doubling its capacity cap (a size_t) */
+#define GROW(p, cap, need, label)                                \
+    do {                                                         \
+        if ((size_t)(need) > (cap)) {                            \
+            size_t grow_n_ = (cap) ? (cap) : 16;                 \
+            while (grow_n_ < (size_t)(need)) grow_n_ *= 2;       \
+            RESIZE(p, grow_n_, label);                           \
+            (cap) = grow_n_;                                     \
+        }                                                        \
+    } while (0)
+
+static int grow32(int32_t **p, int32_t *cap, int32_t need, int32_t limit)
+{
+    if (need <= *cap) return 1;
+    int64_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    if (n > limit) n = limit < need ? need : limit; /* no slack past the sequence's end */
+    int32_t *q = realloc(*p, (size_t)n * sizeof *q);
+    if (!q) return 0;
+    *p = q;
+    *cap = (int32_t)n;
+    return 1;
+}
+
+static void list_push_back(seq_list *l, seq *sq)
+{
+    sq->next = NULL;
+    sq->prev = l->tail;
+    if (l->tail) l->tail->next = sq;
+    else l->head = sq;
+    l->tail = sq;
+    l->n++;
+}
+
+static void list_push_front(seq_list *l, seq *sq)
+{
+    sq->prev = NULL;
+    sq->next = l->head;
+    if (l->head) l->head->prev = sq;
+    else l->tail = sq;
+    l->head = sq;
+    l->n++;
+}
+
+static void list_remove(seq_list *l, seq *sq)
+{
+    if (sq->prev) sq->prev->next = sq->next;
+    else l->head = sq->next;
+    if (sq->next) sq->next->prev = sq->prev;
+    else l->tail = sq->prev;
+    sq->prev = sq->next = NULL;
+    l->n--;
+}
+
+static void seq_free(seq *sq)
+{
+    if (!sq) return;
+    free(sq->tokens);
+    free(sq->blocks);
+    free(sq);
+}
+
+static void list_free(seq_list *l)
+{
+    seq *sq = l->head;
+    while (sq) {
+        seq *next = sq->next;
+        seq_free(sq);
+        sq = next;
+    }
+    l->head = l->tail = NULL;
+    l->n = 0;
+}
+
+/* ---- key table (linear probing, backward-shift deletion) -------------------------- */
+
+static size_t key_hash(int64_t key)
+{
+    uint64_t x = (uint64_t)key + 0x9e3779b97f4a7c15ull; /* splitmix64 finalizer */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return (size_t)(x ^ (x >> 31));
+}
+
+static seq **table_find(const tp_scheduler *s, int64_t key)
+{
+    if (!s->table_cap) return NULL;
+    size_t mask = s->table_cap - 1;
+    for (size_t i = key_hash(key) & mask;; i = (i + 1) & mask) {
+        if (!s->table[i]) return NULL;
+        if (s->table[i]->key == key) return &s->table[i];
+    }
+}
+
+static void table_place(seq **table, size_t cap, seq *sq)
+{
+    size_t mask = cap - 1, i = key_hash(sq->key) & mask;
+    while (table[i]) i = (i + 1) & mask;
+    table[i] = sq;
+}
+
+static int table_insert(tp_scheduler *s, seq *sq)
+{
+    if (2 * (s->table_n + 1) > s->table_cap) { /* keep the load at most 1/2 */
+        size_t cap = s->table_cap ? 2 * s->table_cap : 64;
+        seq **t = calloc(cap, sizeof *t);
+        if (!t) return 0;
+        for (size_t i = 0; i < s->table_cap; i++)
+            if (s->table[i]) table_place(t, cap, s->table[i]);
+        free(s->table);
+        s->table = t;
+        s->table_cap = cap;
+    }
+    table_place(s->table, s->table_cap, sq);
+    s->table_n++;
+    return 1;
+}
+
+static void table_remove(tp_scheduler *s, int64_t key)
+{
+    seq **slot = table_find(s, key);
+    if (!slot) return;
+    size_t mask = s->table_cap - 1, hole = (size_t)(slot - s->table);
+    s->table[hole] = NULL;
+    s->table_n--;
+    /* shift later members of the probe run back so lookups never stop early */
+    for (size_t i = (hole + 1) & mask; s->table[i]; i = (i + 1) & mask) {
+        size_t home = key_hash(s->table[i]->key) & mask;
+        if (((i - home) & mask) >= ((i - hole) & mask)) {
+            s->table[hole] = s->table[i];
+            s->table[i] = NULL;
+            hole = i;
+        }
+    }
+}
+
+/* ---- create / destroy / add ------------------------------------------------------- */
+
+tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_scheduler_create needs an out pointer");
+    *out = NULL;
+    if (!cfg) return tp_error(TP_ERR_INVALID_ARG, "tp_scheduler_create needs a config");
+    if (cfg->block_size < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "KV block size must be at least 1, got %d",
+                        (int)cfg->block_size);
+    if (cfg->n_blocks < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "the KV cache must hold at least 1 block, got %d",
+                        (int)cfg->n_blocks);
+    if (cfg->max_num_seqs < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "--max-num-seqs must be at least 1, got %d",
+                        (int)cfg->max_num_seqs);
+    if (cfg->max_num_batched_tokens < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "--max-num-batched-tokens must be at least 1, got %d",
+                        (int)cfg->max_num_batched_tokens);
+    if (cfg->max_model_len < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "max model length must be at least 1, got %d",
+                        (int)cfg->max_model_len);
+    /* slots are int32: block * block_size + offset must not overflow */
+    if ((int64_t)cfg->n_blocks * cfg->block_size > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "%d KV blocks of %d tokens exceed the 2^31 slots a batch can address",
+                        (int)cfg->n_blocks, (int)cfg->block_size);
+
+    tp_scheduler *s = calloc(1, sizeof *s);
+    if (!s) return tp_error(TP_ERR_OOM, "out of memory for the scheduler");
+    s->cfg = *cfg;
+    s->max_blocks = blocks_for(s, cfg->max_model_len);
+    tp_status st = tp_block_alloc_create(cfg->n_blocks, &s->alloc);
+    if (st != TP_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return TP_OK;
+}
+
+void tp_scheduler_destroy(tp_scheduler *s)
+{
+    if (!s) return;
+    list_free(&s->waiting);
+    list_free(&s->running);
+    list_free(&s->finished);
+    seq_free(s->popped);
+    free(s->table);
+    free(s->rows);
+    free(s->order);
+    free(s->tok);
+    free(s->pos);
+    free(s->tseq);
+    free(s->slot);
+    free(s->block_table);
+    free(s->seq_key);
+    free(s->seq_first);
+    free(s->seq_len);
+    free(s->logit_token);
+    free(s->logit_seq);
+    tp_block_alloc_destroy(s->alloc);
+    free(s);
+}
+
+tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, int32_t n_prompt,
+                           int32_t max_new_tokens)
+{
+    if (n_prompt < 1 || !prompt)
+        return tp_error(TP_ERR_INVALID_ARG, "sequence %lld has an empty prompt (%d tokens)",
+                        (long long)key, (int)n_prompt);
+    if (max_new_tokens < 1)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "sequence %lld asks for %d new tokens; it must ask for at least 1",
+                        (long long)key, (int)max_new_tokens);
+    int64_t total = (int64_t)n_prompt + max_new_tokens;
+    if (total > s->cfg.max_model_len)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "sequence %lld: prompt of %d tokens + %d new tokens = %lld exceeds the "
+                        "max model length %d; shorten the prompt or lower max_tokens",
+                        (long long)key, (int)n_prompt, (int)max_new_tokens, (long long)total,
+                        (int)s->cfg.max_model_len);
+    int64_t need = (total + s->cfg.block_size - 1) / s->cfg.block_size;
+    if (need > s->cfg.n_blocks)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "sequence %lld needs %lld KV blocks (%lld tokens of %d per block) but "
+                        "the cache has only %d; give the KV cache more memory or shorten it",
+                        (long long)key, (long long)need, (long long)total,
+                        (int)s->cfg.block_size, (int)s->cfg.n_blocks);
+    if (table_find(s, key))
+        return tp_error(TP_ERR_INVALID_ARG, "sequence key %lld is already queued",
+                        (long long)key);
+
+    seq *sq = calloc(1, sizeof *sq);
+    if (!sq) return tp_error(TP_ERR_OOM, "out of memory for a sequence");
+    /* room for the prompt and a first few tokens; the rest grows as generated */
+    int32_t cap = (int32_t)(n_prompt + min32(max_new_tokens, 16));
+    sq->key = key;
+    sq->tokens = malloc((size_t)cap * sizeof *sq->tokens);
+    if (!sq->tokens || !table_insert(s, sq)) {
+        seq_free(sq);
+        return tp_error(TP_ERR_OOM, "out of memory for a prompt of %d tokens", (int)n_prompt);
+    }
+    memcpy(sq->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    sq->len = n_prompt;
+    sq->cap = cap;
+    sq->n_prompt = n_prompt;
+    sq->max_new = max_new_tokens;
+    sq->state = SEQ_WAITING;
+    sq->step_mark = -1;
+    list_push_back(&s->waiting, sq);
+    return TP_OK;
+}
+
+/* ---- schedule --------------------------------------------------------------------- */
+
+static void release_blocks(tp_scheduler *s, seq *sq)
+{
+    for (int32_t i = 0; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
+    sq->n_blocks = 0;
+}
+
+/* Drop sq's KV: it waits at the front of the queue and recomputes its tokens later. Of
+ * several preempted in one step (newest first), the older thus ends up first again. */
+static void preempt(tp_scheduler *s, seq *sq)
+{
+    release_blocks(s, sq);
+    sq->n_computed = 0;
+    list_remove(&s->running, sq);
+    list_push_front(&s->waiting, sq);
+    sq->state = SEQ_WAITING;
+    s->preemptions++;
+    s->preempted_now = 1;
+}
+
+/* The most recently admitted running sequence not yet placed in this step. */
+static seq *newest_unscheduled(const tp_scheduler *s)
+{
+    for (seq *sq = s->running.tail; sq; sq = sq->prev)
+        if (sq->step_mark != s->step_id) return sq;
+    return NULL;
+}
+
+/* Hold blocks for sq's next `want` tokens. While blocks are short, the newest running
+ * sequence not yet in this step is preempted; once that is sq itself the chunk shrinks
+ * to what fits. A sequence that cannot get even one slot is preempted when it is the
+ * newest running one; otherwise the blocks are held by newer sequences already in this
+ * step, and it sits the step out keeping its KV (they will be preempted before it).
+ * Returns the tokens granted (maybe 0), or -1 on OOM (the state stays consistent). */
+static int32_t reserve(tp_scheduler *s, seq *sq, int32_t want)
+{
+    const int32_t bs = s->cfg.block_size;
+    for (;;) {
+        int32_t need = blocks_for(s, (int64_t)sq->n_computed + want) - sq->n_blocks;
+        if (need <= tp_block_alloc_n_free(s->alloc)) break;
+        seq *victim = newest_unscheduled(s);
+        if (victim != sq) {
+            preempt(s, victim);
+            continue;
+        }
+        int64_t fit = (int64_t)(sq->n_blocks + tp_block_alloc_n_free(s->alloc)) * bs -
+                      sq->n_computed;
+        if (fit <= 0) {
+            if (sq == s->running.tail) preempt(s, sq);
+            return 0;
+        }
+        want = (int32_t)fit; /* fit < want here */
+        break;
+    }
+    int32_t total = blocks_for(s, (int64_t)sq->n_computed + want);
+    int32_t limit = blocks_for(s, (int64_t)sq->n_prompt + sq->max_new);
+    if (!grow32(&sq->blocks, &sq->cap_blocks, total, limit)) return -1;
+    while (sq->n_blocks < total) sq->blocks[sq->n_blocks++] = tp_block_alloc_get(s->alloc);
+    return want;
+}
+
+static tp_status add_row(tp_scheduler *s, seq *sq, int32_t len, int decode)
+{
+    GROW(s->rows, s->cap_rows, (size_t)s->n_rows + 1, oom);
+    s->rows[s->n_rows++] = (step_row){sq, len, sq->n_computed + len == sq->len, decode};
+    sq->step_mark = s->step_id;
+    return TP_OK;
+oom:
+    return tp_error(TP_ERR_OOM, "out of memory for the batch rows");
+}
+
+/* Size the caller-facing arrays for the rows chosen. */
+static tp_status grow_batch(tp_scheduler *s, int32_t n_tokens)
+{
+    if ((size_t)n_tokens > s->cap_tokens) {
+        size_t n = s->cap_tokens ? s->cap_tokens : 256;
+        while (n < (size_t)n_tokens) n *= 2;
+        RESIZE(s->tok, n, oom);
+        RESIZE(s->pos, n, oom);
+        RESIZE(s->tseq, n, oom);
+        RESIZE(s->slot, n, oom);
+        s->cap_tokens = n;
+    }
+    GROW(s->block_table, s->cap_table, (size_t)s->n_rows * (size_t)s->max_blocks, oom);
+    if ((size_t)s->n_rows > s->cap_seq_arrays) {
+        size_t n = s->cap_seq_arrays ? s->cap_seq_arrays : 16;
+        while (n < (size_t)s->n_rows) n *= 2;
+        RESIZE(s->seq_key, n, oom);
+        RESIZE(s->seq_first, n, oom);
+        RESIZE(s->seq_len, n, oom);
+        RESIZE(s->logit_token, n, oom);
+        RESIZE(s->logit_seq, n, oom);
+        s->cap_seq_arrays = n;
+    }
+    return TP_OK;
+oom:
+    return tp_error(TP_ERR_OOM, "out of memory for a batch of %d tokens in %d sequences",
+                    (int)n_tokens, (int)s->n_rows);
+}
+
+static void fill_batch(tp_scheduler *s, tp_sched_batch *b, int32_t n_tokens)
+{
+    const int32_t bs = s->cfg.block_size, mb = s->max_blocks;
+    int32_t t = 0, max_pos = 0;
+    s->n_logits = 0;
+    for (int32_t r = 0; r < s->n_rows; r++) {
+        const step_row *row = &s->rows[r];
+        const seq *sq = row->sq;
+        s->seq_key[r] = sq->key;
+        s->seq_first[r] = t;
+        s->seq_len[r] = row->len;
+        int32_t *bt = s->block_table + (size_t)r * mb;
+        memcpy(bt, sq->blocks, (size_t)sq->n_blocks * sizeof *bt);
+        memset(bt + sq->n_blocks, 0, (size_t)(mb - sq->n_blocks) * sizeof *bt);
+        for (int32_t j = 0; j < row->len; j++, t++) {
+            int32_t p = sq->n_computed + j;
+            s->tok[t] = sq->tokens[p];
+            s->pos[t] = p;
+            s->tseq[t] = r;
+            s->slot[t] = sq->blocks[p / bs] * bs + p % bs;
+        }
+        if (sq->n_computed + row->len > max_pos) max_pos = sq->n_computed + row->len;
+        if (row->logit) {
+            s->logit_token[s->n_logits] = t - 1;
+            s->logit_seq[s->n_logits] = r;
+            s->n_logits++;
+        }
+    }
+    b->n_tokens = n_tokens;
+    b->tokens = s->tok;
+    b->pos = s->pos;
+    b->seq = s->tseq;
+    b->slot = s->slot;
+    b->n_seqs = s->n_rows;
+    b->block_table = s->block_table;
+    b->seq_key = s->seq_key;
+    b->seq_first = s->seq_first;
+    b->seq_len = s->seq_len;
+    b->n_logits = s->n_logits;
+    b->logit_token = s->logit_token;
+    b->logit_seq = s->logit_seq;
+    b->max_pos = max_pos;
+}
+
+tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->max_blocks = s->max_blocks;
+    if (s->pending)
+        return tp_error(TP_ERR_INTERNAL, "scheduler step %lld was never committed",
+                        (long long)s->steps);
+    s->step_id++;
+    s->n_rows = 0;
+    s->n_logits = 0;
+    s->preempted_now = 0;
+    int32_t budget = s->cfg.max_num_batched_tokens;
+
+    /* a snapshot, since preemption reorders the lists under the loops */
+    GROW(s->order, s->cap_order, (size_t)s->running.n, oom);
+    int32_t n_order = 0;
+    for (seq *sq = s->running.head; sq; sq = sq->next) s->order[n_order++] = sq;
+
+    /* 1. decodes: all but the last token computed; one token each, admission order */
+    for (int32_t i = 0; i < n_order && budget > 0; i++) {
+        seq *sq = s->order[i];
+        if (sq->state != SEQ_RUNNING || sq->n_computed != sq->len - 1) continue;
+        int32_t got = reserve(s, sq, 1);
+        if (got < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
+        if (got == 0) continue;
+        TP_CHECK(add_row(s, sq, 1, 1));
+        budget -= 1;
+    }
+    /* 2a. prefill chunks of running sequences (their chunk may end the known tokens) */
+    for (int32_t i = 0; i < n_order && budget > 0; i++) {
+        seq *sq = s->order[i];
+        if (sq->state != SEQ_RUNNING || sq->step_mark == s->step_id ||
+            sq->n_computed >= sq->len - 1)
+            continue;
+        int32_t got = reserve(s, sq, min32(sq->len - sq->n_computed, budget));
+        if (got < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
+        if (got == 0) continue;
+        TP_CHECK(add_row(s, sq, got, 0));
+        budget -= got;
+    }
+    /* 2b. admit waiting sequences FIFO; never in a step that had to preempt (vLLM does
+     * the same: memory just ran short), and never by evicting running ones */
+    while (!s->preempted_now && s->waiting.head && s->running.n < s->cfg.max_num_seqs &&
+           budget > 0) {
+        seq *sq = s->waiting.head;
+        int64_t fit = (int64_t)tp_block_alloc_n_free(s->alloc) * s->cfg.block_size;
+        int32_t want = min32(sq->len - sq->n_computed, budget);
+        if (fit < want) want = (int32_t)fit;
+        if (want < 1) break;
+        list_remove(&s->waiting, sq);
+        list_push_back(&s->running, sq);
+        sq->state = SEQ_RUNNING;
+        int32_t got = reserve(s, sq, want); /* fits: no preemption */
+        if (got < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
+        TP_CHECK(add_row(s, sq, got, 0));
+        budget -= got;
+    }
+
+    int32_t n_tokens = s->cfg.max_num_batched_tokens - budget;
+    if (n_tokens == 0) return TP_OK;
+    TP_CHECK(grow_batch(s, n_tokens));
+    fill_batch(s, b, n_tokens);
+    for (int32_t r = 0; r < s->n_rows; r++) {
+        if (s->rows[r].decode) s->decode_tokens += s->rows[r].len;
+        else s->prefill_tokens += s->rows[r].len;
+    }
+    s->steps++;
+    s->pending = 1;
+    return TP_OK;
+oom:
+    return tp_error(TP_ERR_OOM, "out of memory for the running list");
+}
+
+/* ---- commit / results ------------------------------------------------------------- */
+
+static void finish_seq(tp_scheduler *s, seq *sq)
+{
+    release_blocks(s, sq);
+    list_remove(&s->running, sq);
+    list_push_back(&s->finished, sq);
+    sq->state = SEQ_FINISHED;
+}
+
+tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const int32_t *sampled,
+                              const uint8_t *finish)
+{
+    if (!s->pending)
+        return tp_error(TP_ERR_INTERNAL, "scheduler commit without a scheduled step");
+    if (b->n_seqs != s->n_rows || b->n_logits != s->n_logits)
+        return tp_error(TP_ERR_INTERNAL,
+                        "scheduler commit of a batch of %d rows / %d logits, but the step has "
+                        "%d / %d", (int)b->n_seqs, (int)b->n_logits, (int)s->n_rows,
+                        (int)s->n_logits);
+    if (s->n_logits > 0 && !sampled)
+        return tp_error(TP_ERR_INVALID_ARG, "scheduler commit without sampled tokens");
+    /* make room for the new tokens first, so an OOM changes nothing */
+    for (int32_t i = 0; i < s->n_logits; i++) {
+        seq *sq = s->rows[s->logit_seq[i]].sq;
+        if (!grow32(&sq->tokens, &sq->cap, sq->len + 1, sq->n_prompt + sq->max_new))
+            return tp_error(TP_ERR_OOM, "out of memory for generated tokens");
+    }
+    s->pending = 0;
+    for (int32_t r = 0; r < s->n_rows; r++) s->rows[r].sq->n_computed += s->rows[r].len;
+    for (int32_t i = 0; i < s->n_logits; i++) {
+        seq *sq = s->rows[s->logit_seq[i]].sq;
+        sq->tokens[sq->len++] = sampled[i];
+        if ((finish && finish[i]) || sq->len - sq->n_prompt >= sq->max_new ||
+            sq->len >= s->cfg.max_model_len)
+            finish_seq(s, sq);
+    }
+    return TP_OK;
+}
+
+int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **generated,
+                              int32_t *n_generated)
+{
+    seq_free(s->popped);
+    s->popped = NULL;
+    seq *sq = s->finished.head;
+    if (!sq) return 0;
+    list_remove(&s->finished, sq);
+    table_remove(s, sq->key);
+    s->popped = sq;
+    *key = sq->key;
+    *generated = sq->tokens + sq->n_prompt;
+    *n_generated = sq->len - sq->n_prompt;
+    return 1;
+}
+
+int tp_scheduler_idle(const tp_scheduler *s) { return !s->waiting.n && !s->running.n; }
+
+void tp_scheduler_stats(const tp_scheduler *s, tp_sched_stats *st)
+{
+    st->steps = s->steps;
+    st->preemptions = s->preemptions;
+    st->prefill_tokens = s->prefill_tokens;
+    st->decode_tokens = s->decode_tokens;
+    st->waiting = s->waiting.n;
+    st->running = s->running.n;
+    st->free_blocks = tp_block_alloc_n_free(s->alloc);
+}

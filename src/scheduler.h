@@ -1,0 +1,90 @@
+/*
+ * scheduler.h: continuous batching over a paged KV cache. Sequences wait, are admitted
+ * as blocks and the --max-num-seqs / --max-num-batched-tokens budgets allow, prefill in
+ * chunks, decode one token a step, and give their blocks back when finished. When a
+ * decode step needs a block and none is free, the most recently admitted running
+ * sequence is preempted: its blocks are freed and it is recomputed later from its
+ * tokens, so nothing is lost. Pure host logic, deterministic: every rank of a replica
+ * runs an identical scheduler and reaches identical decisions.
+ */
+#ifndef TP_SCHEDULER_H
+#define TP_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_sched_config {
+    int32_t block_size;             /* tokens per KV block (--kv-block-size) */
+    int32_t n_blocks;               /* physical blocks this scheduler owns */
+    int32_t max_num_seqs;           /* running sequences at most */
+    int32_t max_num_batched_tokens; /* tokens in one step at most (chunked prefill) */
+    int32_t max_model_len;          /* prompt + completion of one sequence at most */
+} tp_sched_config;
+
+/* One forward step. Arrays are owned by the scheduler, valid until the next schedule. */
+typedef struct tp_sched_batch {
+    int32_t n_tokens;
+    int32_t *tokens;      /* [n_tokens] ids to feed */
+    int32_t *pos;         /* [n_tokens] positions */
+    int32_t *seq;         /* [n_tokens] row of block_table the token belongs to */
+    int32_t *slot;        /* [n_tokens] KV slot to write: block * block_size + offset */
+    int32_t n_seqs;       /* sequences in this step (rows of block_table) */
+    int32_t max_blocks;   /* columns of block_table: ceil(max_model_len / block_size) */
+    int32_t *block_table; /* [n_seqs * max_blocks]; unused entries 0 */
+    int64_t *seq_key;     /* [n_seqs] the caller's key of each row */
+    int32_t *seq_first;   /* [n_seqs] index of the row's first token in this step */
+    int32_t *seq_len;     /* [n_seqs] tokens of the row in this step */
+    int32_t n_logits;     /* rows that end their known tokens: they sample a token */
+    int32_t *logit_token; /* [n_logits] token index whose logits sample the next token */
+    int32_t *logit_seq;   /* [n_logits] their rows */
+    int32_t max_pos;      /* 1 + the largest pos in this step */
+} tp_sched_batch;
+
+typedef struct tp_scheduler tp_scheduler;
+
+tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out);
+void tp_scheduler_destroy(tp_scheduler *s); /* accepts NULL */
+
+/* Queue a sequence. key is the caller's handle (unique). max_new_tokens >= 1. A sequence
+ * whose prompt + max_new_tokens exceeds max_model_len, or could never fit in n_blocks,
+ * is refused with TP_ERR_INVALID_ARG and a message saying both numbers; nothing is
+ * queued then. The prompt is copied. */
+tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, int32_t n_prompt,
+                           int32_t max_new_tokens);
+
+/* Choose the next step: running decodes first (one token each, in admission order),
+ * then prefill chunks of running and then waiting sequences (FIFO) within the token and
+ * sequence budgets. b->n_tokens == 0 when nothing can run (then tp_scheduler_idle()). */
+tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b);
+
+/* Apply the step's outcome: for each logit row i, sampled[i] is the new token of
+ * logit_seq[i], and finish[i] (0/1) says the caller ends that sequence (EOS, stop, limit).
+ * A sequence that reaches its max_new_tokens finishes here whatever finish[] says.
+ * Must be called once after each non-empty schedule, before the next schedule. */
+tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const int32_t *sampled,
+                              const uint8_t *finish);
+
+/* Finished sequences, oldest first: returns 1 and fills key / tokens generated (pointer
+ * valid until the next call) or 0 when none is left. */
+int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **generated,
+                              int32_t *n_generated);
+
+/* 1 when no sequence is waiting or running. */
+int tp_scheduler_idle(const tp_scheduler *s);
+
+/* Counters for tests and progress. */
+typedef struct tp_sched_stats {
+    int64_t steps, preemptions, prefill_tokens, decode_tokens;
+    int32_t waiting, running, free_blocks;
+} tp_sched_stats;
+void tp_scheduler_stats(const tp_scheduler *s, tp_sched_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,831 @@
+/*
+ * check_scheduler.c: the continuous-batching scheduler driven by a fake engine whose
+ * "model" reads each sequence's history back out of a fake paged KV cache, so a wrong
+ * slot, block table or recomputation shows up as a wrong token. Every step is checked
+ * against the batch invariants, every result against the sequence run alone.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block_alloc.h"
+#include "scheduler.h"
+
+#define VOCAB 1000
+#define MAX_STEPS 1000000
+
+/* check records every passing ck_assert (a write each) and the engine checks millions
+ * of facts, so these call into check only when the fact is false */
+#define REQUIRE(c) do { if (!(c)) ck_assert(c); } while (0)
+#define REQUIRE_EQ(a, b) do { if ((a) != (b)) ck_assert_int_eq(a, b); } while (0)
+#define REQUIRE_NE(a, b) do { if ((a) == (b)) ck_assert_int_ne(a, b); } while (0)
+#define REQUIRE_LT(a, b) do { if (!((a) < (b))) ck_assert_int_lt(a, b); } while (0)
+#define REQUIRE_LE(a, b) do { if (!((a) <= (b))) ck_assert_int_le(a, b); } while (0)
+#define REQUIRE_GE(a, b) do { if (!((a) >= (b))) ck_assert_int_ge(a, b); } while (0)
+
+/* ---- the fake model --------------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int32_t model_next(const int32_t *hist, int32_t n)
+{
+    return (int32_t)(fnv(0xcbf29ce484222325ull, hist, (size_t)n * sizeof *hist) % VOCAB);
+}
+
+static int is_eos(int32_t tok) { return tok % 37 == 0; }
+
+static uint64_t rng_next(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [lo, hi] */
+static int32_t rng_range(uint64_t *st, int32_t lo, int32_t hi)
+{
+    return lo + (int32_t)(rng_next(st) % (uint64_t)(hi - lo + 1));
+}
+
+/* ---- the fake engine -------------------------------------------------------------- */
+
+typedef struct fake_seq {
+    int64_t key;
+    int32_t *prompt;
+    int32_t n_prompt, max_new;
+    int32_t stop_after; /* finish[] is set on this generated token (1-based); 0: never */
+    int64_t add_step;   /* added before the step with this index */
+    int32_t *expect;    /* the tokens it generates when run alone */
+    int32_t n_expect;
+    int32_t *hist;      /* engine view: prompt + sampled */
+    int32_t len, computed;
+    int added, done, restarts;
+    int64_t mark;
+} fake_seq;
+
+typedef struct engine {
+    tp_sched_config cfg;
+    int eos;            /* also finish on the model's EOS tokens */
+    fake_seq *seqs;
+    int32_t n_seqs, n_added, n_done;
+    /* fake KV cache: who wrote what where */
+    int64_t *cache_key;
+    int32_t *cache_pos, *cache_tok;
+    int64_t *slot_mark, *block_mark;
+    uint64_t *hashes;   /* one per step: every batch array and the sampled tokens */
+    int64_t n_hashes, cap_hashes;
+    /* what was seen */
+    int64_t restarts, partial_chunks, mixed_steps, max_rows, finish_order_violations;
+    int64_t last_done_index;
+    tp_sched_stats stats;
+} engine;
+
+static void engine_init(engine *e, const tp_sched_config *cfg, int eos)
+{
+    memset(e, 0, sizeof *e);
+    e->cfg = *cfg;
+    e->eos = eos;
+    size_t n_slots = (size_t)cfg->n_blocks * (size_t)cfg->block_size;
+    e->cache_key = malloc(n_slots * sizeof *e->cache_key);
+    e->cache_pos = malloc(n_slots * sizeof *e->cache_pos);
+    e->cache_tok = malloc(n_slots * sizeof *e->cache_tok);
+    e->slot_mark = calloc(n_slots, sizeof *e->slot_mark);
+    e->block_mark = calloc((size_t)cfg->n_blocks, sizeof *e->block_mark);
+    REQUIRE(e->cache_key && e->cache_pos && e->cache_tok && e->slot_mark && e->block_mark);
+    for (size_t i = 0; i < n_slots; i++) e->cache_key[i] = e->slot_mark[i] = -1;
+    for (int32_t i = 0; i < cfg->n_blocks; i++) e->block_mark[i] = -1;
+    e->last_done_index = -1;
+}
+
+static void engine_free(engine *e)
+{
+    for (int32_t i = 0; i < e->n_seqs; i++) {
+        free(e->seqs[i].prompt);
+        free(e->seqs[i].expect);
+        free(e->seqs[i].hist);
+    }
+    free(e->seqs);
+    free(e->cache_key);
+    free(e->cache_pos);
+    free(e->cache_tok);
+    free(e->slot_mark);
+    free(e->block_mark);
+    free(e->hashes);
+}
+
+static int64_t key_of(int32_t i) { return (int64_t)i * 1000003 - 500; }
+
+static fake_seq *seq_of_key(engine *e, int64_t key)
+{
+    int64_t i = (key + 500) / 1000003;
+    REQUIRE(key_of((int32_t)i) == key && i >= 0 && i < e->n_seqs);
+    return &e->seqs[i];
+}
+
+/* Queue a sequence (added before step add_step) and compute what it generates alone. */
+static void engine_seq(engine *e, const int32_t *prompt, int32_t n_prompt, int32_t max_new,
+                       int32_t stop_after, int64_t add_step)
+{
+    e->seqs = realloc(e->seqs, (size_t)(e->n_seqs + 1) * sizeof *e->seqs);
+    ck_assert_ptr_nonnull(e->seqs);
+    fake_seq *fs = &e->seqs[e->n_seqs];
+    memset(fs, 0, sizeof *fs);
+    fs->key = key_of(e->n_seqs);
+    e->n_seqs++;
+    fs->n_prompt = n_prompt;
+    fs->max_new = max_new;
+    fs->stop_after = stop_after;
+    fs->add_step = add_step;
+    fs->mark = -1;
+    fs->prompt = malloc((size_t)n_prompt * sizeof *fs->prompt);
+    fs->hist = malloc((size_t)(n_prompt + max_new) * sizeof *fs->hist);
+    fs->expect = malloc((size_t)max_new * sizeof *fs->expect);
+    REQUIRE(fs->prompt && fs->hist && fs->expect);
+    memcpy(fs->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+
+    /* the reference: the model run on this sequence alone */
+    int32_t *h = malloc((size_t)(n_prompt + max_new) * sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    memcpy(h, prompt, (size_t)n_prompt * sizeof *prompt);
+    int32_t n = n_prompt;
+    for (int32_t g = 1; g <= max_new; g++) {
+        int32_t tok = model_next(h, n);
+        h[n++] = tok;
+        fs->expect[fs->n_expect++] = tok;
+        if (g == stop_after || (e->eos && is_eos(tok))) break;
+    }
+    free(h);
+}
+
+static void engine_random_seq(engine *e, uint64_t *rng, int32_t n_prompt, int32_t max_new,
+                              int32_t stop_after, int64_t add_step)
+{
+    int32_t *p = malloc((size_t)n_prompt * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (int32_t i = 0; i < n_prompt; i++) p[i] = rng_range(rng, 0, VOCAB - 1);
+    engine_seq(e, p, n_prompt, max_new, stop_after, add_step);
+    free(p);
+}
+
+static void add_to_scheduler(engine *e, tp_scheduler *s, fake_seq *fs)
+{
+    ck_assert_int_eq(tp_scheduler_add(s, fs->key, fs->prompt, fs->n_prompt, fs->max_new), TP_OK);
+    memcpy(fs->hist, fs->prompt, (size_t)fs->n_prompt * sizeof *fs->prompt);
+    fs->len = fs->n_prompt;
+    fs->computed = 0;
+    fs->added = 1;
+    e->n_added++;
+}
+
+static void record_hash(engine *e, const tp_sched_batch *b, const int32_t *sampled,
+                        const uint8_t *finish)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &b->n_tokens, sizeof b->n_tokens);
+    h = fnv(h, b->tokens, (size_t)b->n_tokens * sizeof *b->tokens);
+    h = fnv(h, b->pos, (size_t)b->n_tokens * sizeof *b->pos);
+    h = fnv(h, b->seq, (size_t)b->n_tokens * sizeof *b->seq);
+    h = fnv(h, b->slot, (size_t)b->n_tokens * sizeof *b->slot);
+    h = fnv(h, &b->n_seqs, sizeof b->n_seqs);
+    h = fnv(h, &b->max_blocks, sizeof b->max_blocks);
+    h = fnv(h, b->block_table, (size_t)b->n_seqs * (size_t)b->max_blocks * sizeof(int32_t));
+    h = fnv(h, b->seq_key, (size_t)b->n_seqs * sizeof *b->seq_key);
+    h = fnv(h, b->seq_first, (size_t)b->n_seqs * sizeof *b->seq_first);
+    h = fnv(h, b->seq_len, (size_t)b->n_seqs * sizeof *b->seq_len);
+    h = fnv(h, &b->n_logits, sizeof b->n_logits);
+    h = fnv(h, b->logit_token, (size_t)b->n_logits * sizeof *b->logit_token);
+    h = fnv(h, b->logit_seq, (size_t)b->n_logits * sizeof *b->logit_seq);
+    h = fnv(h, &b->max_pos, sizeof b->max_pos);
+    h = fnv(h, sampled, (size_t)b->n_logits * sizeof *sampled);
+    h = fnv(h, finish, (size_t)b->n_logits);
+    if (e->n_hashes == e->cap_hashes) {
+        e->cap_hashes = e->cap_hashes ? 2 * e->cap_hashes : 256;
+        e->hashes = realloc(e->hashes, (size_t)e->cap_hashes * sizeof *e->hashes);
+        ck_assert_ptr_nonnull(e->hashes);
+    }
+    e->hashes[e->n_hashes++] = h;
+}
+
+/* Every structural promise of one batch, and the KV that attention would read. */
+static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int64_t step)
+{
+    const tp_sched_config *c = &e->cfg;
+    const int32_t bs = c->block_size;
+    tp_sched_stats st;
+    tp_scheduler_stats(s, &st);
+
+    REQUIRE_GE(b->n_tokens, 1);
+    REQUIRE_LE(b->n_tokens, c->max_num_batched_tokens);
+    REQUIRE_GE(b->n_seqs, 1);
+    REQUIRE_LE(b->n_seqs, c->max_num_seqs);
+    REQUIRE_LE(st.running, c->max_num_seqs);
+    REQUIRE_GE(st.running, b->n_seqs);
+    REQUIRE_EQ(st.waiting + st.running, e->n_added - e->n_done);
+    REQUIRE_EQ(b->max_blocks, (c->max_model_len + bs - 1) / bs);
+    if (b->n_seqs > e->max_rows) e->max_rows = b->n_seqs;
+
+    int32_t t = 0, max_pos = 0, logits_expected = 0, owned = 0;
+    int has_decode = 0, has_prefill = 0;
+    for (int32_t r = 0; r < b->n_seqs; r++) {
+        fake_seq *fs = seq_of_key(e, b->seq_key[r]);
+        REQUIRE(fs->added && !fs->done);
+        REQUIRE_NE(fs->mark, step); /* one row per sequence */
+        fs->mark = step;
+        REQUIRE_EQ(b->seq_first[r], t);
+        int32_t n = b->seq_len[r];
+        REQUIRE_GE(n, 1);
+        REQUIRE_LE(t + n, b->n_tokens);
+        int32_t p0 = b->pos[t];
+        if (p0 == 0 && fs->computed > 0) { /* preempted and now recomputed */
+            fs->restarts++;
+            e->restarts++;
+            fs->computed = 0;
+        }
+        REQUIRE_EQ(p0, fs->computed);
+        int32_t last = p0 + n - 1;
+        REQUIRE_LT(last, fs->len); /* only known tokens are fed */
+        if (n == 1 && last == fs->len - 1 && p0 > 0) has_decode = 1;
+        else has_prefill = 1;
+        if (last < fs->len - 1) e->partial_chunks++;
+        if (last == fs->len - 1) logits_expected++;
+
+        /* the block table row: exactly the blocks its positions need, then zeros */
+        const int32_t *bt = b->block_table + (size_t)r * (size_t)b->max_blocks;
+        int32_t nb = last / bs + 1;
+        REQUIRE_LE(nb, b->max_blocks);
+        for (int32_t j = 0; j < b->max_blocks; j++) {
+            if (j >= nb) {
+                REQUIRE_EQ(bt[j], 0);
+                continue;
+            }
+            REQUIRE_GE(bt[j], 0);
+            REQUIRE_LT(bt[j], c->n_blocks);
+            REQUIRE_NE(e->block_mark[bt[j]], step); /* never owned twice */
+            e->block_mark[bt[j]] = step;
+        }
+        owned += nb;
+
+        for (int32_t j = 0; j < n; j++, t++) {
+            int32_t p = p0 + j;
+            REQUIRE_EQ(b->seq[t], r);
+            REQUIRE_EQ(b->pos[t], p);
+            REQUIRE_EQ(b->tokens[t], fs->hist[p]);
+            REQUIRE_EQ(b->slot[t], bt[p / bs] * bs + p % bs);
+            REQUIRE_NE(e->slot_mark[b->slot[t]], step); /* no shared slot */
+            e->slot_mark[b->slot[t]] = step;
+            /* the layer writes this token's KV */
+            e->cache_key[b->slot[t]] = fs->key;
+            e->cache_pos[b->slot[t]] = p;
+            e->cache_tok[b->slot[t]] = b->tokens[t];
+        }
+        if (last + 1 > max_pos) max_pos = last + 1;
+    }
+    REQUIRE_EQ(t, b->n_tokens);
+    REQUIRE_EQ(b->max_pos, max_pos);
+    REQUIRE_EQ(b->n_logits, logits_expected);
+    if (has_decode && has_prefill) e->mixed_steps++;
+
+    /* blocks: all of them are free or owned by a running sequence */
+    REQUIRE_LE(st.free_blocks + owned, c->n_blocks);
+    if (st.running == b->n_seqs) REQUIRE_EQ(st.free_blocks + owned, c->n_blocks);
+
+    /* attention reads positions 0..last of every row through its block table: all must
+     * hold that sequence's own tokens (checking the row's last token covers the rest) */
+    for (int32_t r = 0; r < b->n_seqs; r++) {
+        fake_seq *fs = seq_of_key(e, b->seq_key[r]);
+        const int32_t *bt = b->block_table + (size_t)r * (size_t)b->max_blocks;
+        int32_t last = b->pos[b->seq_first[r] + b->seq_len[r] - 1];
+        for (int32_t q = 0; q <= last; q++) {
+            int32_t sl = bt[q / bs] * bs + q % bs;
+            REQUIRE_EQ(e->cache_key[sl], fs->key);
+            REQUIRE_EQ(e->cache_pos[sl], q);
+            REQUIRE_EQ(e->cache_tok[sl], fs->hist[q]);
+        }
+    }
+}
+
+/* The model at a logit row: read the history back from the fake cache. */
+static int32_t model_from_cache(const engine *e, const tp_sched_batch *b, int32_t row,
+                                int32_t last, int32_t *scratch)
+{
+    const int32_t bs = e->cfg.block_size;
+    const int32_t *bt = b->block_table + (size_t)row * (size_t)b->max_blocks;
+    for (int32_t q = 0; q <= last; q++) scratch[q] = e->cache_tok[bt[q / bs] * bs + q % bs];
+    return model_next(scratch, last + 1);
+}
+
+/* Run every sequence of e to the end, checking each step and each result. */
+static void engine_run(engine *e)
+{
+    tp_scheduler *s = NULL;
+    ck_assert_int_eq(tp_scheduler_create(&e->cfg, &s), TP_OK);
+    int32_t *sampled = malloc((size_t)e->cfg.max_num_seqs * sizeof *sampled);
+    uint8_t *finish = malloc((size_t)e->cfg.max_num_seqs);
+    int32_t *scratch = malloc((size_t)e->cfg.max_model_len * sizeof *scratch);
+    REQUIRE(sampled && finish && scratch);
+
+    int64_t step = 0;
+    for (;;) {
+        REQUIRE_LT(step, MAX_STEPS);
+        for (int32_t i = 0; i < e->n_seqs; i++)
+            if (!e->seqs[i].added && e->seqs[i].add_step <= step) add_to_scheduler(e, s, &e->seqs[i]);
+        tp_sched_batch b;
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        if (b.n_tokens == 0) {
+            REQUIRE(tp_scheduler_idle(s));
+            REQUIRE_EQ(b.n_seqs, 0);
+            REQUIRE_EQ(b.n_logits, 0);
+            if (e->n_added == e->n_seqs) break;
+            /* idle before the next arrival: let it arrive now */
+            int64_t next = INT64_MAX;
+            for (int32_t i = 0; i < e->n_seqs; i++)
+                if (!e->seqs[i].added && e->seqs[i].add_step < next) next = e->seqs[i].add_step;
+            step = next;
+            continue;
+        }
+        REQUIRE(!tp_scheduler_idle(s));
+        check_batch(e, s, &b, step);
+
+        for (int32_t i = 0; i < b.n_logits; i++) {
+            int32_t r = b.logit_seq[i];
+            REQUIRE_GE(r, 0);
+            REQUIRE_LT(r, b.n_seqs);
+            REQUIRE_EQ(b.logit_token[i], b.seq_first[r] + b.seq_len[r] - 1);
+            REQUIRE(i == 0 || b.logit_seq[i - 1] < r);
+            fake_seq *fs = seq_of_key(e, b.seq_key[r]);
+            int32_t tok = model_from_cache(e, &b, r, b.pos[b.logit_token[i]], scratch);
+            REQUIRE_EQ(tok, model_next(fs->hist, fs->len));
+            int32_t g = fs->len - fs->n_prompt; /* tokens generated before this one */
+            REQUIRE_LT(g, fs->n_expect);
+            REQUIRE_EQ(tok, fs->expect[g]);
+            sampled[i] = tok;
+            finish[i] = (uint8_t)(g + 1 == fs->stop_after || (e->eos && is_eos(tok)));
+        }
+        /* the engine's view advances: fed tokens computed, sampled ones appended */
+        for (int32_t r = 0; r < b.n_seqs; r++) {
+            fake_seq *fs = seq_of_key(e, b.seq_key[r]);
+            fs->computed = b.pos[b.seq_first[r] + b.seq_len[r] - 1] + 1;
+        }
+        for (int32_t i = 0; i < b.n_logits; i++) {
+            fake_seq *fs = seq_of_key(e, b.seq_key[b.logit_seq[i]]);
+            fs->hist[fs->len++] = sampled[i];
+        }
+        record_hash(e, &b, sampled, finish);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, sampled, finish), TP_OK);
+
+        int64_t key;
+        const int32_t *gen;
+        int32_t n_gen;
+        while (tp_scheduler_pop_finished(s, &key, &gen, &n_gen)) {
+            fake_seq *fs = seq_of_key(e, key);
+            REQUIRE(fs->added && !fs->done);
+            REQUIRE_EQ(fs->mark, step); /* finished by this step's commit */
+            REQUIRE_EQ(n_gen, fs->n_expect);
+            REQUIRE_EQ(n_gen, fs->len - fs->n_prompt);
+            ck_assert_mem_eq(gen, fs->expect, (size_t)n_gen * sizeof *gen);
+            fs->done = 1;
+            e->n_done++;
+            int64_t idx = fs - e->seqs;
+            if (idx < e->last_done_index) e->finish_order_violations++;
+            e->last_done_index = idx;
+        }
+        step++;
+    }
+
+    for (int32_t i = 0; i < e->n_seqs; i++) REQUIRE(e->seqs[i].done);
+    tp_scheduler_stats(s, &e->stats);
+    REQUIRE_EQ(e->stats.waiting, 0);
+    REQUIRE_EQ(e->stats.running, 0);
+    REQUIRE_EQ(e->stats.free_blocks, e->cfg.n_blocks);
+    REQUIRE_EQ(e->stats.steps, e->n_hashes);
+    int64_t key;
+    const int32_t *gen;
+    int32_t n_gen;
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n_gen), 0);
+    REQUIRE(e->stats.preemptions > 0 || e->restarts == 0);
+    REQUIRE_GE(e->stats.preemptions, e->restarts);
+    free(sampled);
+    free(finish);
+    free(scratch);
+    tp_scheduler_destroy(s);
+}
+
+/* n random sequences that each fit the config; add_spread > 0 staggers their arrival */
+static void random_workload(engine *e, uint64_t seed, int32_t n, int32_t max_prompt,
+                            int32_t max_new, int64_t add_spread, int stops)
+{
+    uint64_t rng = seed;
+    const tp_sched_config *c = &e->cfg;
+    int64_t cap = (int64_t)c->n_blocks * c->block_size;
+    if (cap > c->max_model_len) cap = c->max_model_len;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t np = rng_range(&rng, 1, max_prompt);
+        if (np > cap - 1) np = (int32_t)cap - 1;
+        if (np < 1) np = 1;
+        int32_t mn = rng_range(&rng, 1, max_new);
+        if (np + mn > cap) mn = (int32_t)cap - np;
+        REQUIRE_GE(mn, 1);
+        int32_t stop = stops && rng_range(&rng, 0, 3) == 0 ? rng_range(&rng, 1, mn) : 0;
+        int64_t at = add_spread > 0 ? rng_range(&rng, 0, (int32_t)add_spread) : 0;
+        engine_random_seq(e, &rng, np, mn, stop, at);
+    }
+}
+
+/* ---- the cases -------------------------------------------------------------------- */
+
+START_TEST(block_alloc_basics)
+{
+    tp_block_alloc *a = NULL;
+    tp_error_clear();
+    ck_assert_int_eq(tp_block_alloc_create(0, &a), TP_ERR_INVALID_ARG);
+    ck_assert_ptr_null(a);
+    ck_assert_int_eq(tp_block_alloc_create(3, &a), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_n_blocks(a), 3);
+    ck_assert_int_eq(tp_block_alloc_get(a), 0);
+    ck_assert_int_eq(tp_block_alloc_get(a), 1);
+    ck_assert_int_eq(tp_block_alloc_get(a), 2);
+    ck_assert_int_eq(tp_block_alloc_get(a), -1);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 0);
+    ck_assert_int_eq(tp_block_alloc_put(a, 1), TP_OK);
+    tp_error_clear();
+    ck_assert_int_eq(tp_block_alloc_put(a, 1), TP_ERR_INTERNAL);
+    tp_error_clear();
+    ck_assert_int_eq(tp_block_alloc_put(a, 3), TP_ERR_INTERNAL);
+    tp_error_clear();
+    ck_assert_int_eq(tp_block_alloc_put(a, -1), TP_ERR_INTERNAL);
+    tp_error_clear();
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 1);
+    ck_assert_int_eq(tp_block_alloc_get(a), 1); /* LIFO */
+    tp_block_alloc_destroy(a);
+    tp_block_alloc_destroy(NULL);
+}
+END_TEST
+
+START_TEST(single_sequence)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 16, 4, 32, 64}, 0);
+    uint64_t rng = 1;
+    engine_random_seq(&e, &rng, 10, 20, 0, 0);
+    engine_run(&e);
+    /* one prefill step that samples the first token, then 19 decodes */
+    ck_assert_int_eq(e.stats.steps, 20);
+    ck_assert_int_eq(e.stats.prefill_tokens, 10);
+    ck_assert_int_eq(e.stats.decode_tokens, 19);
+    ck_assert_int_eq(e.stats.preemptions, 0);
+    ck_assert_int_eq(e.seqs[0].n_expect, 20);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(one_token_prompt_one_new_token)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){1, 2, 1, 1, 2}, 0);
+    int32_t p = 7;
+    engine_seq(&e, &p, 1, 1, 0, 0);
+    engine_seq(&e, &p, 1, 1, 0, 0);
+    engine_run(&e);
+    ck_assert_int_eq(e.stats.steps, 2);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(many_random_sequences)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){8, 256, 16, 64, 96}, 0);
+    random_workload(&e, 42, 60, 40, 40, 0, 0);
+    engine_run(&e);
+    ck_assert_int_eq(e.stats.preemptions, 0);
+    ck_assert_int_eq(e.max_rows, 16);
+    ck_assert_int_gt(e.mixed_steps, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(long_prompts_are_chunked)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 128, 4, 16, 256}, 0);
+    uint64_t rng = 7;
+    engine_random_seq(&e, &rng, 100, 5, 0, 0);
+    engine_random_seq(&e, &rng, 57, 30, 0, 0);
+    engine_random_seq(&e, &rng, 16, 3, 0, 0);
+    engine_random_seq(&e, &rng, 17, 3, 0, 0);
+    engine_random_seq(&e, &rng, 200, 1, 0, 0);
+    engine_run(&e);
+    ck_assert_int_gt(e.partial_chunks, 12);
+    ck_assert_int_eq(e.stats.prefill_tokens, 100 + 57 + 16 + 17 + 200);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(tight_blocks_preempt_and_recompute)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 12, 8, 64, 48}, 0);
+    random_workload(&e, 3, 24, 20, 25, 0, 0);
+    engine_run(&e);
+    ck_assert_int_gt(e.stats.preemptions, 0);
+    ck_assert_int_gt(e.restarts, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(tight_blocks_chunked_prefill)
+{
+    /* preemption while prompts are still being chunked */
+    engine e;
+    engine_init(&e, &(tp_sched_config){2, 20, 6, 7, 40}, 0);
+    random_workload(&e, 11, 30, 30, 12, 40, 0);
+    engine_run(&e);
+    ck_assert_int_gt(e.stats.preemptions, 0);
+    ck_assert_int_gt(e.partial_chunks, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(one_sequence_at_a_time)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 32, 1, 16, 64}, 0);
+    random_workload(&e, 5, 12, 30, 20, 0, 0);
+    engine_run(&e);
+    ck_assert_int_eq(e.max_rows, 1);
+    ck_assert_int_eq(e.finish_order_violations, 0); /* FIFO */
+    ck_assert_int_eq(e.stats.preemptions, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(block_sizes_1_and_16)
+{
+    const int32_t sizes[] = {1, 16};
+    for (int k = 0; k < 2; k++) {
+        int32_t bs = sizes[k];
+        engine e;
+        /* roomy, then tight */
+        engine_init(&e, &(tp_sched_config){bs, 2048 / bs, 8, 48, 64}, 0);
+        random_workload(&e, 100 + (uint64_t)k, 30, 40, 24, 0, 0);
+        engine_run(&e);
+        ck_assert_int_eq(e.stats.preemptions, 0);
+        engine_free(&e);
+        engine_init(&e, &(tp_sched_config){bs, 96 / bs, 8, 48, 64}, 0);
+        random_workload(&e, 200 + (uint64_t)k, 30, 40, 24, 0, 0);
+        engine_run(&e);
+        ck_assert_int_gt(e.stats.preemptions, 0);
+        engine_free(&e);
+    }
+}
+END_TEST
+
+START_TEST(continuous_batching)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 64, 6, 24, 64}, 0);
+    random_workload(&e, 9, 40, 20, 30, 150, 0);
+    engine_run(&e);
+    ck_assert_int_gt(e.mixed_steps, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(finish_early)
+{
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 64, 4, 32, 64}, 0);
+    uint64_t rng = 13;
+    engine_random_seq(&e, &rng, 8, 30, 1, 0);
+    engine_random_seq(&e, &rng, 8, 30, 5, 0);
+    engine_random_seq(&e, &rng, 8, 30, 0, 0);
+    engine_random_seq(&e, &rng, 8, 30, 30, 0);
+    engine_run(&e);
+    ck_assert_int_eq(e.seqs[0].n_expect, 1);
+    ck_assert_int_eq(e.seqs[1].n_expect, 5);
+    ck_assert_int_eq(e.seqs[2].n_expect, 30);
+    ck_assert_int_eq(e.seqs[3].n_expect, 30);
+    engine_free(&e);
+
+    /* EOS-driven stops under preemption */
+    engine_init(&e, &(tp_sched_config){2, 24, 8, 16, 48}, 1);
+    random_workload(&e, 14, 30, 20, 28, 20, 1);
+    engine_run(&e);
+    int early = 0;
+    for (int32_t i = 0; i < e.n_seqs; i++) early += e.seqs[i].n_expect < e.seqs[i].max_new;
+    ck_assert_int_gt(early, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(commit_without_finish_array)
+{
+    tp_scheduler *s;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32}, &s), TP_OK);
+    int32_t prompt[3] = {1, 2, 3};
+    ck_assert_int_eq(tp_scheduler_add(s, 5, prompt, 3, 2), TP_OK);
+    tp_sched_batch b;
+    int32_t tok = 9;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        ck_assert_int_eq(b.n_logits, 1);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, &tok, NULL), TP_OK);
+    }
+    ck_assert(tp_scheduler_idle(s));
+    int64_t key;
+    const int32_t *gen;
+    int32_t n;
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, 5);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(gen[0], 9);
+    ck_assert_int_eq(gen[1], 9);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
+static int message_has(const char *a, const char *b)
+{
+    const char *m = tp_error_message();
+    return strstr(m, a) && strstr(m, b);
+}
+
+START_TEST(add_refusals)
+{
+    tp_scheduler *s;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100}, &s), TP_OK);
+    int32_t prompt[80] = {0};
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 0, 4), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 1, NULL, 3, 4), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 0), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 80, 21), TP_ERR_INVALID_ARG);
+    ck_assert(message_has("101", "100"));
+    tp_error_clear();
+    /* fits max_model_len but needs 5 blocks of 16 > 4 */
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 5), TP_ERR_INVALID_ARG);
+    ck_assert(message_has("needs 5", "only 4"));
+    tp_error_clear();
+    ck_assert(tp_scheduler_idle(s));
+    tp_sched_batch b;
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_tokens, 0);
+
+    /* exactly 4 blocks: accepted; a duplicate key is refused while queued, running or
+     * finished but not popped, and accepted again once popped */
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 4), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    ck_assert(message_has("1", "already"));
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1), TP_OK);
+    int32_t sampled[4] = {0};
+    uint8_t fin[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    while (!tp_scheduler_idle(s)) {
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, sampled, fin), TP_OK);
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    }
+    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    int64_t key;
+    const int32_t *gen;
+    int32_t n;
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, 1);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_OK);
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, 2);
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 0);
+    tp_scheduler_destroy(s); /* with key 1 still waiting: no leak */
+}
+END_TEST
+
+START_TEST(create_refusals_and_misuse)
+{
+    tp_scheduler *s = (tp_scheduler *)&s;
+    const tp_sched_config bad[] = {
+        {0, 4, 4, 8, 64}, {4, 0, 4, 8, 64}, {4, 4, 0, 8, 64}, {4, 4, 4, 0, 64},
+        {4, 4, 4, 8, 0},  {-1, 4, 4, 8, 64}, {1 << 16, 1 << 16, 4, 8, 64},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tp_error_clear();
+        ck_assert_int_eq(tp_scheduler_create(&bad[i], &s), TP_ERR_INVALID_ARG);
+        ck_assert_ptr_null(s);
+        ck_assert_str_ne(tp_error_message(), "");
+    }
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_create(NULL, &s), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    tp_scheduler_destroy(NULL);
+
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32}, &s), TP_OK);
+    tp_sched_batch b;
+    int32_t tok = 1;
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* idle: empty */
+    ck_assert_int_eq(b.n_tokens, 0);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, &tok, NULL), TP_ERR_INTERNAL);
+    tp_error_clear();
+    int32_t prompt[3] = {1, 2, 3};
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 2), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_tokens, 3);
+    tp_sched_batch b2;
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b2), TP_ERR_INTERNAL); /* not committed */
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, NULL, NULL), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, &tok, NULL), TP_OK);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, &tok, NULL), TP_ERR_INTERNAL); /* twice */
+    tp_error_clear();
+    tp_scheduler_destroy(s); /* with a running sequence holding blocks */
+}
+END_TEST
+
+START_TEST(determinism)
+{
+    engine e1, e2;
+    const tp_sched_config cfg = {2, 30, 6, 12, 48};
+    engine_init(&e1, &cfg, 1);
+    engine_init(&e2, &cfg, 1);
+    random_workload(&e1, 77, 40, 30, 18, 60, 1);
+    random_workload(&e2, 77, 40, 30, 18, 60, 1);
+    engine_run(&e1);
+    engine_run(&e2);
+    ck_assert_int_gt(e1.stats.preemptions, 0);
+    ck_assert_int_eq(e1.n_hashes, e2.n_hashes);
+    ck_assert_mem_eq(e1.hashes, e2.hashes, (size_t)e1.n_hashes * sizeof *e1.hashes);
+    ck_assert_int_eq(e1.stats.preemptions, e2.stats.preemptions);
+    engine_free(&e1);
+    engine_free(&e2);
+}
+END_TEST
+
+START_TEST(stress)
+{
+    const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
+    int64_t preempted_runs = 0;
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        uint64_t rng = seed * 0x2545f4914f6cdd1dull;
+        int32_t bs = sizes[rng_range(&rng, 0, 5)];
+        int32_t max_len = rng_range(&rng, 2, 160);
+        int32_t min_blocks = (max_len + bs - 1) / bs;
+        int32_t n_blocks = rng_range(&rng, 1, 2 * min_blocks + 4);
+        int32_t max_seqs = rng_range(&rng, 1, 12);
+        int32_t mnbt = rng_range(&rng, 0, 3) == 0 ? rng_range(&rng, 1, 4) : rng_range(&rng, 1, 96);
+        engine e;
+        engine_init(&e, &(tp_sched_config){bs, n_blocks, max_seqs, mnbt, max_len},
+                    rng_range(&rng, 0, 1));
+        int32_t cap = n_blocks * bs < max_len ? n_blocks * bs : max_len;
+        if (cap >= 2) {
+            random_workload(&e, rng, rng_range(&rng, 1, 40), rng_range(&rng, 1, cap),
+                            rng_range(&rng, 1, cap), rng_range(&rng, 0, 1) ? 0 : 100, 1);
+            engine_run(&e);
+            preempted_runs += e.stats.preemptions > 0;
+        }
+        engine_free(&e);
+    }
+    ck_assert_int_gt(preempted_runs, 20);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("scheduler");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, block_alloc_basics);
+    tcase_add_test(tc, single_sequence);
+    tcase_add_test(tc, one_token_prompt_one_new_token);
+    tcase_add_test(tc, many_random_sequences);
+    tcase_add_test(tc, long_prompts_are_chunked);
+    tcase_add_test(tc, tight_blocks_preempt_and_recompute);
+    tcase_add_test(tc, tight_blocks_chunked_prefill);
+    tcase_add_test(tc, one_sequence_at_a_time);
+    tcase_add_test(tc, block_sizes_1_and_16);
+    tcase_add_test(tc, continuous_batching);
+    tcase_add_test(tc, finish_early);
+    tcase_add_test(tc, commit_without_finish_array);
+    tcase_add_test(tc, add_refusals);
+    tcase_add_test(tc, create_refusals_and_misuse);
+    tcase_add_test(tc, determinism);
+    tcase_add_test(tc, stress);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
