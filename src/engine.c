@@ -16,6 +16,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "backend.h"
 #include "log.h"
@@ -196,8 +200,23 @@ static tp_dtype weight_dtype(const engine *e)
     return dt;
 }
 
+/* Ranks sharing a node share its cores: without an OMP_NUM_THREADS of the user's, each
+ * rank takes its part, so 4 ranks on 8 cores do not run 32 spinning threads. */
+static void split_threads(const tp_grid *g)
+{
+#ifdef _OPENMP
+    if (getenv("OMP_NUM_THREADS")) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = (int)(cores / (g->local_size > 0 ? g->local_size : 1));
+    omp_set_num_threads(per > 0 ? per : 1);
+#else
+    (void)g;
+#endif
+}
+
 static tp_status load(engine *e, int32_t *n_blocks)
 {
+    split_threads(e->g);
     const tp_grid *g = e->g;
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));

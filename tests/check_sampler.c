@@ -757,8 +757,14 @@ START_TEST(repetition_penalty_rule)
     tp_sampling_params p = params_t(0.0);
     p.repetition_penalty = DBL_MAX;
     ck_assert_int_eq(sample_full(s, &p, 0, huge, both, 2, NULL, 0), 0);
+    /* Even when every live logit overflows, the -inf token 0 must not win the tie. */
+    const float first_dead[3] = {-INFINITY, -2.0f, -INFINITY};
+    const int32_t one[1] = {1};
+    ck_assert_int_eq(sample_full(s, &p, 0, first_dead, one, 1, NULL, 0), 1);
     p.temperature = 1.0;
-    for (uint64_t k = 0; k < 200; k++) ck_assert_int_ne(sample_full(s, &p, k, huge, both, 2, NULL, 0), 2);
+    ck_assert_int_eq(sample_full(s, &p, 0, first_dead, one, 1, NULL, 0), 1);
+    for (uint64_t k = 0; k < 200; k++)
+        ck_assert_int_ne(sample_full(s, &p, k, huge, both, 2, NULL, 0), 2);
     tp_sampler_destroy(s);
 }
 END_TEST

@@ -553,6 +553,80 @@ START_TEST(tight_blocks_chunked_prefill)
 }
 END_TEST
 
+static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
+                        const int32_t *first_pos, const int32_t *lens, int32_t n_logits)
+{
+    ck_assert_int_eq(b->n_seqs, n);
+    ck_assert_int_eq(b->n_logits, n_logits);
+    for (int32_t r = 0; r < n; r++) {
+        ck_assert_int_eq(b->seq_key[r], keys[r]);
+        ck_assert_int_eq(b->pos[b->seq_first[r]], first_pos[r]);
+        ck_assert_int_eq(b->seq_len[r], lens[r]);
+    }
+}
+
+/* A hand-traced run: 4 blocks of 2, two sequences that each need all 4. */
+START_TEST(preempted_sequence_resumes_first)
+{
+    tp_scheduler *s;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8}, &s), TP_OK);
+    const int32_t p[3] = {1, 2, 3};
+    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5), TP_OK); /* A */
+    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5), TP_OK); /* B */
+    ck_assert_int_eq(tp_scheduler_add(s, 30, p, 1, 1), TP_OK); /* C */
+    tp_sched_batch b;
+    int32_t tok[2] = {4, 4};
+    tp_sched_stats st;
+
+    /* 1: both prompts (2 blocks each); C waits for a sequence slot */
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){0, 0}, (int32_t[]){3, 3}, 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    /* 2: two decodes at position 3, inside their second blocks */
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){3, 3}, (int32_t[]){1, 1}, 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    /* 3: A needs a third block: B, the newest, is preempted; nobody is admitted */
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    expect_rows(&b, 1, (int64_t[]){10}, (int32_t[]){4}, (int32_t[]){1}, 1);
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.preemptions, 1);
+    ck_assert_int_eq(st.waiting, 2);
+    ck_assert_int_eq(st.running, 1);
+    ck_assert_int_eq(st.free_blocks, 1);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    /* 4: A decodes first; B, ahead of C, recomputes what the one free block holds */
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){5, 0}, (int32_t[]){1, 2}, 1);
+    ck_assert_int_eq(b.tokens[1], 1);
+    ck_assert_int_eq(b.tokens[2], 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+
+    while (!tp_scheduler_idle(s)) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        ck_assert_int_gt(b.n_tokens, 0);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    }
+    int64_t key;
+    const int32_t *gen;
+    int32_t n;
+    int64_t order[3];
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+        order[i] = key;
+        ck_assert_int_eq(n, key == 30 ? 1 : 5);
+    }
+    /* A finishes at step 5 (after preempting B again), then B recomputes and C, one
+     * token long, is admitted beside it and done at once */
+    ck_assert_int_eq(order[0], 10);
+    ck_assert_int_eq(order[1], 30);
+    ck_assert_int_eq(order[2], 20);
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.preemptions, 2);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
 START_TEST(one_sequence_at_a_time)
 {
     engine e;
@@ -813,6 +887,7 @@ int main(void)
     tcase_add_test(tc, long_prompts_are_chunked);
     tcase_add_test(tc, tight_blocks_preempt_and_recompute);
     tcase_add_test(tc, tight_blocks_chunked_prefill);
+    tcase_add_test(tc, preempted_sequence_resumes_first);
     tcase_add_test(tc, one_sequence_at_a_time);
     tcase_add_test(tc, block_sizes_1_and_16);
     tcase_add_test(tc, continuous_batching);

@@ -1,0 +1,67 @@
+/*
+ * chat_template_internal.h: the syntax tree shared by the chat-template parser
+ * (chat_template.c) and its evaluator (chat_template_eval.c).
+ */
+#ifndef TP_CHAT_TEMPLATE_INTERNAL_H
+#define TP_CHAT_TEMPLATE_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "chat_template.h"
+
+enum ct_kind {
+    /* statements */
+    CT_BLOCK,    /* kids: statements */
+    CT_TEXT,     /* str */
+    CT_OUT,      /* kids[0]: expression */
+    CT_IF,       /* kids: cond, body, cond, body, ..., [else body]; flag: has else */
+    CT_FOR,      /* names: targets; kids: iterable, body, else body or NULL, filter or NULL */
+    CT_SET,      /* str: variable; attr: namespace attribute or NULL; kids[0]: value */
+    CT_BREAK,
+    CT_CONTINUE,
+    /* expressions */
+    CT_LIT,    /* lit */
+    CT_NAME,   /* str */
+    CT_ATTR,   /* kids[0].str */
+    CT_ITEM,   /* kids[0][kids[1]] */
+    CT_SLICE,  /* kids[0][kids[1]:kids[2]:kids[3]], any of 1..3 may be NULL */
+    CT_CALL,   /* kids[0](kids[1..], names=kw values) */
+    CT_FILTER, /* kids[0] | str(kids[1..], kw) */
+    CT_TEST,   /* kids[0] is [not] str(kids[1..]); flag: negated */
+    CT_BINOP,  /* str: operator */
+    CT_NOT,
+    CT_NEG,
+    CT_COND, /* kids[1] if kids[0] else kids[2] (NULL: undefined) */
+    CT_LIST,
+    CT_DICT, /* kids: key, value, key, value, ... */
+};
+
+typedef struct ct_node {
+    enum ct_kind kind;
+    char *str;
+    size_t len;
+    char *attr;
+    json_t *lit;
+    struct ct_node **kids;
+    size_t n_kids;
+    char **names; /* for-loop targets, or keyword names of a call/filter/test */
+    size_t n_names;
+    struct ct_node **kw; /* keyword values, parallel to names (calls) */
+    int flag;
+} ct_node;
+
+struct tp_chat_template {
+    ct_node *root;
+};
+
+void ct_node_free(ct_node *n);
+
+/* chat_template_eval.c */
+tp_status ct_render(const ct_node *root, json_t *vars, char **out, size_t *len);
+int ct_known_filter(const char *name);
+int ct_known_test(const char *name);
+int ct_known_function(const char *name);
+int ct_known_method(const char *name);
+
+#endif

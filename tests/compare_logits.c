@@ -1,0 +1,146 @@
+/*
+ * compare_logits.c: checks a --dump-logits directory against a Hugging Face reference
+ * (reference/logits.safetensors of ../shared/models): prompt ids, prefill logits and
+ * greedy-step logits within a bound, greedy ids exactly.
+ *   compare_logits --make-input REF OUT.jsonl   write the reference prompts as JSONL
+ *   compare_logits REF DUMPDIR [BOUND]          compare (default bound 1e-3)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+#include "util.h"
+
+/* A whole tensor as f32 or i32 (n elements); NULL if absent. */
+static void *read_all(const tp_st_file *f, const char *name, int64_t *n, int64_t *rows)
+{
+    const tp_st_tensor *t = tp_st_find(f, name);
+    if (!t) return NULL;
+    tp_dtype dt = t->dtype == TP_ST_I32 ? TP_DTYPE_I32 : TP_DTYPE_F32;
+    *n = tp_st_numel(t);
+    *rows = t->rank ? t->shape[0] : 1;
+    int64_t cols = *rows ? *n / *rows : 0;
+    void *p = malloc((size_t)(*n ? *n : 1) * 4);
+    tp_slice s = {0, *rows, 0, cols};
+    if (!p || tp_st_read_slice(f, t, s, dt, p) != TP_OK) {
+        fprintf(stderr, "reading %s: %s\n", name, tp_error_message());
+        exit(2);
+    }
+    return p;
+}
+
+static int make_input(const char *ref, const char *out)
+{
+    tp_st_file f = {0};
+    if (tp_st_open(ref, &f) != TP_OK) {
+        fprintf(stderr, "%s\n", tp_error_message());
+        return 2;
+    }
+    FILE *o = fopen(out, "w");
+    if (!o) return 2;
+    for (int k = 0;; k++) {
+        char name[64];
+        int64_t n, rows, gn = 0, grows;
+        snprintf(name, sizeof name, "input_ids_%d", k);
+        int32_t *ids = read_all(&f, name, &n, &rows);
+        if (!ids) break;
+        snprintf(name, sizeof name, "greedy_%d", k);
+        int32_t *g = read_all(&f, name, &gn, &grows);
+        fprintf(o, "{\"id\": \"p%d\", \"max_tokens\": %lld, \"ignore_eos\": true, \"prompt_token_ids\": [", k,
+                (long long)(gn ? gn : 1));
+        for (int64_t i = 0; i < n; i++) fprintf(o, "%s%d", i ? ", " : "", ids[i]);
+        fprintf(o, "]}\n");
+        free(ids);
+        free(g);
+    }
+    fclose(o);
+    tp_st_free(&f);
+    return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+static int compare(const char *ref, const char *dir, double bound)
+{
+    tp_st_file r = {0};
+    if (tp_st_open(ref, &r) != TP_OK) {
+        fprintf(stderr, "%s\n", tp_error_message());
+        return 2;
+    }
+    int failures = 0, k;
+    for (k = 0;; k++) {
+        char name[64], file[64];
+        int64_t n, rows, dn, drows;
+        snprintf(name, sizeof name, "input_ids_%d", k);
+        int32_t *ids = read_all(&r, name, &n, &rows);
+        if (!ids) break;
+        snprintf(file, sizeof file, "p%d.safetensors", k);
+        char *path = tp_path_join(dir, file);
+        tp_st_file d = {0};
+        if (tp_st_open(path, &d) != TP_OK) {
+            fprintf(stderr, "prompt %d: %s\n", k, tp_error_message());
+            tp_error_clear();
+            return 1;
+        }
+        int32_t *dids = read_all(&d, "prompt_ids", &dn, &drows);
+        int ok = dids && dn == n && !memcmp(ids, dids, (size_t)n * 4);
+        if (!ok) printf("prompt %d: prompt ids differ\n", k);
+        int64_t ln, lrows, dln, dlrows;
+        snprintf(name, sizeof name, "logits_%d", k);
+        float *lg = read_all(&r, name, &ln, &lrows);
+        float *dlg = read_all(&d, "prompt_logits", &dln, &dlrows);
+        double pre = dlg && dln == ln ? max_abs_diff(lg, dlg, ln) : INFINITY;
+        double step = 0;
+        int64_t same = 0, gn = 0, grows;
+        snprintf(name, sizeof name, "greedy_%d", k);
+        int32_t *g = read_all(&r, name, &gn, &grows);
+        if (g) {
+            int64_t on, orows, sn, srows, dsn, dsrows;
+            int32_t *out = read_all(&d, "output_ids", &on, &orows);
+            while (same < gn && same < on && out[same] == g[same]) same++;
+            snprintf(name, sizeof name, "greedy_logits_%d", k);
+            float *sl = read_all(&r, name, &sn, &srows);
+            float *dsl = read_all(&d, "logits", &dsn, &dsrows);
+            step = dsl && dsn == sn ? max_abs_diff(sl, dsl, sn) : INFINITY;
+            if (on != gn) same = -1;
+            free(out);
+            free(sl);
+            free(dsl);
+        }
+        int pass = ok && pre < bound && step < bound && (!g || same == gn);
+        printf("prompt %d: %lld tokens, prefill max|d| %.3g, greedy steps max|d| %.3g, greedy ids %lld/%lld equal: %s\n",
+               k, (long long)n, pre, step, (long long)same, (long long)gn, pass ? "ok" : "FAIL");
+        failures += !pass;
+        free(ids);
+        free(dids);
+        free(lg);
+        free(dlg);
+        free(g);
+        free(path);
+        tp_st_free(&d);
+    }
+    tp_st_free(&r);
+    if (k == 0) {
+        printf("no prompts in %s\n", ref);
+        return 1;
+    }
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && !strcmp(argv[1], "--make-input")) return make_input(argv[2], argv[3]);
+    if (argc == 3 || argc == 4) return compare(argv[1], argv[2], argc == 4 ? atof(argv[3]) : 1e-3);
+    fprintf(stderr, "usage: compare_logits --make-input REF OUT.jsonl | compare_logits REF DUMPDIR [BOUND]\n");
+    return 2;
+}
