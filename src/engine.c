@@ -730,9 +730,17 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
         st = write_results(&e, n_request_errors);
         *n_failed = st != TP_OK;
     }
-    int64_t gen_total = e.generated_tokens;
-    tp_log_info0("%zu requests, %" PRId64 " prompt + %" PRId64 " generated tokens (replica 0) in %.2f s: %.1f generated tok/s",
-                 e.reqs.n, e.prompt_tokens, gen_total, dt, dt > 0 ? (double)gen_total / dt : 0.0);
+    int64_t gen_total = e.generated_tokens, steps = 0, preempted = 0;
+    for (int p = 0; p < e.P; p++) {
+        tp_sched_stats ss;
+        tp_scheduler_stats(e.S[p], &ss);
+        steps += ss.steps;
+        preempted += ss.preemptions;
+    }
+    tp_log_info0("%zu requests, %" PRId64 " prompt + %" PRId64 " generated tokens (replica 0) in %.2f s: "
+                 "%.1f generated tok/s; %" PRId64 " steps, %" PRId64 " preempted",
+                 e.reqs.n, e.prompt_tokens, gen_total, dt, dt > 0 ? (double)gen_total / dt : 0.0, steps,
+                 preempted);
 out:
     engine_free(&e);
     return st;

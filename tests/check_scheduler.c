@@ -828,6 +828,52 @@ START_TEST(create_refusals_and_misuse)
 }
 END_TEST
 
+/* Thousands of keys through the key table: growth, and removal on pop must keep every
+ * other key findable (a live key stays refused as a duplicate to the end). */
+START_TEST(many_keys)
+{
+    enum { N = 3000 };
+    tp_scheduler *s;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16}, &s), TP_OK);
+    static int64_t keys[N];
+    static uint8_t popped[N];
+    uint64_t rng = 99;
+    const int32_t p[2] = {5, 6};
+    for (int i = 0; i < N; i++) {
+        keys[i] = (int64_t)(rng_next(&rng) >> 1) * (i % 2 ? -1 : 1);
+        ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1 + i % 2, 1 + i % 3), TP_OK);
+    }
+    tp_error_clear();
+    tp_sched_batch b;
+    int32_t tok[64] = {0};
+    int done = 0;
+    while (!tp_scheduler_idle(s)) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+        int64_t key;
+        const int32_t *gen;
+        int32_t n;
+        while (tp_scheduler_pop_finished(s, &key, &gen, &n)) {
+            int i = 0;
+            while (i < N && keys[i] != key) i++;
+            ck_assert_int_lt(i, N);
+            ck_assert(!popped[i]);
+            ck_assert_int_eq(n, 1 + i % 3);
+            popped[i] = 1;
+            done++;
+            int j = (int)(rng_next(&rng) % N); /* a key still held is still refused */
+            if (!popped[j]) {
+                ck_assert_int_eq(tp_scheduler_add(s, keys[j], p, 1, 1), TP_ERR_INVALID_ARG);
+                tp_error_clear();
+            }
+        }
+    }
+    ck_assert_int_eq(done, N);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1, 1), TP_OK);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
 START_TEST(determinism)
 {
     engine e1, e2;
@@ -851,7 +897,7 @@ START_TEST(stress)
 {
     const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
     int64_t preempted_runs = 0;
-    for (uint64_t seed = 1; seed <= 300; seed++) {
+    for (uint64_t seed = 1; seed <= 1000; seed++) {
         uint64_t rng = seed * 0x2545f4914f6cdd1dull;
         int32_t bs = sizes[rng_range(&rng, 0, 5)];
         int32_t max_len = rng_range(&rng, 2, 160);
@@ -871,7 +917,7 @@ START_TEST(stress)
         }
         engine_free(&e);
     }
-    ck_assert_int_gt(preempted_runs, 20);
+    ck_assert_int_gt(preempted_runs, 100);
 }
 END_TEST
 
@@ -895,6 +941,7 @@ int main(void)
     tcase_add_test(tc, commit_without_finish_array);
     tcase_add_test(tc, add_refusals);
     tcase_add_test(tc, create_refusals_and_misuse);
+    tcase_add_test(tc, many_keys);
     tcase_add_test(tc, determinism);
     tcase_add_test(tc, stress);
     suite_add_tcase(s, tc);

@@ -1,0 +1,47 @@
+#!/bin/sh
+# A request's output does not depend on what it is batched with (CPU backend, tp 1):
+# each prompt alone, all together, in tiny prefill chunks, under KV-cache pressure that
+# forces preemption and recomputation, and split over two data-parallel replicas, gives
+# bit-identical logits and the same completions.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+export OMP_NUM_THREADS=1
+m="$MODELS/stories260K-hf"
+cmp_logits="$top_builddir/tests/compare_logits"
+"$cmp_logits" --make-input "$m/reference/logits.safetensors" "$TMP/all.jsonl" || fail "reference"
+run() { # run NAME INPUT [flags...]
+    name=$1 input=$2; shift 2
+    "$TPINFER" --model "$m" --backend cpu --input "$input" --output "$TMP/$name.jsonl" --dump-logits "$TMP/$name" "$@" \
+        2>"$TMP/$name.err" || { cat "$TMP/$name.err"; fail "run $name"; }
+}
+same_dumps() { # same_dumps A B: every dump file of A equals B's byte for byte
+    for f in "$TMP/$1"/*.safetensors; do
+        cmp -s "$f" "$TMP/$2/$(basename "$f")" || fail "$(basename "$f"): logits of '$1' and '$2' differ"
+    done
+}
+
+run together "$TMP/all.jsonl"
+# each prompt on its own
+i=0
+while IFS= read -r line; do
+    printf '%s\n' "$line" >"$TMP/one$i.jsonl"
+    run "one$i" "$TMP/one$i.jsonl"
+    mkdir -p "$TMP/alone" && cp "$TMP/one$i"/*.safetensors "$TMP/alone/"
+    i=$((i + 1))
+done <"$TMP/all.jsonl"
+same_dumps alone together
+# prefill in chunks of 7 tokens, two sequences at a time
+run chunked "$TMP/all.jsonl" --max-num-batched-tokens 7 --max-num-seqs 2
+same_dumps chunked together
+# KV cache of 10 blocks of 16 tokens (20 KiB each): the sequences preempt each other
+run tight "$TMP/all.jsonl" --kv-cache-memory 200KiB
+grep -q "preempted" "$TMP/tight.err" && ! grep -q " 0 preempted" "$TMP/tight.err" ||
+    { cat "$TMP/tight.err"; fail "the tight KV cache did not force preemption"; }
+same_dumps tight together
+cmp -s "$TMP/together.jsonl" "$TMP/tight.jsonl" || fail "completions differ under preemption"
+# two data-parallel replicas split the prompts
+mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/all.jsonl" --output "$TMP/dp2.jsonl" --dump-logits "$TMP/dp2" \
+    2>"$TMP/dp2.err" || { cat "$TMP/dp2.err"; fail "dp 2"; }
+same_dumps dp2 together
+cmp -s "$TMP/together.jsonl" "$TMP/dp2.jsonl" || fail "completions differ at dp 2"
+exit 0
