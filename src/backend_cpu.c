@@ -277,14 +277,28 @@ static inline vlanes load_lanes(const float *p)
     return v;
 }
 
+/* LANES bf16 values widened to f32 in registers (exact: the bits move up 16 places). */
+static inline vlanes load_lanes_bf16(const uint16_t *p)
+{
+    typedef uint16_t vh __attribute__((vector_size(LANES * sizeof(uint16_t))));
+    typedef uint32_t vw __attribute__((vector_size(LANES * sizeof(uint32_t))));
+    vh h;
+    memcpy(&h, p, sizeof h);
+    vw u = __builtin_convertvector(h, vw) << 16;
+    vlanes v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 static inline float sum_lanes(vlanes v)
 {
     return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
-/* out[r][c] = x[r] . w[c] over k, for r < nr (1 or NR) and c < MR. */
+/* out[r][c] = x[r] . w[c] over k, for r < nr (1 or NR) and c < MR; the rows of w are f32,
+ * or bf16 widened as they are loaded (same values, so the same bits either way). */
 static inline __attribute__((always_inline)) void
-tile(int nr, const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+tile(int nr, int bf16, const float *const *x, const void *const *w, int64_t k, float out[NR][MR])
 {
     vlanes acc[NR][MR];
     _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++)
@@ -294,15 +308,17 @@ tile(int nr, const float *const *x, const float *const *w, int64_t k, float out[
         vlanes xv[NR];
         _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++) xv[r] = load_lanes(x[r] + kk);
         _Pragma("GCC unroll 8") for (int c = 0; c < MR; c++) {
-            vlanes wv = load_lanes(w[c] + kk);
+            vlanes wv = bf16 ? load_lanes_bf16((const uint16_t *)w[c] + kk)
+                             : load_lanes((const float *)w[c] + kk);
             _Pragma("GCC unroll 8") for (int r = 0; r < nr; r++) acc[r][c] += xv[r] * wv;
         }
     }
     if (kk < k) { /* the tail, zero-padded: 0 * 0 adds nothing */
-        size_t rem = (size_t)(k - kk) * sizeof(float);
         float xt[NR][LANES] = {{0}}, wt[MR][LANES] = {{0}};
-        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + kk, rem);
-        for (int c = 0; c < MR; c++) memcpy(wt[c], w[c] + kk, rem);
+        for (int r = 0; r < nr; r++) memcpy(xt[r], x[r] + kk, (size_t)(k - kk) * sizeof(float));
+        for (int c = 0; c < MR; c++)
+            to_f32(wt[c], (const char *)w[c] + (size_t)kk * (bf16 ? 2 : 4),
+                   bf16 ? TP_DTYPE_BF16 : TP_DTYPE_F32, k - kk);
         for (int r = 0; r < nr; r++)
             for (int c = 0; c < MR; c++) acc[r][c] += load_lanes(xt[r]) * load_lanes(wt[c]);
     }
@@ -310,14 +326,24 @@ tile(int nr, const float *const *x, const float *const *w, int64_t k, float out[
         _Pragma("GCC unroll 8") for (int c = 0; c < MR; c++) out[r][c] = sum_lanes(acc[r][c]);
 }
 
-static void tile_2(const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+static void tile_f32_2(const float *const *x, const void *const *w, int64_t k, float out[NR][MR])
 {
-    tile(2, x, w, k, out);
+    tile(2, 0, x, w, k, out);
 }
 
-static void tile_1(const float *const *x, const float *const *w, int64_t k, float out[NR][MR])
+static void tile_f32_1(const float *const *x, const void *const *w, int64_t k, float out[NR][MR])
 {
-    tile(1, x, w, k, out);
+    tile(1, 0, x, w, k, out);
+}
+
+static void tile_bf16_2(const float *const *x, const void *const *w, int64_t k, float out[NR][MR])
+{
+    tile(2, 1, x, w, k, out);
+}
+
+static void tile_bf16_1(const float *const *x, const void *const *w, int64_t k, float out[NR][MR])
+{
+    tile(1, 1, x, w, k, out);
 }
 
 /* A single dot product, accumulated exactly as one element of a tile. */
@@ -335,16 +361,19 @@ static float dot(const float *a, const float *b, int64_t k)
     return sum_lanes(acc);
 }
 
-/* y rows [i0, i0+ni) x columns [j0, j0+nj): wrow(j) is row j of w as f32. */
-static void matmul_block(const tp_tensor *x, const float *wblock, const tp_tensor *w, int64_t i0,
-                         int64_t ni, int64_t j0, int64_t nj, int64_t k, const float *bias,
-                         tp_tensor *y)
+/* y rows [i0, i0+ni) x columns [j0, j0+nj). The rows of w come from wblock (widened, ldw
+ * floats apart) when it is not NULL, else straight from w (f32, or bf16 widened in the
+ * tile). */
+static void matmul_block(const tp_tensor *x, const float *wblock, int64_t ldw, const tp_tensor *w,
+                         int64_t i0, int64_t ni, int64_t j0, int64_t nj, int64_t k,
+                         const float *bias, tp_tensor *y)
 {
+    const int bf16 = !wblock && w->dtype == TP_DTYPE_BF16;
     for (int64_t c = 0; c < nj; c += MR) {
-        const float *wr[MR];
+        const void *wr[MR];
         for (int cc = 0; cc < MR; cc++) { /* past the edge: repeat the last row, drop the result */
             int64_t j = c + cc < nj ? c + cc : nj - 1;
-            wr[cc] = wblock ? wblock + j * k : row_f32(w, j0 + j);
+            wr[cc] = wblock ? (const void *)(wblock + j * ldw) : row_ptr(w, j0 + j);
         }
         int64_t nc = nj - c < MR ? nj - c : MR;
         for (int64_t i = 0; i < ni; i += NR) {
@@ -352,8 +381,10 @@ static void matmul_block(const tp_tensor *x, const float *wblock, const tp_tenso
             float out[NR][MR];
             int64_t nr = ni - i < NR ? ni - i : NR;
             for (int r = 0; r < NR; r++) xr[r] = row_f32(x, i0 + i + (r < nr ? r : nr - 1));
-            if (nr == NR) tile_2(xr, wr, k, out);
-            else tile_1(xr, wr, k, out);
+            if (bf16 && nr == NR) tile_bf16_2(xr, wr, k, out);
+            else if (bf16) tile_bf16_1(xr, wr, k, out);
+            else if (nr == NR) tile_f32_2(xr, wr, k, out);
+            else tile_f32_1(xr, wr, k, out);
             for (int64_t r = 0; r < nr; r++) {
                 float *yr = row_f32(y, i0 + i + r) + j0 + c;
                 for (int64_t cc = 0; cc < nc; cc++)
@@ -396,9 +427,13 @@ static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *
     const int64_t n_mblocks = (m + mb - 1) / mb, n_nblocks = (n + NB - 1) / NB;
     const int64_t tasks = n_mblocks * n_nblocks;
 
-    const int widen = w->dtype != TP_DTYPE_F32;
+    /* f32 weights are read in place; bf16 ones too when n <= NR (each element is widened
+     * once either way); otherwise blocks are widened into scratch rows ldw floats apart
+     * (padded so that the rows of a block do not share L1 sets). */
+    const int widen = w->dtype == TP_DTYPE_F16 || (w->dtype == TP_DTYPE_BF16 && n > NR);
+    const int64_t ldw = (k + 15) / 16 * 16 + 16;
     const int64_t bias_floats = bias && bias->dtype != TP_DTYPE_F32 ? (m + 15) / 16 * 16 : 0;
-    size_t need = (size_t)bias_floats + (widen ? (size_t)nt * (size_t)(mb * k) : 0);
+    size_t need = (size_t)bias_floats + (widen ? (size_t)nt * (size_t)(mb * ldw) : 0);
     float *scratch = need ? scratch_get(b->ctx, need) : NULL;
     if (need && !scratch)
         return tp_error(TP_ERR_OOM, "matmul: out of memory for %zu floats of scratch", need);
@@ -407,7 +442,7 @@ static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *
 
 #pragma omp parallel num_threads(nt) if (tasks > 1 && (double)n * m * k > PAR_WORK)
     {
-        float *wblock = widen ? wblocks + (size_t)thread_id() * (size_t)(mb * k) : NULL;
+        float *wblock = widen ? wblocks + (size_t)thread_id() * (size_t)(mb * ldw) : NULL;
         int64_t have = -1; /* which block of w wblock holds */
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
@@ -415,10 +450,10 @@ static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *
             int64_t j0 = jb * mb, nj = m - j0 < mb ? m - j0 : mb;
             int64_t i0 = ib * NB, ni = n - i0 < NB ? n - i0 : NB;
             if (widen && have != jb) {
-                for (int64_t j = 0; j < nj; j++) to_f32(wblock + j * k, row_ptr(w, j0 + j), w->dtype, k);
+                for (int64_t j = 0; j < nj; j++) to_f32(wblock + j * ldw, row_ptr(w, j0 + j), w->dtype, k);
                 have = jb;
             }
-            matmul_block(x, wblock, w, i0, ni, j0, nj, k, bv, y);
+            matmul_block(x, wblock, ldw, w, i0, ni, j0, nj, k, bv, y);
         }
     }
     return TP_OK;

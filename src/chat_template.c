@@ -203,15 +203,13 @@ static tp_status lex(lexer *lx)
         if (kind && mod == '-') {
             while (b > a && is_ws(lx->src[b - 1])) b--;
         } else if (kind && kind != '{' && mod != '+') {
-            /* lstrip_blocks: spaces and tabs from the line start to a block tag. */
+            /* lstrip_blocks: spaces and tabs between a line start and a block tag go. */
             size_t k = b;
             while (k > a && (lx->src[k - 1] == ' ' || lx->src[k - 1] == '\t')) k--;
-            if (k == 0 || lx->src[k - 1] == '\n' || (k == a && k > 0 && lx->src[k - 1] != '\n' && 0)) b = k;
-            else if (k == a && a > 0 && a == start && lx->src[a - 1] == '\n') b = k;
+            if (k == 0 || lx->src[k - 1] == '\n') b = k;
         }
         count_lines(lx, start, i);
         if (b > a) TP_CHECK(push_tok(lx, T_TEXT, lx->src + a, b - a));
-        lx->line -= 0;
         if (i >= lx->n) break;
         lx->pos = i + 2 + (mod == '-' || mod == '+');
         strip_next = trim_nl = 0;
@@ -882,8 +880,9 @@ static tp_status parse_body(parser *p, ct_node **out, const char *const *stops)
     for (;;) {
         token *t = cur(p);
         if (t->type == T_EOF) {
-            if (stops) st = tp_error(TP_ERR_FORMAT, "chat template: missing {%% %s %%} at the end%s",
-                                     stops[0][0] == 'e' && stops[1] ? stops[1] : stops[0], HINT);
+            if (stops)
+                st = tp_error(TP_ERR_FORMAT, "chat template: a block is not closed (no {%% %s %%})%s",
+                              stops[1] ? stops[1 + (stops[2] != NULL)] : stops[0], HINT);
             break;
         }
         if (t->type == T_TEXT) {
@@ -920,8 +919,7 @@ static tp_status parse_body(parser *p, ct_node **out, const char *const *stops)
         int stop = 0;
         for (size_t k = 0; stops && stops[k] && name->type == T_NAME; k++) stop |= strcmp(name->s, stops[k]) == 0;
         if (stop) {
-            p->i += 2; /* leave the stop word's arguments to the caller */
-            p->i--;
+            p->i++; /* the caller reads the stop word and what follows */
             break;
         }
         p->i++;

@@ -313,7 +313,7 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
                         (long long)key, (long long)need, (long long)total,
                         (int)s->cfg.block_size, (int)s->cfg.n_blocks);
     if (table_find(s, key))
-        return tp_error(TP_ERR_INVALID_ARG, "sequence key %lld is already queued",
+        return tp_error(TP_ERR_INVALID_ARG, "sequence key %lld is already in use",
                         (long long)key);
 
     seq *sq = calloc(1, sizeof *sq);
@@ -379,7 +379,7 @@ static int32_t reserve(tp_scheduler *s, seq *sq, int32_t want)
         int32_t need = blocks_for(s, (int64_t)sq->n_computed + want) - sq->n_blocks;
         if (need <= tp_block_alloc_n_free(s->alloc)) break;
         seq *victim = newest_unscheduled(s);
-        if (victim != sq) {
+        if (victim && victim != sq) {
             preempt(s, victim);
             continue;
         }
@@ -541,7 +541,12 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
     }
 
     int32_t n_tokens = s->cfg.max_num_batched_tokens - budget;
-    if (n_tokens == 0) return TP_OK;
+    if (n_tokens == 0) {
+        /* cannot happen: the oldest running sequence always fits; say so, not spin */
+        if (tp_scheduler_idle(s)) return TP_OK;
+        return tp_error(TP_ERR_INTERNAL, "scheduler found nothing to run with %d sequences "
+                        "waiting and %d running", (int)s->waiting.n, (int)s->running.n);
+    }
     TP_CHECK(grow_batch(s, n_tokens));
     fill_batch(s, b, n_tokens);
     for (int32_t r = 0; r < s->n_rows; r++) {

@@ -335,7 +335,8 @@ static void engine_run(engine *e)
     for (;;) {
         REQUIRE_LT(step, MAX_STEPS);
         for (int32_t i = 0; i < e->n_seqs; i++)
-            if (!e->seqs[i].added && e->seqs[i].add_step <= step) add_to_scheduler(e, s, &e->seqs[i]);
+            if (!e->seqs[i].added && e->seqs[i].add_step <= step)
+                add_to_scheduler(e, s, &e->seqs[i]);
         tp_sched_batch b;
         ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
         if (b.n_tokens == 0) {

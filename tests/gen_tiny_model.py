@@ -4,6 +4,8 @@ weights and a small byte-level BPE tokenizer: what a fresh clone runs on, and wh
 tests use when ../shared is absent. Standard library only.
 
 usage: gen_tiny_model.py DIR [--dtype float32|bfloat16] [--shards N] [--seed S]
+                          [--hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V]
+Larger shapes (the CPU benchmark's ~100M-parameter model) use numpy when it is there.
 """
 import argparse
 import json
@@ -125,6 +127,22 @@ def weight_specs(c):
     return specs
 
 
+def random_tensor(rng, np_rng, n, std, dtype):
+    """n values N(0, std), or 1 + N(0, 0.1) for a norm weight (std None), encoded."""
+    if np_rng is not None:
+        import numpy as np
+        v = np_rng.standard_normal(n, dtype=np.float32) * np.float32(0.1 if std is None else std)
+        if std is None:
+            v += np.float32(1.0)
+        if dtype == "float32":
+            return v.astype("<f4").tobytes()
+        u = v.view(np.uint32).astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        return u.astype("<u2").tobytes()
+    vals = [1.0 + rng.gauss(0, 0.1) if std is None else rng.gauss(0, std) for _ in range(n)]
+    return encode(vals, dtype)
+
+
 def encode(values, dtype):
     if dtype == "float32":
         return struct.pack("<%df" % len(values), *values)
@@ -159,19 +177,35 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1234)
+    for k in ("hidden", "layers", "heads", "kv-heads", "intermediate", "vocab"):
+        ap.add_argument("--" + k, type=int)
     a = ap.parse_args()
 
     tok = tokenizer(48)
     cfg = dict(CONFIG, torch_dtype=a.dtype)
     cfg["vocab_size"] = (len(tok["model"]["vocab"]) + 15) // 16 * 16
+    for arg, key in (("hidden", "hidden_size"), ("layers", "num_hidden_layers"),
+                     ("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads"),
+                     ("intermediate", "intermediate_size"), ("vocab", "vocab_size")):
+        if getattr(a, arg) is not None:
+            cfg[key] = getattr(a, arg)
+    cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    custom = any(getattr(a, k) is not None for k in ("hidden", "layers", "heads", "kv_heads",
+                                                      "intermediate", "vocab"))
+    np_rng = None
+    if custom:  # the default tiny model stays pure Python, so it is the same everywhere
+        try:
+            import numpy
+            np_rng = numpy.random.default_rng(a.seed)
+        except ImportError:
+            pass
     rng = random.Random(a.seed)
     tensors = []
     for name, shape, std in weight_specs(cfg):
         n = 1
         for d in shape:
             n *= d
-        vals = [1.0 + rng.gauss(0, 0.1) if std is None else rng.gauss(0, std) for _ in range(n)]
-        tensors.append((name, shape, encode(vals, a.dtype)))
+        tensors.append((name, shape, random_tensor(rng, np_rng, n, std, a.dtype)))
 
     os.makedirs(a.dir, exist_ok=True)
     if a.shards <= 1:
