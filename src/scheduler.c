@@ -449,7 +449,7 @@ static void fill_batch(tp_scheduler *s, tp_sched_batch *b, int32_t n_tokens)
         s->seq_key[r] = sq->key;
         s->seq_first[r] = t;
         s->seq_len[r] = row->len;
-        int32_t *bt = s->block_table + (size_t)r * mb;
+        int32_t *bt = s->block_table + (size_t)r * (size_t)mb;
         memcpy(bt, sq->blocks, (size_t)sq->n_blocks * sizeof *bt);
         memset(bt + sq->n_blocks, 0, (size_t)(mb - sq->n_blocks) * sizeof *bt);
         for (int32_t j = 0; j < row->len; j++, t++) {

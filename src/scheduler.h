@@ -2,8 +2,8 @@
  * scheduler.h: continuous batching over a paged KV cache. Sequences wait, are admitted
  * as blocks and the --max-num-seqs / --max-num-batched-tokens budgets allow, prefill in
  * chunks, decode one token a step, and give their blocks back when finished. When a
- * decode step needs a block and none is free, the most recently admitted running
- * sequence is preempted: its blocks are freed and it is recomputed later from its
+ * running sequence's step needs a block and none is free, the most recently admitted
+ * running sequence not yet in the step is preempted: its blocks are freed and it is recomputed later from its
  * tokens, so nothing is lost. Pure host logic, deterministic: every rank of a replica
  * runs an identical scheduler and reaches identical decisions.
  */
@@ -65,7 +65,8 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b);
 /* Apply the step's outcome: for each logit row i, sampled[i] is the new token of
  * logit_seq[i], and finish[i] (0/1) says the caller ends that sequence (EOS, stop, limit).
  * A sequence that reaches its max_new_tokens finishes here whatever finish[] says.
- * Must be called once after each non-empty schedule, before the next schedule. */
+ * finish may be NULL (no sequence ended by the caller). Must be called once after each
+ * non-empty schedule, before the next schedule. */
 tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const int32_t *sampled,
                               const uint8_t *finish);
 

@@ -836,8 +836,8 @@ START_TEST(many_keys)
     enum { N = 3000 };
     tp_scheduler *s;
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16}, &s), TP_OK);
-    static int64_t keys[N];
-    static uint8_t popped[N];
+    int64_t keys[N];
+    uint8_t popped[N] = {0};
     uint64_t rng = 99;
     const int32_t p[2] = {5, 6};
     for (int i = 0; i < N; i++) {
