@@ -165,6 +165,14 @@ static tp_status lex_tag(lexer *lx, const char *end, enum tok_type end_type, int
                 k++;
                 while (k < left && p[k] >= '0' && p[k] <= '9') k++;
             }
+            if (k + 1 < left && (p[k] == 'e' || p[k] == 'E')) {
+                size_t e = k + 1 + (p[k + 1] == '+' || p[k + 1] == '-');
+                if (e < left && p[e] >= '0' && p[e] <= '9') {
+                    real = 1;
+                    k = e;
+                    while (k < left && p[k] >= '0' && p[k] <= '9') k++;
+                }
+            }
             lx->pos += k;
             TP_CHECK(push_tok(lx, real ? T_FLOAT : T_INT, p, k));
             token *t = &lx->v[lx->nt - 1];
@@ -433,8 +441,22 @@ static tp_status parse_primary(parser *p, ct_node **out)
         p->i++;
         TP_CHECK(parse_expr(p, &n));
         if (is_op(p, ",")) {
-            ct_node_free(n);
-            return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: tuples are not supported%s", t->line, HINT);
+            /* A tuple: evaluated as a list (enough for str.startswith((a, b))). */
+            ct_node *l = node_new(CT_LIST);
+            tp_status st = l ? add_kid(l, n) : tp_error(TP_ERR_OOM, "out of memory");
+            if (!l) ct_node_free(n);
+            n = l;
+            while (st == TP_OK && is_op(p, ",")) {
+                p->i++;
+                if (is_op(p, ")")) break;
+                ct_node *v;
+                st = parse_expr(p, &v);
+                if (st == TP_OK) st = add_kid(n, v);
+            }
+            if (st != TP_OK) {
+                ct_node_free(n);
+                return st;
+            }
         }
         if (!is_op(p, ")")) {
             ct_node_free(n);
@@ -599,6 +621,7 @@ static tp_status parse_filters(parser *p, ct_node **n)
 
 static tp_status parse_unary(parser *p, int with_filter, ct_node **out)
 {
+    *out = NULL;
     if (++p->depth > MAX_DEPTH) return tp_error(TP_ERR_FORMAT, "chat template: expression nested too deeply");
     tp_status st;
     if (is_op(p, "-") || is_op(p, "+")) {

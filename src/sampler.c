@@ -18,6 +18,8 @@
 #define GREEDY_TEMPERATURE 1e-5
 #define MAX_LOGPROBS 20 /* OpenAI's top_logprobs limit and vLLM's default max_logprobs */
 #define SMALL_RANGE 16  /* selections finish ranges this short with an insertion sort */
+#define BUCKETS 64      /* exponent buckets of find_by_mass */
+#define BUCKET_MIN 2048 /* below this many tokens, a plain weighted quickselect is cheaper */
 
 struct tp_sampler {
     int32_t vocab;
@@ -249,9 +251,21 @@ static int depth_budget(int32_t n)
     return d;
 }
 
-/* Rearrange idx[0, n) so that idx[0, k) are the k first-ranked tokens (0 < k < n). */
+/* Rearrange idx[0, n) so that idx[0, k) are the k first-ranked tokens (0 < k < n). Small k:
+ * a heap of the best k so far whose root ranks last, so most tokens cost one sequential
+ * comparison. Large k: quickselect. */
 static void select_first_k(const double *val, int32_t *idx, int32_t n, int32_t k)
 {
+    if (k <= n / 16) {
+        for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(val, idx, i, k);
+        for (int32_t i = k; i < n; i++) {
+            if (ranks_before(val, idx[i], idx[0])) {
+                swap_ids(&idx[0], &idx[i]);
+                sift_down(val, idx, 0, k);
+            }
+        }
+        return;
+    }
     int32_t lo = 0, hi = n;
     int depth = depth_budget(n);
     while (hi - lo > SMALL_RANGE && depth-- > 0) {
@@ -268,16 +282,15 @@ static inline int mass_reached(double cum, double target, int strict)
     return strict ? cum > target : cum >= target;
 }
 
-/* Walk the rank order of idx[0, n) without sorting it: return the first rank position m whose
- * running mass cum(m) = w of the m + 1 first-ranked tokens reaches target (cum >= target, or
- * cum > target if strict). idx is rearranged so that idx[0, m] are those tokens and idx[m]
- * is the (m+1)-th. If rounding leaves the target unreached, the last token is returned. */
-static int32_t select_by_mass(const double *val, const double *w, int32_t *idx, int32_t n,
-                              double target, int strict)
+/* Walk the rank order of idx[lo, hi) without sorting it, given acc, the mass of idx[0, lo),
+ * which all rank before: return the first rank position m whose running mass cum(m) (of
+ * idx[0, m]) reaches target (cum >= target, or cum > target if strict). idx[lo, hi) is
+ * rearranged so that idx[0, m] are the m + 1 first-ranked tokens and idx[m] the last of them.
+ * If rounding leaves the target unreached, position hi - 1 is returned. */
+static int32_t select_by_mass(const double *val, const double *w, int32_t *idx, int32_t lo,
+                              int32_t hi, double acc, double target, int strict)
 {
-    int32_t lo = 0, hi = n;
-    int depth = depth_budget(n);
-    double acc = 0.0; /* mass of idx[0, lo), which all rank before idx[lo, hi) */
+    int depth = depth_budget(hi - lo);
     while (hi - lo > SMALL_RANGE && depth-- > 0) {
         int32_t p = partition(val, idx, lo, hi);
         double a = acc;
@@ -297,6 +310,57 @@ static int32_t select_by_mass(const double *val, const double *w, int32_t *idx, 
         if (mass_reached(acc, target, strict)) return i;
     }
     return hi - 1;
+}
+
+/* Exponent bucket of a weight in (0, 1]: 0 holds 1, b holds [2^-b, 2^(1-b)), the last one
+ * everything smaller. Weights never grow along the rank order, so each bucket is a run of
+ * consecutive ranks. */
+static inline int bucket_of(double w)
+{
+    uint64_t bits;
+    memcpy(&bits, &w, sizeof bits);
+    int b = 1023 - (int)(bits >> 52);
+    return b < BUCKETS - 1 ? b : BUCKETS - 1;
+}
+
+/* select_by_mass over idx[0, n). For large n, one pass sums the mass per exponent bucket to
+ * find the bucket the target falls in; one partition puts the earlier buckets first; only
+ * that bucket is then searched. */
+static int32_t find_by_mass(const double *val, const double *w, int32_t *idx, int32_t n,
+                            double target, int strict)
+{
+    if (n < BUCKET_MIN) return select_by_mass(val, w, idx, 0, n, 0.0, target, strict);
+    double mass[BUCKETS] = {0};
+    int32_t count[BUCKETS] = {0};
+    for (int32_t i = 0; i < n; i++) {
+        int b = bucket_of(w[idx[i]]);
+        mass[b] += w[idx[i]];
+        count[b]++;
+    }
+    int pick = -1, last = 0;
+    double acc = 0.0, before_last = 0.0;
+    for (int b = 0; b < BUCKETS; b++) {
+        if (!count[b]) continue;
+        if (mass_reached(acc + mass[b], target, strict)) {
+            pick = b;
+            break;
+        }
+        before_last = acc;
+        last = b;
+        acc += mass[b];
+    }
+    if (pick < 0) { /* rounding left the target unreached: the last token it is */
+        pick = last;
+        acc = before_last;
+    }
+    int32_t lo = 0, mid = 0, hi = n; /* [0, lo) earlier buckets, [lo, hi) bucket pick */
+    while (mid < hi) {
+        int b = bucket_of(w[idx[mid]]);
+        if (b < pick) swap_ids(&idx[lo++], &idx[mid++]);
+        else if (b > pick) swap_ids(&idx[mid], &idx[--hi]);
+        else mid++;
+    }
+    return select_by_mass(val, w, idx, lo, hi, acc, target, strict);
 }
 
 static double mass_of(const double *w, const int32_t *idx, int32_t n)
