@@ -19,6 +19,18 @@
         }                                                                            \
     } while (0)
 
+/* The same, jumping to a cleanup label with st set (NCCL's CHECKGOTO shape). */
+#define TP_CUDA_CHECK_GOTO(call, st, label)                                          \
+    do {                                                                             \
+        cudaError_t tp_cuda_err_ = (call);                                           \
+        if (tp_cuda_err_ != cudaSuccess) {                                           \
+            (void)cudaGetLastError();                                                \
+            (st) = tp_error(TP_ERR_CUDA, "%s failed: %s", #call,                     \
+                            cudaGetErrorString(tp_cuda_err_));                       \
+            goto label;                                                              \
+        }                                                                            \
+    } while (0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

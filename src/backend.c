@@ -12,9 +12,9 @@ tp_status tp_backend_create(const char *name, int device, tp_dtype act_dtype, tp
     int want_cuda = !strcmp(name, "cuda");
     if (want_cuda || (!strcmp(name, "auto") && device >= 0)) {
 #ifdef HAVE_CUDA
-        if (want_cuda)
-            return tp_error(TP_ERR_UNAVAILABLE,
-                            "the CUDA backend's operations are not in this version yet; use --backend cpu");
+        if (device >= 0) return tp_backend_cuda_create(device, act_dtype, out);
+        return tp_error(TP_ERR_UNAVAILABLE, "--backend cuda: no GPU is visible to this rank "
+                        "(CUDA_VISIBLE_DEVICES?); use --backend cpu");
 #else
         if (want_cuda)
             return tp_error(TP_ERR_UNAVAILABLE,

@@ -141,6 +141,10 @@ struct tp_backend {
 /* The CPU backend (OpenMP threads; f32 activations). */
 tp_status tp_backend_cpu_create(tp_backend **out);
 
+/* The CUDA backend on GPU device with activations of act_dtype (cuda/backend_cuda.c;
+ * only in a build with CUDA). */
+tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **out);
+
 /* By name: "cpu", "cuda" (device = GPU index), or "auto". TP_ERR_UNAVAILABLE when the
  * backend is not built in or has no device. */
 tp_status tp_backend_create(const char *name, int device, tp_dtype act_dtype, tp_backend **out);

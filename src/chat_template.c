@@ -877,6 +877,9 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (!strcmp(nm, "set")) kind = CT_SET;
     else if (!strcmp(nm, "break")) kind = CT_BREAK;
     else if (!strcmp(nm, "continue")) kind = CT_CONTINUE;
+    else if (!strcmp(nm, "endif") || !strcmp(nm, "endfor") || !strcmp(nm, "elif") || !strcmp(nm, "else"))
+        return tp_error(TP_ERR_FORMAT, "chat template: line %d: {%% %s %%} without its opening tag%s", t->line, nm,
+                        HINT);
     else
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: {%% %.40s %%} is not supported by tpinfer's "
                         "template subset (if/elif/else, for, set, break, continue)%s", t->line, nm, HINT);
@@ -947,6 +950,10 @@ static tp_status parse_body(parser *p, ct_node **out, const char *const *stops)
         }
         p->i++;
         if ((st = parse_stmt(p, body)) != TP_OK) break;
+    }
+    if (st != TP_OK) {
+        ct_node_free(body);
+        *out = NULL;
     }
     return st;
 }

@@ -43,6 +43,12 @@ struct tp_comm {
     const char *name; /* "mpi:tp", "nccl:tp", ... for messages */
 };
 
+/* NCCL communicator over the ranks of bootstrap (an MPI tp_comm of the same group, which
+ * shares the unique id), on GPU device; buffers must be device memory (cuda/comm_nccl.c,
+ * only in a build with NCCL). tp_comm_nccl_abort ends it without waiting for peers. */
+tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, tp_comm **out);
+void tp_comm_nccl_abort(tp_comm *c);
+
 static inline tp_status tp_comm_all_reduce_sum(tp_comm *c, const void *send, void *recv,
                                                size_t count, tp_dtype dt, void *stream)
 {

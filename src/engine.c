@@ -1,16 +1,21 @@
 /*
  * engine.c: the generation loop. Every rank of a replica runs the same schedulers on the
- * same inputs and so makes the same decisions; the only thing that travels besides
- * activations is each step's sampled tokens, broadcast from the sampler rank (last
- * stage, tp rank 0). Pipeline parallel: P = pp schedulers ("virtual engines") over
- * disjoint requests and KV blocks; at tick t stage s runs the batch that engine
- * (t - s) mod P started at tick t - s, so all stages compute at the same time.
+ * same inputs and so makes the same decisions; besides activations, only each step's
+ * sampled tokens travel, broadcast from the sampler rank (last stage, tp rank 0) together
+ * with its decision to stop early. Pipeline parallel: P = pp schedulers ("virtual
+ * engines") over disjoint requests and KV blocks; at tick t stage s runs the batch that
+ * engine (t - s) mod P started at tick t - s, so all stages compute at the same time.
+ * The sampler rank turns finished requests into output lines (collect.c takes them to
+ * rank 0, which writes them as they come).
  */
+#include "config.h"
 #include "engine.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +27,13 @@
 #endif
 
 #include "backend.h"
+#include "chat_template.h"
+#include "collect.h"
+#include "completion.h"
 #include "log.h"
 #include "model.h"
 #include "model_config.h"
+#include "output.h"
 #include "requests.h"
 #include "sampler.h"
 #include "scheduler.h"
@@ -33,45 +42,70 @@
 #include "util.h"
 #include "weights.h"
 
-enum { REASON_LENGTH = 0, REASON_STOP = 1, REASON_ERROR = 2 };
+static volatile sig_atomic_t stop_signal; /* SIGTERM, SIGINT or SIGUSR1 arrived */
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
 
 typedef struct req {
     const tp_request *in;
+    int64_t index;          /* among this run's requests (after --resume skips), -1: skipped */
+    int64_t runnable;       /* among those that run, -1: does not run */
     int32_t *prompt;
     int32_t n_prompt;
-    int32_t max_new;
-    int ignore_eos;
     tp_sampling_params sp;
-    const char *error_code; /* NULL when the request runs */
+    int32_t max_new, min_tokens, n;
+    int ignore_eos, skip_special, include_stop;
+    int32_t prompt_lp;      /* top-N of prompt logprobs, -1: none */
+    const char *error_code; /* set: the request does not run */
     char *error_message;
-    tp_ids out;             /* generated tokens */
-    int reason;
-    float *prompt_logits;   /* --dump-logits, sampler rank: [n_prompt, V] */
-    int32_t n_prompt_logits;
-    float *gen_logits;      /* [max_new, V] */
-    int32_t n_gen_logits;
+    int64_t first_seq;
+    /* sampler rank */
+    tp_choice *choices;
+    tp_prompt_logprob *plp;
+    tp_token_logprob *plp_top;
+    int32_t n_plp;          /* prompt positions recorded (prompt logprobs or dump) */
+    float *dump_prompt, *dump_gen;
+    int32_t n_dump_gen;
+    int32_t n_finished;
 } req;
+
+typedef struct seq {
+    int64_t req;
+    int32_t choice;
+} seq;
 
 typedef struct engine {
     const tp_options *o;
     tp_mpi_world *w;
     const tp_grid *g;
+    const tp_device_info *dev;
     tp_model_config cfg;
     tp_generation_config gen;
     tp_tokenizer *tok;
+    tp_chat_template *tpl;
     tp_request_list reqs;
     req *R;
-    int64_t n_mine; /* requests of this replica */
+    seq *S_;                /* every sequence of this replica */
+    int64_t n_seqs;
+    int64_t n_index, n_runnable;
     int32_t max_model_len;
     int32_t eos[TP_MAX_EOS_IDS];
     int n_eos;
+    const char *model_name;
+
+    tp_output *out;         /* rank 0 */
+    tp_progress *progress;  /* rank 0 */
+    tp_collector *collector;
+    uint32_t *done_bits;    /* resume: requests the output already holds */
 
     tp_weights weights;
     tp_backend *backend;
+    tp_comm *tpc, *ppc;     /* the TP and PP collectives (MPI, or NCCL on GPUs) */
+    tp_comm *nccl_tp, *nccl_pp;
     tp_model model;
     tp_kv_cache kv;
     tp_step_buffers buf;
-    tp_tensor rx, rdelta; /* activations received from the previous stage */
+    tp_tensor rx, rdelta;   /* activations received from the previous stage */
 
     int P;
     int32_t blocks_per_engine;
@@ -79,14 +113,26 @@ typedef struct engine {
     tp_sched_batch *B;
     int *inflight;
     int64_t *entered;
+    int stopping;           /* the replica agreed to stop early */
 
     int is_sampler;
     tp_sampler *sampler;
-    float *logits_host;
-    int32_t *slot, *block_table, *logit_rows, *sync; /* host scratch */
+    float *logits_host, *row;
+    int32_t max_rows;
+    tp_token_logprob *top;
+    int32_t *slot, *block_table, *rows, *extra_seq, *sync;
+    int32_t n_extra;
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
+    double t0;
 } engine;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 // ----------------------------------------------------------------------------
 // phase 1: config, tokenizer, prompts (every rank, identically)
@@ -94,6 +140,7 @@ typedef struct engine {
 static void set_request_error(req *r, const char *code)
 {
     r->error_code = code;
+    free(r->error_message);
     r->error_message = strdup(*tp_error_message() ? tp_error_message() : code);
     tp_error_clear();
 }
@@ -107,59 +154,139 @@ static void default_sampling(const engine *e, tp_sampling_params *sp)
         if (e->gen.top_k >= 0) sp->top_k = (int32_t)e->gen.top_k;
         if (e->gen.top_p >= 0) sp->top_p = e->gen.top_p;
     }
+    if (e->gen.repetition_penalty > 0) sp->repetition_penalty = e->gen.repetition_penalty;
     if (o->temperature >= 0) sp->temperature = o->temperature;
     if (o->top_k >= -1) sp->top_k = (int32_t)o->top_k;
     if (o->top_p >= 0) sp->top_p = o->top_p;
 }
 
-static tp_status prepare_request(engine *e, req *r, const tp_request *in)
+static void apply_params(engine *e, req *r)
 {
-    r->in = in;
+    const tp_request_params *p = &r->in->p;
     default_sampling(e, &r->sp);
-    if (in->has_temperature) r->sp.temperature = in->temperature;
-    if (in->has_top_k) r->sp.top_k = in->top_k;
-    if (in->has_top_p) r->sp.top_p = in->top_p;
-    r->sp.seed = tp_sampler_request_seed(in->has_seed ? in->seed : e->o->seed, in->id);
-    r->ignore_eos = in->ignore_eos >= 0 ? in->ignore_eos : e->o->ignore_eos;
+    if (p->has_temperature) r->sp.temperature = p->temperature;
+    if (p->has_top_k) r->sp.top_k = p->top_k;
+    if (p->has_top_p) r->sp.top_p = p->top_p;
+    if (p->has_min_p) r->sp.min_p = p->min_p;
+    if (p->has_repetition_penalty) r->sp.repetition_penalty = p->repetition_penalty;
+    if (p->has_presence_penalty) r->sp.presence_penalty = p->presence_penalty;
+    if (p->has_frequency_penalty) r->sp.frequency_penalty = p->frequency_penalty;
+    r->sp.logprobs = p->has_logprobs ? p->logprobs : 0;
+    r->sp.seed = tp_sampler_request_seed(p->has_seed ? p->seed : e->o->seed, r->in->id);
+    r->ignore_eos = p->has_ignore_eos ? p->ignore_eos : e->o->ignore_eos;
+    r->skip_special = p->has_skip_special_tokens ? p->skip_special_tokens : 1;
+    r->include_stop = p->has_include_stop_str_in_output ? p->include_stop_str_in_output : 0;
+    r->min_tokens = p->has_min_tokens ? p->min_tokens : 0;
+    r->n = p->has_n ? p->n : 1;
+    r->prompt_lp = p->has_prompt_logprobs ? p->prompt_logprobs : -1;
+}
+
+static tp_status render_chat(engine *e, req *r, tp_ids *ids)
+{
+    if (!e->tpl)
+        return tp_error(TP_ERR_INVALID_ARG, "line %lld: a \"messages\" request needs a chat template: the model "
+                        "has none in tokenizer_config.json; give --chat-template FILE", (long long)r->in->line);
+    json_error_t jerr;
+    json_t *msgs = json_loads(r->in->messages_json, 0, &jerr);
+    if (!msgs) return tp_error(TP_ERR_INVALID_ARG, "line %lld: messages: %s", (long long)r->in->line, jerr.text);
+    char *text = NULL;
+    size_t len = 0;
+    tp_status st = tp_chat_template_apply(e->tpl, msgs, r->in->add_generation_prompt,
+                                          tp_tokenizer_bos_token(e->tok), tp_tokenizer_eos_token(e->tok), &text, &len);
+    json_decref(msgs);
+    /* transformers encodes the rendering without adding special tokens again */
+    if (st == TP_OK) st = tp_tokenizer_encode(e->tok, text, len, 0, ids);
+    free(text);
+    return st;
+}
+
+static tp_status prepare_request(engine *e, req *r)
+{
+    const tp_request *in = r->in;
+    if (in->error_code) {
+        r->error_code = in->error_code;
+        r->error_message = strdup(in->error_message ? in->error_message : in->error_code);
+        return r->error_message ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    apply_params(e, r);
     if (tp_sampling_params_validate(&r->sp) != TP_OK) {
         set_request_error(r, "invalid_request");
         return TP_OK;
     }
+    tp_ids ids = {0};
+    tp_status st = TP_OK;
     if (in->prompt_ids) {
-        r->prompt = malloc((size_t)in->n_prompt_ids * sizeof *r->prompt);
-        if (!r->prompt) return tp_error(TP_ERR_OOM, "out of memory");
-        memcpy(r->prompt, in->prompt_ids, (size_t)in->n_prompt_ids * sizeof *r->prompt);
-        r->n_prompt = in->n_prompt_ids;
-    } else {
-        tp_ids ids = {0};
-        tp_status st = tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
-        if (st == TP_ERR_OOM) return st;
-        if (st != TP_OK) {
-            tp_ids_free(&ids);
-            set_request_error(r, "invalid_request");
-            return TP_OK;
+        for (int32_t i = 0; i < in->n_prompt_ids && st == TP_OK; i++) {
+            if (in->prompt_ids[i] >= e->cfg.vocab_size)
+                st = tp_error(TP_ERR_INVALID_ARG, "line %lld: prompt token %d is outside the vocabulary of %lld",
+                              (long long)in->line, in->prompt_ids[i], (long long)e->cfg.vocab_size);
+            else st = tp_ids_push(&ids, in->prompt_ids[i]);
         }
-        r->prompt = ids.v;
-        r->n_prompt = (int32_t)ids.n;
+    } else if (in->messages_json) {
+        st = render_chat(e, r, &ids);
+    } else {
+        st = tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
     }
+    if (st == TP_ERR_OOM) {
+        tp_ids_free(&ids);
+        return st;
+    }
+    if (st != TP_OK) {
+        tp_ids_free(&ids);
+        set_request_error(r, "invalid_request");
+        return TP_OK;
+    }
+    r->prompt = ids.v;
+    r->n_prompt = (int32_t)ids.n;
     if (r->n_prompt == 0) {
-        tp_error(TP_ERR_INVALID_ARG, "line %lld: the prompt is empty (it encodes to no tokens)",
-                 (long long)in->line);
+        tp_error(TP_ERR_INVALID_ARG, "line %lld: the prompt encodes to no tokens", (long long)in->line);
         set_request_error(r, "invalid_request");
         return TP_OK;
     }
     if (r->n_prompt >= e->max_model_len) {
         tp_error(TP_ERR_INVALID_ARG,
-                 "line %lld: the prompt has %d tokens; the context is %d (--max-model-len), which "
-                 "leaves no room to generate",
+                 "line %lld: the prompt has %d tokens; the context is %d tokens (--max-model-len), which leaves "
+                 "no room to generate",
                  (long long)in->line, r->n_prompt, e->max_model_len);
         set_request_error(r, "context_length_exceeded");
         return TP_OK;
     }
-    int32_t want = in->max_tokens > 0 ? in->max_tokens : (int32_t)e->o->max_tokens;
+    int32_t want = in->p.has_max_tokens ? in->p.max_tokens : (int32_t)e->o->max_tokens;
     int32_t room = e->max_model_len - r->n_prompt;
+    if (in->p.has_max_tokens && want > room) {
+        tp_error(TP_ERR_INVALID_ARG,
+                 "line %lld: max_tokens %d + %d prompt tokens exceed the context of %d tokens (--max-model-len)",
+                 (long long)in->line, want, r->n_prompt, e->max_model_len);
+        set_request_error(r, "context_length_exceeded");
+        return TP_OK;
+    }
     r->max_new = want < room ? want : room;
+    if (r->min_tokens > r->max_new) r->min_tokens = r->max_new;
     return TP_OK;
+}
+
+static tp_status load_chat_template(engine *e)
+{
+    const char *src = tp_tokenizer_chat_template(e->tok);
+    char *file = NULL;
+    size_t n = 0;
+    if (e->o->chat_template) {
+        TP_CHECK(tp_read_file(e->o->chat_template, 1 << 20, &file, &n));
+        src = file;
+    }
+    tp_status st = TP_OK;
+    if (src) {
+        st = tp_chat_template_create(src, file ? n : strlen(src), &e->tpl);
+        if (st == TP_ERR_UNSUPPORTED && !e->o->chat_template)
+            tp_log_info0("the model's chat template is not supported (%s); \"messages\" requests need "
+                         "--chat-template FILE", tp_error_message());
+        if (st == TP_ERR_UNSUPPORTED && !e->o->chat_template) {
+            tp_error_clear();
+            st = TP_OK;
+        }
+    }
+    free(file);
+    return st;
 }
 
 static tp_status setup(engine *e)
@@ -181,24 +308,99 @@ static tp_status setup(engine *e)
     e->n_eos = e->gen.n_eos ? e->gen.n_eos : e->cfg.n_eos;
     for (int i = 0; i < e->n_eos; i++)
         e->eos[i] = (int32_t)(e->gen.n_eos ? e->gen.eos_token_ids[i] : e->cfg.eos_token_ids[i]);
+    const char *slash = strrchr(o->model, '/');
+    e->model_name = slash && slash[1] ? slash + 1 : o->model;
 
     TP_CHECK(tp_tokenizer_load(o->model, &e->tok));
-    TP_CHECK(tp_requests_read(o->input, e->cfg.vocab_size, &e->reqs));
+    TP_CHECK(load_chat_template(e));
+    tp_input_format fmt = TP_INPUT_AUTO;
+    tp_input_format_from_name(o->input_format, &fmt);
+    TP_CHECK(tp_requests_read(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &e->reqs));
     e->R = calloc(e->reqs.n, sizeof *e->R);
     if (!e->R) return tp_error(TP_ERR_OOM, "out of memory for %zu requests", e->reqs.n);
-    for (size_t i = 0; i < e->reqs.n; i++) TP_CHECK(prepare_request(e, &e->R[i], &e->reqs.v[i]));
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        e->R[i].in = &e->reqs.v[i];
+        e->R[i].index = e->R[i].runnable = -1;
+    }
     return TP_OK;
 }
 
 // ----------------------------------------------------------------------------
-// phase 2: weights, KV cache, schedulers
+// phase 2: the output (rank 0), resume, and what each replica runs
 
-static tp_dtype weight_dtype(const engine *e)
+static char *settings_json(const engine *e)
 {
-    tp_dtype dt = e->cfg.torch_dtype;
-    if (strcmp(e->o->dtype, "auto")) tp_dtype_from_name(e->o->dtype, &dt);
-    return dt;
+    const tp_options *o = e->o;
+    json_t *s = json_pack("{s:I, s:f, s:I, s:f, s:b, s:I, s:s, s:s, s:s}", "max_tokens", (json_int_t)o->max_tokens,
+                          "temperature", o->temperature, "top_k", (json_int_t)o->top_k, "top_p", o->top_p,
+                          "ignore_eos", o->ignore_eos, "seed", (json_int_t)o->seed, "dtype", o->dtype,
+                          "input_format", o->input_format, "chat_template",
+                          o->chat_template ? o->chat_template : "");
+    json_object_set_new(s, "max_model_len", json_integer(e->max_model_len));
+    char *text = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(s);
+    return text;
 }
+
+static tp_status open_output(engine *e)
+{
+    const tp_options *o = e->o;
+    tp_output_config oc = {o->output, o->errors, o->resume, o->force, o->overwrite, o->ordered, 2.0};
+    char *settings = settings_json(e);
+    if (!settings) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_manifest m = {PACKAGE_VERSION, o->model, o->input, settings};
+    tp_status st = tp_output_open(&oc, &m, &e->out);
+    free(settings);
+    return st;
+}
+
+/* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request. */
+static tp_status share_done(engine *e)
+{
+    size_t words = (e->reqs.n + 31) / 32;
+    e->done_bits = calloc(words ? words : 1, sizeof *e->done_bits);
+    if (!e->done_bits) return tp_error(TP_ERR_OOM, "out of memory");
+    if (e->g->rank == 0 && e->out)
+        for (size_t i = 0; i < e->reqs.n; i++)
+            if (tp_output_is_done(e->out, e->reqs.v[i].id)) e->done_bits[i / 32] |= 1u << (i % 32);
+    return tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL);
+}
+
+static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
+
+/* Number the requests of this run, tokenize them, and find those that cannot run. */
+static tp_status prepare_all(engine *e)
+{
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        req *r = &e->R[i];
+        if (is_done_earlier(e, i)) continue;
+        r->index = e->n_index++;
+        TP_CHECK(prepare_request(e, r));
+        if (!r->error_code) r->runnable = e->n_runnable++;
+    }
+    return TP_OK;
+}
+
+/* Rank 0 writes the records of requests that cannot run, at once. */
+static tp_status write_error_records(engine *e)
+{
+    if (e->g->rank != 0) return TP_OK;
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        req *r = &e->R[i];
+        if (r->index < 0 || !r->error_code) continue;
+        char *line;
+        size_t len;
+        TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, &line, &len));
+        tp_record_stats rs = {0, 0, -1, -1};
+        tp_status st = tp_collector_send(e->collector, r->index, 1, line, len, &rs);
+        free(line);
+        TP_CHECK(st);
+    }
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// phase 3: weights, KV cache, schedulers
 
 /* Ranks sharing a node share its cores: without an OMP_NUM_THREADS of the user's, each
  * rank takes its part, so 4 ranks on 8 cores do not run 32 spinning threads. */
@@ -214,24 +416,92 @@ static void split_threads(const tp_grid *g)
 #endif
 }
 
+static tp_dtype compute_dtype(const engine *e)
+{
+    tp_dtype dt = e->cfg.torch_dtype;
+    if (strcmp(e->o->dtype, "auto")) tp_dtype_from_name(e->o->dtype, &dt);
+    return dt;
+}
+
+static tp_status make_backend(engine *e)
+{
+    const char *name = e->o->backend;
+    int gpu = e->dev->count > 0 ? e->dev->index : -1;
+    if (!strcmp(name, "cpu")) gpu = -1;
+    if (!strcmp(name, "cuda") && gpu < 0)
+        return tp_error(TP_ERR_UNAVAILABLE, "--backend cuda: rank %d sees no GPU; use --backend cpu", e->g->rank);
+    TP_CHECK(tp_backend_create(gpu >= 0 ? "cuda" : "cpu", gpu, compute_dtype(e), &e->backend));
+    e->tpc = e->w->tp;
+    e->ppc = e->w->pp;
+    if (strcmp(e->backend->name, "cuda")) return TP_OK;
+    /* device buffers travel through NCCL; MPI keeps the host-side agreements */
+#ifdef HAVE_NCCL
+    if (e->g->tp > 1) TP_CHECK(tp_comm_nccl_create(e->w->tp, gpu, "tp", &e->nccl_tp));
+    if (e->g->pp > 1) TP_CHECK(tp_comm_nccl_create(e->w->pp, gpu, "pp", &e->nccl_pp));
+    if (e->nccl_tp) e->tpc = e->nccl_tp;
+    if (e->nccl_pp) e->ppc = e->nccl_pp;
+    return TP_OK;
+#else
+    if (e->g->tp * e->g->pp > 1)
+        return tp_error(TP_ERR_UNAVAILABLE, "this tpinfer was built without NCCL: a grid of several GPUs needs it");
+    return TP_OK;
+#endif
+}
+
 static tp_status load(engine *e, int32_t *n_blocks)
 {
-    split_threads(e->g);
     const tp_grid *g = e->g;
+    split_threads(g);
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
-    TP_CHECK(tp_backend_create(e->o->backend, -1, weight_dtype(e), &e->backend));
+    TP_CHECK(make_backend(e));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    TP_CHECK(tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, weight_dtype(e)));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    tp_log(TP_LOG_DEBUG, "loaded %" PRId64 " bytes of weights in %.2f s", e->model.weight_bytes, s);
+    double t0 = now_s();
+    TP_CHECK(tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e)));
+    double s = now_s() - t0;
+    tp_log(TP_LOG_DEBUG, "loaded %" PRId64 " bytes of weights in %.2f s (%.2f GB/s)", e->model.weight_bytes, s,
+           s > 0 ? (double)e->model.weight_bytes / s / 1e9 : 0.0);
     int64_t per_token = tp_shard_plan_kv_bytes_per_token(&e->cfg, &plan, (int64_t)tp_dtype_size(e->backend->act_dtype));
+    int64_t budget = e->o->kv_cache_memory;
+    if (!strcmp(e->backend->name, "cuda") && e->dev->total_bytes > 0) {
+        /* the card's share, less what is already taken (weights, workspace) and room for
+         * the step buffers */
+        budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
+                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes - (INT64_C(1) << 30);
+        if (budget <= 0)
+            return tp_error(TP_ERR_OOM,
+                            "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights; raise "
+                            "--gpu-memory-utilization (now %.2f) or split the model over more GPUs (--tp, --pp)",
+                            e->dev->index, e->model.weight_bytes, e->o->gpu_memory_utilization);
+    }
     int64_t per_block = per_token * e->o->kv_block_size;
-    int64_t nb = per_block > 0 ? e->o->kv_cache_memory / per_block : 0;
+    int64_t nb = per_block > 0 ? budget / per_block : 0;
     *n_blocks = nb > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)nb;
+    return TP_OK;
+}
+
+static tp_status add_sequences(engine *e)
+{
+    /* this replica's requests: every dp-th runnable one; each of its n choices is a
+     * sequence, dealt round-robin to the engines */
+    int64_t count = 0;
+    for (size_t i = 0; i < e->reqs.n; i++)
+        if (e->R[i].runnable >= 0 && e->R[i].runnable % e->g->dp == e->g->dp_rank) count += e->R[i].n;
+    e->S_ = calloc((size_t)(count ? count : 1), sizeof *e->S_);
+    if (!e->S_) return tp_error(TP_ERR_OOM, "out of memory");
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        req *r = &e->R[i];
+        if (r->runnable < 0 || r->runnable % e->g->dp != e->g->dp_rank) continue;
+        r->first_seq = e->n_seqs;
+        for (int32_t j = 0; j < r->n; j++) {
+            int64_t k = e->n_seqs++;
+            e->S_[k].req = (int64_t)i;
+            e->S_[k].choice = j;
+            tp_status st = tp_scheduler_add(e->S[k % e->P], k, r->prompt, r->n_prompt, r->max_new);
+            if (st != TP_OK) return st; /* the checks of prepare_request make this internal */
+        }
+        e->prompt_tokens += (int64_t)r->n_prompt * r->n;
+    }
     return TP_OK;
 }
 
@@ -242,67 +512,56 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->blocks_per_engine = n_blocks / e->P;
     int32_t bs = (int32_t)o->kv_block_size;
     int32_t need = (int32_t)TP_CEIL_DIV(e->max_model_len, bs);
-    if (e->blocks_per_engine < 1)
-        return tp_error(TP_ERR_INVALID_ARG,
-                        "--kv-cache-memory %" PRId64 " bytes holds %d KV blocks of %d tokens, too few "
-                        "for %d pipeline micro-batches; give more memory",
-                        o->kv_cache_memory, n_blocks, bs, e->P);
     if (e->blocks_per_engine < need)
-        tp_log_info0("KV cache: %d blocks of %d tokens per micro-batch engine; a sequence of "
-                     "--max-model-len %d would need %d",
-                     e->blocks_per_engine, bs, e->max_model_len, need);
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "the KV cache holds %d blocks of %d tokens per pipeline micro-batch, fewer than the %d that "
+                        "one sequence of --max-model-len %d needs; give more --kv-cache-memory (CPU), more "
+                        "--gpu-memory-utilization (GPU), or a smaller --max-model-len",
+                        e->blocks_per_engine, bs, need, e->max_model_len);
     e->S = calloc((size_t)e->P, sizeof *e->S);
     e->B = calloc((size_t)e->P, sizeof *e->B);
     e->inflight = calloc((size_t)e->P, sizeof *e->inflight);
     e->entered = calloc((size_t)e->P, sizeof *e->entered);
     if (!e->S || !e->B || !e->inflight || !e->entered) return tp_error(TP_ERR_OOM, "out of memory");
-    tp_sched_config sc = {bs, e->blocks_per_engine, (int32_t)o->max_num_seqs,
-                          (int32_t)o->max_num_batched_tokens, e->max_model_len};
+    tp_sched_config sc = {bs, e->blocks_per_engine, (int32_t)o->max_num_seqs, (int32_t)o->max_num_batched_tokens,
+                          e->max_model_len};
     for (int p = 0; p < e->P; p++) TP_CHECK(tp_scheduler_create(&sc, &e->S[p]));
-    /* this replica's requests, dealt round-robin to the engines */
-    int64_t k = 0;
-    for (size_t i = 0; i < e->reqs.n; i++) {
-        if ((int64_t)i % e->g->dp != e->g->dp_rank) continue;
-        req *r = &e->R[i];
-        e->n_mine++;
-        if (r->error_code) continue;
-        tp_status st = tp_scheduler_add(e->S[k % e->P], (int64_t)i, r->prompt, r->n_prompt, r->max_new);
-        if (st == TP_ERR_OOM) return st;
-        if (st != TP_OK) set_request_error(r, "context_length_exceeded");
-        else e->prompt_tokens += r->n_prompt;
-        k++;
-    }
+    TP_CHECK(add_sequences(e));
 
     const tp_model_dims *d = &e->model.dims;
     int32_t T = (int32_t)o->max_num_batched_tokens;
-    int32_t L = o->dump_logits ? T : (int32_t)(o->max_num_seqs < T ? o->max_num_seqs : T);
     int32_t seqs = (int32_t)(o->max_num_seqs < T ? o->max_num_seqs : T);
+    e->max_rows = 2 * T; /* sampling rows + prompt rows (prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
-    TP_CHECK(tp_step_buffers_create(&e->model, T, L, seqs, need, &e->buf));
-    void *p1, *p2;
+    TP_CHECK(tp_step_buffers_create(&e->model, T, e->max_rows, seqs, need, &e->buf));
+    void *p1 = NULL, *p2 = NULL;
     TP_CHECK(e->backend->ops->alloc(e->backend, (size_t)T * (size_t)d->d * sizeof(float), &p1));
     e->rx = tp_tensor_make(p1, TP_DTYPE_F32, T, d->d);
     TP_CHECK(e->backend->ops->alloc(e->backend, (size_t)T * (size_t)d->d * sizeof(float), &p2));
     e->rdelta = tp_tensor_make(p2, TP_DTYPE_F32, T, d->d);
 
     e->slot = malloc((size_t)T * sizeof *e->slot);
-    e->logit_rows = malloc((size_t)T * sizeof *e->logit_rows);
+    e->rows = malloc((size_t)e->max_rows * sizeof *e->rows);
+    e->extra_seq = malloc((size_t)T * sizeof *e->extra_seq);
     e->block_table = malloc((size_t)seqs * (size_t)need * sizeof *e->block_table);
-    e->sync = malloc((size_t)2 * (size_t)T * sizeof *e->sync);
+    e->sync = malloc(((size_t)2 * (size_t)T + 1) * sizeof *e->sync);
     e->finish = malloc((size_t)T);
-    if (!e->slot || !e->logit_rows || !e->block_table || !e->sync || !e->finish)
+    if (!e->slot || !e->rows || !e->extra_seq || !e->block_table || !e->sync || !e->finish)
         return tp_error(TP_ERR_OOM, "out of memory");
     e->is_sampler = e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0;
     if (e->is_sampler) {
         TP_CHECK(tp_sampler_create((int32_t)e->cfg.vocab_size, &e->sampler));
-        e->logits_host = malloc((size_t)L * (size_t)e->cfg.vocab_size * sizeof(float));
-        if (!e->logits_host) return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", L);
+        e->logits_host = malloc((size_t)e->max_rows * (size_t)e->cfg.vocab_size * sizeof(float));
+        e->row = malloc((size_t)e->cfg.vocab_size * sizeof(float));
+        e->top = malloc(32 * sizeof *e->top);
+        if (!e->logits_host || !e->row || !e->top)
+            return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", e->max_rows);
     }
     return TP_OK;
 }
 
 // ----------------------------------------------------------------------------
-// phase 3: the step loop
+// phase 4: the step loop
 
 static int stage_engine(const engine *e, int64_t tick, int stage)
 {
@@ -312,7 +571,13 @@ static int stage_engine(const engine *e, int64_t tick, int stage)
     return e->inflight[p] && e->entered[p] == t ? p : -1;
 }
 
-/* The scheduler's step, with engine p's block ids moved to its part of the cache. */
+static int wants_prompt_rows(const engine *e, const req *r, int32_t choice)
+{
+    return choice == 0 && (r->prompt_lp >= 0 || e->o->dump_logits);
+}
+
+/* The scheduler's step, with engine p's block ids moved to its part of the cache. Logit
+ * rows: first one per sampling sequence, then (prompt logprobs, dumps) the prompt tokens. */
 static void make_step(engine *e, int p, tp_step *s)
 {
     const tp_sched_batch *b = &e->B[p];
@@ -328,14 +593,19 @@ static void make_step(engine *e, int p, tp_step *s)
     s->max_blocks = b->max_blocks;
     s->max_pos = b->max_pos;
     s->block_table = e->block_table;
-    if (e->o->dump_logits) { /* every position's logits, for the dump */
-        for (int32_t i = 0; i < b->n_tokens; i++) e->logit_rows[i] = i;
-        s->n_logits = b->n_tokens;
-    } else {
-        memcpy(e->logit_rows, b->logit_token, (size_t)b->n_logits * sizeof(int32_t));
-        s->n_logits = b->n_logits;
+    memcpy(e->rows, b->logit_token, (size_t)b->n_logits * sizeof(int32_t));
+    int32_t n = b->n_logits;
+    e->n_extra = 0;
+    for (int32_t t = 0; t < b->n_tokens && n < e->max_rows; t++) {
+        const seq *q = &e->S_[b->seq_key[b->seq[t]]];
+        const req *r = &e->R[q->req];
+        if (b->pos[t] < r->n_prompt && wants_prompt_rows(e, r, q->choice)) {
+            e->extra_seq[e->n_extra++] = t;
+            e->rows[n++] = t;
+        }
     }
-    s->logit_rows = e->logit_rows;
+    s->n_logits = n;
+    s->logit_rows = e->rows;
 }
 
 static int is_eos(const engine *e, int32_t t)
@@ -345,59 +615,175 @@ static int is_eos(const engine *e, int32_t t)
     return 0;
 }
 
-static void keep_dump_rows(engine *e, const tp_sched_batch *b)
+static int is_stop_token(const req *r, int32_t t)
 {
-    const int64_t V = e->cfg.vocab_size;
-    for (int32_t t = 0; t < b->n_tokens; t++) {
-        req *r = &e->R[b->seq_key[b->seq[t]]];
-        if (b->pos[t] >= r->n_prompt || b->pos[t] != r->n_prompt_logits) continue;
-        if (!r->prompt_logits) r->prompt_logits = malloc((size_t)r->n_prompt * (size_t)V * sizeof(float));
-        if (!r->prompt_logits) continue; /* the dump of this request will say so */
-        memcpy(r->prompt_logits + (size_t)b->pos[t] * (size_t)V, e->logits_host + (size_t)t * (size_t)V,
-               (size_t)V * sizeof(float));
-        r->n_prompt_logits++;
-    }
+    for (int32_t i = 0; i < r->in->p.n_stop_token_ids; i++)
+        if (r->in->p.stop_token_ids[i] == t) return 1;
+    return 0;
 }
 
-/* Sampler rank: choose each logit row's token; everyone: receive them and commit. */
+/* Sampler rank: what the prompt rows of this step say (prompt logprobs, dumps). */
+static tp_status keep_prompt_rows(engine *e, const tp_sched_batch *b)
+{
+    const int64_t V = e->cfg.vocab_size;
+    for (int32_t k = 0; k < e->n_extra; k++) {
+        int32_t t = e->extra_seq[k];
+        req *r = &e->R[e->S_[b->seq_key[b->seq[t]]].req];
+        int32_t pos = b->pos[t];
+        if (pos != r->n_plp) continue; /* recomputed after a preemption: kept already */
+        const float *lg = e->logits_host + (size_t)(b->n_logits + k) * (size_t)V;
+        if (e->o->dump_logits) {
+            if (!r->dump_prompt) r->dump_prompt = malloc((size_t)r->n_prompt * (size_t)V * sizeof(float));
+            if (!r->dump_prompt) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");
+            memcpy(r->dump_prompt + (size_t)pos * (size_t)V, lg, (size_t)V * sizeof(float));
+        }
+        if (r->prompt_lp >= 0 && pos + 1 < r->n_prompt) {
+            if (!r->plp) {
+                r->plp = calloc((size_t)r->n_prompt, sizeof *r->plp);
+                r->plp_top = calloc((size_t)r->n_prompt * (size_t)(r->prompt_lp + 1), sizeof *r->plp_top);
+                if (!r->plp || !r->plp_top) return tp_error(TP_ERR_OOM, "out of memory for prompt logprobs");
+            }
+            tp_prompt_logprob *pl = &r->plp[pos + 1];
+            pl->id = r->prompt[pos + 1];
+            pl->top = r->plp_top + (size_t)(pos + 1) * (size_t)(r->prompt_lp + 1);
+            tp_logprob_of(lg, (int32_t)V, pl->id, r->prompt_lp, &pl->logprob, &pl->rank, pl->top);
+        }
+        r->n_plp++;
+    }
+    return TP_OK;
+}
+
+static tp_status write_dump(engine *e, req *r);
+
+/* Sampler rank: a request whose choices have all finished becomes its output line. */
+static tp_status complete_request(engine *e, req *r)
+{
+    tp_completion c = {r->in, r->index, r->n_prompt, r->prompt, r->choices, r->n, r->plp,
+                       r->prompt_lp > 0 ? r->prompt_lp : 0, e->model_name, (int64_t)time(NULL)};
+    char *line = NULL;
+    size_t len = 0;
+    TP_CHECK(tp_completion_format(&c, e->tok, &line, &len));
+    tp_record_stats rs = {r->n_prompt, 0, -1, -1};
+    const tp_choice *c0 = &r->choices[0];
+    for (int32_t j = 0; j < r->n; j++) rs.completion_tokens += (int64_t)r->choices[j].out.n;
+    if (c0->t_first > 0) {
+        rs.ttft = c0->t_first - c0->t_sched;
+        rs.itl = c0->out.n > 1 ? (c0->t_last - c0->t_first) / (double)(c0->out.n - 1) : 0;
+    }
+    tp_status st = tp_collector_send(e->collector, r->index, 0, line, len, &rs);
+    free(line);
+    TP_CHECK(st);
+    if (e->o->dump_logits) TP_CHECK(write_dump(e, r));
+    for (int32_t j = 0; j < r->n; j++) tp_choice_free(&r->choices[j]);
+    free(r->choices);
+    r->choices = NULL;
+    free(r->plp);
+    free(r->plp_top);
+    r->plp = NULL;
+    r->plp_top = NULL;
+    return TP_OK;
+}
+
+static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out)
+{
+    if (!r->choices) {
+        r->choices = calloc((size_t)r->n, sizeof *r->choices);
+        if (!r->choices) return tp_error(TP_ERR_OOM, "out of memory");
+        for (int32_t k = 0; k < r->n; k++)
+            TP_CHECK(tp_choice_init(&r->choices[k], e->tok, r->skip_special, r->in->p.has_logprobs,
+                                    r->sp.logprobs));
+    }
+    *out = &r->choices[j];
+    return TP_OK;
+}
+
+/* Sampler rank: choose one sequence's next token and whether it ends there. */
+static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *token, int *ends)
+{
+    req *r = &e->R[q->req];
+    tp_choice *c;
+    TP_CHECK(choice_of(e, r, q->choice, &c));
+    const int64_t V = e->cfg.vocab_size;
+    int32_t n_out = (int32_t)c->out.n;
+    if (n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
+        /* min_tokens: the end tokens cannot be drawn yet */
+        memcpy(e->row, lg, (size_t)V * sizeof(float));
+        for (int i = 0; i < e->n_eos; i++) e->row[e->eos[i]] = -INFINITY;
+        for (int32_t i = 0; i < r->in->p.n_stop_token_ids; i++) e->row[r->in->p.stop_token_ids[i]] = -INFINITY;
+        lg = e->row;
+    }
+    tp_sampling_params sp = r->sp;
+    sp.seed = q->choice ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)q->choice : r->sp.seed;
+    tp_sample_result res = {0};
+    res.top = e->top;
+    TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out, &res));
+    TP_CHECK(tp_choice_keep_logprobs(c, &res));
+    double now = now_s();
+    if (!c->t_first) c->t_first = now;
+    c->t_last = now;
+    int end_token = n_out >= r->min_tokens &&
+                    ((!r->ignore_eos && is_eos(e, res.token)) || is_stop_token(r, res.token));
+    int stopped = 0;
+    TP_CHECK(tp_choice_push(c, res.token, !end_token, r->in->p.stop, r->in->p.n_stop, r->include_stop,
+                            n_out + 1 > r->min_tokens, &stopped));
+    if (e->o->dump_logits && q->choice == 0) {
+        if (!r->dump_gen) r->dump_gen = malloc((size_t)r->max_new * (size_t)V * sizeof(float));
+        if (!r->dump_gen) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");
+        if (r->n_dump_gen < r->max_new)
+            memcpy(r->dump_gen + (size_t)r->n_dump_gen++ * (size_t)V, lg, (size_t)V * sizeof(float));
+    }
+    *token = res.token;
+    *ends = end_token || stopped;
+    if (*ends) c->finish = TP_FINISH_STOP; /* else it ends by length, if the scheduler says so */
+    return TP_OK;
+}
+
+/* Sampler rank: a sequence ended (on its own token or string, or by length). */
+static tp_status end_sequence(engine *e, const seq *q)
+{
+    req *r = &e->R[q->req];
+    tp_choice *c;
+    TP_CHECK(choice_of(e, r, q->choice, &c));
+    TP_CHECK(tp_choice_finish(c, c->finish == TP_FINISH_STOP ? TP_FINISH_STOP : TP_FINISH_LENGTH, r->in->p.stop,
+                              r->in->p.n_stop, r->include_stop));
+    if (++r->n_finished == r->n) TP_CHECK(complete_request(e, r));
+    return TP_OK;
+}
+
+/* Sampler rank decides; everyone receives the tokens and the stop decision, and commits. */
 static tp_status sample_and_commit(engine *e, int p)
 {
     const tp_sched_batch *b = &e->B[p];
     const int64_t V = e->cfg.vocab_size;
     int32_t n = b->n_logits;
     if (e->is_sampler) {
-        if (e->o->dump_logits) keep_dump_rows(e, b);
+        TP_CHECK(keep_prompt_rows(e, b));
         for (int32_t i = 0; i < n; i++) {
-            int64_t key = b->seq_key[b->logit_seq[i]];
-            req *r = &e->R[key];
-            int32_t row = e->o->dump_logits ? b->logit_token[i] : i;
-            const float *lg = e->logits_host + (size_t)row * (size_t)V;
-            tp_sample_result res = {0};
-            TP_CHECK(tp_sampler_sample(e->sampler, &r->sp, (uint64_t)r->out.n, lg, r->prompt, r->n_prompt,
-                                       r->out.v, (int32_t)r->out.n, &res));
-            e->sync[i] = res.token;
-            e->sync[n + i] = !r->ignore_eos && is_eos(e, res.token);
-            if (e->o->dump_logits) {
-                if (!r->gen_logits) r->gen_logits = malloc((size_t)r->max_new * (size_t)V * sizeof(float));
-                if (r->gen_logits && r->n_gen_logits < r->max_new)
-                    memcpy(r->gen_logits + (size_t)r->n_gen_logits++ * (size_t)V, lg, (size_t)V * sizeof(float));
-            }
+            int ends = 0;
+            TP_CHECK(sample_one(e, &e->S_[b->seq_key[b->logit_seq[i]]], e->logits_host + (size_t)i * (size_t)V,
+                                &e->sync[i], &ends));
+            e->sync[n + i] = ends;
         }
+        e->sync[2 * n] = stop_signal != 0;
     }
     if (e->g->tp * e->g->pp > 1)
-        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n, TP_DTYPE_I32,
+        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n + 1, TP_DTYPE_I32,
                                    (e->g->pp - 1) * e->g->tp, NULL));
-    for (int32_t i = 0; i < n; i++) {
-        req *r = &e->R[b->seq_key[b->logit_seq[i]]];
-        TP_CHECK(tp_ids_push(&r->out, e->sync[i]));
-        if (e->sync[n + i]) r->reason = REASON_STOP;
-        e->finish[i] = (uint8_t)e->sync[n + i];
+    if (e->sync[2 * n] && !e->stopping) {
+        e->stopping = 1;
+        if (e->is_sampler) tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest",
+                                  (int)stop_signal);
     }
+    for (int32_t i = 0; i < n; i++) e->finish[i] = (uint8_t)e->sync[n + i];
     e->generated_tokens += n;
-    return tp_scheduler_commit(e->S[p], b, e->sync, e->finish);
+    TP_CHECK(tp_scheduler_commit(e->S[p], b, e->sync, e->finish));
+    int64_t key;
+    const int32_t *gen;
+    int32_t n_gen;
+    while (tp_scheduler_pop_finished(e->S[p], &key, &gen, &n_gen))
+        if (e->is_sampler) TP_CHECK(end_sequence(e, &e->S_[key]));
+    return TP_OK;
 }
-
-static tp_status write_dump(engine *e, int64_t key);
 
 static tp_status run_stage(engine *e, int p, tp_step *s)
 {
@@ -408,7 +794,7 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
         in_x = &rx;
         in_delta = &rd;
     }
-    return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->w->tp, in_x, in_delta,
+    return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
                             e->is_sampler ? e->logits_host : NULL);
 }
 
@@ -418,35 +804,33 @@ static tp_status exchange(engine *e, int64_t tick, int mine_p, const tp_step *mi
 {
     const int s = e->g->pp_rank;
     const size_t d = (size_t)e->model.dims.d;
+    void *stream = e->backend->stream;
     if (s > 0) {
         int prev = stage_engine(e, tick, s - 1);
         if (prev >= 0) {
             size_t n = (size_t)e->B[prev].n_tokens * d;
-            TP_CHECK(tp_comm_recv(e->w->pp, e->rx.data, n, TP_DTYPE_F32, s - 1, e->backend->stream));
-            TP_CHECK(tp_comm_recv(e->w->pp, e->rdelta.data, n, TP_DTYPE_F32, s - 1, e->backend->stream));
+            TP_CHECK(tp_comm_recv(e->ppc, e->rx.data, n, TP_DTYPE_F32, s - 1, stream));
+            TP_CHECK(tp_comm_recv(e->ppc, e->rdelta.data, n, TP_DTYPE_F32, s - 1, stream));
         }
     }
     if (s < e->g->pp - 1 && mine_p >= 0) {
         size_t n = (size_t)mine->n_tokens * d;
-        TP_CHECK(tp_comm_send(e->w->pp, e->buf.x.data, n, TP_DTYPE_F32, s + 1, e->backend->stream));
-        TP_CHECK(tp_comm_send(e->w->pp, e->buf.delta.data, n, TP_DTYPE_F32, s + 1, e->backend->stream));
+        TP_CHECK(tp_comm_send(e->ppc, e->buf.x.data, n, TP_DTYPE_F32, s + 1, stream));
+        TP_CHECK(tp_comm_send(e->ppc, e->buf.delta.data, n, TP_DTYPE_F32, s + 1, stream));
     }
     return TP_OK;
 }
 
-static tp_status collect_finished(engine *e, int p)
+static void note_scheduled(engine *e, const tp_sched_batch *b)
 {
-    int64_t key;
-    const int32_t *gen;
-    int32_t n_gen;
-    while (tp_scheduler_pop_finished(e->S[p], &key, &gen, &n_gen)) {
-        req *r = &e->R[key];
-        if ((size_t)n_gen != r->out.n || memcmp(gen, r->out.v, (size_t)n_gen * sizeof *gen))
-            return tp_error(TP_ERR_INTERNAL, "request %s: the scheduler's tokens disagree with the engine's",
-                            r->in->id);
-        if (e->is_sampler && e->o->dump_logits) TP_CHECK(write_dump(e, key));
+    if (!e->is_sampler) return;
+    double now = now_s();
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        const seq *q = &e->S_[b->seq_key[i]];
+        tp_choice *c;
+        if (choice_of(e, &e->R[q->req], q->choice, &c) == TP_OK && !c->t_sched) c->t_sched = now;
+        else tp_error_clear();
     }
-    return TP_OK;
 }
 
 static tp_status loop(engine *e)
@@ -454,10 +838,11 @@ static tp_status loop(engine *e)
     tp_step step;
     for (int64_t tick = 0;; tick++) {
         int p0 = (int)(tick % e->P);
-        if (!e->inflight[p0]) {
+        if (!e->inflight[p0] && !e->stopping) {
             TP_CHECK(tp_scheduler_schedule(e->S[p0], &e->B[p0]));
             e->inflight[p0] = e->B[p0].n_tokens > 0;
             e->entered[p0] = tick;
+            if (e->inflight[p0]) note_scheduled(e, &e->B[p0]);
         }
         int mine = stage_engine(e, tick, e->g->pp_rank);
         if (mine >= 0) TP_CHECK(run_stage(e, mine, &step));
@@ -466,12 +851,13 @@ static tp_status loop(engine *e)
         if (last >= 0) {
             TP_CHECK(sample_and_commit(e, last));
             e->inflight[last] = 0;
-            TP_CHECK(collect_finished(e, last));
+        } else if (e->g->tp * e->g->pp == 1 && stop_signal) {
+            e->stopping = 1;
         }
+        TP_CHECK(tp_collector_poll(e->collector));
         int busy = 0;
-        for (int p = 0; p < e->P; p++) busy |= e->inflight[p] || !tp_scheduler_idle(e->S[p]);
+        for (int p = 0; p < e->P; p++) busy |= e->inflight[p] || (!e->stopping && !tp_scheduler_idle(e->S[p]));
         if (!busy) return TP_OK;
-        if (tick > INT64_C(1) << 40) return tp_error(TP_ERR_INTERNAL, "the step loop does not end");
     }
 }
 
@@ -497,131 +883,33 @@ static char *file_name_of(const char *id)
     return s;
 }
 
-static tp_status write_dump(engine *e, int64_t key)
+static tp_status write_dump(engine *e, req *r)
 {
-    req *r = &e->R[key];
     const int64_t V = e->cfg.vocab_size;
+    const tp_choice *c = &r->choices[0];
     tp_status st = TP_OK;
-    if (!r->prompt_logits || !r->gen_logits || r->n_prompt_logits != r->n_prompt)
-        st = tp_error(TP_ERR_OOM, "request %s: the logits to dump were not all kept (out of memory?)", r->in->id);
+    if (!r->dump_prompt || r->n_plp != r->n_prompt || r->n_dump_gen != (int32_t)c->out.n)
+        st = tp_error(TP_ERR_INTERNAL, "request %s: the logits to dump were not all kept", r->in->id);
     char *name = file_name_of(r->in->id);
     char *path = name ? tp_path_join(e->o->dump_logits, name) : NULL;
     if (st == TP_OK && !path) st = tp_error(TP_ERR_OOM, "out of memory");
     if (st == TP_OK) {
-        int32_t n_out = r->n_gen_logits;
+        int32_t n_out = r->n_dump_gen;
         tp_st_out_tensor t[] = {
             {"prompt_ids", "I32", 1, {r->n_prompt}, r->prompt, (size_t)r->n_prompt * 4},
-            {"output_ids", "I32", 1, {n_out}, r->out.v, (size_t)n_out * 4},
-            {"prompt_logits", "F32", 2, {r->n_prompt, V}, r->prompt_logits, (size_t)r->n_prompt * (size_t)V * 4},
-            {"logits", "F32", 2, {n_out, V}, r->gen_logits, (size_t)n_out * (size_t)V * 4},
+            {"output_ids", "I32", 1, {n_out}, c->out.v, (size_t)n_out * 4},
+            {"prompt_logits", "F32", 2, {r->n_prompt, V}, r->dump_prompt, (size_t)r->n_prompt * (size_t)V * 4},
+            {"logits", "F32", 2, {n_out, V}, r->dump_gen ? r->dump_gen : r->dump_prompt,
+             (size_t)n_out * (size_t)V * 4},
         };
         const char *meta[] = {"id", r->in->id, "format", "tpinfer logits dump: logits[i] chose output_ids[i]"};
         st = tp_st_write(path, t, 4, meta, 2);
     }
     free(name);
     free(path);
-    free(r->prompt_logits);
-    free(r->gen_logits);
-    r->prompt_logits = r->gen_logits = NULL;
-    return st;
-}
-
-// ----------------------------------------------------------------------------
-// phase 4: results to world rank 0, in input order
-
-static tp_status gather_results(engine *e)
-{
-    const tp_grid *g = e->g;
-    int cell = g->tp * g->pp;
-    if (g->dp == 1) return TP_OK;
-    if (g->rank % cell != 0) return TP_OK; /* replica leaders only */
-    if (g->rank != 0) {
-        int64_t n = 0, total = 0;
-        for (size_t i = g->dp_rank; i < e->reqs.n; i += (size_t)g->dp) n++, total += (int64_t)e->R[i].out.n;
-        int32_t *hdr = malloc((size_t)(2 * n + 1) * sizeof *hdr);
-        int32_t *tok = malloc((size_t)(total ? total : 1) * sizeof *tok);
-        if (!hdr || !tok) {
-            free(hdr);
-            free(tok);
-            return tp_error(TP_ERR_OOM, "out of memory");
-        }
-        int64_t k = 0, t = 0;
-        for (size_t i = g->dp_rank; i < e->reqs.n; i += (size_t)g->dp, k++) {
-            hdr[2 * k] = (int32_t)e->R[i].out.n;
-            hdr[2 * k + 1] = e->R[i].reason;
-            memcpy(tok + t, e->R[i].out.v, e->R[i].out.n * sizeof *tok);
-            t += (int64_t)e->R[i].out.n;
-        }
-        hdr[2 * n] = (int32_t)total;
-        tp_status st = tp_comm_send(e->w->world, hdr, (size_t)(2 * n + 1), TP_DTYPE_I32, 0, NULL);
-        if (st == TP_OK) st = tp_comm_send(e->w->world, tok, (size_t)(total ? total : 1), TP_DTYPE_I32, 0, NULL);
-        free(hdr);
-        free(tok);
-        return st;
-    }
-    for (int r = 1; r < g->dp; r++) {
-        int64_t n = 0;
-        for (size_t i = (size_t)r; i < e->reqs.n; i += (size_t)g->dp) n++;
-        int32_t *hdr = malloc((size_t)(2 * n + 1) * sizeof *hdr);
-        if (!hdr) return tp_error(TP_ERR_OOM, "out of memory");
-        tp_status st = tp_comm_recv(e->w->world, hdr, (size_t)(2 * n + 1), TP_DTYPE_I32, r * cell, NULL);
-        int32_t total = hdr[2 * n];
-        int32_t *tok = st == TP_OK ? malloc((size_t)(total ? total : 1) * sizeof *tok) : NULL;
-        if (st == TP_OK && !tok) st = tp_error(TP_ERR_OOM, "out of memory");
-        if (st == TP_OK)
-            st = tp_comm_recv(e->w->world, tok, (size_t)(total ? total : 1), TP_DTYPE_I32, r * cell, NULL);
-        int64_t k = 0, t = 0;
-        for (size_t i = (size_t)r; st == TP_OK && i < e->reqs.n; i += (size_t)g->dp, k++) {
-            req *q = &e->R[i];
-            q->reason = hdr[2 * k + 1];
-            for (int32_t j = 0; j < hdr[2 * k] && st == TP_OK; j++) st = tp_ids_push(&q->out, tok[t++]);
-        }
-        free(hdr);
-        free(tok);
-        if (st != TP_OK) return st;
-    }
-    return TP_OK;
-}
-
-static tp_status write_results(engine *e, int64_t *n_errors)
-{
-    FILE *f = stdout;
-    if (e->o->output && !(f = fopen(e->o->output, "w")))
-        return tp_error(TP_ERR_IO, "cannot create --output %s: %s", e->o->output, strerror(errno));
-    tp_status st = TP_OK;
-    for (size_t i = 0; i < e->reqs.n && st == TP_OK; i++) {
-        req *r = &e->R[i];
-        json_t *o;
-        if (r->error_code) {
-            (*n_errors)++;
-            o = json_pack("{s:s, s:I, s:{s:s, s:s}}", "id", r->in->id, "line", (json_int_t)r->in->line, "error",
-                          "code", r->error_code, "message", r->error_message);
-        } else {
-            char *text = NULL;
-            size_t len = 0;
-            st = tp_tokenizer_decode(e->tok, r->out.v, r->out.n, 1, &text, &len);
-            if (st != TP_OK) break;
-            json_t *ids = json_array();
-            for (size_t j = 0; j < r->out.n; j++) json_array_append_new(ids, json_integer(r->out.v[j]));
-            o = json_pack("{s:s, s:s%, s:o, s:s, s:{s:i, s:I}}", "id", r->in->id, "text", text, len,
-                          "token_ids", ids, "finish_reason", r->reason == REASON_STOP ? "stop" : "length",
-                          "usage", "prompt_tokens", r->n_prompt, "completion_tokens", (json_int_t)r->out.n);
-            free(text);
-        }
-        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) : NULL;
-        json_decref(o);
-        if (!line) {
-            st = tp_error(TP_ERR_OOM, "out of memory writing results");
-            break;
-        }
-        if (fprintf(f, "%s\n", line) < 0)
-            st = tp_error(TP_ERR_IO, "cannot write %s: %s", e->o->output ? e->o->output : "stdout", strerror(errno));
-        free(line);
-    }
-    if (fflush(f) != 0 && st == TP_OK)
-        st = tp_error(TP_ERR_IO, "cannot write %s: %s", e->o->output ? e->o->output : "stdout", strerror(errno));
-    if (f != stdout && fclose(f) != 0 && st == TP_OK)
-        st = tp_error(TP_ERR_IO, "cannot close %s: %s", e->o->output, strerror(errno));
+    free(r->dump_prompt);
+    free(r->dump_gen);
+    r->dump_prompt = r->dump_gen = NULL;
     return st;
 }
 
@@ -640,23 +928,36 @@ static void engine_free(engine *e)
         tp_kv_cache_free(&e->model, &e->kv);
         tp_step_buffers_free(&e->model, &e->buf);
         tp_model_free(&e->model);
+        tp_comm_destroy(e->nccl_tp);
+        tp_comm_destroy(e->nccl_pp);
         tp_backend_destroy(e->backend);
     }
     tp_weights_free(&e->weights);
     for (size_t i = 0; e->R && i < e->reqs.n; i++) {
-        free(e->R[i].prompt);
-        free(e->R[i].error_message);
-        tp_ids_free(&e->R[i].out);
-        free(e->R[i].prompt_logits);
-        free(e->R[i].gen_logits);
+        req *r = &e->R[i];
+        free(r->prompt);
+        free(r->error_message);
+        for (int32_t j = 0; r->choices && j < r->n; j++) tp_choice_free(&r->choices[j]);
+        free(r->choices);
+        free(r->plp);
+        free(r->plp_top);
+        free(r->dump_prompt);
+        free(r->dump_gen);
     }
     free(e->R);
+    free(e->S_);
+    free(e->done_bits);
     tp_requests_free(&e->reqs);
+    tp_chat_template_destroy(e->tpl);
     tp_tokenizer_destroy(e->tok);
     tp_sampler_destroy(e->sampler);
+    tp_collector_destroy(e->collector);
     free(e->logits_host);
+    free(e->row);
+    free(e->top);
     free(e->slot);
-    free(e->logit_rows);
+    free(e->rows);
+    free(e->extra_seq);
     free(e->block_table);
     free(e->sync);
     free(e->finish);
@@ -671,77 +972,122 @@ static tp_status agree(engine *e, tp_status mine, int *n_failed)
     return mine != TP_OK ? mine : n_usage ? TP_ERR_INVALID_ARG : TP_ERR_FORMAT;
 }
 
-static double now_s(void)
+static void catch_stop_signals(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
-tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info *dev,
-                      int *n_failed, int *must_abort, int64_t *n_request_errors)
+static tp_status phases(engine *e, int *n_failed, int *must_abort)
+{
+    const tp_options *o = e->o;
+    tp_status st = TP_OK;
+    if (o->dump_logits && mkdir(o->dump_logits, 0755) != 0 && errno != EEXIST)
+        st = tp_error(TP_ERR_IO, "cannot create --dump-logits directory %s: %s", o->dump_logits, strerror(errno));
+    if (st == TP_OK) st = setup(e);
+    TP_CHECK(agree(e, st, n_failed));
+
+    st = e->g->rank == 0 ? open_output(e) : TP_OK;
+    TP_CHECK(agree(e, st, n_failed));
+    TP_CHECK(share_done(e));
+    st = prepare_all(e);
+    TP_CHECK(agree(e, st, n_failed));
+    if (e->g->rank == 0) {
+        if (o->resume && tp_output_done_count(e->out))
+            tp_log_info0("resuming: %" PRId64 " requests are done already, %" PRId64 " to go",
+                         tp_output_done_count(e->out), e->n_index);
+        st = tp_progress_create(e->n_index, o->status_file, isatty(2), o->progress_interval, &e->progress);
+    }
+    TP_CHECK(agree(e, st, n_failed));
+    st = tp_collector_create(e->w, e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0, e->out, e->progress,
+                             &e->collector);
+    TP_CHECK(agree(e, st, n_failed));
+    st = write_error_records(e);
+    TP_CHECK(agree(e, st, n_failed));
+
+    int32_t n_blocks = 0;
+    st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
+    TP_CHECK(agree(e, st, n_failed));
+    if (e->n_runnable) {
+        /* every rank of a replica must hold the same number of blocks: take the smallest */
+        int32_t *all = malloc((size_t)e->w->replica->size * sizeof *all);
+        if (!all) return tp_error(TP_ERR_OOM, "out of memory");
+        st = tp_comm_all_gather(e->w->replica, &n_blocks, all, 1, TP_DTYPE_I32, NULL);
+        for (int i = 0; i < e->w->replica->size; i++) n_blocks = all[i] < n_blocks ? all[i] : n_blocks;
+        free(all);
+        if (st == TP_OK) st = make_schedulers(e, n_blocks);
+        TP_CHECK(agree(e, st, n_failed));
+        e->t0 = now_s();
+        st = loop(e);
+        if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
+            *must_abort = 1;
+            *n_failed = 1;
+            return st;
+        }
+    }
+    return TP_OK;
+}
+
+tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info *dev, int *n_failed,
+                      int *must_abort, int64_t *n_request_errors, int *interrupted)
 {
     engine e;
     memset(&e, 0, sizeof e);
     e.o = o;
     e.w = w;
     e.g = &w->grid;
+    e.dev = dev;
     *must_abort = 0;
     *n_failed = 0;
     *n_request_errors = 0;
-    (void)dev;
-    tp_status st = TP_OK;
-    if (o->dump_logits && mkdir(o->dump_logits, 0755) != 0 && errno != EEXIST)
-        st = tp_error(TP_ERR_IO, "cannot create --dump-logits directory %s: %s", o->dump_logits, strerror(errno));
-    if (st == TP_OK) st = setup(&e);
-    TP_CHECK_GOTO(agree(&e, st, n_failed), st, out);
+    *interrupted = 0;
+    stop_signal = 0;
+    catch_stop_signals();
 
-    int32_t n_blocks = 0;
-    st = load(&e, &n_blocks);
-    TP_CHECK_GOTO(agree(&e, st, n_failed), st, out);
-    /* every rank of a replica must hold the same number of blocks: take the smallest */
-    int32_t *all = malloc((size_t)w->replica->size * sizeof *all);
-    if (!all) {
-        *must_abort = 1;
-        st = tp_error(TP_ERR_OOM, "out of memory");
-        goto out;
+    tp_status st = phases(&e, n_failed, must_abort);
+    if (st == TP_OK) {
+        int any = 0;
+        st = tp_collector_finish(e.collector, e.stopping, &any);
+        if (st != TP_OK) {
+            *must_abort = 1;
+            *n_failed = 1;
+        }
+        *interrupted = e.stopping || any;
     }
-    st = tp_comm_all_gather(w->replica, &n_blocks, all, 1, TP_DTYPE_I32, NULL);
-    for (int i = 0; i < w->replica->size; i++) n_blocks = all[i] < n_blocks ? all[i] : n_blocks;
-    free(all);
-    if (st == TP_OK) st = make_schedulers(&e, n_blocks);
-    TP_CHECK_GOTO(agree(&e, st, n_failed), st, out);
-
-    double t0 = now_s();
-    st = loop(&e);
-    if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
-        *must_abort = 1;
-        *n_failed = 1;
-        goto out;
+    if (w->grid.rank == 0 && e.out) {
+        tp_status cs = tp_output_close(e.out, st == TP_OK && !*interrupted);
+        e.out = NULL;
+        if (st == TP_OK && cs != TP_OK) st = cs;
     }
-    st = gather_results(&e);
-    if (st != TP_OK) {
-        *must_abort = 1;
-        *n_failed = 1;
-        goto out;
+    if (w->grid.rank == 0 && e.progress) {
+        tp_progress_finish(e.progress, st != TP_OK ? TP_PROGRESS_FAILED
+                                       : *interrupted ? TP_PROGRESS_CANCELLED : TP_PROGRESS_COMPLETED);
+        tp_progress_destroy(e.progress);
+        e.progress = NULL;
     }
-    double dt = now_s() - t0;
-    if (w->grid.rank == 0) {
-        st = write_results(&e, n_request_errors);
-        *n_failed = st != TP_OK;
+    if (st == TP_OK) {
+        for (size_t i = 0; i < e.reqs.n; i++) *n_request_errors += e.R[i].index >= 0 && e.R[i].error_code;
+        double dt = e.t0 > 0 ? now_s() - e.t0 : 0;
+        int64_t steps = 0, preempted = 0;
+        for (int p = 0; e.S && p < e.P; p++) {
+            tp_sched_stats ss;
+            tp_scheduler_stats(e.S[p], &ss);
+            steps += ss.steps;
+            preempted += ss.preemptions;
+        }
+        tp_log_info0("replica 0: %" PRId64 " prompt + %" PRId64 " generated tokens in %.2f s: %.1f generated tok/s; "
+                     "%" PRId64 " steps, %" PRId64 " preempted",
+                     e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
+                     preempted);
     }
-    int64_t gen_total = e.generated_tokens, steps = 0, preempted = 0;
-    for (int p = 0; p < e.P; p++) {
-        tp_sched_stats ss;
-        tp_scheduler_stats(e.S[p], &ss);
-        steps += ss.steps;
-        preempted += ss.preemptions;
-    }
-    tp_log_info0("%zu requests, %" PRId64 " prompt + %" PRId64 " generated tokens (replica 0) in %.2f s: "
-                 "%.1f generated tok/s; %" PRId64 " steps, %" PRId64 " preempted",
-                 e.reqs.n, e.prompt_tokens, gen_total, dt, dt > 0 ? (double)gen_total / dt : 0.0, steps,
-                 preempted);
-out:
     engine_free(&e);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
     return st;
 }

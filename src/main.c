@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,8 +17,9 @@
 #include "log.h"
 #include "options.h"
 #include "status.h"
+#include "tokenize_mode.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 3 };
 
 static int exit_code(tp_status st)
 {
@@ -68,15 +70,21 @@ static int run(const tp_options *o, int rank, int world_size)
     }
 
     int64_t request_errors = 0;
+    int interrupted = 0;
     if (o->mode == TP_MODE_DRY_RUN) {
         st = tp_dry_run(o, &world, &dev, stdout, &n_failed);
     } else {
         int must_abort = 0;
-        st = tp_generate(o, &world, &dev, &n_failed, &must_abort, &request_errors);
+        st = tp_generate(o, &world, &dev, &n_failed, &must_abort, &request_errors, &interrupted);
         if (st != TP_OK && must_abort) abort_job(st, rank);
     }
     report(st, rank, n_failed, world_size);
     tp_mpi_world_free(&world);
+    if (st == TP_OK && interrupted) {
+        if (rank == 0)
+            tp_log(TP_LOG_WARN, "interrupted: the finished requests are in the output; run again with --resume");
+        return EXIT_INTERRUPTED;
+    }
     if (st == TP_OK && request_errors > 0) {
         if (rank == 0)
             tp_log(TP_LOG_WARN, "%lld request(s) failed; their lines in the output say why",
@@ -92,6 +100,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tpinfer: MPI_Init failed; is this an MPI launch (mpirun/srun)?\n");
         return EXIT_FAIL;
     }
+    /* A closed pipe on --output - is an error to report, not a silent death. */
+    signal(SIGPIPE, SIG_IGN);
     /* Errors come back as codes, so one rank's failure can be agreed on or aborted. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
@@ -111,6 +121,14 @@ int main(int argc, char **argv)
     } else if (o.mode == TP_MODE_VERSION) {
         if (rank == 0) printf("tpinfer %s\n", PACKAGE_VERSION);
         code = EXIT_OK;
+    } else if (o.mode == TP_MODE_TOKENIZE || o.mode == TP_MODE_DETOKENIZE) {
+        /* no weights, no grid: rank 0 does it all */
+        code = EXIT_OK;
+        if (rank == 0) {
+            st = tp_tokenize_run(o.model, o.input, o.output, o.mode == TP_MODE_DETOKENIZE, o.chat_template);
+            if (st != TP_OK) fprintf(stderr, "tpinfer: %s\n", tp_error_message());
+            code = exit_code(st);
+        }
     } else {
         code = run(&o, rank, size);
     }

@@ -36,6 +36,18 @@ enum {
     OPT_KV_BLOCK_SIZE,
     OPT_KV_CACHE_MEMORY,
     OPT_DUMP_LOGITS,
+    OPT_INPUT_FORMAT,
+    OPT_MAX_LINE_BYTES,
+    OPT_ERRORS,
+    OPT_ORDERED,
+    OPT_RESUME,
+    OPT_FORCE,
+    OPT_OVERWRITE,
+    OPT_STATUS_FILE,
+    OPT_PROGRESS_INTERVAL,
+    OPT_CHAT_TEMPLATE,
+    OPT_TOKENIZE,
+    OPT_DETOKENIZE,
 };
 
 typedef struct option_doc {
@@ -85,6 +97,29 @@ static const option_doc docs[] = {
      "KV-cache memory per rank on the CPU backend, such as 512MiB or 4GiB", "1GiB"},
     {{"dump-logits", required_argument, 0, OPT_DUMP_LOGITS}, NULL, "DIR",
      "write each request's float32 logits (prompt and generated steps) to DIR/ID.safetensors", NULL},
+    {{"input-format", required_argument, 0, OPT_INPUT_FORMAT}, NULL, "F",
+     "auto, text, jsonl, openai (batch API lines) or trtllm", "auto"},
+    {{"max-line-bytes", required_argument, 0, OPT_MAX_LINE_BYTES}, NULL, "BYTES",
+     "longest input line accepted; a longer one gets an error record", "64MiB"},
+    {{"errors", required_argument, 0, OPT_ERRORS}, NULL, "FILE",
+     "write error records here instead of inline in --output", NULL},
+    {{"ordered", no_argument, 0, OPT_ORDERED}, NULL, NULL,
+     "write results in input order (default: as they finish)", NULL},
+    {{"resume", no_argument, 0, OPT_RESUME}, NULL, NULL,
+     "continue an interrupted run: skip the ids already in --output", NULL},
+    {{"force", no_argument, 0, OPT_FORCE}, NULL, NULL,
+     "with --resume: accept a manifest that differs (model, input, settings)", NULL},
+    {{"overwrite", no_argument, 0, OPT_OVERWRITE}, NULL, NULL, "replace an existing --output", NULL},
+    {{"status-file", required_argument, 0, OPT_STATUS_FILE}, NULL, "FILE",
+     "keep a JSON status object (OpenAI batch shape) here, replaced atomically", NULL},
+    {{"progress-interval", required_argument, 0, OPT_PROGRESS_INTERVAL}, NULL, "S",
+     "seconds between progress lines on stderr", "5"},
+    {{"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE}, NULL, "FILE",
+     "Jinja chat template for \"messages\" requests, instead of the model's", NULL},
+    {{"tokenize", no_argument, 0, OPT_TOKENIZE}, NULL, NULL,
+     "turn --input JSONL {\"text\"} or {\"messages\"} lines into {\"ids\"} lines; needs no weights", NULL},
+    {{"detokenize", no_argument, 0, OPT_DETOKENIZE}, NULL, NULL,
+     "turn --input JSONL {\"ids\"} lines into {\"text\"} lines", NULL},
     {{"help", no_argument, 0, OPT_HELP}, NULL, NULL, "print this help and exit", NULL},
     {{"version", no_argument, 0, OPT_VERSION}, NULL, NULL, "print the version and exit", NULL},
 };
@@ -106,6 +141,9 @@ void tp_options_defaults(tp_options *o)
     o->top_p = -1;
     o->kv_block_size = 16;
     o->kv_cache_memory = INT64_C(1) << 30;
+    o->input_format = "auto";
+    o->max_line_bytes = INT64_C(64) << 20;
+    o->progress_interval = 5;
 }
 
 int tp_parse_bytes(const char *s, int64_t *out)
@@ -223,6 +261,30 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
                             flag, v);
         break;
     case OPT_DUMP_LOGITS: o->dump_logits = v; break;
+    case OPT_INPUT_FORMAT: {
+        static const char *const formats[] = {"auto", "text", "jsonl", "openai", "trtllm", NULL};
+        TP_CHECK(str_arg(flag, v, formats, "auto, text, jsonl, openai, trtllm"));
+        o->input_format = v;
+        break;
+    }
+    case OPT_MAX_LINE_BYTES:
+        if (!tp_parse_bytes(v, &o->max_line_bytes) || o->max_line_bytes < 1)
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give bytes such as 64MiB", flag, v);
+        break;
+    case OPT_ERRORS: o->errors = v; break;
+    case OPT_ORDERED: o->ordered = 1; break;
+    case OPT_RESUME: o->resume = 1; break;
+    case OPT_FORCE: o->force = 1; break;
+    case OPT_OVERWRITE: o->overwrite = 1; break;
+    case OPT_STATUS_FILE: o->status_file = v; break;
+    case OPT_PROGRESS_INTERVAL:
+        if (!tp_parse_double(v, &d) || d < 0 || d > 86400)
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give seconds from 0 to 86400", flag, v);
+        o->progress_interval = d;
+        break;
+    case OPT_CHAT_TEMPLATE: o->chat_template = v; break;
+    case OPT_TOKENIZE: o->mode = TP_MODE_TOKENIZE; break;
+    case OPT_DETOKENIZE: o->mode = TP_MODE_DETOKENIZE; break;
     case OPT_HELP: o->mode = TP_MODE_HELP; break;
     case OPT_VERSION: o->mode = TP_MODE_VERSION; break;
     default: return tp_error(TP_ERR_INTERNAL, "option %d has no handler", val);
@@ -276,6 +338,14 @@ tp_status tp_options_parse(int argc, char *const argv[], tp_options *o)
     if (o->mode == TP_MODE_GENERATE && !o->input)
         return tp_error(TP_ERR_INVALID_ARG,
                         "--input is required to generate (or give --dry-run to check the plan)");
+    if ((o->mode == TP_MODE_TOKENIZE || o->mode == TP_MODE_DETOKENIZE) && !o->input)
+        return tp_error(TP_ERR_INVALID_ARG, "--input is required with --tokenize and --detokenize");
+    if (o->resume && !o->output)
+        return tp_error(TP_ERR_INVALID_ARG, "--resume needs --output FILE (there is nothing to resume on stdout)");
+    if (o->force && !o->resume)
+        return tp_error(TP_ERR_INVALID_ARG, "--force only applies with --resume");
+    if (o->resume && o->overwrite)
+        return tp_error(TP_ERR_INVALID_ARG, "--resume and --overwrite contradict each other; give one");
     return TP_OK;
 }
 
@@ -298,6 +368,7 @@ void tp_options_print_help(FILE *out)
         if (d->deflt) fprintf(out, " (default: %s)", d->deflt);
         fputc('\n', out);
     }
-    fprintf(out, "\nExit status: 0 success, 1 failure, 2 usage error.\n"
+    fprintf(out, "\nExit status: 0 all requests succeeded, 1 some failed (or a fatal error), 2 usage error,\n"
+                 "3 interrupted (continue with --resume).\n"
                  "See tpinfer(1) for details.\n");
 }

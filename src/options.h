@@ -17,6 +17,8 @@ extern "C" {
 typedef enum tp_mode {
     TP_MODE_GENERATE, /* the default: run the prompts of --input */
     TP_MODE_DRY_RUN,  /* --dry-run: plan and check shapes; read no weight data */
+    TP_MODE_TOKENIZE, /* --tokenize: JSONL texts or messages to ids; no weights */
+    TP_MODE_DETOKENIZE,
     TP_MODE_HELP,
     TP_MODE_VERSION
 } tp_mode;
@@ -43,6 +45,13 @@ typedef struct tp_options {
     int64_t kv_block_size;
     int64_t kv_cache_memory; /* bytes of KV cache per rank (CPU backend) */
     const char *dump_logits; /* directory, or NULL */
+    const char *input_format; /* "auto", "text", "jsonl", "openai", "trtllm" */
+    int64_t max_line_bytes;
+    const char *errors;      /* --errors FILE, or NULL: error records go inline */
+    int ordered, resume, force, overwrite;
+    const char *status_file;
+    double progress_interval;
+    const char *chat_template; /* --chat-template FILE */
 } tp_options;
 
 /* "1GiB", "512MiB", "2G", "1000000" -> bytes; 0 on junk or overflow. */

@@ -1,32 +1,119 @@
 /*
- * requests.c: reading the prompt file. JSONL when the first non-blank line starts with
- * '{', else one prompt per line. Lines are split on '\n' (a trailing '\r' is dropped),
- * never on NUL, so a prompt may hold any byte sequence JSON can carry.
+ * requests.c: reading the prompt file (--input) in one of four dialects: text, JSONL,
+ * OpenAI batch, TensorRT-LLM benchmark lines (see requests.h).
+ *
+ * Lines are split on '\n' only, never on NUL; a trailing '\r' is dropped (CRLF files);
+ * a UTF-8 byte order mark at the start of the file is skipped; lines of only spaces,
+ * tabs and CRs are skipped but still counted, so line numbers are those of an editor.
+ *
+ * Each non-blank line becomes one request. A line that cannot be run becomes a request
+ * with error_code/error_message set (the batch goes on without it):
+ *   invalid_utf8    the line's bytes are not UTF-8 (bad bytes, overlong forms, encoded
+ *                   surrogates, > U+10FFFF), or a JSON string escapes a lone surrogate
+ *   invalid_json    not JSON, truncated, duplicate keys, not an object (JSON dialects)
+ *   invalid_request a field of the wrong type or out of range, a missing field, a
+ *                   line longer than max_line_bytes, an empty prompt
+ * The message starts "line N: " and names the field, the value and what is allowed.
+ *
+ * The id of an error request: the line's real id whenever it can be read (the JSON
+ * parses, or parses once its bad UTF-8 bytes are replaced, or once integers too big
+ * for 64 bits are read as reals); otherwise the decimal line number, as for text lines
+ * and JSONL lines without an id. Such a stand-in id still takes part in the duplicate
+ * check, so it may collide with a real id (fatal; the message says which line's id is
+ * a stand-in).
+ *
+ * Unknown fields are ignored (vLLM and OpenAI do the same), except TensorRT-LLM's
+ * "lora_request" and "media_paths", which would change the result: those are errors.
+ *
+ * JSON is parsed with jansson, per line, with JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL:
+ * a "\u0000" escape may sit in a prompt (prompt_len counts it), but never in an id, a
+ * role or a stop string, which are C strings.
  */
 #include "requests.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util.h"
 
 #define MAX_INPUT_BYTES ((size_t)1 << 34) /* 16 GiB: a million long prompts */
+#define MAX_STOP 16                       /* stop strings per request */
+#define MAX_MESSAGE_DEPTH 64              /* nesting inside one chat message */
+#define DETECT_LINES 1000                 /* lines auto-detection may parse */
+
+static const char E_JSON[] = "invalid_json";
+static const char E_REQUEST[] = "invalid_request";
+static const char E_UTF8[] = "invalid_utf8";
+
+int tp_input_format_from_name(const char *name, tp_input_format *out)
+{
+    static const struct {
+        const char *name;
+        tp_input_format fmt;
+    } names[] = {
+        {"auto", TP_INPUT_AUTO},     {"text", TP_INPUT_TEXT},     {"jsonl", TP_INPUT_JSONL},
+        {"openai", TP_INPUT_OPENAI}, {"trtllm", TP_INPUT_TRTLLM},
+    };
+    if (!name) return 0;
+    for (size_t i = 0; i < TP_ARRAY_LEN(names); i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].fmt;
+            return 1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Freeing */
+
+static void params_free(tp_request_params *p)
+{
+    for (int32_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->stop);
+    free(p->stop_token_ids);
+    memset(p, 0, sizeof *p);
+}
+
+/* What an error request must not carry: anything to run. */
+static void payload_free(tp_request *r)
+{
+    free(r->prompt);
+    free(r->prompt_ids);
+    free(r->messages_json);
+    r->prompt = NULL;
+    r->prompt_len = 0;
+    r->prompt_ids = NULL;
+    r->n_prompt_ids = 0;
+    r->messages_json = NULL;
+    params_free(&r->p);
+}
 
 static void request_free(tp_request *r)
 {
+    payload_free(r);
     free(r->id);
-    free(r->prompt);
-    free(r->prompt_ids);
+    free(r->error_message);
 }
 
 void tp_requests_free(tp_request_list *l)
 {
+    if (!l) return;
     for (size_t i = 0; i < l->n; i++) request_free(&l->v[i]);
     free(l->v);
     l->v = NULL;
     l->n = 0;
+    l->n_errors = 0;
 }
+
+/* ------------------------------------------------------------------------------------
+ * Small helpers */
 
 static char *dup_n(const char *s, size_t n)
 {
@@ -38,155 +125,824 @@ static char *dup_n(const char *s, size_t n)
     return p;
 }
 
-static tp_status push(tp_request_list *l, size_t *cap, tp_request **out)
+/* The length of the valid UTF-8 prefix of s (== n when all of it is valid). Rejects
+ * stray continuation bytes, truncated sequences, overlong forms (C0, C1, E0 80..9F,
+ * F0 80..8F), UTF-16 surrogates (ED A0..BF) and code points above U+10FFFF. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
 {
-    if (l->n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        tp_request *v = realloc(l->v, c * sizeof *v);
-        if (!v) return tp_error(TP_ERR_OOM, "out of memory reading prompts");
-        l->v = v;
-        *cap = c;
+    size_t i = 0;
+    while (i < n) {
+        while (i + 8 <= n) { /* ASCII fast path */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c == 0xE0) k = 2, lo = 0xA0;
+        else if (c >= 0xE1 && c <= 0xEC) k = 2;
+        else if (c == 0xED) k = 2, hi = 0x9F;
+        else if (c >= 0xEE && c <= 0xEF) k = 2;
+        else if (c == 0xF0) k = 3, lo = 0x90;
+        else if (c >= 0xF1 && c <= 0xF3) k = 3;
+        else if (c == 0xF4) k = 3, hi = 0x8F;
+        else return i;
+        if (n - i <= k) return i; /* truncated at the end of the line */
+        if (s[i + 1] < lo || s[i + 1] > hi) return i;
+        for (size_t j = 2; j <= k; j++)
+            if ((s[i + j] & 0xC0) != 0x80) return i;
+        i += k + 1;
     }
-    *out = &l->v[l->n++];
-    memset(*out, 0, sizeof **out);
-    (*out)->max_tokens = -1;
-    (*out)->ignore_eos = -1;
-    return TP_OK;
+    return n;
 }
 
-/* An optional number field: absent is fine; present it must be a number in [lo, hi]. */
-static tp_status num_field(json_t *o, const char *key, double lo, double hi, int integer,
-                           const char *what, int64_t line, int *has, double *out)
+/* s[0..n) for a message: quoted, escaped like JSON, cut to about 48 bytes. */
+#define QUOTE_CAP 96
+static const char *quote(char buf[QUOTE_CAP], const char *s, size_t n)
+{
+    size_t o = 0, i = 0, show = n <= 48 ? n : 40;
+    if (show < n) /* do not cut a UTF-8 sequence */
+        while (show > 0 && ((unsigned char)s[show] & 0xC0) == 0x80) show--;
+    buf[o++] = '"';
+    for (; i < show; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c & 0xC0) != 0x80 && o >= QUOTE_CAP - 32) break; /* full: stop at a character */
+        if (c == '"' || c == '\\') {
+            buf[o++] = '\\';
+            buf[o++] = (char)c;
+        } else if (c == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = 'n';
+        } else if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(buf + o, QUOTE_CAP - o, "\\u%04x", c);
+        } else {
+            buf[o++] = (char)c;
+        }
+    }
+    buf[o++] = '"';
+    if (i < n) snprintf(buf + o, QUOTE_CAP - o, "... (%zu bytes)", n);
+    else buf[o] = '\0';
+    return buf;
+}
+
+/* A JSON real as short as it round-trips, always with a '.' or an exponent (5.0, 1e+20),
+ * so it never looks like an integer. */
+static void fmt_double(char *buf, size_t cap, double d)
+{
+    snprintf(buf, cap, "%.15g", d);
+    if (strtod(buf, NULL) != d) snprintf(buf, cap, "%.17g", d);
+    if (!strpbrk(buf, ".en")) strncat(buf, ".0", cap - strlen(buf) - 1);
+}
+
+/* A JSON value for a message. */
+static const char *repr(char buf[QUOTE_CAP], const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING: return quote(buf, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER: snprintf(buf, QUOTE_CAP, "%lld", (long long)json_integer_value(v)); return buf;
+    case JSON_REAL: fmt_double(buf, QUOTE_CAP, json_real_value(v)); return buf;
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    case JSON_ARRAY: return "an array";
+    case JSON_OBJECT: return "an object";
+    }
+    return "?";
+}
+
+/* A field that is absent or null reads as NULL. */
+static json_t *get(const json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* ------------------------------------------------------------------------------------
+ * One line */
+
+enum { OK = 0, BAD = 1, OOM = -1 }; /* line step results: BAD = an error was recorded */
+
+#define TRY(expr)                  \
+    do {                           \
+        int try_rc_ = (expr);      \
+        if (try_rc_) return try_rc_; \
+    } while (0)
+
+typedef struct line_ctx {
+    tp_request *r;
+    int64_t line;
+    int64_t vocab;      /* token ids must be < vocab */
+    int lossy;          /* parsed with JSON_DECODE_INT_AS_REAL after an integer overflow */
+    int standin;        /* r->id is the line number, not an id the line gave */
+    const char *prefix; /* "" or "body." before field names */
+} line_ctx;
+
+/* Record the line's first error; later ones are dropped (one message per line). */
+__attribute__((format(printf, 3, 4))) static int fail(line_ctx *c, const char *code,
+                                                       const char *fmt, ...)
+{
+    if (c->r->error_code) return BAD;
+    char buf[1024];
+    int k = snprintf(buf, sizeof buf, "line %lld: ", (long long)c->line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + k, sizeof buf - (size_t)k, fmt, ap);
+    va_end(ap);
+    c->r->error_message = strdup(buf);
+    if (!c->r->error_message) return OOM;
+    c->r->error_code = code;
+    return BAD;
+}
+
+static int set_standin_id(line_ctx *c)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)c->line);
+    free(c->r->id);
+    c->r->id = strdup(buf);
+    c->standin = 1;
+    return c->r->id ? OK : OOM;
+}
+
+/* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
+ * On anything else the line number stands in and an error is recorded. */
+static int read_id(line_ctx *c, const char *key, const json_t *v, int allow_int)
+{
+    char b[QUOTE_CAP];
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (n == 0) {
+            TRY(set_standin_id(c));
+            return fail(c, E_REQUEST, "\"%s\" is empty", key);
+        }
+        if (memchr(s, '\0', n)) {
+            TRY(set_standin_id(c));
+            return fail(c, E_REQUEST, "\"%s\" %s holds a NUL character (\\u0000)", key, quote(b, s, n));
+        }
+        c->r->id = dup_n(s, n);
+        return c->r->id ? OK : OOM;
+    }
+    if (allow_int && json_is_integer(v)) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+        c->r->id = strdup(buf);
+        return c->r->id ? OK : OOM;
+    }
+    if (allow_int && c->lossy && json_is_real(v)) { /* an integer, read as a real */
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "%.0f", d);
+            c->r->id = strdup(buf);
+            return c->r->id ? OK : OOM;
+        }
+    }
+    TRY(set_standin_id(c));
+    if (!v) return fail(c, E_REQUEST, "\"%s\" is required", key);
+    return fail(c, E_REQUEST, "\"%s\" must be a string%s, not %s", key,
+                allow_int ? " or an integer" : "", repr(b, v));
+}
+
+/* An integer field in [lo, hi]; range is how a message shows that interval. */
+static int read_int(line_ctx *c, const json_t *o, const char *key, int64_t lo, int64_t hi,
+                    const char *range, int *has, int64_t *out)
+{
+    json_t *v = get(o, key);
+    char b[QUOTE_CAP];
     *has = 0;
-    if (!v || json_is_null(v)) return TP_OK;
-    if (integer ? !json_is_integer(v) : !json_is_number(v))
-        return tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"%s\" must be %s", what, (long long)line,
-                        key, integer ? "an integer" : "a number");
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi))
-        return tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"%s\" %g is outside [%g, %g]", what,
-                        (long long)line, key, x, lo, hi);
+    if (!v) return OK;
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x < lo || x > hi)
+            return fail(c, E_REQUEST, "\"%s%s\" %lld is outside %s", c->prefix, key, (long long)x, range);
+        *out = x;
+        *has = 1;
+        return OK;
+    }
+    if (c->lossy && json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) {
+        double d = json_real_value(v);
+        if (!(d >= (double)lo && d < (double)hi + 1.0)) /* shown as the integer it was */
+            return fail(c, E_REQUEST, "\"%s%s\" %.0f is outside %s", c->prefix, key, d, range);
+        *out = (int64_t)d; /* the line is an error anyway (see parse_line) */
+        *has = 1;
+        return OK;
+    }
+    return fail(c, E_REQUEST, "\"%s%s\" must be an integer in %s, not %s", c->prefix, key, range,
+                repr(b, v));
+}
+
+static int read_real(line_ctx *c, const json_t *o, const char *key, double lo, double hi,
+                     int lo_open, const char *range, int *has, double *out)
+{
+    json_t *v = get(o, key);
+    char b[QUOTE_CAP];
+    *has = 0;
+    if (!v) return OK;
+    if (!json_is_number(v))
+        return fail(c, E_REQUEST, "\"%s%s\" must be a number in %s, not %s", c->prefix, key, range,
+                    repr(b, v));
+    double d = json_number_value(v);
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
+        return fail(c, E_REQUEST, "\"%s%s\" %s is outside %s", c->prefix, key, repr(b, v), range);
+    *out = d;
     *has = 1;
-    *out = x;
-    return TP_OK;
+    return OK;
 }
 
-static tp_status parse_json_line(tp_request *r, const char *s, size_t n, const char *what,
-                                 int64_t vocab_size)
+static int read_bool(line_ctx *c, const json_t *o, const char *key, int *has, int *out)
 {
-    json_error_t err;
-    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &err);
-    tp_status st = TP_OK;
-    long long line = (long long)r->line;
-    if (!o) return tp_error(TP_ERR_INVALID_ARG, "%s:%lld: invalid JSON: %s", what, line, err.text);
-    if (!json_is_object(o)) {
-        st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: a line must be a JSON object", what, line);
-        goto out;
-    }
-    json_t *id = json_object_get(o, "id");
-    if (!id) id = json_object_get(o, "custom_id");
-    if (json_is_string(id)) {
-        r->id = dup_n(json_string_value(id), json_string_length(id));
-    } else if (json_is_integer(id)) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(id));
-        r->id = dup_n(buf, strlen(buf));
-    } else if (!id) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%lld", line);
-        r->id = dup_n(buf, strlen(buf));
-    } else {
-        st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"id\" must be a string or an integer", what, line);
-        goto out;
-    }
-    json_t *prompt = json_object_get(o, "prompt");
-    json_t *ids = json_object_get(o, "prompt_token_ids");
-    if (!!prompt == !!ids) {
-        st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: give exactly one of \"prompt\" and \"prompt_token_ids\"",
-                      what, line);
-        goto out;
-    }
-    if (prompt) {
-        if (!json_is_string(prompt)) {
-            st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"prompt\" must be a string", what, line);
-            goto out;
+    json_t *v = get(o, key);
+    char b[QUOTE_CAP];
+    *has = 0;
+    if (!v) return OK;
+    if (!json_is_boolean(v))
+        return fail(c, E_REQUEST, "\"%s%s\" must be true or false, not %s", c->prefix, key, repr(b, v));
+    *out = json_is_true(v);
+    *has = 1;
+    return OK;
+}
+
+/* A non-empty array of token ids in [0, vocab) into a fresh array. */
+static int read_token_ids(line_ctx *c, const json_t *v, const char *key, int allow_empty,
+                          int32_t **out, int32_t *n_out)
+{
+    char b[QUOTE_CAP];
+    if (!json_is_array(v))
+        return fail(c, E_REQUEST, "\"%s%s\" must be an array of token ids, not %s", c->prefix, key,
+                    repr(b, v));
+    size_t k = json_array_size(v);
+    if (k == 0 && !allow_empty)
+        return fail(c, E_REQUEST, "\"%s%s\" is an empty array", c->prefix, key);
+    if (k > INT32_MAX) return fail(c, E_REQUEST, "\"%s%s\" holds %zu ids, too many", c->prefix, key, k);
+    int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
+    if (!ids) return OOM;
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        double d = 0;
+        int is_int = json_is_integer(e);
+        if (!is_int && c->lossy && json_is_real(e)) {
+            d = json_real_value(e);
+            is_int = d == floor(d);
+        } else if (is_int) {
+            d = (double)json_integer_value(e);
         }
-        r->prompt_len = json_string_length(prompt);
-        r->prompt = dup_n(json_string_value(prompt), r->prompt_len);
-    } else {
-        size_t k = json_array_size(ids);
-        if (!json_is_array(ids) || k == 0 || k > INT32_MAX) {
-            st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"prompt_token_ids\" must be a non-empty array",
-                          what, line);
-            goto out;
+        int in_range = is_int && (json_is_integer(e) ? json_integer_value(e) >= 0 &&
+                                                           json_integer_value(e) < c->vocab
+                                                     : d >= 0 && d < (double)c->vocab);
+        if (!in_range) {
+            free(ids);
+            if (!is_int)
+                return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be an integer token id, not %s",
+                            c->prefix, key, i, repr(b, e));
+            return fail(c, E_REQUEST, "\"%s%s\"[%zu] %s is outside [0, %lld) (the vocabulary)",
+                        c->prefix, key, i, repr(b, e), (long long)c->vocab);
         }
-        r->prompt_ids = malloc(k * sizeof *r->prompt_ids);
-        if (!r->prompt_ids) {
-            st = tp_error(TP_ERR_OOM, "out of memory");
-            goto out;
+        ids[i] = (int32_t)(json_is_integer(e) ? json_integer_value(e) : (json_int_t)d);
+    }
+    if (k == 0) {
+        free(ids);
+        ids = NULL;
+    }
+    *out = ids;
+    *n_out = (int32_t)k;
+    return OK;
+}
+
+static int set_prompt(line_ctx *c, const json_t *v, const char *key)
+{
+    char b[QUOTE_CAP];
+    if (!json_is_string(v))
+        return fail(c, E_REQUEST, "\"%s%s\" must be a string, not %s", c->prefix, key, repr(b, v));
+    if (json_string_length(v) == 0) return fail(c, E_REQUEST, "\"%s%s\": the prompt is empty", c->prefix, key);
+    c->r->prompt_len = json_string_length(v);
+    c->r->prompt = dup_n(json_string_value(v), c->r->prompt_len);
+    return c->r->prompt ? OK : OOM;
+}
+
+/* Nesting depth of v, or more than limit (stops counting there: no deep recursion). */
+static int depth_over(const json_t *v, int limit)
+{
+    if (limit < 0) return 1;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (depth_over(json_array_get(v, i), limit - 1)) return 1;
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e) if (depth_over(e, limit - 1)) return 1;
+    }
+    return 0;
+}
+
+/* A message's content: a string, null (assistant only), or an array of text parts
+ * ({"type": "text", "text": "..."}), joined with '\n' as vLLM does. *out is new. */
+static int read_content(line_ctx *c, const json_t *m, size_t i, const char *role, json_t **out)
+{
+    json_t *v = get(m, "content");
+    char b[QUOTE_CAP];
+    if (!v) {
+        if (strcmp(role, "assistant"))
+            return fail(c, E_REQUEST, "\"%smessages\"[%zu].content is missing (only an assistant message may have no content)",
+                        c->prefix, i);
+        *out = json_null();
+        return OK;
+    }
+    if (json_is_string(v)) {
+        *out = json_incref(v);
+        return OK;
+    }
+    if (!json_is_array(v))
+        return fail(c, E_REQUEST, "\"%smessages\"[%zu].content must be a string or an array of text parts, not %s",
+                    c->prefix, i, repr(b, v));
+    size_t total = 0, k = json_array_size(v);
+    for (size_t j = 0; j < k; j++) {
+        json_t *part = json_array_get(v, j), *type = json_object_get(part, "type"),
+               *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
+            !json_is_string(text))
+            return fail(c, E_REQUEST,
+                        "\"%smessages\"[%zu].content[%zu] is not a text part {\"type\": \"text\", \"text\": \"...\"}: only text content is supported",
+                        c->prefix, i, j);
+        total += json_string_length(text) + 1;
+    }
+    char *s = malloc(total + 1), *p = s;
+    if (!s) return OOM;
+    for (size_t j = 0; j < k; j++) {
+        json_t *text = json_object_get(json_array_get(v, j), "text");
+        if (j) *p++ = '\n';
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    *out = json_stringn_nocheck(s, (size_t)(p - s));
+    free(s);
+    return *out ? OK : OOM;
+}
+
+/* "messages": a non-empty array of {"role": string, "content": ...} (other keys kept),
+ * stored re-serialized (compact, UTF-8) in messages_json. */
+static int read_messages(line_ctx *c, const json_t *v)
+{
+    char b[QUOTE_CAP];
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return fail(c, E_REQUEST, "\"%smessages\" must be a non-empty array of messages, not %s", c->prefix,
+                    json_is_array(v) ? "an empty array" : repr(b, v));
+    json_t *out = json_array();
+    if (!out) return OOM;
+    int rc = OK;
+    for (size_t i = 0; i < json_array_size(v) && rc == OK; i++) {
+        json_t *m = json_array_get(v, i), *role, *content = NULL, *nm;
+        if (!json_is_object(m)) {
+            rc = fail(c, E_REQUEST, "\"%smessages\"[%zu] must be an object, not %s", c->prefix, i, repr(b, m));
+            break;
         }
-        for (size_t i = 0; i < k; i++) {
-            json_t *e = json_array_get(ids, i);
-            json_int_t v = json_is_integer(e) ? json_integer_value(e) : -1;
-            if (v < 0 || v >= vocab_size) {
-                st = tp_error(TP_ERR_INVALID_ARG,
-                              "%s:%lld: prompt_token_ids[%zu] must be an integer in [0, %lld)", what,
-                              line, i, (long long)vocab_size);
-                goto out;
+        role = get(m, "role");
+        if (!json_is_string(role) || json_string_length(role) == 0 ||
+            memchr(json_string_value(role), '\0', json_string_length(role))) {
+            rc = fail(c, E_REQUEST, "\"%smessages\"[%zu].role must be a non-empty string, not %s", c->prefix, i,
+                      role ? repr(b, role) : "missing");
+            break;
+        }
+        rc = read_content(c, m, i, json_string_value(role), &content);
+        if (rc) break;
+        nm = json_object();
+        if (!nm) json_decref(content);
+        /* json_*_new take their argument even when they fail */
+        if (!nm || json_array_append_new(out, nm) || json_object_set(nm, "role", role) ||
+            json_object_set_new(nm, "content", content)) {
+            rc = OOM;
+            break;
+        }
+        const char *k;
+        json_t *e;
+        json_object_foreach(m, k, e)
+        {
+            if (!strcmp(k, "role") || !strcmp(k, "content")) continue;
+            if (depth_over(e, MAX_MESSAGE_DEPTH)) {
+                rc = fail(c, E_REQUEST, "\"%smessages\"[%zu].%s is nested more than %d deep", c->prefix, i,
+                          quote(b, k, strlen(k)), MAX_MESSAGE_DEPTH);
+                break;
             }
-            r->prompt_ids[i] = (int32_t)v;
+            if (json_object_set(nm, k, e)) {
+                rc = OOM;
+                break;
+            }
         }
-        r->n_prompt_ids = (int32_t)k;
     }
-    if (!r->id || (prompt && !r->prompt)) {
-        st = tp_error(TP_ERR_OOM, "out of memory");
-        goto out;
+    if (rc == OK) {
+        c->r->messages_json = json_dumps(out, JSON_COMPACT);
+        if (!c->r->messages_json) rc = OOM;
     }
+    json_decref(out);
+    return rc;
+}
+
+static int read_stop(line_ctx *c, const json_t *o)
+{
+    json_t *v = get(o, "stop");
+    char b[QUOTE_CAP];
+    tp_request_params *p = &c->r->p;
+    if (!v) return OK;
+    size_t k = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_array(v) && !json_is_string(v))
+        return fail(c, E_REQUEST, "\"%sstop\" must be a string or an array of strings, not %s", c->prefix,
+                    repr(b, v));
+    if (k > MAX_STOP)
+        return fail(c, E_REQUEST, "\"%sstop\" has %zu strings, more than %d", c->prefix, k, MAX_STOP);
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(e))
+            return fail(c, E_REQUEST, "\"%sstop\"[%zu] must be a string, not %s", c->prefix, i, repr(b, e));
+        if (json_string_length(e) == 0 && json_is_array(v))
+            return fail(c, E_REQUEST, "\"%sstop\"[%zu] is an empty string", c->prefix, i);
+        if (json_string_length(e) == 0) return fail(c, E_REQUEST, "\"%sstop\" is an empty string", c->prefix);
+        if (memchr(json_string_value(e), '\0', json_string_length(e)))
+            return fail(c, E_REQUEST, "\"%sstop\" %s holds a NUL character (\\u0000)", c->prefix,
+                        repr(b, e));
+    }
+    if (k == 0) return OK;
+    p->stop = calloc(k, sizeof *p->stop);
+    if (!p->stop) return OOM;
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        p->stop[i] = dup_n(json_string_value(e), json_string_length(e));
+        if (!p->stop[i]) return OOM;
+        p->n_stop = (int32_t)(i + 1);
+    }
+    return OK;
+}
+
+/* "logprobs": an integer in [0, 20], or (chat style) true/false with "top_logprobs". */
+static int read_logprobs(line_ctx *c, const json_t *o)
+{
+    tp_request_params *p = &c->r->p;
+    json_t *v = get(o, "logprobs");
+    int has_top = 0;
+    int64_t top = 0;
+    TRY(read_int(c, o, "top_logprobs", 0, 20, "[0, 20]", &has_top, &top));
+    if (v && json_is_boolean(v)) {
+        if (has_top && !json_is_true(v))
+            return fail(c, E_REQUEST, "\"%stop_logprobs\" needs \"%slogprobs\": true", c->prefix, c->prefix);
+        p->has_logprobs = 1;
+        p->logprobs = json_is_true(v) ? (int32_t)top : 0;
+        return OK;
+    }
+    if (has_top)
+        return fail(c, E_REQUEST, "\"%stop_logprobs\" needs \"%slogprobs\": true", c->prefix, c->prefix);
     int has;
-    double x;
-    TP_CHECK_GOTO(num_field(o, "max_tokens", 1, 1 << 30, 1, what, r->line, &has, &x), st, out);
-    if (has) r->max_tokens = (int32_t)x;
-    TP_CHECK_GOTO(num_field(o, "temperature", 0, 100, 0, what, r->line, &r->has_temperature, &r->temperature), st, out);
-    TP_CHECK_GOTO(num_field(o, "top_k", -1, 1 << 30, 1, what, r->line, &r->has_top_k, &x), st, out);
-    if (r->has_top_k) r->top_k = (int32_t)x;
-    TP_CHECK_GOTO(num_field(o, "top_p", 1e-9, 1, 0, what, r->line, &r->has_top_p, &r->top_p), st, out);
-    TP_CHECK_GOTO(num_field(o, "seed", 0, 9007199254740991.0, 1, what, r->line, &r->has_seed, &x), st, out);
-    if (r->has_seed) r->seed = (uint64_t)json_integer_value(json_object_get(o, "seed"));
-    json_t *ie = json_object_get(o, "ignore_eos");
-    if (ie && !json_is_null(ie)) {
-        if (!json_is_boolean(ie)) {
-            st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: \"ignore_eos\" must be true or false", what, line);
-            goto out;
-        }
-        r->ignore_eos = json_is_true(ie);
+    int64_t x;
+    TRY(read_int(c, o, "logprobs", 0, 20, "[0, 20] (or true/false)", &has, &x));
+    if (has) {
+        p->has_logprobs = 1;
+        p->logprobs = (int32_t)x;
     }
-out:
+    return OK;
+}
+
+typedef struct pfield {
+    const char *key;
+    char kind; /* 'i' int32, 'u' uint64 (seed), 'r' double, 'b' bool (int) */
+    int64_t ilo, ihi;
+    double rlo, rhi;
+    int lo_open;
+    const char *range;
+    size_t has_off, val_off;
+} pfield;
+
+#define PF_I(key, field, lo, hi, range) \
+    {key, 'i', lo, hi, 0, 0, 0, range, offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
+#define PF_R(key, field, lo, hi, lo_open, range) \
+    {key, 'r', 0, 0, lo, hi, lo_open, range, offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
+#define PF_B(key, field) \
+    {key, 'b', 0, 0, 0, 0, 0, "", offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
+
+static const pfield pfields[] = {
+    PF_I("max_tokens", max_tokens, 1, INT32_MAX, "[1, 2147483647]"),
+    PF_I("min_tokens", min_tokens, 0, INT32_MAX, "[0, 2147483647]"),
+    PF_R("temperature", temperature, 0, 100, 0, "[0, 100]"),
+    PF_I("top_k", top_k, -1, INT32_MAX, "[-1, 2147483647] (-1 and 0: off)"),
+    PF_R("top_p", top_p, 0, 1, 1, "(0, 1]"),
+    PF_R("min_p", min_p, 0, 1, 0, "[0, 1]"),
+    PF_R("repetition_penalty", repetition_penalty, 0, 100, 1, "(0, 100]"),
+    PF_R("presence_penalty", presence_penalty, -2, 2, 0, "[-2, 2]"),
+    PF_R("frequency_penalty", frequency_penalty, -2, 2, 0, "[-2, 2]"),
+    {"seed", 'u', 0, INT64_MAX, 0, 0, 0, "[0, 2^63)", offsetof(tp_request_params, has_seed),
+     offsetof(tp_request_params, seed)},
+    PF_I("n", n, 1, 128, "[1, 128]"),
+    PF_I("prompt_logprobs", prompt_logprobs, 0, 20, "[0, 20]"),
+    PF_B("ignore_eos", ignore_eos),
+    PF_B("skip_special_tokens", skip_special_tokens),
+    PF_B("include_stop_str_in_output", include_stop_str_in_output),
+};
+
+/* The per-request settings of o (a JSONL line, or an OpenAI body). */
+static int read_params(line_ctx *c, const json_t *o)
+{
+    tp_request_params *p = &c->r->p;
+    for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++) {
+        const pfield *f = &pfields[i];
+        int *has = (int *)((char *)p + f->has_off);
+        void *val = (char *)p + f->val_off;
+        int64_t x;
+        if (f->kind == 'i') {
+            TRY(read_int(c, o, f->key, f->ilo, f->ihi, f->range, has, &x));
+            if (*has) *(int32_t *)val = (int32_t)x;
+        } else if (f->kind == 'u') {
+            TRY(read_int(c, o, f->key, f->ilo, f->ihi, f->range, has, &x));
+            if (*has) *(uint64_t *)val = (uint64_t)x;
+        } else if (f->kind == 'r') {
+            TRY(read_real(c, o, f->key, f->rlo, f->rhi, f->lo_open, f->range, has, (double *)val));
+        } else {
+            TRY(read_bool(c, o, f->key, has, (int *)val));
+        }
+    }
+    /* OpenAI's newer name wins over max_tokens, as in vLLM */
+    int has;
+    int64_t x;
+    TRY(read_int(c, o, "max_completion_tokens", 1, INT32_MAX, "[1, 2147483647]", &has, &x));
+    if (has) {
+        p->has_max_tokens = 1;
+        p->max_tokens = (int32_t)x;
+    }
+    if (p->has_min_tokens && p->has_max_tokens && p->min_tokens > p->max_tokens)
+        return fail(c, E_REQUEST, "\"%smin_tokens\" %d is more than \"%smax_tokens\" %d", c->prefix,
+                    p->min_tokens, c->prefix, p->max_tokens);
+    TRY(read_logprobs(c, o));
+    TRY(read_stop(c, o));
+    json_t *v = get(o, "stop_token_ids");
+    if (v) TRY(read_token_ids(c, v, "stop_token_ids", 1, &p->stop_token_ids, &p->n_stop_token_ids));
+    return OK;
+}
+
+static int read_add_generation_prompt(line_ctx *c, const json_t *o)
+{
+    int has, val;
+    TRY(read_bool(c, o, "add_generation_prompt", &has, &val));
+    if (has) c->r->add_generation_prompt = val;
+    return OK;
+}
+
+/* ------------------------------------------------------------------------------------
+ * The dialects */
+
+static int jsonl_id(line_ctx *c, const json_t *o)
+{
+    json_t *id = get(o, "id"), *cid = get(o, "custom_id");
+    if (id || cid) return read_id(c, id ? "id" : "custom_id", id ? id : cid, 1);
+    return set_standin_id(c); /* no id: the line number, as for text */
+}
+
+static int openai_id(line_ctx *c, const json_t *o) { return read_id(c, "custom_id", get(o, "custom_id"), 0); }
+static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id", get(o, "task_id"), 1); }
+
+static int parse_jsonl(line_ctx *c, const json_t *o)
+{
+    TRY(jsonl_id(c, o));
+    if (get(o, "id") && get(o, "custom_id"))
+        return fail(c, E_REQUEST, "give one of \"id\" and \"custom_id\", not both");
+    static const char *const keys[] = {"prompt", "prompt_token_ids", "input_ids", "messages"};
+    json_t *given[4];
+    int n_given = 0;
+    for (int i = 0; i < 4; i++) n_given += (given[i] = get(o, keys[i])) != NULL;
+    if (n_given != 1) {
+        const char *hint = "";
+        if (json_object_get(o, "body") && json_object_get(o, "url"))
+            hint = " (this looks like an OpenAI batch line: use --input-format openai or auto)";
+        else if (json_object_get(o, "task_id"))
+            hint = " (this looks like a TensorRT-LLM line: use --input-format trtllm or auto)";
+        return fail(c, E_REQUEST,
+                    "give exactly one of \"prompt\", \"prompt_token_ids\", \"input_ids\" and \"messages\" (the line has %d)%s",
+                    n_given, hint);
+    }
+    if (given[0]) {
+        if (json_is_array(given[0]))
+            return fail(c, E_REQUEST, "\"prompt\" must be a string, not an array (token ids go in \"prompt_token_ids\")");
+        TRY(set_prompt(c, given[0], "prompt"));
+    } else if (given[1] || given[2]) {
+        TRY(read_token_ids(c, given[1] ? given[1] : given[2], given[1] ? keys[1] : keys[2], 0,
+                           &c->r->prompt_ids, &c->r->n_prompt_ids));
+    } else {
+        TRY(read_messages(c, given[3]));
+    }
+    TRY(read_add_generation_prompt(c, o));
+    return read_params(c, o);
+}
+
+static int parse_openai(line_ctx *c, const json_t *o)
+{
+    char b[QUOTE_CAP];
+    TRY(openai_id(c, o));
+    json_t *method = get(o, "method"), *url = get(o, "url"), *body = get(o, "body");
+    if (!json_is_string(method) || strcmp(json_string_value(method), "POST"))
+        return fail(c, E_REQUEST, "\"method\" must be \"POST\", not %s", method ? repr(b, method) : "missing");
+    if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/completions"))
+        c->r->endpoint = TP_ENDPOINT_COMPLETIONS;
+    else if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/chat/completions"))
+        c->r->endpoint = TP_ENDPOINT_CHAT;
+    else if (!url)
+        return fail(c, E_REQUEST, "\"url\" is required: \"/v1/completions\" or \"/v1/chat/completions\"");
+    else
+        return fail(c, E_REQUEST, "\"url\" %s is not supported: use \"/v1/completions\" or \"/v1/chat/completions\"",
+                    repr(b, url));
+    if (!json_is_object(body))
+        return fail(c, E_REQUEST, "\"body\" must be an object, not %s", body ? repr(b, body) : "missing");
+    c->prefix = "body.";
+    json_t *stream = get(body, "stream");
+    if (stream && !json_is_boolean(stream))
+        return fail(c, E_REQUEST, "\"body.stream\" must be true or false, not %s", repr(b, stream));
+    if (json_is_true(stream)) return fail(c, E_REQUEST, "\"body.stream\": stream mode is not supported in a batch");
+    if (c->r->endpoint == TP_ENDPOINT_CHAT) {
+        json_t *m = get(body, "messages");
+        if (!m) return fail(c, E_REQUEST, "\"body.messages\" is required for /v1/chat/completions");
+        TRY(read_messages(c, m));
+        TRY(read_add_generation_prompt(c, body));
+        return read_params(c, body);
+    }
+    json_t *pr = get(body, "prompt");
+    if (!pr)
+        return fail(c, E_REQUEST, "\"body.prompt\" is required for /v1/completions%s",
+                    get(body, "messages") ? " (\"messages\" needs \"url\": \"/v1/chat/completions\")" : "");
+    if (json_is_array(pr) && json_array_size(pr) > 0 && !json_is_integer(json_array_get(pr, 0)) &&
+        !(c->lossy && json_is_real(json_array_get(pr, 0)))) {
+        /* a list of prompts: one is fine */
+        if (json_array_size(pr) > 1)
+            return fail(c, E_REQUEST, "\"body.prompt\" holds %zu prompts; a batch line takes one (write one line per prompt)",
+                        json_array_size(pr));
+        pr = json_array_get(pr, 0);
+        if (json_is_array(pr))
+            TRY(read_token_ids(c, pr, "prompt[0]", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+        else
+            TRY(set_prompt(c, pr, "prompt[0]"));
+    } else if (json_is_array(pr)) {
+        TRY(read_token_ids(c, pr, "prompt", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+    } else {
+        TRY(set_prompt(c, pr, "prompt"));
+    }
+    return read_params(c, body);
+}
+
+static int parse_trtllm(line_ctx *c, const json_t *o)
+{
+    TRY(trtllm_id(c, o));
+    json_t *ids = get(o, "input_ids"), *pr = get(o, "prompt");
+    if (get(o, "lora_request")) return fail(c, E_REQUEST, "\"lora_request\": LoRA adapters are not supported");
+    if (get(o, "media_paths")) return fail(c, E_REQUEST, "\"media_paths\": multimodal input is not supported");
+    if (ids) /* input_ids wins over prompt, as in trtllm-bench */
+        TRY(read_token_ids(c, ids, "input_ids", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+    else if (pr)
+        TRY(set_prompt(c, pr, "prompt"));
+    else
+        return fail(c, E_REQUEST, "give \"prompt\" or \"input_ids\"");
+    int has;
+    int64_t x;
+    TRY(read_int(c, o, "output_tokens", 1, INT32_MAX, "[1, 2147483647]", &has, &x));
+    if (has) {
+        c->r->p.has_max_tokens = 1;
+        c->r->p.max_tokens = (int32_t)x;
+    }
+    return OK;
+}
+
+static int read_dialect_id(line_ctx *c, tp_input_format fmt, const json_t *o)
+{
+    if (fmt == TP_INPUT_OPENAI) return openai_id(c, o);
+    if (fmt == TP_INPUT_TRTLLM) return trtllm_id(c, o);
+    return jsonl_id(c, o);
+}
+
+/* A line with bad UTF-8: try to read its id anyway, from a copy whose bad bytes are
+ * replaced by U+FFFD (an id that then holds U+FFFD is not trusted). */
+static int recover_id(line_ctx *c, tp_input_format fmt, const char *s, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++, bad++) i += utf8_valid_prefix((const unsigned char *)s + i, n - i);
+    char *copy = malloc(n + 2 * bad + 1), *q = copy;
+    if (!copy) return OOM;
+    for (size_t i = 0; i < n;) {
+        size_t ok = utf8_valid_prefix((const unsigned char *)s + i, n - i);
+        memcpy(q, s + i, ok);
+        q += ok;
+        i += ok;
+        if (i < n) {
+            memcpy(q, "\xEF\xBF\xBD", 3);
+            q += 3;
+            i++;
+        }
+    }
+    json_t *o = json_loadb(copy, (size_t)(q - copy), JSON_ALLOW_NUL, NULL);
+    free(copy);
+    int rc = OK;
+    if (json_is_object(o)) {
+        rc = read_dialect_id(c, fmt, o);
+        if (rc == OK && c->r->id && strstr(c->r->id, "\xEF\xBF\xBD")) rc = set_standin_id(c);
+        if (rc == BAD) rc = OK; /* the UTF-8 error is the one reported */
+    }
     json_decref(o);
-    return st;
+    if (rc == OK && !c->r->id) rc = set_standin_id(c);
+    return rc;
 }
 
-static int by_id_then_line(const void *a, const void *b)
+static const char *type_name(const json_t *v)
 {
-    const tp_request *x = *(const tp_request *const *)a, *y = *(const tp_request *const *)b;
-    int c = strcmp(x->id, y->id);
-    return c ? c : (x->line > y->line) - (x->line < y->line);
+    switch (json_typeof(v)) {
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    default: return "an object";
+    }
 }
 
-static tp_status check_unique_ids(const tp_request_list *l, const char *what)
+/* Fill r from line s[0..n) (no '\n', no trailing '\r'). OOM is the only failure; a bad
+ * line is recorded in r. */
+static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_input_format fmt,
+                      int64_t vocab, size_t max_line, int *standin)
 {
-    const tp_request **v = malloc(l->n * sizeof *v);
-    if (!v) return tp_error(TP_ERR_OOM, "out of memory");
-    for (size_t i = 0; i < l->n; i++) v[i] = &l->v[i];
-    qsort(v, l->n, sizeof *v, by_id_then_line);
-    tp_status st = TP_OK;
-    for (size_t i = 1; i < l->n && st == TP_OK; i++)
-        if (!strcmp(v[i - 1]->id, v[i]->id))
-            st = tp_error(TP_ERR_INVALID_ARG, "%s:%lld: id \"%s\" was already used on line %lld", what,
-                          (long long)v[i]->line, v[i]->id, (long long)v[i - 1]->line);
-    free(v);
-    return st;
+    line_ctx c = {.r = r, .line = line, .vocab = vocab, .prefix = ""};
+    r->line = line;
+    r->add_generation_prompt = 1;
+    int rc = OK;
+    size_t valid;
+    if (n > max_line) {
+        rc = set_standin_id(&c);
+        if (rc == OK)
+            rc = fail(&c, E_REQUEST, "the line is %zu bytes, more than --max-line-bytes %zu", n, max_line);
+    } else if ((valid = utf8_valid_prefix((const unsigned char *)s, n)) < n) {
+        rc = fail(&c, E_UTF8, "invalid UTF-8 at byte %zu of the line (0x%02x)", valid + 1,
+                  (unsigned char)s[valid]);
+        if (rc != OOM) rc = fmt == TP_INPUT_TEXT ? set_standin_id(&c) : recover_id(&c, fmt, s, n);
+    } else if (fmt == TP_INPUT_TEXT) {
+        rc = set_standin_id(&c);
+        if (rc == OK) {
+            r->prompt = dup_n(s, n);
+            r->prompt_len = n;
+            if (!r->prompt) rc = OOM;
+        }
+    } else {
+        json_error_t err, err2;
+        const size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY;
+        json_t *o = json_loadb(s, n, flags, &err);
+        if (!o && json_error_code(&err) == json_error_numeric_overflow) {
+            /* an integer beyond 64 bits: read it as a real to report the field, keep the id */
+            o = json_loadb(s, n, flags | JSON_DECODE_INT_AS_REAL, &err2);
+            c.lossy = o != NULL;
+        }
+        if (!o) {
+            rc = set_standin_id(&c);
+            if (rc == OK && !strncmp(err.text, "invalid Unicode", 15))
+                rc = fail(&c, E_UTF8, "invalid JSON string escape at column %d: %s (a lone UTF-16 surrogate)",
+                          err.column, err.text);
+            else if (rc == OK)
+                rc = fail(&c, E_JSON, "invalid JSON at column %d: %s", err.column, err.text);
+        } else if (!json_is_object(o)) {
+            rc = set_standin_id(&c);
+            if (rc == OK) rc = fail(&c, E_JSON, "a line must be a JSON object, not %s", type_name(o));
+        } else {
+            rc = fmt == TP_INPUT_OPENAI   ? parse_openai(&c, o)
+                 : fmt == TP_INPUT_TRTLLM ? parse_trtllm(&c, o)
+                                          : parse_jsonl(&c, o);
+            if (rc == OK && c.lossy) /* the number is not in a field we read: still an error */
+                rc = fail(&c, E_REQUEST, "at column %d, %s: integers must fit in 64 bits", err.column, err.text);
+        }
+        json_decref(o);
+    }
+    *standin = c.standin;
+    if (rc == OOM) return OOM;
+    if (r->error_code) payload_free(r);
+    return OK;
+}
+
+/* ------------------------------------------------------------------------------------
+ * The file */
+
+typedef struct line_iter {
+    const char *text;
+    size_t len, at;
+    int64_t line;
+} line_iter;
+
+static void iter_init(line_iter *it, const char *text, size_t len)
+{
+    /* a UTF-8 byte order mark is not part of the first line */
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
+        text += 3;
+        len -= 3;
+    }
+    it->text = text;
+    it->len = len;
+    it->at = 0;
+    it->line = 0;
 }
 
 static int blank(const char *s, size_t n)
@@ -196,68 +952,165 @@ static int blank(const char *s, size_t n)
     return 1;
 }
 
-tp_status tp_requests_parse(const char *text, size_t len, const char *what, int64_t vocab_size,
-                            tp_request_list *out)
+/* The next non-blank line, without its '\n' and trailing '\r'. */
+static int iter_next(line_iter *it, const char **s_out, size_t *n_out)
 {
-    memset(out, 0, sizeof *out);
-    size_t cap = 0;
-    /* a UTF-8 byte order mark is not part of the first prompt */
-    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
-        text += 3;
-        len -= 3;
-    }
-    int jsonl = -1;
-    int64_t line = 0;
-    tp_status st = TP_OK;
-    for (size_t at = 0; at < len;) {
-        const char *s = text + at;
-        const char *nl = memchr(s, '\n', len - at);
-        size_t n = nl ? (size_t)(nl - s) : len - at;
-        at += n + (nl != NULL);
-        line++;
+    while (it->at < it->len) {
+        const char *s = it->text + it->at;
+        const char *nl = memchr(s, '\n', it->len - it->at);
+        size_t n = nl ? (size_t)(nl - s) : it->len - it->at;
+        it->at += n + (nl != NULL);
+        it->line++;
         if (n && s[n - 1] == '\r') n--;
         if (blank(s, n)) continue;
-        if (jsonl < 0) {
-            size_t i = 0;
-            while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
-            jsonl = s[i] == '{';
+        *s_out = s;
+        *n_out = n;
+        return 1;
+    }
+    return 0;
+}
+
+/* TP_INPUT_AUTO: text unless the first non-blank line starts with '{'; then the first
+ * line (of the first DETECT_LINES) that parses as an object picks the dialect. */
+static tp_input_format detect(const char *text, size_t len, size_t max_line)
+{
+    line_iter it;
+    const char *s;
+    size_t n;
+    iter_init(&it, text, len);
+    if (!iter_next(&it, &s, &n)) return TP_INPUT_JSONL;
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    if (s[i] != '{') return TP_INPUT_TEXT;
+    for (int k = 0; k < DETECT_LINES; k++) {
+        if (k > 0 && !iter_next(&it, &s, &n)) break;
+        if (n > max_line) continue;
+        json_t *o = json_loadb(s, n, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            continue;
         }
-        tp_request *r = NULL;
-        TP_CHECK_GOTO(push(out, &cap, &r), st, fail);
-        r->line = line;
-        if (jsonl) {
-            TP_CHECK_GOTO(parse_json_line(r, s, n, what, vocab_size), st, fail);
-        } else {
-            char buf[32];
-            snprintf(buf, sizeof buf, "%lld", (long long)line);
-            r->id = dup_n(buf, strlen(buf));
-            r->prompt = dup_n(s, n);
-            r->prompt_len = n;
-            if (!r->id || !r->prompt) {
-                st = tp_error(TP_ERR_OOM, "out of memory");
+        tp_input_format f = TP_INPUT_JSONL;
+        if (json_object_get(o, "custom_id") && json_object_get(o, "body") && json_object_get(o, "url"))
+            f = TP_INPUT_OPENAI;
+        else if (json_object_get(o, "task_id"))
+            f = TP_INPUT_TRTLLM;
+        json_decref(o);
+        return f;
+    }
+    return TP_INPUT_JSONL;
+}
+
+typedef struct id_ref {
+    const char *id;
+    int64_t line;
+    int standin;
+} id_ref;
+
+static int by_id_then_line(const void *a, const void *b)
+{
+    const id_ref *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+static tp_status check_unique_ids(const tp_request_list *l, const unsigned char *standin, const char *what)
+{
+    id_ref *v = malloc((l->n ? l->n : 1) * sizeof *v);
+    if (!v) return tp_error(TP_ERR_OOM, "out of memory checking %zu request ids", l->n);
+    for (size_t i = 0; i < l->n; i++) v[i] = (id_ref){l->v[i].id, l->v[i].line, standin[i]};
+    qsort(v, l->n, sizeof *v, by_id_then_line);
+    tp_status st = TP_OK;
+    for (size_t i = 1; i < l->n; i++) {
+        if (strcmp(v[i - 1].id, v[i].id)) continue;
+        char b[QUOTE_CAP], note[160] = "";
+        const id_ref *a = &v[i - 1], *z = &v[i];
+        if (a->standin || z->standin)
+            snprintf(note, sizeof note, " (line %lld has no readable id, so its line number stands in)",
+                     (long long)(a->standin ? a->line : z->line));
+        st = tp_error(TP_ERR_INVALID_ARG, "%s: id %s is used on line %lld and again on line %lld%s; ids must be unique",
+                      what, quote(b, a->id, strlen(a->id)), (long long)a->line, (long long)z->line, note);
+        break;
+    }
+    free(v);
+    return st;
+}
+
+tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
+                            int64_t vocab_size, size_t max_line_bytes, tp_request_list *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!what) what = "the input";
+    if (vocab_size <= 0 || vocab_size > (int64_t)INT32_MAX + 1) vocab_size = (int64_t)INT32_MAX + 1;
+    if (max_line_bytes == 0) max_line_bytes = SIZE_MAX;
+    if (fmt == TP_INPUT_AUTO) fmt = detect(text, len, max_line_bytes);
+
+    size_t cap = 0;
+    unsigned char *standin = NULL;
+    tp_status st = TP_OK;
+    line_iter it;
+    const char *s;
+    size_t n;
+    iter_init(&it, text, len);
+    while (iter_next(&it, &s, &n)) {
+        if (out->n == cap) {
+            size_t c = cap ? 2 * cap : 64;
+            tp_request *v = realloc(out->v, c * sizeof *v);
+            if (v) out->v = v;
+            unsigned char *sv = v ? realloc(standin, c) : NULL;
+            if (!sv) {
+                st = tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, out->n);
                 goto fail;
             }
+            standin = sv;
+            cap = c;
         }
+        tp_request *r = &out->v[out->n++];
+        memset(r, 0, sizeof *r);
+        int si = 0;
+        if (parse_line(r, s, n, it.line, fmt, vocab_size, max_line_bytes, &si) != OK) {
+            st = tp_error(TP_ERR_OOM, "out of memory reading %s at line %lld", what, (long long)it.line);
+            goto fail;
+        }
+        standin[out->n - 1] = (unsigned char)si;
+        out->n_errors += r->error_code != NULL;
     }
     if (out->n == 0) {
-        st = tp_error(TP_ERR_INVALID_ARG, "%s holds no prompts", what);
+        st = tp_error(TP_ERR_INVALID_ARG, "%s holds no requests (it is empty or has only blank lines)", what);
         goto fail;
     }
     /* duplicate ids would make the output ambiguous: refuse, naming both lines */
-    TP_CHECK_GOTO(check_unique_ids(out, what), st, fail);
+    TP_CHECK_GOTO(check_unique_ids(out, standin, what), st, fail);
+    free(standin);
     return TP_OK;
 fail:
+    free(standin);
     tp_requests_free(out);
     return st;
 }
 
-tp_status tp_requests_read(const char *path, int64_t vocab_size, tp_request_list *out)
+tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,
+                           size_t max_line_bytes, tp_request_list *out)
 {
     char *text;
     size_t len;
+    struct stat sb;
     memset(out, 0, sizeof *out);
+    if (!path || !strcmp(path, "-"))
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "reading prompts from standard input is not supported: write them to a file and give its path");
+    /* stat first: opening a FIFO would block until a writer comes */
+    if (stat(path, &sb) != 0) return tp_error(TP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return tp_error(TP_ERR_IO, "%s is a directory, not a prompt file", path);
+    if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || S_ISCHR(sb.st_mode))
+        return tp_error(TP_ERR_IO,
+                        "%s is a %s, not a regular file: the prompt file is read whole and checked before the model loads, "
+                        "so pipes and standard input (/dev/stdin) are not supported; write the prompts to a file",
+                        path, S_ISFIFO(sb.st_mode) ? "pipe (FIFO)" : S_ISSOCK(sb.st_mode) ? "socket" : "character device");
+    if (!S_ISREG(sb.st_mode)) return tp_error(TP_ERR_IO, "%s is not a regular file", path);
     TP_CHECK(tp_read_file(path, MAX_INPUT_BYTES, &text, &len));
-    tp_status st = tp_requests_parse(text, len, path, vocab_size, out);
+    tp_status st = tp_requests_parse(text, len, path, fmt, vocab_size, max_line_bytes, out);
     free(text);
     return st;
 }

@@ -1,8 +1,13 @@
 /*
- * requests.h: the prompts of --input: a text file (one prompt per line) or JSONL lines
- * {"id", "prompt" | "prompt_token_ids", and optional per-request "max_tokens",
- * "temperature", "top_k", "top_p", "seed", "ignore_eos"}. The file is read and checked
- * whole before the model loads; a bad line stops the job with its line number.
+ * requests.h: the prompts of --input, in any of four dialects (detected per file, or
+ * --input-format): plain text, one prompt per line; JSONL of {"id"|"custom_id", one of
+ * "prompt" | "prompt_token_ids" | "input_ids" | "messages", and per-request overrides};
+ * OpenAI batch lines {"custom_id", "method": "POST", "url": "/v1/completions" |
+ * "/v1/chat/completions", "body": {...}} (OpenAI's fields plus vLLM's extensions); and
+ * TensorRT-LLM benchmark lines {"task_id", "prompt" | "input_ids", "output_tokens"}.
+ * The whole file is read and checked before the model loads. A bad line never stops the
+ * batch: it becomes a request that carries an error (code + message) and is not run.
+ * Only a fatal problem (unreadable file, duplicate ids) stops the job, with line numbers.
  */
 #ifndef TP_REQUESTS_H
 #define TP_REQUESTS_H
@@ -10,38 +15,85 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sampler.h"
 #include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+typedef enum tp_input_format {
+    TP_INPUT_AUTO,   /* the first non-blank line decides (see tp_requests_read) */
+    TP_INPUT_TEXT,
+    TP_INPUT_JSONL,
+    TP_INPUT_OPENAI,
+    TP_INPUT_TRTLLM,
+} tp_input_format;
+
+/* Parses "auto", "text", "jsonl", "openai", "trtllm"; 0 on anything else. */
+int tp_input_format_from_name(const char *name, tp_input_format *out);
+
+typedef enum tp_endpoint {
+    TP_ENDPOINT_NONE,        /* not an OpenAI batch line: the compact output */
+    TP_ENDPOINT_COMPLETIONS, /* /v1/completions */
+    TP_ENDPOINT_CHAT,        /* /v1/chat/completions */
+} tp_endpoint;
+
+/* Per-request settings; has_* says whether the line gave it (else the run's default). */
+typedef struct tp_request_params {
+    int has_max_tokens;        int32_t max_tokens;        /* >= 1 (OpenAI max_tokens / max_completion_tokens, TRT-LLM output_tokens) */
+    int has_min_tokens;        int32_t min_tokens;        /* >= 0 */
+    int has_temperature;       double temperature;        /* [0, 100] */
+    int has_top_k;             int32_t top_k;             /* -1 or >= 0 (0 and -1: off) */
+    int has_top_p;             double top_p;              /* (0, 1] */
+    int has_min_p;             double min_p;              /* [0, 1] */
+    int has_repetition_penalty; double repetition_penalty; /* (0, 100] */
+    int has_presence_penalty;  double presence_penalty;   /* [-2, 2] */
+    int has_frequency_penalty; double frequency_penalty;  /* [-2, 2] */
+    int has_seed;              uint64_t seed;             /* [0, 2^63) */
+    int has_n;                 int32_t n;                 /* completions per prompt, [1, 128] */
+    int has_logprobs;          int32_t logprobs;          /* top-N per generated token, [0, 20] (chat: "logprobs": true + "top_logprobs") */
+    int has_prompt_logprobs;   int32_t prompt_logprobs;   /* [0, 20] */
+    int has_ignore_eos;        int ignore_eos;
+    int has_skip_special_tokens; int skip_special_tokens;
+    int has_include_stop_str_in_output; int include_stop_str_in_output;
+    char **stop;               int32_t n_stop;            /* stop strings (a string or an array of at most 16 non-empty strings) */
+    int32_t *stop_token_ids;   int32_t n_stop_token_ids;  /* each in [0, vocab) */
+} tp_request_params;
+
 typedef struct tp_request {
-    char *id;             /* "id" of the line, or its 1-based line number for text input */
-    int64_t line;         /* 1-based line in the input file */
-    char *prompt;         /* text, or NULL when prompt_ids were given */
+    char *id;               /* "custom_id" / "id" / "task_id" (integers as decimal), or the line number for text */
+    int64_t line;           /* 1-based line in the input */
+    tp_endpoint endpoint;
+    char *prompt;           /* text (may hold NUL bytes), or NULL */
     size_t prompt_len;
-    int32_t *prompt_ids;  /* given ids, or NULL */
+    int32_t *prompt_ids;    /* token ids, or NULL */
     int32_t n_prompt_ids;
-    int32_t max_tokens;   /* -1: the default (--max-tokens) */
-    int ignore_eos;       /* -1: the default */
-    int has_temperature, has_top_k, has_top_p, has_seed;
-    double temperature, top_p;
-    int32_t top_k;
-    uint64_t seed;
+    char *messages_json;    /* the "messages" array as JSON text (chat), or NULL */
+    int add_generation_prompt; /* chat: default 1 */
+    tp_request_params p;
+    const char *error_code; /* NULL, or "invalid_json", "invalid_request", "invalid_utf8": the line is not run */
+    char *error_message;    /* what was wrong and where: "line 7: \"top_p\" 1.5 is outside (0, 1]" */
 } tp_request;
 
 typedef struct tp_request_list {
     tp_request *v;
     size_t n;
+    size_t n_errors;        /* requests that carry an error */
 } tp_request_list;
 
-/* Read and validate path. vocab_size bounds prompt_token_ids. */
-tp_status tp_requests_read(const char *path, int64_t vocab_size, tp_request_list *out);
+/* Read and check path. vocab_size bounds token ids. Fatal (the job stops): the file
+ * cannot be read, is a directory, holds no requests, or two requests share an id (the
+ * message names both lines). Per-line problems become requests with error_code set. A
+ * line longer than max_line_bytes is an error record too, not a crash.
+ * vocab_size <= 0: not known yet (ids are then only checked to fit in int32);
+ * max_line_bytes 0: no limit. A line whose id cannot be read (not JSON, bad UTF-8 that
+ * hides it, too long) gets its decimal line number as id, which takes part in the
+ * duplicate check like any other id. Unknown fields are ignored. */
+tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,
+                           size_t max_line_bytes, tp_request_list *out);
 /* The same from memory (tests). */
-tp_status tp_requests_parse(const char *text, size_t len, const char *what, int64_t vocab_size,
-                            tp_request_list *out);
+tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
+                            int64_t vocab_size, size_t max_line_bytes, tp_request_list *out);
 void tp_requests_free(tp_request_list *l);
 
 #ifdef __cplusplus

@@ -1,9 +1,8 @@
 /*
- * sampler.c: one row of logits -> the next token, in vLLM/HF order (penalties, temperature,
- * top-k, top-p, min-p, inverse-CDF draw), and raw log-softmax logprobs. Works in double on
- * per-sampler scratch arrays and never fully sorts the vocabulary: (weighted) quickselect
- * finds the top-k set, the top-p cut and the drawn token. The random stream is a pure
- * function of (seed, step), documented below and frozen: resumed runs depend on it.
+ * sampler.c: logits -> next token in vLLM/HF order (penalties, temperature, top-k, top-p,
+ * min-p, inverse-CDF draw in rank order), plus raw log-softmax logprobs. Never sorts the
+ * vocabulary: a heap or quickselect finds top-k; exponent buckets and a weighted quickselect
+ * find the top-p cut and the draw. The random stream is a frozen function of (seed, step).
  */
 #include "sampler.h"
 
@@ -18,14 +17,15 @@
 #define GREEDY_TEMPERATURE 1e-5
 #define MAX_LOGPROBS 20 /* OpenAI's top_logprobs limit and vLLM's default max_logprobs */
 #define SMALL_RANGE 16  /* selections finish ranges this short with an insertion sort */
-#define BUCKETS 64      /* exponent buckets of find_by_mass */
-#define BUCKET_MIN 2048 /* below this many tokens, a plain weighted quickselect is cheaper */
+#define BUCKETS 64      /* exponent buckets of a mass_view */
+#define BUCKET_MIN 2048 /* below this many candidates, one bucket (no regrouping) is cheaper */
 
 struct tp_sampler {
     int32_t vocab;
     double *val;    /* [vocab] penalized logits (sampling path only) */
     double *w;      /* [vocab] exp((val - max) / temperature): unnormalized probabilities */
     int32_t *idx;   /* [vocab] candidate ids, rearranged in place by the selections */
+    int32_t *tmp;   /* [vocab] where candidates are regrouped by weight bucket */
     int32_t *count; /* [vocab] occurrences in the output; all zero between calls */
     uint8_t *seen;  /* [vocab] 1 if in prompt or output; all zero between calls */
 };
@@ -145,9 +145,10 @@ tp_status tp_sampler_create(int32_t vocab_size, tp_sampler **out)
     s->val = malloc(n * sizeof *s->val);
     s->w = malloc(n * sizeof *s->w);
     s->idx = malloc(n * sizeof *s->idx);
+    s->tmp = malloc(n * sizeof *s->tmp);
     s->count = calloc(n, sizeof *s->count);
     s->seen = calloc(n, sizeof *s->seen);
-    if (!s->val || !s->w || !s->idx || !s->count || !s->seen) {
+    if (!s->val || !s->w || !s->idx || !s->tmp || !s->count || !s->seen) {
         tp_sampler_destroy(s);
         return tp_error(TP_ERR_OOM, "out of memory creating a sampler for %d tokens",
                         (int)vocab_size);
@@ -162,6 +163,7 @@ void tp_sampler_destroy(tp_sampler *s)
     free(s->val);
     free(s->w);
     free(s->idx);
+    free(s->tmp);
     free(s->count);
     free(s->seen);
     free(s);
@@ -323,51 +325,99 @@ static inline int bucket_of(double w)
     return b < BUCKETS - 1 ? b : BUCKETS - 1;
 }
 
-/* select_by_mass over idx[0, n). For large n, one pass sums the mass per exponent bucket to
- * find the bucket the target falls in; one partition puts the earlier buckets first; only
- * that bucket is then searched. */
-static int32_t find_by_mass(const double *val, const double *w, int32_t *idx, int32_t n,
-                            double target, int strict)
+/* The candidates idx[0, n) grouped by weight bucket, in bucket (so rank) order, with the mass
+ * of each: a query for a rank position by running mass then reads 64 sums and searches one
+ * bucket, instead of the whole vocabulary. Small sets use one bucket and skip the regrouping. */
+typedef struct mass_view {
+    int nb;                     /* 1 or BUCKETS */
+    int32_t start[BUCKETS + 1]; /* bucket b is idx[start[b], start[b + 1]) */
+    double mass[BUCKETS];
+} mass_view;
+
+static inline int view_bucket(const mass_view *v, double w)
 {
-    if (n < BUCKET_MIN) return select_by_mass(val, w, idx, 0, n, 0.0, target, strict);
-    double mass[BUCKETS] = {0};
-    int32_t count[BUCKETS] = {0};
-    for (int32_t i = 0; i < n; i++) {
-        int b = bucket_of(w[idx[i]]);
-        mass[b] += w[idx[i]];
-        count[b]++;
+    return v->nb == 1 ? 0 : bucket_of(w);
+}
+
+static double range_mass(const double *w, const int32_t *idx, int32_t lo, int32_t hi)
+{
+    double z = 0.0;
+    for (int32_t i = lo; i < hi; i++) z += w[idx[i]];
+    return z;
+}
+
+static void view_build(tp_sampler *s, int32_t n, mass_view *v)
+{
+    if (n < BUCKET_MIN) {
+        v->nb = 1;
+        v->start[0] = 0;
+        v->start[1] = n;
+        v->mass[0] = range_mass(s->w, s->idx, 0, n);
+        return;
     }
+    int32_t count[BUCKETS] = {0};
+    v->nb = BUCKETS;
+    memset(v->mass, 0, sizeof v->mass);
+    for (int32_t i = 0; i < n; i++) {
+        int b = bucket_of(s->w[s->idx[i]]);
+        count[b]++;
+        v->mass[b] += s->w[s->idx[i]];
+    }
+    v->start[0] = 0;
+    for (int b = 0; b < BUCKETS; b++) v->start[b + 1] = v->start[b] + count[b];
+    int32_t fill[BUCKETS];
+    memcpy(fill, v->start, sizeof fill);
+    for (int32_t i = 0; i < n; i++) s->tmp[fill[bucket_of(s->w[s->idx[i]])]++] = s->idx[i];
+    int32_t *t = s->idx; /* the regrouped copy becomes the candidate list */
+    s->idx = s->tmp;
+    s->tmp = t;
+}
+
+static int32_t view_size(const mass_view *v)
+{
+    return v->start[v->nb];
+}
+
+static double view_mass(const mass_view *v)
+{
+    double z = 0.0;
+    for (int b = 0; b < v->nb; b++) z += v->mass[b];
+    return z;
+}
+
+/* Keep the first n candidates (n >= 1; a cut inside a bucket keeps that bucket's first part). */
+static void view_truncate(const tp_sampler *s, mass_view *v, int32_t n)
+{
+    for (int b = 0; b < v->nb; b++) {
+        if (v->start[b + 1] <= n) continue;
+        if (v->start[b] < n) v->mass[b] = range_mass(s->w, s->idx, v->start[b], n);
+        else v->mass[b] = 0.0;
+        v->start[b + 1] = n;
+    }
+}
+
+/* The first rank position m whose running mass (of the m + 1 first-ranked candidates)
+ * reaches target (>= target, or > target if strict); see select_by_mass. */
+static int32_t view_find(const tp_sampler *s, const mass_view *v, double target, int strict)
+{
     int pick = -1, last = 0;
     double acc = 0.0, before_last = 0.0;
-    for (int b = 0; b < BUCKETS; b++) {
-        if (!count[b]) continue;
-        if (mass_reached(acc + mass[b], target, strict)) {
+    for (int b = 0; b < v->nb; b++) {
+        if (v->start[b] == v->start[b + 1]) continue;
+        if (mass_reached(acc + v->mass[b], target, strict)) {
             pick = b;
             break;
         }
         before_last = acc;
         last = b;
-        acc += mass[b];
+        acc += v->mass[b];
     }
-    if (pick < 0) { /* rounding left the target unreached: the last token it is */
+    if (pick < 0) { /* rounding left the target unreached: the last candidate it is */
         pick = last;
         acc = before_last;
     }
-    int32_t lo = 0, mid = 0, hi = n; /* [0, lo) earlier buckets, [lo, hi) bucket pick */
-    while (mid < hi) {
-        int b = bucket_of(w[idx[mid]]);
-        if (b < pick) swap_ids(&idx[lo++], &idx[mid++]);
-        else if (b > pick) swap_ids(&idx[mid], &idx[--hi]);
-        else mid++;
-    }
-    return select_by_mass(val, w, idx, lo, hi, acc, target, strict);
-}
-
-static double mass_of(const double *w, const int32_t *idx, int32_t n)
-{
-    double z = 0.0;
-    for (int32_t i = 0; i < n; i++) z += w[idx[i]];
-    return z;
+    return select_by_mass(s->val, s->w, s->idx, v->start[pick], v->start[pick + 1], acc, target,
+                          strict);
 }
 
 /* ---- sampling -------------------------------------------------------------------------- */
@@ -421,40 +471,48 @@ static void insert_top(tp_token_logprob *top, int32_t *n, int32_t cap, int32_t i
 }
 
 /* The random path over the n live candidates in s->idx (penalized logits in s->val, their
- * maximum max): top-k, temperature, top-p, min-p, then an inverse-CDF draw in rank order. */
+ * maximum max): top-k, temperature, top-p, min-p, then an inverse-CDF draw in rank order.
+ * Each filter keeps a rank prefix, so they all shorten one mass_view. *z_live gets the
+ * weight of all live candidates (meaningful when top-k cut nothing). */
 static int32_t draw_token(tp_sampler *s, const tp_sampling_params *p, uint64_t step, double max,
-                          int32_t n)
+                          int32_t n, double *z_live)
 {
-    const double *val = s->val;
-    double *w = s->w;
-    int32_t *idx = s->idx;
     /* top-k ranks penalized logits, which temperature does not reorder: select before exp. */
     if (p->top_k > 0 && p->top_k < n) {
-        select_first_k(val, idx, n, p->top_k);
+        select_first_k(s->val, s->idx, n, p->top_k);
         n = p->top_k;
     }
     /* The best token weighs exactly 1. Weights that underflow to 0 could never be drawn:
      * dropping them keeps "the last survivor" (rounding's fallback) a drawable token. */
     int32_t live = 0;
+    double z = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t t = idx[i];
-        w[t] = exp((val[t] - max) / p->temperature);
-        if (w[t] > 0.0) idx[live++] = t;
+        int32_t t = s->idx[i];
+        double w = exp((s->val[t] - max) / p->temperature);
+        s->w[t] = w;
+        if (w > 0.0) {
+            s->idx[live++] = t;
+            z += w;
+        }
     }
-    n = live;
+    *z_live = z;
+    mass_view v;
+    view_build(s, live, &v);
     /* top-p: the smallest rank prefix whose mass (renormalized after top-k) is >= top_p. */
-    if (p->top_p < 1.0 && n > 1)
-        n = select_by_mass(val, w, idx, n, p->top_p * mass_of(w, idx, n), 0) + 1;
-    /* min-p: prob < min_p * max_prob  <=>  w < min_p, as the best token (still here) weighs 1. */
-    if (p->min_p > 0.0 && n > 1) {
-        live = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (w[idx[i]] >= p->min_p) idx[live++] = idx[i];
-        n = live;
+    if (p->top_p < 1.0 && view_size(&v) > 1)
+        view_truncate(s, &v, view_find(s, &v, p->top_p * view_mass(&v), 0) + 1);
+    /* min-p: prob < min_p * max_prob  <=>  w < min_p, as the best token (still here) weighs
+     * 1. Buckets before min_p's all pass, those after all fail: filter only its bucket. */
+    if (p->min_p > 0.0 && view_size(&v) > 1) {
+        int b = view_bucket(&v, p->min_p);
+        int32_t keep = v.start[b];
+        for (int32_t i = v.start[b]; i < v.start[b + 1]; i++)
+            if (s->w[s->idx[i]] >= p->min_p) swap_ids(&s->idx[keep++], &s->idx[i]);
+        view_truncate(s, &v, keep);
     }
-    if (n == 1) return idx[0];
+    if (view_size(&v) == 1) return s->idx[0];
     double u = stream_unit(p->seed, step);
-    return idx[select_by_mass(val, w, idx, n, u * mass_of(w, idx, n), 1)];
+    return s->idx[view_find(s, &v, u * view_mass(&v), 1)];
 }
 
 tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
@@ -472,6 +530,10 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
     const int penalized = params->repetition_penalty != 1.0 || params->frequency_penalty != 0.0 ||
                           params->presence_penalty != 0.0;
     const int greedy = params->temperature < GREEDY_TEMPERATURE || params->top_k == 1;
+    /* At temperature 1, without penalties or top-k, the weights exp(raw - max) are the very
+     * terms of the logprob normalizer: compute them once (exp dominates the cost). */
+    const int shared_exp = !greedy && !penalized && params->temperature == 1.0 &&
+                           !(params->top_k > 0 && params->top_k < vocab);
     if (penalized) {
         /* The token lists are read only when a penalty is on, so they are checked only then. */
         TP_CHECK(check_tokens("prompt", prompt, n_prompt, vocab));
@@ -492,7 +554,9 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
             break;
         }
         const double r = x;
-        if (r > m) {
+        if (shared_exp) {
+            /* the normalizer comes from draw_token's weights */
+        } else if (r > m) {
             sum = sum * exp(m - r) + 1.0;
             m = r;
         } else if (r != -INFINITY) {
@@ -516,7 +580,16 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
                         isnan(logits[bad]) ? "NaN" : "+Inf", (int)bad);
 
     /* All -inf: nothing is live, and the greedy rule (token 0) stands; no draw either. */
-    result->token = greedy || n_live <= 1 ? arg : draw_token(s, params, step, best, n_live);
+    if (greedy || n_live <= 1) {
+        result->token = arg;
+        if (shared_exp) sum = n_live; /* one live token weighs exp(0) = 1; none, nothing */
+    } else {
+        double z_live;
+        result->token = draw_token(s, params, step, best, n_live, &z_live);
+        if (shared_exp) sum = z_live;
+    }
+    if (shared_exp) m = best; /* unpenalized: the raw maximum */
+
     /* Raw logprobs, as vLLM's default logprobs_mode. All -inf has no softmax: report its limit
      * for equal logits, the uniform distribution. */
     const int none_live = m == -INFINITY;

@@ -280,8 +280,8 @@ static tp_status post_apply(const tk_post *p, tp_ids *ids)
     if (p->type != TK_POST_TEMPLATE || (p->n_before == 0 && p->n_after == 0)) return TP_OK;
     for (size_t i = 0; i < p->n_before + p->n_after; i++) TP_CHECK(tp_ids_push(ids, 0)); /* make room */
     memmove(ids->v + p->n_before, ids->v, (ids->n - p->n_before - p->n_after) * sizeof *ids->v);
-    memcpy(ids->v, p->before, p->n_before * sizeof *ids->v);
-    memcpy(ids->v + ids->n - p->n_after, p->after, p->n_after * sizeof *ids->v);
+    if (p->n_before) memcpy(ids->v, p->before, p->n_before * sizeof *ids->v);
+    if (p->n_after) memcpy(ids->v + ids->n - p->n_after, p->after, p->n_after * sizeof *ids->v);
     return TP_OK;
 }
 

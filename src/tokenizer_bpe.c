@@ -539,7 +539,7 @@ tp_status tk_bpe_tokenize(tk_bpe *bpe, const char *s, size_t n, tp_ids *out)
             free(ids);
         } else {
             memcpy(key, s, n);
-            memcpy(ids, out->v + start, k * sizeof *ids);
+            if (k) memcpy(ids, out->v + start, k * sizeof *ids);
             *e = (tk_cache_entry){key, (uint32_t)n, (uint32_t)k, ids};
             bpe->cache_used++;
         }

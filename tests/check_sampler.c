@@ -182,6 +182,15 @@ static int32_t sample_one(tp_sampler *s, const tp_sampling_params *p, uint64_t s
     return sample_full(s, p, step, logits, NULL, 0, NULL, 0);
 }
 
+/* Step 0 with a cleared error message; the status, for tests of failures. */
+static tp_status try_sample(tp_sampler *s, const tp_sampling_params *p, const float *logits,
+                            const int32_t *prompt, int32_t n_prompt, const int32_t *output,
+                            int32_t n_output, tp_sample_result *r)
+{
+    tp_error_clear();
+    return tp_sampler_sample(s, p, 0, logits, prompt, n_prompt, output, n_output, r);
+}
+
 /* Draw steps 0..n_steps-1, require each token to equal the reference's, and count them. */
 static void run_vs_reference(const float *logits, int32_t vocab, const tp_sampling_params *p,
                              const int32_t *prompt, int32_t n_prompt, const int32_t *output,
@@ -250,7 +259,8 @@ START_TEST(stream_is_pinned)
     ck_assert_uint_eq(seed, ref_mix(ref_mix(42) ^ ref_fnv1a("request-1")));
     ck_assert_uint_eq(tp_sampler_request_seed(0, ""), 0x5b21f68ffa77f14cULL);
     ck_assert_uint_eq(tp_sampler_request_seed(0, NULL), 0x5b21f68ffa77f14cULL);
-    ck_assert_uint_eq(tp_sampler_request_seed(UINT64_MAX, "custom-\xc3\xa9"), 0xfa6a84d04f606346ULL);
+    ck_assert_uint_eq(tp_sampler_request_seed(UINT64_MAX, "custom-\xc3\xa9"),
+                      0xfa6a84d04f606346ULL);
     ck_assert_uint_eq(ref_bits(seed, 0), 0x2cacd9dbd5f1ad5bULL);
     ck_assert_uint_eq(ref_bits(seed, 7), 0xcedc393a10b899c2ULL);
     ck_assert_double_eq(ref_unit(seed, 7), 0.8080478445778873);
@@ -264,7 +274,8 @@ START_TEST(stream_is_pinned)
     tp_sampling_params p = params_t(0.8);
     p.seed = seed;
     tp_sampler *s = make_sampler(8);
-    for (int k = 0; k < 24; k++) ck_assert_int_eq(sample_one(s, &p, (uint64_t)k, logits), golden[k]);
+    for (int k = 0; k < 24; k++)
+        ck_assert_int_eq(sample_one(s, &p, (uint64_t)k, logits), golden[k]);
     tp_sampler_destroy(s);
 }
 END_TEST
@@ -428,34 +439,27 @@ START_TEST(sample_rejects_bad_input)
     tp_sampling_params p = params_t(1.0);
 
     p.logprobs = 21; /* one past the limit must not write past the caller's 20 */
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "logprobs 21"));
     for (int i = 0; i < 21; i++) ck_assert_int_eq(top[i].id, -99);
 
     p.logprobs = 2;
     r.top = NULL;
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
     r.top = top;
 
     p.repetition_penalty = 1.2;
     const int32_t prompt[2] = {1, 4}, output[2] = {0, -1};
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, prompt, 2, NULL, 0, &r), TP_ERR_INVALID_ARG);
-    ck_assert_str_eq(tp_error_message(), "prompt token 4 at position 1 is outside the vocabulary [0, 4)");
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, output, 2, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, prompt, 2, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_str_eq(tp_error_message(),
+                     "prompt token 4 at position 1 is outside the vocabulary [0, 4)");
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 2, &r), TP_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "output token -1 at position 1"));
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, output, -3, &r), TP_ERR_INVALID_ARG);
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 5, NULL, 0, &r), TP_ERR_INVALID_ARG);
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, NULL, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, -3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 5, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, NULL, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
     p.top_p = 2;
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, NULL, 0, &r), TP_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "top_p 2 is outside (0, 1]"));
     tp_sampler_destroy(s);
 }
@@ -835,17 +839,20 @@ START_TEST(logprobs_are_raw_log_softmax)
     tp_sampler *s = make_sampler(V);
     tp_token_logprob top[20];
     tp_sample_result res = {.top = top};
-    tp_sampling_params ps[3] = {params_t(0.0), params_t(0.3), params_t(1.0)};
+    tp_sampling_params ps[5] = {params_t(0.0), params_t(0.3), params_t(1.0), params_t(1.0),
+                                params_t(1.0)};
     ps[1].repetition_penalty = 1.5; /* penalties and temperature must not touch logprobs */
     ps[1].top_k = 40;
     ps[2].frequency_penalty = 2.0;
+    ps[3].top_p = 0.9; /* temperature 1, no penalty: the weights double as the normalizer */
+    ps[4].min_p = 0.2;
     const int32_t prompt[3] = {100, 200, 7}, output[2] = {300, 300};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 5; c++) {
         for (int n = 0; n <= 20; n += 5) {
             ps[c].logprobs = n;
             for (uint64_t k = 0; k < 8; k++) {
-                ck_assert_int_eq(tp_sampler_sample(s, &ps[c], k, logits, prompt, 3, output, 2, &res),
-                                 TP_OK);
+                ck_assert_int_eq(
+                    tp_sampler_sample(s, &ps[c], k, logits, prompt, 3, output, 2, &res), TP_OK);
                 ck_assert_double_eq_tol(res.logprob, (double)ref[res.token], 1e-6);
                 ck_assert_int_eq(res.n_top, n);
                 for (int j = 0; j < n; j++) {
@@ -904,8 +911,8 @@ START_TEST(vocab_of_one)
     for (int c = 0; c < 2; c++) {
         ps[c].logprobs = 5;
         for (int d = 0; d < 2; d++) {
-            ck_assert_int_eq(tp_sampler_sample(s, &ps[c], 3, d ? dead : one, NULL, 0, output, 2, &r),
-                             TP_OK);
+            const float *row = d ? dead : one;
+            ck_assert_int_eq(tp_sampler_sample(s, &ps[c], 3, row, NULL, 0, output, 2, &r), TP_OK);
             ck_assert_int_eq(r.token, 0);
             ck_assert_double_eq_tol(r.logprob, 0.0, 1e-12);
             ck_assert_int_eq(r.n_top, 1);
@@ -932,6 +939,23 @@ START_TEST(negative_infinity_logits)
     for (uint64_t k = 0; k < 500; k++) {
         int32_t tok = sample_one(s, &t, k, some);
         ck_assert(tok == 2 || tok == 4);
+    }
+    tp_sampler_destroy(s);
+
+    /* One live token: it is certain, at any temperature. */
+    const float lone[3] = {-INFINITY, 0.3f, -INFINITY};
+    tp_token_logprob lone_top[20];
+    tp_sample_result lr = {.top = lone_top};
+    s = make_sampler(3);
+    for (int c = 0; c < 3; c++) {
+        tp_sampling_params q = params_t(c == 0 ? 0.0 : c == 1 ? 1.0 : 0.5);
+        q.logprobs = 3;
+        ck_assert_int_eq(tp_sampler_sample(s, &q, 5, lone, NULL, 0, NULL, 0, &lr), TP_OK);
+        ck_assert_int_eq(lr.token, 1);
+        ck_assert_double_eq(lr.logprob, 0.0);
+        ck_assert_int_eq(lone_top[0].id, 1);
+        ck_assert_double_eq(lone_top[0].logprob, 0.0);
+        ck_assert(isinf(lone_top[1].logprob) && lone_top[1].id == 0 && lone_top[2].id == 2);
     }
     tp_sampler_destroy(s);
 
@@ -965,18 +989,15 @@ START_TEST(nan_and_positive_infinity_rejected)
     p.frequency_penalty = 2.0;
     p.logprobs = 3;
     const int32_t output[3] = {4, 4, 1};
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
     ck_assert_str_eq(tp_error_message(), "logits contain NaN at token 3");
     p.temperature = 0;
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
     ck_assert_str_eq(tp_error_message(), "logits contain NaN at token 3");
     logits[3] = 0.0f;
     logits[5] = INFINITY;
     logits[1] = INFINITY;
-    tp_error_clear();
-    ck_assert_int_eq(tp_sampler_sample(s, &p, 0, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
     ck_assert_str_eq(tp_error_message(), "logits contain +Inf at token 1");
     /* The failed calls left no penalty state behind: with no output, token 4 wins. */
     logits[1] = 0.2f;
@@ -1022,7 +1043,9 @@ START_TEST(large_vocab_matches_reference)
         {1.0, 0, 1.0, 0.0, 1.0, 0.0},     {0.7, 50, 1.0, 0.0, 1.0, 0.0},
         {1.0, 0, 0.9, 0.0, 1.0, 0.0},     {0.6, 0, 1.0, 0.05, 1.0, 0.0},
         {1.2, 1000, 0.95, 0.01, 1.2, 0.5}, {3.0, 0, 0.5, 0.0, 1.1, 0.1},
-        {1.0, 100000, 0.999, 0.0, 1.0, 0.0},
+        {1.0, 100000, 0.999, 0.0, 1.0, 0.0}, {0.9, 0, 0.95, 0.02, 1.0, 0.0},
+        {1.5, 0, 1.0, 1e-4, 1.0, 0.0},     {1.0, 0, 0.98, 1e-3, 1.3, 0.2},
+        {2.0, 5000, 0.9, 0.0, 1.0, 0.0},
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         tp_sampling_params p = params_t(cfg[c].t);

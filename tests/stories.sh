@@ -15,7 +15,7 @@ for model in stories260K-hf stories260K-hf-bf16-sharded; do
     for grid in "1 1" "2 1" "1 2" "2 2" "4 1"; do
         set -- $grid
         mpi $(($1 * $2)) "$TPINFER" --model "$dir" --tp "$1" --pp "$2" --backend cpu --input "$TMP/prompt.txt" \
-            --max-tokens 128 --output "$TMP/out.jsonl" 2>"$TMP/err" || { cat "$TMP/err"; fail "$model tp $1 pp $2"; }
+            --max-tokens 128 --output "$TMP/out.jsonl" --overwrite 2>"$TMP/err" || { cat "$TMP/err"; fail "$model tp $1 pp $2"; }
         "$PYTHON3" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(json.dumps(r["text"])); assert r["usage"]["completion_tokens"]==128 and r["finish_reason"]=="length"' \
             "$TMP/out.jsonl" >"$TMP/got" || fail "$model tp $1 pp $2: bad output line"
         cmp -s "$TMP/want" "$TMP/got" || { diff "$TMP/want" "$TMP/got"; fail "$model tp $1 pp $2: story differs"; }

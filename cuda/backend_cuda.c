@@ -1,0 +1,429 @@
+/*
+ * backend_cuda.c: the backend table on one GPU. Every operation validates what the host
+ * can see (shapes, dtypes, NULL pointers; the same messages as the CPU backend), then
+ * enqueues kernels or cuBLASLt on the backend's stream and returns without waiting.
+ * Indices that live in device memory (gather rows, cache slots, sequence, position and
+ * block-table entries) are checked by the kernels themselves: a bad one never reads or
+ * writes out of bounds, it is recorded in a device fault word that synchronize() reads
+ * back and reports as TP_ERR_INVALID_ARG, naming the operation and the token.
+ *
+ * Dtypes: activations may be any of f32/f16/bf16 (forward.c passes f32 for the residual
+ * stream and the logits and act_dtype elsewhere), weights and the KV cache likewise; the
+ * residual of add_rmsnorm is f32 as the contract says. Arithmetic is f32 throughout.
+ */
+#include "backend_cuda.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
+#include "kernels.h"
+#include "matmul.h"
+
+#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's workspace */
+#define SCRATCH_BYTES ((size_t)64 << 20)   /* matmul's dtype conversions */
+
+typedef struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    tp_cuda_gemm *gemm;
+    tp_cuda_fault *fault_dev;  /* written by kernels */
+    tp_cuda_fault *fault_host; /* pinned; read at synchronize() */
+} cuda_ctx;
+
+static cuda_ctx *ctx_of(tp_backend *b) { return (cuda_ctx *)b->ctx; }
+
+// ----------------------------------------------------------------------------
+// argument checks: everything the host can see, before anything is enqueued
+
+static int is_float(tp_dtype dt)
+{
+    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
+}
+
+static tp_status check_tensor(const char *op, const char *name, const tp_tensor *t)
+{
+    if (!t) return tp_error(TP_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (!is_float(t->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s, not float32, float16 or bfloat16", op,
+                        name, tp_dtype_name(t->dtype));
+    if (t->rows < 0 || t->cols < 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has a negative shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    if (t->stride < t->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has stride %lld, less than its %lld columns", op,
+                        name, (long long)t->stride, (long long)t->cols);
+    if (t->stride > 0 && t->rows > INT64_MAX / 8 / t->stride)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is too large ([%lld, %lld], stride %lld)", op,
+                        name, (long long)t->rows, (long long)t->cols, (long long)t->stride);
+    if (!t->data && t->rows > 0 && t->cols > 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has no data but shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    if (t->rows > INT32_MAX)
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: %s has %lld rows; the CUDA kernels take at most %d",
+                        op, name, (long long)t->rows, INT32_MAX);
+    return TP_OK;
+}
+
+static tp_status check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows,
+                             int64_t cols)
+{
+    if (t->rows != rows || t->cols != cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], expected [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    return TP_OK;
+}
+
+static tp_status check_cache(const char *op, const tp_kv_layer *c)
+{
+    if (!c) return tp_error(TP_ERR_INVALID_ARG, "%s: cache is NULL", op);
+    if (!is_float(c->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: cache is %s, not float32, float16 or bfloat16", op,
+                        tp_dtype_name(c->dtype));
+    if (c->n_blocks <= 0 || c->block_size <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "%s: cache has %d blocks of %d slots, %d kv heads of dim %d; all must be > 0",
+                        op, c->n_blocks, c->block_size, c->n_kv_heads, c->head_dim);
+    if ((int64_t)c->n_blocks * c->block_size > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: cache has %lld slots, more than int32 slot numbers reach",
+                        op, (long long)c->n_blocks * c->block_size);
+    if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// faults recorded by kernels, reported at synchronize()
+
+static tp_status report_fault(cuda_ctx *ctx)
+{
+    const tp_cuda_fault f = *ctx->fault_host;
+    if (f.code == TP_CUDA_FAULT_NONE) return TP_OK;
+    memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
+    TP_CUDA_CHECK(cudaMemsetAsync(ctx->fault_dev, 0, sizeof *ctx->fault_dev, ctx->stream));
+    const char *later = "(seen by the GPU in an operation since the last synchronize)";
+    switch (f.code) {
+    case TP_CUDA_FAULT_GATHER_ROW:
+        return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows[%d] is %d, outside x's %d rows %s", f.index,
+                        f.value, f.limit, later);
+    case TP_CUDA_FAULT_KV_SLOT:
+        return tp_error(TP_ERR_INVALID_ARG, "kv_store: token %d has slot %d, past the cache's %d slots %s",
+                        f.index, f.value, f.limit, later);
+    case TP_CUDA_FAULT_ATTN_SEQ:
+        return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has sequence %d %s", f.index, f.value, later);
+    case TP_CUDA_FAULT_ATTN_POS:
+        return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has position %d, outside [0, max_pos %d) %s",
+                        f.index, f.value, f.limit, later);
+    case TP_CUDA_FAULT_ATTN_TABLE:
+        return tp_error(TP_ERR_INVALID_ARG, "attention: token %d at position %d needs a logical block past "
+                        "the block table's %d columns %s", f.index, f.value, f.limit, later);
+    case TP_CUDA_FAULT_ATTN_BLOCK:
+        return tp_error(TP_ERR_INVALID_ARG, "attention: token %d maps a logical block to physical block %d, "
+                        "outside the cache's %d %s", f.index, f.value, f.limit, later);
+    default:
+        return tp_error(TP_ERR_INTERNAL, "a CUDA kernel recorded fault code %d (token %d, value %d)", f.code,
+                        f.index, f.value);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// memory
+
+static tp_status cuda_alloc(tp_backend *b, size_t bytes, void **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "alloc: out is NULL");
+    *out = NULL;
+    cudaError_t err = cudaMalloc(out, bytes ? bytes : 1); /* a distinct pointer even for 0 bytes */
+    if (err == cudaSuccess) return TP_OK;
+    (void)cudaGetLastError();
+    *out = NULL;
+    if (err == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+        return tp_error(TP_ERR_OOM, "alloc: out of GPU memory allocating %zu bytes on GPU %d (%zu of %zu "
+                        "bytes free)", bytes, ctx_of(b)->device, free_b, total_b);
+    }
+    return tp_error(TP_ERR_CUDA, "alloc: cudaMalloc of %zu bytes failed: %s", bytes, cudaGetErrorString(err));
+}
+
+static void cuda_free(tp_backend *b, void *p)
+{
+    if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); /* cudaFree waits for the device */
+}
+
+/* Copy, then wait: the contract lets the caller reuse the host buffer at once, and an
+ * asynchronous copy from pinned (or, in some drivers, pageable) memory would still be
+ * reading it. Known cost for later: one stream sync per upload (forward.c uploads five
+ * small arrays per step); a pinned staging ring would remove it. */
+static tp_status cuda_upload(tp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return TP_OK;
+    if (!dst || !src) return tp_error(TP_ERR_INVALID_ARG, "upload: NULL pointer for %zu bytes", bytes);
+    cuda_ctx *ctx = ctx_of(b);
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    return TP_OK;
+}
+
+static tp_status cuda_download(tp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return TP_OK;
+    if (!dst || !src) return tp_error(TP_ERR_INVALID_ARG, "download: NULL pointer for %zu bytes", bytes);
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_of(b)->stream));
+    return TP_OK;
+}
+
+static tp_status cuda_memset0(tp_backend *b, void *p, size_t bytes)
+{
+    if (bytes == 0) return TP_OK;
+    if (!p) return tp_error(TP_ERR_INVALID_ARG, "memset0: NULL pointer for %zu bytes", bytes);
+    TP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_of(b)->stream));
+    return TP_OK;
+}
+
+/* Wait for the stream, then report a fault a kernel recorded (its 16 bytes come back with
+ * the same wait). */
+static tp_status cuda_synchronize(tp_backend *b)
+{
+    cuda_ctx *ctx = ctx_of(b);
+    TP_CUDA_CHECK(cudaMemcpyAsync(ctx->fault_host, ctx->fault_dev, sizeof *ctx->fault_host,
+                                  cudaMemcpyDeviceToHost, ctx->stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    return report_fault(ctx);
+}
+
+// ----------------------------------------------------------------------------
+// operations
+
+static tp_status cuda_embedding(tp_backend *b, const int32_t *ids, int32_t n, const tp_tensor *table,
+                                int64_t vocab_begin, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("embedding", "table", table));
+    TP_CHECK(check_tensor("embedding", "out", out));
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "embedding: n is %d", n);
+    TP_CHECK(check_shape("embedding", "out", out, n, table->cols));
+    if (n > 0 && !ids) return tp_error(TP_ERR_INVALID_ARG, "embedding: ids is NULL");
+    return tp_cuda_embedding(ids, n, *table, vocab_begin, *out, ctx_of(b)->stream);
+}
+
+static tp_status cuda_add_rmsnorm(tp_backend *b, tp_tensor *residual, const tp_tensor *delta,
+                                  const tp_tensor *weight, float eps, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("add_rmsnorm", "residual", residual));
+    if (residual->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "add_rmsnorm: residual is %s; the residual stream is float32",
+                        tp_dtype_name(residual->dtype));
+    TP_CHECK(check_tensor("add_rmsnorm", "weight", weight));
+    TP_CHECK(check_tensor("add_rmsnorm", "out", out));
+    const int64_t n = residual->rows, d = residual->cols;
+    tp_tensor none;
+    memset(&none, 0, sizeof none);
+    if (delta) {
+        TP_CHECK(check_tensor("add_rmsnorm", "delta", delta));
+        TP_CHECK(check_shape("add_rmsnorm", "delta", delta, n, d));
+    }
+    TP_CHECK(check_shape("add_rmsnorm", "weight", weight, 1, d));
+    TP_CHECK(check_shape("add_rmsnorm", "out", out, n, d));
+    return tp_cuda_add_rmsnorm(*residual, delta ? *delta : none, *weight, eps, *out, ctx_of(b)->stream);
+}
+
+static tp_status cuda_head_rmsnorm(tp_backend *b, tp_tensor *x, int32_t head_dim, const tp_tensor *weight,
+                                   float eps)
+{
+    TP_CHECK(check_tensor("head_rmsnorm", "x", x));
+    TP_CHECK(check_tensor("head_rmsnorm", "weight", weight));
+    if (head_dim <= 0 || x->cols % head_dim != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "head_rmsnorm: x has %lld columns, not a multiple of "
+                        "head_dim %d", (long long)x->cols, head_dim);
+    TP_CHECK(check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
+    return tp_cuda_head_rmsnorm(*x, head_dim, *weight, eps, ctx_of(b)->stream);
+}
+
+static tp_status cuda_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                             tp_tensor *y)
+{
+    TP_CHECK(check_tensor("matmul", "x", x));
+    TP_CHECK(check_tensor("matmul", "w", w));
+    TP_CHECK(check_tensor("matmul", "y", y));
+    if (x->cols != w->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
+                        (long long)x->cols, (long long)w->cols);
+    TP_CHECK(check_shape("matmul", "y", y, x->rows, w->rows));
+    if (bias) {
+        TP_CHECK(check_tensor("matmul", "bias", bias));
+        TP_CHECK(check_shape("matmul", "bias", bias, 1, w->rows));
+    }
+    return tp_cuda_matmul(ctx_of(b)->gemm, x, w, bias, y, ctx_of(b)->stream);
+}
+
+static tp_status cuda_rope(tp_backend *b, tp_tensor *x, int32_t head_dim, const int32_t *pos,
+                           const float *inv_freq)
+{
+    TP_CHECK(check_tensor("rope", "x", x));
+    if (head_dim <= 0 || head_dim % 2 != 0 || x->cols % head_dim != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "rope: head_dim %d must be even and divide x's %lld "
+                        "columns", head_dim, (long long)x->cols);
+    if (x->rows == 0 || x->cols == 0) return TP_OK;
+    if (!pos || !inv_freq) return tp_error(TP_ERR_INVALID_ARG, "rope: pos or inv_freq is NULL");
+    return tp_cuda_rope(*x, head_dim, pos, inv_freq, ctx_of(b)->stream);
+}
+
+static tp_status cuda_kv_store(tp_backend *b, const tp_tensor *k, const tp_tensor *v, tp_kv_layer *cache,
+                               const tp_attn_batch *batch)
+{
+    TP_CHECK(check_cache("kv_store", cache));
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch is NULL");
+    TP_CHECK(check_tensor("kv_store", "k", k));
+    TP_CHECK(check_tensor("kv_store", "v", v));
+    const int64_t n = batch->n_tokens, width = (int64_t)cache->n_kv_heads * cache->head_dim;
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch has %lld tokens", (long long)n);
+    TP_CHECK(check_shape("kv_store", "k", k, n, width));
+    TP_CHECK(check_shape("kv_store", "v", v, n, width));
+    if (n == 0) return TP_OK;
+    if (!batch->slot) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch->slot is NULL");
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_kv_store(*k, *v, *cache, batch->slot, (int32_t)n, ctx->fault_dev, ctx->stream);
+}
+
+static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
+                                const tp_attn_batch *batch, int32_t q_heads, float scale, tp_tensor *out)
+{
+    TP_CHECK(check_cache("attention", cache));
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "attention: batch is NULL");
+    TP_CHECK(check_tensor("attention", "q", q));
+    TP_CHECK(check_tensor("attention", "out", out));
+    const int64_t hd = cache->head_dim, kvh = cache->n_kv_heads, n = batch->n_tokens;
+    if (q_heads <= 0 || q_heads % kvh != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: %d q heads is not a positive multiple of the "
+                        "cache's %lld kv heads", q_heads, (long long)kvh);
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has %lld tokens", (long long)n);
+    TP_CHECK(check_shape("attention", "q", q, n, q_heads * hd));
+    TP_CHECK(check_shape("attention", "out", out, n, q_heads * hd));
+    if (n == 0) return TP_OK;
+    if (!batch->seq || !batch->pos || !batch->block_table)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: batch has a NULL seq, pos or block_table");
+    if (batch->max_blocks <= 0 || batch->max_pos <= 0)
+        return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
+                        "must be > 0", batch->max_blocks, batch->max_pos);
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_attention(*q, *cache, *batch, q_heads, scale, *out, ctx->fault_dev, ctx->stream);
+}
+
+static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    TP_CHECK(check_tensor("swiglu", "gate", gate));
+    TP_CHECK(check_tensor("swiglu", "up", up));
+    TP_CHECK(check_tensor("swiglu", "out", out));
+    TP_CHECK(check_shape("swiglu", "up", up, gate->rows, gate->cols));
+    TP_CHECK(check_shape("swiglu", "out", out, gate->rows, gate->cols));
+    return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
+}
+
+static tp_status cuda_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
+                                  tp_tensor *out)
+{
+    TP_CHECK(check_tensor("gather_rows", "x", x));
+    TP_CHECK(check_tensor("gather_rows", "out", out));
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: n is %d", n);
+    TP_CHECK(check_shape("gather_rows", "out", out, n, x->cols));
+    if (n > 0 && !rows) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows is NULL");
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_gather_rows(*x, rows, n, *out, ctx->fault_dev, ctx->stream);
+}
+
+static tp_status cuda_convert(tp_backend *b, const tp_tensor *src, tp_tensor *dst)
+{
+    TP_CHECK(check_tensor("convert", "src", src));
+    TP_CHECK(check_tensor("convert", "dst", dst));
+    TP_CHECK(check_shape("convert", "dst", dst, src->rows, src->cols));
+    return tp_cuda_convert(*src, *dst, ctx_of(b)->stream);
+}
+
+// ----------------------------------------------------------------------------
+// the table
+
+static void cuda_destroy(tp_backend *b)
+{
+    if (!b) return;
+    cuda_ctx *ctx = ctx_of(b);
+    if (ctx) {
+        if (ctx->stream && cudaStreamSynchronize(ctx->stream) != cudaSuccess) (void)cudaGetLastError();
+        tp_cuda_gemm_destroy(ctx->gemm);
+        if (ctx->fault_dev) cudaFree(ctx->fault_dev);
+        if (ctx->fault_host) cudaFreeHost(ctx->fault_host);
+        if (ctx->stream) cudaStreamDestroy(ctx->stream);
+        (void)cudaGetLastError();
+        free(ctx);
+    }
+    free(b);
+}
+
+static const struct tp_backend_ops cuda_ops = {
+    /* .alloc        = */ cuda_alloc,
+    /* .free         = */ cuda_free,
+    /* .upload       = */ cuda_upload,
+    /* .download     = */ cuda_download,
+    /* .memset0      = */ cuda_memset0,
+    /* .synchronize  = */ cuda_synchronize,
+    /* .embedding    = */ cuda_embedding,
+    /* .add_rmsnorm  = */ cuda_add_rmsnorm,
+    /* .head_rmsnorm = */ cuda_head_rmsnorm,
+    /* .matmul       = */ cuda_matmul,
+    /* .rope         = */ cuda_rope,
+    /* .kv_store     = */ cuda_kv_store,
+    /* .attention    = */ cuda_attention,
+    /* .swiglu       = */ cuda_swiglu,
+    /* .gather_rows  = */ cuda_gather_rows,
+    /* .convert      = */ cuda_convert,
+    /* .destroy      = */ cuda_destroy,
+};
+
+tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_backend_cuda_create: out is NULL");
+    *out = NULL;
+    if (!is_float(act_dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "the CUDA backend's activations are float32, float16 or "
+                        "bfloat16, not %s", tp_dtype_name(act_dtype));
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return tp_error(TP_ERR_UNAVAILABLE, "no CUDA device: %s",
+                        err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
+    }
+    if (device < 0 || device >= count)
+        return tp_error(TP_ERR_UNAVAILABLE, "CUDA device %d does not exist: %d visible "
+                        "(CUDA_VISIBLE_DEVICES?)", device, count);
+
+    tp_status st = TP_OK;
+    tp_backend *b = calloc(1, sizeof *b);
+    cuda_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!b || !ctx) {
+        free(b);
+        free(ctx);
+        return tp_error(TP_ERR_OOM, "out of memory creating the cuda backend");
+    }
+    b->ops = &cuda_ops;
+    b->ctx = ctx;
+    b->name = "cuda";
+    b->act_dtype = act_dtype;
+    ctx->device = device;
+    TP_CUDA_CHECK_GOTO(cudaSetDevice(device), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaMalloc((void **)&ctx->fault_dev, sizeof *ctx->fault_dev), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaMemset(ctx->fault_dev, 0, sizeof *ctx->fault_dev), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaMallocHost((void **)&ctx->fault_host, sizeof *ctx->fault_host), st, fail);
+    memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
+    TP_CHECK_GOTO(tp_cuda_gemm_create(WORKSPACE_BYTES, SCRATCH_BYTES, &ctx->gemm), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaDeviceSynchronize(), st, fail); /* the memset, before the first kernel */
+    b->stream = ctx->stream;
+    *out = b;
+    return TP_OK;
+fail:
+    cuda_destroy(b);
+    return st;
+}

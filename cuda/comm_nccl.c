@@ -1,0 +1,226 @@
+/*
+ * comm_nccl.c: tp_comm over NCCL (the documented MPI bootstrap: rank 0's ncclUniqueId
+ * goes out through the bootstrap comm, then ncclCommInitRank). Every ncclResult_t is
+ * checked and reported with ncclGetErrorString and ncclGetLastError; after each
+ * operation ncclCommGetAsyncError is polled (cheap), so a network or peer failure
+ * surfaces as TP_ERR_NCCL at the next operation instead of a silent hang later. After
+ * any failure the communicator is marked failed: further operations refuse at once, and
+ * destroy aborts it (ncclCommDestroy could block on peers that are gone).
+ */
+#include "comm_nccl.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+/* nccl.h declares a few functions without prototypes (ncclGroupStart(), ...) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "cuda_check.h"
+
+#define ID_WORDS ((int)(sizeof(ncclUniqueId) / sizeof(int32_t)))
+_Static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId is whole int32 words");
+
+typedef struct nccl_ctx {
+    ncclComm_t comm;
+    tp_comm *bootstrap; /* borrowed: the host barrier */
+    int device;
+    int failed;         /* an error or an abort happened: refuse, and abort on destroy */
+    char name[40];
+} nccl_ctx;
+
+static const struct tp_comm_ops nccl_ops;
+
+// ----------------------------------------------------------------------------
+// errors
+
+static tp_status nccl_fail(nccl_ctx *ctx, const char *call, ncclResult_t r)
+{
+    ctx->failed = 1;
+    const char *last = ctx->comm ? ncclGetLastError(ctx->comm) : ncclGetLastError(NULL);
+    return tp_error(TP_ERR_NCCL, "%s: %s failed: %s%s%s", ctx->name, call, ncclGetErrorString(r),
+                    last && *last ? ": " : "", last ? last : "");
+}
+
+#define TP_NCCL_CHECK(ctx, call)                                      \
+    do {                                                              \
+        ncclResult_t tp_nccl_r_ = (call);                             \
+        if (tp_nccl_r_ != ncclSuccess) return nccl_fail((ctx), #call, tp_nccl_r_); \
+    } while (0)
+
+/* The errors NCCL found in the background (a peer gone, a network failure). */
+static tp_status async_check(nccl_ctx *ctx, const char *op)
+{
+    ncclResult_t async = ncclSuccess;
+    TP_NCCL_CHECK(ctx, ncclCommGetAsyncError(ctx->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+        ctx->failed = 1;
+        const char *last = ncclGetLastError(ctx->comm);
+        return tp_error(TP_ERR_NCCL, "%s: %s: asynchronous NCCL error: %s%s%s", ctx->name, op,
+                        ncclGetErrorString(async), last && *last ? ": " : "", last ? last : "");
+    }
+    return TP_OK;
+}
+
+/* Refuse on a failed comm; map the dtype. */
+static tp_status begin(nccl_ctx *ctx, const char *op, tp_dtype dt, ncclDataType_t *type)
+{
+    if (ctx->failed || !ctx->comm)
+        return tp_error(TP_ERR_NCCL, "%s: %s on a communicator that failed or was aborted earlier",
+                        ctx->name, op);
+    switch (dt) {
+    case TP_DTYPE_F32: *type = ncclFloat32; return TP_OK;
+    case TP_DTYPE_F16: *type = ncclFloat16; return TP_OK;
+    case TP_DTYPE_BF16: *type = ncclBfloat16; return TP_OK;
+    case TP_DTYPE_I32: *type = ncclInt32; return TP_OK;
+    default:
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s of dtype %s, which NCCL is not given", ctx->name, op,
+                        tp_dtype_name(dt));
+    }
+}
+
+static nccl_ctx *ctx_of(tp_comm *c) { return (nccl_ctx *)c->ctx; }
+
+// ----------------------------------------------------------------------------
+// operations
+
+static tp_status nccl_all_reduce_sum(tp_comm *c, const void *send, void *recv, size_t count, tp_dtype dt,
+                                     void *stream)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    ncclDataType_t t;
+    TP_CHECK(begin(ctx, "all-reduce", dt, &t));
+    TP_NCCL_CHECK(ctx, ncclAllReduce(send, recv, count, t, ncclSum, ctx->comm, (cudaStream_t)stream));
+    return async_check(ctx, "all-reduce");
+}
+
+static tp_status nccl_all_gather(tp_comm *c, const void *send, void *recv, size_t count, tp_dtype dt,
+                                 void *stream)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    ncclDataType_t t;
+    TP_CHECK(begin(ctx, "all-gather", dt, &t));
+    TP_NCCL_CHECK(ctx, ncclAllGather(send, recv, count, t, ctx->comm, (cudaStream_t)stream));
+    return async_check(ctx, "all-gather");
+}
+
+static tp_status nccl_send(tp_comm *c, const void *buf, size_t count, tp_dtype dt, int peer, void *stream)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    ncclDataType_t t;
+    TP_CHECK(begin(ctx, "send", dt, &t));
+    TP_NCCL_CHECK(ctx, ncclSend(buf, count, t, peer, ctx->comm, (cudaStream_t)stream));
+    return async_check(ctx, "send");
+}
+
+static tp_status nccl_recv(tp_comm *c, void *buf, size_t count, tp_dtype dt, int peer, void *stream)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    ncclDataType_t t;
+    TP_CHECK(begin(ctx, "recv", dt, &t));
+    TP_NCCL_CHECK(ctx, ncclRecv(buf, count, t, peer, ctx->comm, (cudaStream_t)stream));
+    return async_check(ctx, "recv");
+}
+
+static tp_status nccl_broadcast(tp_comm *c, void *buf, size_t count, tp_dtype dt, int root, void *stream)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    ncclDataType_t t;
+    TP_CHECK(begin(ctx, "broadcast", dt, &t));
+    TP_NCCL_CHECK(ctx, ncclBroadcast(buf, buf, count, t, root, ctx->comm, (cudaStream_t)stream));
+    return async_check(ctx, "broadcast");
+}
+
+/* Host barrier through the bootstrap comm: it orders hosts, not streams. */
+static tp_status nccl_barrier(tp_comm *c)
+{
+    return tp_comm_barrier(ctx_of(c)->bootstrap);
+}
+
+static void nccl_destroy(tp_comm *c)
+{
+    if (!c) return;
+    nccl_ctx *ctx = ctx_of(c);
+    if (ctx && ctx->comm) {
+        if (ctx->failed || ncclCommDestroy(ctx->comm) != ncclSuccess) ncclCommAbort(ctx->comm);
+    }
+    free(ctx);
+    free(c);
+}
+
+static const struct tp_comm_ops nccl_ops = {
+    /* .all_reduce_sum = */ nccl_all_reduce_sum,
+    /* .all_gather     = */ nccl_all_gather,
+    /* .send           = */ nccl_send,
+    /* .recv           = */ nccl_recv,
+    /* .broadcast      = */ nccl_broadcast,
+    /* .barrier        = */ nccl_barrier,
+    /* .destroy        = */ nccl_destroy,
+};
+
+void tp_comm_nccl_abort(tp_comm *c)
+{
+    if (!c || c->ops != &nccl_ops) return;
+    nccl_ctx *ctx = ctx_of(c);
+    if (ctx->comm) ncclCommAbort(ctx->comm);
+    ctx->comm = NULL;
+    ctx->failed = 1;
+}
+
+// ----------------------------------------------------------------------------
+// creation
+
+tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, tp_comm **out)
+{
+    if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_comm_nccl_create: out is NULL");
+    *out = NULL;
+    if (!bootstrap) return tp_error(TP_ERR_INVALID_ARG, "tp_comm_nccl_create: no bootstrap comm");
+    if (!name) name = "?";
+    TP_CUDA_CHECK(cudaSetDevice(device));
+
+    /* Rank 0's id, behind a status word: if ncclGetUniqueId fails there, every rank
+     * returns the error instead of waiting in ncclCommInitRank for an id that never came. */
+    ncclUniqueId id;
+    int32_t msg[1 + ID_WORDS];
+    memset(&id, 0, sizeof id);
+    memset(msg, 0, sizeof msg);
+    if (bootstrap->rank == 0) {
+        msg[0] = (int32_t)ncclGetUniqueId(&id);
+        memcpy(msg + 1, &id, sizeof id);
+    }
+    TP_CHECK(tp_comm_broadcast(bootstrap, msg, (size_t)(1 + ID_WORDS), TP_DTYPE_I32, 0, NULL));
+    if (msg[0] != (int32_t)ncclSuccess)
+        return tp_error(TP_ERR_NCCL, "nccl:%s: ncclGetUniqueId failed on rank 0: %s", name,
+                        ncclGetErrorString((ncclResult_t)msg[0]));
+    memcpy(&id, msg + 1, sizeof id);
+
+    tp_comm *c = calloc(1, sizeof *c);
+    nccl_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!c || !ctx) {
+        free(c);
+        free(ctx);
+        return tp_error(TP_ERR_OOM, "out of memory creating communicator nccl:%s", name);
+    }
+    snprintf(ctx->name, sizeof ctx->name, "nccl:%s", name);
+    ctx->bootstrap = bootstrap;
+    ctx->device = device;
+    c->ops = &nccl_ops;
+    c->ctx = ctx;
+    c->rank = bootstrap->rank;
+    c->size = bootstrap->size;
+    c->name = ctx->name;
+    ncclResult_t r = ncclCommInitRank(&ctx->comm, bootstrap->size, id, bootstrap->rank);
+    if (r != ncclSuccess) {
+        ctx->comm = NULL;
+        tp_status st = nccl_fail(ctx, "ncclCommInitRank", r);
+        nccl_destroy(c);
+        return st;
+    }
+    *out = c;
+    return TP_OK;
+}

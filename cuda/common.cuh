@@ -1,0 +1,165 @@
+/*
+ * common.cuh: what every kernel file shares: the 16-bit storage types and their f32
+ * conversions (bit for bit those of src/dtype.c, so a value converted on the GPU equals
+ * one converted by tp_convert, NaN payloads included), the dtype dispatch that turns a
+ * runtime tp_dtype into a template argument, warp and block sums, and fault recording.
+ */
+#ifndef TP_CUDA_COMMON_CUH
+#define TP_CUDA_COMMON_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "cuda_check.h"
+#include "kernels.h"
+
+#define WARP_SIZE 32
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// ----------------------------------------------------------------------------
+// element types: f32 is float; f16 and bf16 are their bits (conversions below)
+
+struct f16_t {
+    uint16_t bits;
+};
+struct bf16_t {
+    uint16_t bits;
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+
+__device__ __forceinline__ float to_f32(bf16_t v) { return __uint_as_float((uint32_t)v.bits << 16); }
+
+__device__ __forceinline__ float to_f32(f16_t v)
+{
+    const uint32_t h = v.bits, sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact */
+        const float f = (float)mant * 5.9604644775390625e-08f;
+        return sign ? -f : f;
+    }
+    if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float f);
+
+template <> __device__ __forceinline__ float from_f32<float>(float f) { return f; }
+
+/* round to nearest even; NaN stays NaN (quiet) with its sign and top payload */
+template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float f)
+{
+    const uint32_t u = __float_as_uint(f);
+    bf16_t r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (uint16_t)((u >> 16) | 0x0040u);
+    else r.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return r;
+}
+
+template <> __device__ __forceinline__ f16_t from_f32<f16_t>(float f)
+{
+    const uint32_t u = __float_as_uint(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t x = u & 0x7fffffffu;
+    f16_t r;
+    if (x > 0x7f800000u) r.bits = (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+    else if (x >= 0x477ff000u) r.bits = (uint16_t)(sign | 0x7c00u); /* >= 65520: Inf */
+    else if (x >= 0x38800000u) { /* normal: rebias, round 13 bits away */
+        x -= 0x38000000u;
+        r.bits = (uint16_t)(sign | ((x + 0xfffu + ((x >> 13) & 1u)) >> 13));
+    } else if (x < 0x33000000u) r.bits = sign; /* below 2^-25: zero */
+    else { /* subnormal result */
+        const uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e;
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        r.bits = (uint16_t)(sign | q);
+    }
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// tensors: row r of a strided matrix
+
+template <typename T> __device__ __forceinline__ T *row_of(const tp_tensor &t, int64_t r)
+{
+    return (T *)t.data + r * t.stride;
+}
+
+// ----------------------------------------------------------------------------
+// reductions (blockDim.x must be a multiple of WARP_SIZE)
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The sum of v over the block, returned to every thread. Call it from all threads. */
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float partial[WARP_SIZE];
+    __shared__ float total;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    v = warp_sum(v);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0f;
+        t = warp_sum(t);
+        if (lane == 0) total = t;
+    }
+    __syncthreads();
+    return total;
+}
+
+// ----------------------------------------------------------------------------
+// faults: the first kernel to see a bad index records it; backend_cuda.c reports it
+
+__device__ __forceinline__ void fault_record(tp_cuda_fault *f, int32_t code, int64_t index,
+                                             int64_t value, int64_t limit)
+{
+    if (f && atomicCAS(&f->code, 0, code) == 0) {
+        f->index = (int32_t)index;
+        f->value = (int32_t)value;
+        f->limit = (int32_t)limit;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// host side: dtype dispatch and launch shapes
+
+static inline bool is_float_dtype(tp_dtype dt)
+{
+    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
+}
+
+/* f(T{}) with T the element type of dt; false (f not called) for a non-float dtype.
+ * Nest calls to dispatch several arguments: f's parameter type is the template argument. */
+template <typename F> static bool dispatch_float(tp_dtype dt, F &&f)
+{
+    switch (dt) {
+    case TP_DTYPE_F32: f(float{}); return true;
+    case TP_DTYPE_F16: f(f16_t{}); return true;
+    case TP_DTYPE_BF16: f(bf16_t{}); return true;
+    default: return false;
+    }
+}
+
+/* Threads for a block that walks a row of cols elements: a multiple of 32, at most 256. */
+static inline int row_threads(int64_t cols)
+{
+    if (cols >= 256) return 256;
+    int t = (int)CEIL_DIV(cols, (int64_t)WARP_SIZE) * WARP_SIZE;
+    return t < WARP_SIZE ? WARP_SIZE : t;
+}
+
+/* The launch just enqueued, as a tp_status. */
+#define TP_CUDA_CHECK_LAUNCH() TP_CUDA_CHECK(cudaGetLastError())
+
+/* A dtype the dispatch cannot handle (the caller validated, so this is a bug). */
+#define TP_CUDA_BAD_DTYPE(op) tp_error(TP_ERR_INTERNAL, "%s: a tensor has a dtype the CUDA kernel lacks", op)
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * kernels.h: the C-visible launchers of the CUDA kernels (one op per .cu file) and the
+ * device-side fault record. Each launcher enqueues on the stream it is given (last
+ * argument), checks the launch with cudaGetLastError() and never synchronises. Shapes
+ * and dtypes are validated by the caller (backend_cuda.c); what only the device can see
+ * (an index inside a device array out of range) is written to a tp_cuda_fault, which
+ * backend_cuda.c reads back at synchronize().
+ */
+#ifndef TP_CUDA_KERNELS_H
+#define TP_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------------------
+ * faults seen by kernels: the first one wins, later ones are dropped */
+
+typedef enum tp_cuda_fault_code {
+    TP_CUDA_FAULT_NONE = 0,
+    TP_CUDA_FAULT_GATHER_ROW,   /* gather_rows: rows[index] = value outside [0, limit) */
+    TP_CUDA_FAULT_KV_SLOT,      /* kv_store: token index has slot value >= limit slots */
+    TP_CUDA_FAULT_ATTN_SEQ,     /* attention: token index has sequence value < 0 */
+    TP_CUDA_FAULT_ATTN_POS,     /* attention: token index has position value outside [0, limit) */
+    TP_CUDA_FAULT_ATTN_TABLE,   /* attention: token index at position value needs more than limit columns */
+    TP_CUDA_FAULT_ATTN_BLOCK    /* attention: token index maps to physical block value outside [0, limit) */
+} tp_cuda_fault_code;
+
+typedef struct tp_cuda_fault {
+    int32_t code; /* tp_cuda_fault_code */
+    int32_t index;
+    int32_t value;
+    int32_t limit;
+} tp_cuda_fault;
+
+/* ----------------------------------------------------------------------------
+ * launchers; tensors are passed by value (device pointers inside) */
+
+/* out[i] = table[ids[i] - vocab_begin], or zeros when that row is not in table */
+tp_status tp_cuda_embedding(const int32_t *ids, int32_t n, tp_tensor table, int64_t vocab_begin,
+                            tp_tensor out, cudaStream_t stream);
+
+/* residual (f32) += delta (delta.data may be NULL); out = rmsnorm(residual) * weight */
+tp_status tp_cuda_add_rmsnorm(tp_tensor residual, tp_tensor delta, tp_tensor weight, float eps,
+                              tp_tensor out, cudaStream_t stream);
+
+/* per-head rmsnorm of x in place: x [n, heads * head_dim], weight [1, head_dim] */
+tp_status tp_cuda_head_rmsnorm(tp_tensor x, int32_t head_dim, tp_tensor weight, float eps,
+                               cudaStream_t stream);
+
+/* rotate-half rotary embedding of x in place: pos [n], inv_freq [head_dim / 2] f32 */
+tp_status tp_cuda_rope(tp_tensor x, int32_t head_dim, const int32_t *pos, const float *inv_freq,
+                       cudaStream_t stream);
+
+/* cache rows at slot[i] = k[i], v[i] (slot < 0: skipped) */
+tp_status tp_cuda_kv_store(tp_tensor k, tp_tensor v, tp_kv_layer cache, const int32_t *slot,
+                           int32_t n, tp_cuda_fault *fault, cudaStream_t stream);
+
+/* causal grouped-query attention over the paged cache */
+tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
+                            float scale, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream);
+
+/* out = silu(gate) * up */
+tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
+
+/* out[i] = x[rows[i]] */
+tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_tensor out,
+                              tp_cuda_fault *fault, cudaStream_t stream);
+
+/* dst = src converted (same shape) */
+tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);
+
+/* y[i][j] = bias[j], or 0 where bias.data is NULL (bias [1, y.cols]) */
+tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,304 @@
+/*
+ * matmul.c: y [n, m] = x [n, k] @ w [m, k]^T + bias through cuBLASLt, f32 accumulation
+ * (CUBLAS_COMPUTE_32F: no TF32, so f32 inputs give f32 products, as on the CPU).
+ *
+ * Row-major to column-major: a row-major [r, c] matrix with stride ld is a column-major
+ * (c x r) matrix with leading dimension ld. So y^T (m x n, ld = y.stride) = w (m x k) .
+ * x^T (k x n): A = w's memory as a (k x m) matrix with op T, B = x's memory as (k x n)
+ * with op N, D = y's memory as (m x n). Column views of wider matrices are strides.
+ *
+ * cuBLASLt multiplies A and B of one type and writes D of that type or f32. So:
+ *  - x and w of one dtype (the usual case, bf16 x bf16): multiplied as they are;
+ *  - x and w of different dtypes: both are taken to f32 (f32 weights with bf16
+ *    activations: x widened; bf16 weights with f32 activations: w widened, tile by tile),
+ *    never rounded to the narrower type, so the result is the CPU backend's up to order;
+ *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
+ *    converted into y.
+ * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
+ * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
+ * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
+ * leading dimensions, pointer alignments) with cublasLtMatmulAlgoGetHeuristic and kept in
+ * a small round-robin table.
+ */
+#include "matmul.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cublasLt.h declares one function without a prototype (cublasLtLoggerForceDisable()) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
+
+#include "cuda_check.h"
+#include "kernels.h"
+
+#define TP_CUBLAS_GOTO(call, st, label)                                                           \
+    do {                                                                                          \
+        cublasStatus_t tp_cublas_st_ = (call);                                                    \
+        if (tp_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                             \
+            (st) = tp_error(TP_ERR_CUBLAS, "%s failed: %s", #call,                                \
+                            cublasLtGetStatusString(tp_cublas_st_));                              \
+            goto label;                                                                           \
+        }                                                                                         \
+    } while (0)
+
+#define ALGO_CACHE 64
+
+/* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
+typedef struct gemm_key {
+    int32_t ab_type, d_type;
+    int64_t m, n, k, lda, ldb, ldd;
+    uint32_t align_a, align_b, align_d, unused;
+} gemm_key;
+
+typedef struct algo_entry {
+    gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+    int valid;
+} algo_entry;
+
+struct tp_cuda_gemm {
+    cublasLtHandle_t lt;
+    void *workspace;
+    size_t workspace_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+    algo_entry algos[ALGO_CACHE];
+    int next; /* the entry the next new algorithm replaces */
+};
+
+/* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
+typedef struct gemm_args {
+    tp_dtype ab;      /* A and B */
+    const void *a;    /* w: (k x m), lda */
+    int64_t lda;
+    const void *b;    /* x: (k x n), ldb */
+    int64_t ldb;
+    tp_dtype d;       /* D (and C, the same memory) */
+    void *dptr;       /* y: (m x n), ldd */
+    int64_t ldd;
+    int64_t m, n, k;
+    float beta;       /* 0, or 1 to add to what D holds */
+} gemm_args;
+
+static cudaDataType_t cuda_type(tp_dtype dt)
+{
+    switch (dt) {
+    case TP_DTYPE_F16: return CUDA_R_16F;
+    case TP_DTYPE_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+/* The largest power of two <= 256 that divides the address (cuBLASLt's MIN_ALIGNMENT). */
+static uint32_t alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al /= 2;
+    return al;
+}
+
+// ----------------------------------------------------------------------------
+// state
+
+tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_cuda_gemm **out)
+{
+    *out = NULL;
+    tp_cuda_gemm *g = calloc(1, sizeof *g);
+    if (!g) return tp_error(TP_ERR_OOM, "out of memory creating the cuBLASLt state");
+    tp_status st = TP_OK;
+    TP_CUBLAS_GOTO(cublasLtCreate(&g->lt), st, fail);
+    cudaError_t err = cudaMalloc(&g->workspace, workspace_bytes);
+    if (err == cudaSuccess) err = cudaMalloc(&g->scratch, scratch_bytes);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = tp_error(err == cudaErrorMemoryAllocation ? TP_ERR_OOM : TP_ERR_CUDA,
+                      "cudaMalloc of the matmul workspace (%zu + %zu bytes) failed: %s", workspace_bytes,
+                      scratch_bytes, cudaGetErrorString(err));
+        goto fail;
+    }
+    g->workspace_bytes = workspace_bytes;
+    g->scratch_bytes = scratch_bytes;
+    *out = g;
+    return TP_OK;
+fail:
+    tp_cuda_gemm_destroy(g);
+    return st;
+}
+
+void tp_cuda_gemm_destroy(tp_cuda_gemm *g)
+{
+    if (!g) return;
+    if (g->workspace) cudaFree(g->workspace);
+    if (g->scratch) cudaFree(g->scratch);
+    if (g->lt) cublasLtDestroy(g->lt);
+    free(g);
+}
+
+// ----------------------------------------------------------------------------
+// one cuBLASLt matmul, its algorithm from the table or from the heuristic
+
+static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDesc_t op,
+                           cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                           cublasLtMatrixLayout_t ld, cublasLtMatmulAlgo_t *algo)
+{
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.ab_type = (int32_t)a->ab;
+    key.d_type = (int32_t)a->d;
+    key.m = a->m;
+    key.n = a->n;
+    key.k = a->k;
+    key.lda = a->lda;
+    key.ldb = a->ldb;
+    key.ldd = a->ldd;
+    key.align_a = alignment(a->a);
+    key.align_b = alignment(a->b);
+    key.align_d = alignment(a->dptr);
+    for (int i = 0; i < ALGO_CACHE; i++)
+        if (g->algos[i].valid && !memcmp(&g->algos[i].key, &key, sizeof key)) {
+            *algo = g->algos[i].algo;
+            return TP_OK;
+        }
+
+    tp_status st = TP_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint64_t ws = g->workspace_bytes;
+    memset(&res, 0, sizeof res);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceCreate(&pref), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                        sizeof ws), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                        &key.align_a, sizeof key.align_a), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                        &key.align_b, sizeof key.align_b), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                        &key.align_d, sizeof key.align_d), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                        &key.align_d, sizeof key.align_d), st, done);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, 1, &res, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        st = tp_error(TP_ERR_CUBLAS,
+                      "matmul: cuBLASLt has no algorithm for %s x %s -> %s with m=%lld n=%lld k=%lld, "
+                      "leading dimensions %lld/%lld/%lld, alignments %u/%u/%u bytes (%s)",
+                      tp_dtype_name(a->ab), tp_dtype_name(a->ab), tp_dtype_name(a->d), (long long)a->m,
+                      (long long)a->n, (long long)a->k, (long long)a->lda, (long long)a->ldb,
+                      (long long)a->ldd, key.align_a, key.align_b, key.align_d,
+                      cublasLtGetStatusString(hs != CUBLAS_STATUS_SUCCESS ? hs : res.state));
+        goto done;
+    }
+    *algo = res.algo;
+    algo_entry *e = &g->algos[g->next];
+    g->next = (g->next + 1) % ALGO_CACHE;
+    e->key = key;
+    e->algo = res.algo;
+    e->valid = 1;
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return st;
+}
+
+static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stream)
+{
+    tp_status st = TP_OK;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulAlgo_t algo;
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const float alpha = 1.0f;
+    TP_CUBLAS_GOTO(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&la, cuda_type(a->ab), (uint64_t)a->k, (uint64_t)a->m, a->lda),
+                   st, done);
+    TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&lb, cuda_type(a->ab), (uint64_t)a->k, (uint64_t)a->n, a->ldb),
+                   st, done);
+    TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&ld, cuda_type(a->d), (uint64_t)a->m, (uint64_t)a->n, a->ldd),
+                   st, done);
+    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, &algo), st, done);
+    TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
+                                  &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
+                   st, done);
+done:
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return st;
+}
+
+// ----------------------------------------------------------------------------
+// y = x @ w^T + bias
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                         const tp_tensor *y, cudaStream_t stream)
+{
+    const int64_t n = x->rows, k = x->cols, m = w->rows;
+    tp_tensor none;
+    memset(&none, 0, sizeof none);
+    const tp_tensor bv = bias ? *bias : none;
+    const float beta = bias ? 1.0f : 0.0f;
+    if (n == 0 || m == 0) return TP_OK;
+    if (k == 0) return tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
+
+    /* the product's type, D's type, and what must be converted to get there */
+    const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
+    const tp_dtype dt = y->dtype == ab || y->dtype == TP_DTYPE_F32 ? y->dtype : TP_DTYPE_F32;
+    const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype;
+    if (!conv_x && !conv_w && !conv_d) {
+        if (bias) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
+        gemm_args a = {ab, w->data, w->stride, x->data, x->stride, dt, y->data, y->stride, m, n, k, beta};
+        return gemm_run(g, &a, stream);
+    }
+
+    /* tiles: mt rows of w and nt rows of x at a time, each conversion in a third of scratch */
+    const int64_t region = (int64_t)(g->scratch_bytes / 3 / 256 * 256), row_bytes = k * (int64_t)sizeof(float);
+    int64_t mt = m, nt = n;
+    if (conv_w) mt = min64(m, region / row_bytes);
+    if (conv_x) nt = min64(n, region / row_bytes);
+    if (conv_d) {
+        const int64_t cells = region / (int64_t)sizeof(float);
+        mt = min64(mt, cells);
+        if (mt > 0 && nt > cells / mt) nt = cells / mt;
+    }
+    if (mt <= 0 || nt <= 0)
+        return tp_error(TP_ERR_UNSUPPORTED, "matmul: k = %lld is too long for the %zu-byte conversion scratch "
+                        "(%s x %s -> %s)", (long long)k, g->scratch_bytes, tp_dtype_name(x->dtype),
+                        tp_dtype_name(w->dtype), tp_dtype_name(y->dtype));
+    char *sx = g->scratch, *sw = sx + region, *sd = sw + region;
+    for (int64_t m0 = 0; m0 < m; m0 += mt) {
+        const int64_t mc = min64(mt, m - m0);
+        tp_tensor wv = tp_tensor_rows(w, m0, mc);
+        if (conv_w) {
+            tp_tensor wf = tp_tensor_make(sw, TP_DTYPE_F32, mc, k);
+            TP_CHECK(tp_cuda_convert(wv, wf, stream));
+            wv = wf;
+        }
+        const tp_tensor bc = bias ? tp_tensor_cols(bias, m0, mc) : none;
+        for (int64_t n0 = 0; n0 < n; n0 += nt) {
+            const int64_t nc = min64(nt, n - n0);
+            tp_tensor xv = tp_tensor_rows(x, n0, nc);
+            if (conv_x) {
+                tp_tensor xf = tp_tensor_make(sx, TP_DTYPE_F32, nc, k);
+                TP_CHECK(tp_cuda_convert(xv, xf, stream));
+                xv = xf;
+            }
+            const tp_tensor yr = tp_tensor_rows(y, n0, nc);
+            const tp_tensor yv = tp_tensor_cols(&yr, m0, mc);
+            const tp_tensor dv = conv_d ? tp_tensor_make(sd, TP_DTYPE_F32, nc, mc) : yv;
+            if (bias) TP_CHECK(tp_cuda_bias_fill(dv, bc, stream));
+            gemm_args a = {ab, wv.data, wv.stride, xv.data, xv.stride, dv.dtype, dv.data, dv.stride, mc, nc, k, beta};
+            TP_CHECK(gemm_run(g, &a, stream));
+            if (conv_d) TP_CHECK(tp_cuda_convert(dv, yv, stream));
+        }
+    }
+    return TP_OK;
+}

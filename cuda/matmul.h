@@ -1,0 +1,34 @@
+/*
+ * matmul.h: y = x @ w^T + bias through cuBLASLt, for backend_cuda.c. The state is the
+ * cuBLASLt handle, its workspace, a scratch buffer for dtype conversions and a small
+ * table of the algorithms chosen so far (one heuristic query per shape and layout).
+ */
+#ifndef TP_CUDA_MATMUL_H
+#define TP_CUDA_MATMUL_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_cuda_gemm tp_cuda_gemm;
+
+/* On the current device: workspace_bytes for cuBLASLt, scratch_bytes for conversions. */
+tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_cuda_gemm **out);
+void tp_cuda_gemm_destroy(tp_cuda_gemm *g); /* accepts NULL; the caller has synchronised */
+
+/* y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias may be NULL), enqueued on stream.
+ * Shapes and dtypes (f32/f16/bf16, any mix) were validated by the caller. */
+tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                         const tp_tensor *y, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

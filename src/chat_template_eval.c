@@ -1,0 +1,1454 @@
+/*
+ * chat_template_eval.c: renders a chat-template syntax tree over jansson values with
+ * Python/Jinja semantics (truthiness, str() and repr(), == across int and float, slicing
+ * by code point, loop variables, namespace()) and the filters, tests, functions and
+ * methods real chat templates use. tojson is transformers' json.dumps(ensure_ascii=False).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat_template_internal.h"
+#include "unicode.h"
+
+#define MAX_OUTPUT ((size_t)256 << 20)
+#define MAX_STEPS 50000000L
+#define MAX_RANGE 1000000
+
+static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "string", "upper", "lower", "default", "d",
+                                      "join", "items", "replace", "first", "last", "reverse", "list", "int", "float",
+                                      "abs", "capitalize", "title", "safe", "select", "reject", "selectattr",
+                                      "rejectattr", "map", NULL};
+static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
+                                    "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
+                                    "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", NULL};
+static const char *const FUNCTIONS[] = {"raise_exception", "namespace", "range", "strftime_now", "dict", NULL};
+static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper",
+                                          "lower", "replace", "title", "capitalize", "find", "join", NULL};
+static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", NULL};
+
+static int in_list(const char *const *l, const char *s)
+{
+    for (size_t i = 0; l[i]; i++)
+        if (strcmp(l[i], s) == 0) return 1;
+    return 0;
+}
+
+int ct_known_filter(const char *name) { return in_list(FILTERS, name); }
+int ct_known_test(const char *name) { return in_list(TESTS, name); }
+int ct_known_function(const char *name) { return in_list(FUNCTIONS, name); }
+int ct_known_method(const char *name) { return in_list(STR_METHODS, name) || in_list(DICT_METHODS, name); }
+
+// ----------------------------------------------------------------------------
+// values
+
+enum vkind { V_UNDEF, V_JSON, V_NS, V_FUNC, V_METHOD };
+
+typedef struct val {
+    enum vkind k;
+    json_t *j;        /* owned reference (V_JSON, V_NS: the namespace object, V_METHOD: receiver) */
+    const char *name; /* V_FUNC / V_METHOD */
+} val;
+
+static void vfree(val *v)
+{
+    json_decref(v->j);
+    memset(v, 0, sizeof *v);
+}
+
+static val vjson(json_t *j) { return (val){j ? V_JSON : V_UNDEF, j, NULL}; } /* steals j */
+static val vcopy(const val *v)
+{
+    val r = *v;
+    json_incref(r.j);
+    return r;
+}
+
+typedef struct var {
+    char *name;
+    val v;
+} var;
+
+typedef struct frame {
+    var *v;
+    size_t n, cap;
+} frame;
+
+typedef struct ctx {
+    json_t *globals;
+    frame *frames;
+    size_t nf, capf;
+    char *out;
+    size_t len, cap;
+    int brk, cont;
+    long steps;
+} ctx;
+
+static tp_status rt_error(const char *fmt, const char *a)
+{
+    return tp_error(TP_ERR_INVALID_ARG, fmt, a);
+}
+
+static tp_status put(ctx *c, const char *s, size_t n)
+{
+    if (c->len + n + 1 > c->cap) {
+        if (c->len + n > MAX_OUTPUT) return tp_error(TP_ERR_INVALID_ARG, "chat template: output larger than 256 MiB");
+        size_t cap = c->cap ? c->cap : 256;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *b = realloc(c->out, cap);
+        if (!b) return tp_error(TP_ERR_OOM, "out of memory");
+        c->out = b;
+        c->cap = cap;
+    }
+    memcpy(c->out + c->len, s, n);
+    c->len += n;
+    c->out[c->len] = '\0';
+    return TP_OK;
+}
+
+static tp_status push_frame(ctx *c)
+{
+    if (c->nf == c->capf) {
+        size_t cap = c->capf ? c->capf * 2 : 8;
+        frame *f = realloc(c->frames, cap * sizeof *f);
+        if (!f) return tp_error(TP_ERR_OOM, "out of memory");
+        c->frames = f;
+        c->capf = cap;
+    }
+    c->frames[c->nf++] = (frame){0};
+    return TP_OK;
+}
+
+static void pop_frame(ctx *c)
+{
+    frame *f = &c->frames[--c->nf];
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->v[i].name);
+        vfree(&f->v[i].v);
+    }
+    free(f->v);
+}
+
+/* Set name in the innermost frame (steals v). */
+static tp_status set_var(ctx *c, const char *name, val v)
+{
+    frame *f = &c->frames[c->nf - 1];
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->v[i].name, name) == 0) {
+            vfree(&f->v[i].v);
+            f->v[i].v = v;
+            return TP_OK;
+        }
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 8;
+        var *nv = realloc(f->v, cap * sizeof *nv);
+        if (!nv) {
+            vfree(&v);
+            return tp_error(TP_ERR_OOM, "out of memory");
+        }
+        f->v = nv;
+        f->cap = cap;
+    }
+    f->v[f->n].name = strdup(name);
+    if (!f->v[f->n].name) {
+        vfree(&v);
+        return tp_error(TP_ERR_OOM, "out of memory");
+    }
+    f->v[f->n++].v = v;
+    return TP_OK;
+}
+
+static val lookup(ctx *c, const char *name)
+{
+    for (size_t k = c->nf; k-- > 0;)
+        for (size_t i = 0; i < c->frames[k].n; i++)
+            if (strcmp(c->frames[k].v[i].name, name) == 0) return vcopy(&c->frames[k].v[i].v);
+    json_t *g = json_object_get(c->globals, name);
+    if (g) return vjson(json_incref(g));
+    if (ct_known_function(name)) return (val){V_FUNC, NULL, name};
+    return (val){V_UNDEF, NULL, NULL};
+}
+
+static int truthy(const val *v)
+{
+    if (v->k == V_UNDEF) return 0;
+    if (v->k != V_JSON) return 1;
+    json_t *j = v->j;
+    switch (json_typeof(j)) {
+    case JSON_NULL:
+    case JSON_FALSE: return 0;
+    case JSON_TRUE: return 1;
+    case JSON_INTEGER: return json_integer_value(j) != 0;
+    case JSON_REAL: return json_real_value(j) != 0.0;
+    case JSON_STRING: return json_string_length(j) > 0;
+    case JSON_ARRAY: return json_array_size(j) > 0;
+    case JSON_OBJECT: return json_object_size(j) > 0;
+    }
+    return 0;
+}
+
+static int is_str(const val *v) { return v->k == V_JSON && json_is_string(v->j); }
+static int is_num(const val *v) { return v->k == V_JSON && (json_is_number(v->j) || json_is_boolean(v->j)); }
+static int is_int(const val *v) { return v->k == V_JSON && (json_is_integer(v->j) || json_is_boolean(v->j)); }
+static double num(const val *v)
+{
+    return json_is_boolean(v->j) ? json_is_true(v->j) : json_number_value(v->j);
+}
+static int64_t inum(const val *v) { return json_is_boolean(v->j) ? json_is_true(v->j) : json_integer_value(v->j); }
+
+// ----------------------------------------------------------------------------
+// text: str(), repr(), json.dumps()
+
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* Python repr(float): shortest round-trip digits, fixed for 1e-4 <= |x| < 1e16. */
+static void py_float(sbuf *b, double x)
+{
+    if (isnan(x)) return sb_str(b, "nan");
+    if (isinf(x)) return sb_str(b, x < 0 ? "-inf" : "inf");
+    char e[40];
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, x);
+        if (strtod(e, NULL) == x) break;
+    }
+    /* e = [-]d.ddde[+-]XX */
+    char digits[24];
+    int nd = 0, neg = e[0] == '-';
+    const char *q = e + neg;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[nd++] = *q;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = '\0';
+    int exp = atoi(q + 1);
+    char out[64];
+    size_t o = 0;
+    if (neg) out[o++] = '-';
+    if (exp >= -5 && exp < 16) {
+        if (exp < 0) {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int i = 0; i < -exp - 1; i++) out[o++] = '0';
+            for (int i = 0; i < nd; i++) out[o++] = digits[i];
+        } else {
+            for (int i = 0; i <= exp; i++) out[o++] = i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if (nd > exp + 1)
+                for (int i = exp + 1; i < nd; i++) out[o++] = digits[i];
+            else out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < nd; i++) out[o++] = digits[i];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+    sb_str(b, out);
+}
+
+static void py_repr_str(sbuf *b, const char *s, size_t n)
+{
+    char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+    sb_put(b, &q, 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '\\' || c == (unsigned char)q) {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            sb_put(b, esc, 2);
+        } else if (c == '\n') sb_str(b, "\\n");
+        else if (c == '\r') sb_str(b, "\\r");
+        else if (c == '\t') sb_str(b, "\\t");
+        else if (c < 0x20 || c == 0x7f) {
+            snprintf(esc, sizeof esc, "\\x%02x", c);
+            sb_str(b, esc);
+        } else sb_put(b, (const char *)&c, 1);
+    }
+    sb_put(b, &q, 1);
+}
+
+static void py_str(sbuf *b, json_t *j, int repr)
+{
+    switch (json_typeof(j)) {
+    case JSON_NULL: return sb_str(b, "None");
+    case JSON_TRUE: return sb_str(b, "True");
+    case JSON_FALSE: return sb_str(b, "False");
+    case JSON_INTEGER: {
+        char t[32];
+        snprintf(t, sizeof t, "%lld", (long long)json_integer_value(j));
+        return sb_str(b, t);
+    }
+    case JSON_REAL: return py_float(b, json_real_value(j));
+    case JSON_STRING:
+        if (repr) return py_repr_str(b, json_string_value(j), json_string_length(j));
+        return sb_put(b, json_string_value(j), json_string_length(j));
+    case JSON_ARRAY:
+        sb_str(b, "[");
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            if (i) sb_str(b, ", ");
+            py_str(b, json_array_get(j, i), 1);
+        }
+        return sb_str(b, "]");
+    case JSON_OBJECT: {
+        sb_str(b, "{");
+        int first = 1;
+        for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
+            if (!first) sb_str(b, ", ");
+            first = 0;
+            py_repr_str(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            sb_str(b, ": ");
+            py_str(b, json_object_iter_value(it), 1);
+        }
+        return sb_str(b, "}");
+    }
+    }
+}
+
+static void json_str(sbuf *b, const char *s, size_t n)
+{
+    sb_str(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        switch (c) {
+        case '"': sb_str(b, "\\\""); break;
+        case '\\': sb_str(b, "\\\\"); break;
+        case '\n': sb_str(b, "\\n"); break;
+        case '\r': sb_str(b, "\\r"); break;
+        case '\t': sb_str(b, "\\t"); break;
+        case '\b': sb_str(b, "\\b"); break;
+        case '\f': sb_str(b, "\\f"); break;
+        default:
+            if (c < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", c);
+                sb_str(b, esc);
+            } else sb_put(b, (const char *)&c, 1);
+        }
+    }
+    sb_str(b, "\"");
+}
+
+/* json.dumps(x, ensure_ascii=False, indent=indent): indent < 0 means None. */
+static void py_json(sbuf *b, json_t *j, int indent, int level)
+{
+    int arr = json_is_array(j);
+    if (!arr && !json_is_object(j)) {
+        if (json_is_string(j)) return json_str(b, json_string_value(j), json_string_length(j));
+        if (json_is_real(j)) return py_float(b, json_real_value(j));
+        if (json_is_null(j)) return sb_str(b, "null");
+        if (json_is_boolean(j)) return sb_str(b, json_is_true(j) ? "true" : "false");
+        return py_str(b, j, 0);
+    }
+    size_t n = arr ? json_array_size(j) : json_object_size(j);
+    if (n == 0) return sb_str(b, arr ? "[]" : "{}");
+    sb_str(b, arr ? "[" : "{");
+    void *it = arr ? NULL : json_object_iter(j);
+    for (size_t i = 0; i < n; i++) {
+        if (i) sb_str(b, indent >= 0 ? "," : ", ");
+        if (indent >= 0) {
+            sb_str(b, "\n");
+            for (int k = 0; k < indent * (level + 1); k++) sb_str(b, " ");
+        }
+        if (arr) {
+            py_json(b, json_array_get(j, i), indent, level + 1);
+        } else {
+            json_str(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            sb_str(b, ": ");
+            py_json(b, json_object_iter_value(it), indent, level + 1);
+            it = json_object_iter_next(j, it);
+        }
+    }
+    if (indent >= 0) {
+        sb_str(b, "\n");
+        for (int k = 0; k < indent * level; k++) sb_str(b, " ");
+    }
+    sb_str(b, arr ? "]" : "}");
+}
+
+/* str(v) as a new JSON string value. */
+static tp_status to_string(const val *v, json_t **out)
+{
+    sbuf b = {0};
+    sb_put(&b, "", 0);
+    if (v->k == V_JSON) py_str(&b, v->j, 0);
+    else if (v->k == V_NS) sb_str(&b, "<Namespace>");
+    else if (v->k != V_UNDEF) sb_str(&b, "<function>");
+    *out = b.oom ? NULL : json_stringn_nocheck(b.s, b.len);
+    free(b.s);
+    return *out ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+}
+
+// ----------------------------------------------------------------------------
+// code points (Python indexes strings by character)
+
+typedef struct cps {
+    size_t *off; /* byte offset of each character, plus the end */
+    size_t n;
+} cps;
+
+static tp_status cps_of(const char *s, size_t len, cps *c)
+{
+    c->off = malloc((len + 1) * sizeof *c->off);
+    if (!c->off) return tp_error(TP_ERR_OOM, "out of memory");
+    c->n = 0;
+    for (size_t i = 0; i < len; i += (size_t)tp_utf8_len((uint8_t)s[i])) c->off[c->n++] = i;
+    c->off[c->n] = len;
+    return TP_OK;
+}
+
+static int is_space_cp(const char *s, size_t n, size_t *k)
+{
+    uint32_t cp;
+    int l = tp_utf8_next((const uint8_t *)s, n, &cp);
+    if (l <= 0) return 0;
+    *k = (size_t)l;
+    return tp_uc_is_whitespace(cp);
+}
+
+/* Python str.strip/lstrip/rstrip, with chars (NULL: whitespace). */
+static json_t *py_strip(const char *s, size_t n, const char *chars, size_t cn, int left, int right)
+{
+    size_t a = 0, b = n;
+    while (left && a < b) {
+        size_t k = (size_t)tp_utf8_len((uint8_t)s[a]);
+        int hit = chars ? memmem(chars, cn, s + a, k) != NULL : is_space_cp(s + a, b - a, &k);
+        if (!hit) break;
+        a += k;
+    }
+    while (right && b > a) {
+        size_t st = b - 1, k;
+        while (st > a && ((uint8_t)s[st] & 0xC0) == 0x80) st--;
+        k = b - st;
+        int hit = chars ? memmem(chars, cn, s + st, k) != NULL : is_space_cp(s + st, k, &k);
+        if (!hit) break;
+        b = st;
+    }
+    return json_stringn_nocheck(s + a, b - a);
+}
+
+// ----------------------------------------------------------------------------
+// comparisons and arithmetic
+
+static int py_eq(const val *a, const val *b)
+{
+    if (a->k == V_UNDEF || b->k == V_UNDEF) return a->k == b->k;
+    if (a->k != V_JSON || b->k != V_JSON) return a->j == b->j;
+    if (is_num(a) && is_num(b)) return num(a) == num(b);
+    json_t *x = a->j, *y = b->j;
+    if (json_typeof(x) != json_typeof(y)) return 0;
+    if (json_is_array(x)) {
+        if (json_array_size(x) != json_array_size(y)) return 0;
+        for (size_t i = 0; i < json_array_size(x); i++) {
+            val p = {V_JSON, json_array_get(x, i), NULL}, q = {V_JSON, json_array_get(y, i), NULL};
+            if (!py_eq(&p, &q)) return 0;
+        }
+        return 1;
+    }
+    return json_equal(x, y);
+}
+
+static tp_status py_cmp(const val *a, const val *b, int *out)
+{
+    if (is_num(a) && is_num(b)) {
+        double x = num(a), y = num(b);
+        *out = x < y ? -1 : x > y;
+        return TP_OK;
+    }
+    if (is_str(a) && is_str(b)) {
+        size_t la = json_string_length(a->j), lb = json_string_length(b->j);
+        int r = memcmp(json_string_value(a->j), json_string_value(b->j), la < lb ? la : lb);
+        *out = r ? (r < 0 ? -1 : 1) : (la < lb ? -1 : la > lb);
+        return TP_OK;
+    }
+    return rt_error("chat template: cannot order values of different or unordered types%s", "");
+}
+
+static tp_status py_in(const val *item, const val *cont, int *out)
+{
+    if (cont->k == V_UNDEF) return rt_error("chat template: 'in' on an undefined value%s", "");
+    if (is_str(cont)) {
+        if (!is_str(item)) return rt_error("chat template: 'in <string>' needs a string on the left%s", "");
+        *out = json_string_length(item->j) == 0 ||
+               memmem(json_string_value(cont->j), json_string_length(cont->j), json_string_value(item->j),
+                      json_string_length(item->j)) != NULL;
+        return TP_OK;
+    }
+    if (cont->k == V_JSON && json_is_array(cont->j)) {
+        *out = 0;
+        for (size_t i = 0; i < json_array_size(cont->j) && !*out; i++) {
+            val e = {V_JSON, json_array_get(cont->j, i), NULL};
+            *out = py_eq(item, &e);
+        }
+        return TP_OK;
+    }
+    json_t *obj = cont->j;
+    if ((cont->k == V_JSON || cont->k == V_NS) && json_is_object(obj)) {
+        *out = is_str(item) && json_object_getn(obj, json_string_value(item->j), json_string_length(item->j));
+        return TP_OK;
+    }
+    return rt_error("chat template: 'in' needs a string, list or mapping on the right%s", "");
+}
+
+static tp_status arith(const char *op, const val *a, const val *b, val *out)
+{
+    if (!strcmp(op, "~")) {
+        json_t *x, *y;
+        TP_CHECK(to_string(a, &x));
+        tp_status st = to_string(b, &y);
+        if (st != TP_OK) {
+            json_decref(x);
+            return st;
+        }
+        sbuf s = {0};
+        sb_put(&s, json_string_value(x), json_string_length(x));
+        sb_put(&s, json_string_value(y), json_string_length(y));
+        json_decref(x);
+        json_decref(y);
+        *out = vjson(s.oom ? NULL : json_stringn_nocheck(s.s ? s.s : "", s.len));
+        free(s.s);
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(op, "+") && is_str(a) && is_str(b)) {
+        sbuf s = {0};
+        sb_put(&s, json_string_value(a->j), json_string_length(a->j));
+        sb_put(&s, json_string_value(b->j), json_string_length(b->j));
+        *out = vjson(s.oom ? NULL : json_stringn_nocheck(s.s, s.len));
+        free(s.s);
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(op, "+") && a->k == V_JSON && b->k == V_JSON && json_is_array(a->j) && json_is_array(b->j)) {
+        json_t *r = json_copy(a->j);
+        if (!r || json_array_extend(r, b->j) != 0) {
+            json_decref(r);
+            return tp_error(TP_ERR_OOM, "out of memory");
+        }
+        *out = vjson(r);
+        return TP_OK;
+    }
+    if (!strcmp(op, "*") && is_str(a) && is_int(b)) {
+        int64_t k = inum(b);
+        size_t sl = json_string_length(a->j);
+        if (k > 0 && sl > 0 && (uint64_t)k > MAX_OUTPUT / sl)
+            return rt_error("chat template: string repetition too large%s", "");
+        sbuf s = {0};
+        sb_put(&s, "", 0);
+        for (int64_t i = 0; i < k; i++) sb_put(&s, json_string_value(a->j), json_string_length(a->j));
+        *out = vjson(s.oom ? NULL : json_stringn_nocheck(s.s, s.len));
+        free(s.s);
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!is_num(a) || !is_num(b))
+        return rt_error("chat template: operator %s needs numbers (or strings/lists for +); use ~ to join text", op);
+    if (is_int(a) && is_int(b) && strcmp(op, "/") != 0) {
+        int64_t x = inum(a), y = inum(b), r = 0;
+        int ok = 1;
+        if (!strcmp(op, "+")) ok = !__builtin_add_overflow(x, y, &r);
+        else if (!strcmp(op, "-")) ok = !__builtin_sub_overflow(x, y, &r);
+        else if (!strcmp(op, "*")) ok = !__builtin_mul_overflow(x, y, &r);
+        else if (!strcmp(op, "**")) {
+            if (y < 0) goto real;
+            r = 1;
+            for (int64_t i = 0; i < y && ok; i++) ok = !__builtin_mul_overflow(r, x, &r);
+        } else {
+            if (y == 0) return rt_error("chat template: division by zero%s", "");
+            if (x == INT64_MIN && y == -1) ok = 0;
+            else {
+                int64_t q = x / y, m = x % y;
+                if (m != 0 && ((m < 0) != (y < 0))) {
+                    q--;
+                    m += y;
+                }
+                r = !strcmp(op, "//") ? q : m;
+            }
+        }
+        if (!ok) return rt_error("chat template: integer overflow in %s", op);
+        *out = vjson(json_integer(r));
+        return TP_OK;
+    }
+real:;
+    double x = num(a), y = num(b), r;
+    if (!strcmp(op, "+")) r = x + y;
+    else if (!strcmp(op, "-")) r = x - y;
+    else if (!strcmp(op, "*")) r = x * y;
+    else if (!strcmp(op, "**")) r = pow(x, y);
+    else {
+        if (y == 0) return rt_error("chat template: division by zero%s", "");
+        r = !strcmp(op, "/") ? x / y : !strcmp(op, "//") ? floor(x / y) : x - floor(x / y) * y;
+    }
+    *out = vjson(json_real(r));
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// expressions
+
+static tp_status eval(ctx *c, const ct_node *n, val *out);
+
+static tp_status get_item(const val *obj, const val *key, val *out)
+{
+    *out = (val){V_UNDEF, NULL, NULL};
+    if (obj->k == V_UNDEF) return rt_error("chat template: cannot index an undefined value%s", "");
+    json_t *j = obj->j;
+    if ((obj->k == V_JSON || obj->k == V_NS) && json_is_object(j)) {
+        if (is_str(key)) {
+            json_t *v = json_object_getn(j, json_string_value(key->j), json_string_length(key->j));
+            if (v) *out = vjson(json_incref(v));
+        }
+        return TP_OK;
+    }
+    if (obj->k != V_JSON || !is_int(key)) return TP_OK;
+    int64_t i = inum(key);
+    if (json_is_array(j)) {
+        int64_t n = (int64_t)json_array_size(j);
+        if (i < 0) i += n;
+        if (i >= 0 && i < n) *out = vjson(json_incref(json_array_get(j, (size_t)i)));
+    } else if (json_is_string(j)) {
+        cps cp;
+        TP_CHECK(cps_of(json_string_value(j), json_string_length(j), &cp));
+        int64_t n = (int64_t)cp.n;
+        if (i < 0) i += n;
+        if (i >= 0 && i < n)
+            *out = vjson(json_stringn_nocheck(json_string_value(j) + cp.off[i], cp.off[i + 1] - cp.off[i]));
+        free(cp.off);
+    }
+    return TP_OK;
+}
+
+static tp_status get_attr(const val *obj, const char *name, val *out)
+{
+    *out = (val){V_UNDEF, NULL, NULL};
+    if (obj->k == V_UNDEF) return rt_error("chat template: undefined value has no attribute '%s'", name);
+    if (obj->k == V_JSON && json_is_object(obj->j) && in_list(DICT_METHODS, name)) {
+        *out = (val){V_METHOD, json_incref(obj->j), NULL};
+        out->name = name;
+        return TP_OK;
+    }
+    if (is_str(obj) && in_list(STR_METHODS, name)) {
+        *out = (val){V_METHOD, json_incref(obj->j), NULL};
+        out->name = name;
+        return TP_OK;
+    }
+    json_t *k = json_string(name);
+    if (!k) return tp_error(TP_ERR_OOM, "out of memory");
+    val key = vjson(k);
+    tp_status st = get_item(obj, &key, out);
+    vfree(&key);
+    return st;
+}
+
+static tp_status do_slice(const val *obj, const val *parts, val *out)
+{
+    int64_t idx[3] = {0, 0, 1};
+    int has[3];
+    for (int k = 0; k < 3; k++) {
+        has[k] = parts[k].k == V_JSON && !json_is_null(parts[k].j);
+        if (has[k] && !is_int(&parts[k])) return rt_error("chat template: slice bounds must be integers%s", "");
+        if (has[k]) idx[k] = inum(&parts[k]);
+    }
+    if (idx[2] == 0) return rt_error("chat template: slice step cannot be zero%s", "");
+    int str = is_str(obj);
+    if (!str && !(obj->k == V_JSON && json_is_array(obj->j)))
+        return rt_error("chat template: only strings and lists can be sliced%s", "");
+    cps cp = {0};
+    int64_t n;
+    if (str) {
+        TP_CHECK(cps_of(json_string_value(obj->j), json_string_length(obj->j), &cp));
+        n = (int64_t)cp.n;
+    } else {
+        n = (int64_t)json_array_size(obj->j);
+    }
+    /* Python's slice.indices() */
+    int64_t step = idx[2], lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n;
+    int64_t start = has[0] ? idx[0] : (step < 0 ? hi : lo), stop = has[1] ? idx[1] : (step < 0 ? lo : hi);
+    if (has[0]) start = start < 0 ? (start + n < lo ? lo : start + n) : (start > hi ? hi : start);
+    if (has[1]) stop = stop < 0 ? (stop + n < lo ? lo : stop + n) : (stop > hi ? hi : stop);
+    sbuf b = {0};
+    json_t *arr = str ? NULL : json_array();
+    sb_put(&b, "", 0);
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        if (str) sb_put(&b, json_string_value(obj->j) + cp.off[i], cp.off[i + 1] - cp.off[i]);
+        else json_array_append(arr, json_array_get(obj->j, (size_t)i));
+    }
+    free(cp.off);
+    if (str) {
+        *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
+        free(b.s);
+    } else {
+        free(b.s);
+        *out = vjson(arr);
+    }
+    return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+}
+
+/* Evaluated arguments of a call/filter/test node: kids[first..] and keywords. */
+typedef struct args {
+    val pos[8];
+    size_t n;
+    val kw[8];
+    const char *kwname[8];
+    size_t nk;
+} args;
+
+static void args_free(args *a)
+{
+    for (size_t i = 0; i < a->n; i++) vfree(&a->pos[i]);
+    for (size_t i = 0; i < a->nk; i++) vfree(&a->kw[i]);
+}
+
+static tp_status eval_args(ctx *c, const ct_node *n, size_t first, args *a)
+{
+    memset(a, 0, sizeof *a);
+    if (n->n_kids - first > 8 || n->n_names > 8) return rt_error("chat template: too many arguments%s", "");
+    for (size_t i = first; i < n->n_kids; i++) {
+        TP_CHECK(eval(c, n->kids[i], &a->pos[a->n]));
+        a->n++;
+    }
+    for (size_t i = 0; i < n->n_names; i++) {
+        a->kwname[a->nk] = n->names[i];
+        TP_CHECK(eval(c, n->kw[i], &a->kw[a->nk]));
+        a->nk++;
+    }
+    return TP_OK;
+}
+
+/* Positional argument i, or keyword name; NULL if absent. */
+static const val *arg(const args *a, size_t i, const char *name)
+{
+    if (i < a->n) return &a->pos[i];
+    for (size_t k = 0; name && k < a->nk; k++)
+        if (strcmp(a->kwname[k], name) == 0) return &a->kw[k];
+    return NULL;
+}
+
+static tp_status need_str(const val *v, const char *what)
+{
+    return v && is_str(v) ? TP_OK : rt_error("chat template: %s needs a string argument", what);
+}
+
+static tp_status run_test(ctx *c, const char *name, const val *v, const args *a, int *out);
+
+static tp_status call_method(const val *self, const char *m, const args *a, val *out)
+{
+    json_t *j = self->j;
+    if (json_is_object(j)) {
+        if (!strcmp(m, "get")) {
+            const val *k = arg(a, 0, "key"), *d = arg(a, 1, "default");
+            json_t *v = k && is_str(k) ? json_object_getn(j, json_string_value(k->j), json_string_length(k->j)) : NULL;
+            *out = v ? vjson(json_incref(v)) : d ? vcopy(d) : vjson(json_null());
+            return TP_OK;
+        }
+        json_t *r = json_array();
+        for (void *it = json_object_iter(j); r && it; it = json_object_iter_next(j, it)) {
+            json_t *key = json_stringn_nocheck(json_object_iter_key(it), json_object_iter_key_len(it));
+            if (!strcmp(m, "keys")) json_array_append_new(r, key);
+            else if (!strcmp(m, "values")) {
+                json_decref(key);
+                json_array_append(r, json_object_iter_value(it));
+            } else json_array_append_new(r, json_pack("[oO]", key, json_object_iter_value(it)));
+        }
+        *out = vjson(r);
+        return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    const char *s = json_string_value(j);
+    size_t n = json_string_length(j);
+    if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
+        const val *ch = arg(a, 0, "chars");
+        int has = ch && is_str(ch);
+        *out = vjson(py_strip(s, n, has ? json_string_value(ch->j) : NULL, has ? json_string_length(ch->j) : 0,
+                              m[0] != 'r', m[0] != 'l'));
+    } else if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
+        const val *p = arg(a, 0, "prefix");
+        int hit = 0;
+        json_t *list = p && p->k == V_JSON && json_is_array(p->j) ? p->j : NULL;
+        for (size_t i = 0; i < (list ? json_array_size(list) : 1) && !hit; i++) {
+            json_t *q = list ? json_array_get(list, i) : p ? p->j : NULL;
+            if (!json_is_string(q)) return rt_error("chat template: %s needs a string argument", m);
+            size_t ql = json_string_length(q);
+            hit = ql <= n && memcmp(m[0] == 's' ? s : s + n - ql, json_string_value(q), ql) == 0;
+        }
+        *out = vjson(json_boolean(hit));
+    } else if (!strcmp(m, "split")) {
+        const val *sep = arg(a, 0, "sep"), *mx = arg(a, 1, "maxsplit");
+        int64_t maxsplit = mx && is_int(mx) ? inum(mx) : -1;
+        json_t *r = json_array();
+        if (sep && is_str(sep) && json_string_length(sep->j) > 0) {
+            const char *sp = json_string_value(sep->j);
+            size_t sl = json_string_length(sep->j), pos = 0;
+            for (;;) {
+                const char *f = maxsplit != 0 ? memmem(s + pos, n - pos, sp, sl) : NULL;
+                if (!f) break;
+                json_array_append_new(r, json_stringn_nocheck(s + pos, (size_t)(f - s) - pos));
+                pos = (size_t)(f - s) + sl;
+                if (maxsplit > 0) maxsplit--;
+            }
+            json_array_append_new(r, json_stringn_nocheck(s + pos, n - pos));
+        } else if (sep && !(sep->k == V_JSON && json_is_null(sep->j))) {
+            json_decref(r);
+            return rt_error("chat template: split() separator must be a non-empty string%s", "");
+        } else {
+            size_t i = 0, k;
+            while (i < n) {
+                while (i < n && is_space_cp(s + i, n - i, &k)) i += k;
+                if (i >= n) break;
+                size_t st = i;
+                if (maxsplit == 0) {
+                    size_t e = n;
+                    while (e > st && is_space_cp(s + e - 1, 1, &k)) e--;
+                    json_array_append_new(r, json_stringn_nocheck(s + st, e - st));
+                    break;
+                }
+                while (i < n && !is_space_cp(s + i, n - i, &k)) i += (size_t)tp_utf8_len((uint8_t)s[i]);
+                json_array_append_new(r, json_stringn_nocheck(s + st, i - st));
+                if (maxsplit > 0) maxsplit--;
+            }
+        }
+        *out = vjson(r);
+    } else if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize")) {
+        char *r = malloc(n + 1);
+        if (!r) return tp_error(TP_ERR_OOM, "out of memory");
+        int start = 1;
+        for (size_t i = 0; i < n; i++) {
+            char ch = s[i];
+            int up = m[0] == 'u' || (m[0] == 't' && start) || (m[0] == 'c' && i == 0);
+            r[i] = up && ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : !up && ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+            start = !((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'));
+        }
+        *out = vjson(json_stringn_nocheck(r, n));
+        free(r);
+    } else if (!strcmp(m, "replace")) {
+        const val *o = arg(a, 0, "old"), *w = arg(a, 1, "new"), *cnt = arg(a, 2, "count");
+        TP_CHECK(need_str(o, "replace()"));
+        TP_CHECK(need_str(w, "replace()"));
+        int64_t left = cnt && is_int(cnt) ? inum(cnt) : -1;
+        const char *os = json_string_value(o->j);
+        size_t ol = json_string_length(o->j), pos = 0;
+        sbuf b = {0};
+        sb_put(&b, "", 0);
+        if (ol == 0) return rt_error("chat template: replace() of an empty string is not supported%s", "");
+        for (;;) {
+            const char *f = left != 0 ? memmem(s + pos, n - pos, os, ol) : NULL;
+            if (!f) break;
+            sb_put(&b, s + pos, (size_t)(f - s) - pos);
+            sb_put(&b, json_string_value(w->j), json_string_length(w->j));
+            pos = (size_t)(f - s) + ol;
+            if (left > 0) left--;
+        }
+        sb_put(&b, s + pos, n - pos);
+        *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
+        free(b.s);
+    } else if (!strcmp(m, "find")) {
+        const val *q = arg(a, 0, "sub");
+        TP_CHECK(need_str(q, "find()"));
+        const char *f = memmem(s, n, json_string_value(q->j), json_string_length(q->j));
+        int64_t r = -1;
+        if (f) {
+            r = 0;
+            for (const char *p = s; p < f; p += tp_utf8_len((uint8_t)*p)) r++;
+        }
+        *out = vjson(json_integer(r));
+    } else if (!strcmp(m, "join")) {
+        const val *l = arg(a, 0, "iterable");
+        if (!l || l->k != V_JSON || !json_is_array(l->j)) return rt_error("chat template: join() needs a list%s", "");
+        sbuf b = {0};
+        sb_put(&b, "", 0);
+        for (size_t i = 0; i < json_array_size(l->j); i++) {
+            json_t *e = json_array_get(l->j, i);
+            if (!json_is_string(e)) {
+                free(b.s);
+                return rt_error("chat template: str.join() needs strings%s", "");
+            }
+            if (i) sb_put(&b, s, n);
+            sb_put(&b, json_string_value(e), json_string_length(e));
+        }
+        *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
+        free(b.s);
+    } else {
+        return rt_error("chat template: unknown method %s", m);
+    }
+    return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+}
+
+static tp_status call_function(ctx *c, const char *f, const args *a, val *out)
+{
+    if (!strcmp(f, "raise_exception")) {
+        const val *m = arg(a, 0, NULL);
+        json_t *s = NULL;
+        if (m) TP_CHECK(to_string(m, &s));
+        tp_status st = tp_error(TP_ERR_INVALID_ARG, "chat template raised an exception: %s",
+                                s ? json_string_value(s) : "");
+        json_decref(s);
+        return st;
+    }
+    if (!strcmp(f, "namespace") || !strcmp(f, "dict")) {
+        json_t *o = json_object();
+        for (size_t i = 0; o && i < a->nk; i++)
+            json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
+        if (!o) return tp_error(TP_ERR_OOM, "out of memory");
+        *out = (val){f[0] == 'n' ? V_NS : V_JSON, o, NULL};
+        return TP_OK;
+    }
+    if (!strcmp(f, "range")) {
+        int64_t v[3] = {0, 0, 1};
+        for (size_t i = 0; i < a->n; i++) {
+            if (!is_int(&a->pos[i]) || i > 2) return rt_error("chat template: range() takes 1-3 integers%s", "");
+            v[i] = inum(&a->pos[i]);
+        }
+        int64_t start = a->n >= 2 ? v[0] : 0, stop = a->n >= 2 ? v[1] : v[0], step = a->n == 3 ? v[2] : 1;
+        if (step == 0) return rt_error("chat template: range() step cannot be zero%s", "");
+        json_t *r = json_array();
+        int64_t count = 0;
+        for (int64_t i = start; r && (step > 0 ? i < stop : i > stop); i += step) {
+            if (++count > MAX_RANGE) {
+                json_decref(r);
+                return rt_error("chat template: range() longer than a million%s", "");
+            }
+            json_array_append_new(r, json_integer(i));
+        }
+        *out = vjson(r);
+        return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(f, "strftime_now")) {
+        const val *fmt = arg(a, 0, NULL);
+        TP_CHECK(need_str(fmt, "strftime_now()"));
+        char buf[256];
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        size_t n = strftime(buf, sizeof buf, json_string_value(fmt->j), &tm);
+        *out = vjson(json_stringn(buf, n));
+        return TP_OK;
+    }
+    (void)c;
+    return rt_error("chat template: unknown function %s", f);
+}
+
+/* select/reject/selectattr/rejectattr/map over a list. */
+static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a, val *out)
+{
+    if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: filter %s needs a list", f);
+    int attr = strstr(f, "attr") != NULL, is_map = !strcmp(f, "map");
+    const val *an = is_map ? arg(a, 99, "attribute") : attr ? arg(a, 0, NULL) : NULL;
+    if ((attr || is_map) && (!an || !is_str(an)))
+        return rt_error("chat template: %s needs an attribute name (map(attribute=...))", f);
+    const val *tn = arg(a, attr ? 1 : 0, NULL);
+    if (!is_map && tn && !is_str(tn)) return rt_error("chat template: %s needs a test name", f);
+    if (tn && !is_map && !ct_known_test(json_string_value(tn->j)))
+        return rt_error("chat template: test %s is not supported", json_string_value(tn->j));
+    args targs = {0};
+    for (size_t i = (attr ? 2 : 1); i < a->n && targs.n < 8; i++) targs.pos[targs.n++] = a->pos[i];
+    json_t *r = json_array();
+    tp_status st = TP_OK;
+    for (size_t i = 0; r && st == TP_OK && i < json_array_size(in->j); i++) {
+        val e = {V_JSON, json_array_get(in->j, i), NULL}, subject = {0};
+        if (an) st = get_attr(&e, json_string_value(an->j), &subject);
+        else subject = vcopy(&e);
+        if (st != TP_OK) break;
+        if (is_map) {
+            json_array_append(r, subject.k == V_JSON ? subject.j : json_null());
+        } else {
+            int ok = truthy(&subject);
+            if (tn) st = run_test(c, json_string_value(tn->j), &subject, &targs, &ok);
+            if (ok == (f[0] == 's')) json_array_append(r, e.j);
+        }
+        vfree(&subject);
+    }
+    if (st != TP_OK) {
+        json_decref(r);
+        return st;
+    }
+    *out = vjson(r);
+    return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+}
+
+static tp_status length_of(const val *v, int64_t *n)
+{
+    if (is_str(v)) {
+        cps cp;
+        TP_CHECK(cps_of(json_string_value(v->j), json_string_length(v->j), &cp));
+        free(cp.off);
+        *n = (int64_t)cp.n;
+    } else if (v->k == V_JSON && json_is_array(v->j)) *n = (int64_t)json_array_size(v->j);
+    else if ((v->k == V_JSON || v->k == V_NS) && json_is_object(v->j)) *n = (int64_t)json_object_size(v->j);
+    else return rt_error("chat template: length of a value that has none%s", "");
+    return TP_OK;
+}
+
+static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *out)
+{
+    if (!strcmp(f, "default") || !strcmp(f, "d")) {
+        const val *d = arg(a, 0, "default_value"), *b = arg(a, 1, "boolean");
+        int use = in->k == V_UNDEF || (b && truthy(b) && !truthy(in));
+        *out = use ? (d ? vcopy(d) : vjson(json_string(""))) : vcopy(in);
+        return TP_OK;
+    }
+    if (!strcmp(f, "safe")) {
+        *out = vcopy(in);
+        return TP_OK;
+    }
+    if (!strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") || !strcmp(f, "rejectattr") ||
+        !strcmp(f, "map"))
+        return filter_seq(c, f, in, a, out);
+    if (in->k == V_UNDEF) return rt_error("chat template: filter %s applied to an undefined value", f);
+    if (!strcmp(f, "length") || !strcmp(f, "count")) {
+        int64_t n = 0;
+        TP_CHECK(length_of(in, &n));
+        *out = vjson(json_integer(n));
+        return TP_OK;
+    }
+    if (!strcmp(f, "string")) {
+        json_t *s;
+        TP_CHECK(to_string(in, &s));
+        *out = vjson(s);
+        return TP_OK;
+    }
+    if (!strcmp(f, "tojson")) {
+        const val *ind = arg(a, 0, "indent");
+        if (in->k != V_JSON && in->k != V_NS) return rt_error("chat template: tojson of a non-JSON value%s", "");
+        sbuf b = {0};
+        sb_put(&b, "", 0);
+        py_json(&b, in->j, ind && is_int(ind) ? (int)inum(ind) : -1, 0);
+        *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
+        free(b.s);
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(f, "items")) {
+        if (in->k != V_JSON || !json_is_object(in->j)) return rt_error("chat template: items needs a mapping%s", "");
+        return call_method(in, "items", a, out);
+    }
+    if (!strcmp(f, "join")) {
+        const val *sep = arg(a, 0, "d");
+        if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: join needs a list%s", "");
+        sbuf b = {0};
+        sb_put(&b, "", 0);
+        for (size_t i = 0; i < json_array_size(in->j); i++) {
+            json_t *s;
+            val e = {V_JSON, json_array_get(in->j, i), NULL};
+            if (i && sep && is_str(sep)) sb_put(&b, json_string_value(sep->j), json_string_length(sep->j));
+            tp_status st = to_string(&e, &s);
+            if (st != TP_OK) {
+                free(b.s);
+                return st;
+            }
+            sb_put(&b, json_string_value(s), json_string_length(s));
+            json_decref(s);
+        }
+        *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
+        free(b.s);
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(f, "first") || !strcmp(f, "last")) {
+        json_t *k = json_integer(f[0] == 'f' ? 0 : -1);
+        val key = vjson(k);
+        tp_status st = get_item(in, &key, out);
+        vfree(&key);
+        return st;
+    }
+    if (!strcmp(f, "reverse") || !strcmp(f, "list")) {
+        if (is_str(in) || (in->k == V_JSON && json_is_array(in->j))) {
+            if (f[0] == 'l' && !is_str(in)) {
+                *out = vcopy(in);
+                return TP_OK;
+            }
+            val parts[3] = {{0}, {0}, {V_JSON, json_integer(-1), NULL}};
+            if (f[0] == 'l') {
+                /* list("abc") -> ['a', 'b', 'c'] */
+                cps cp;
+                TP_CHECK(cps_of(json_string_value(in->j), json_string_length(in->j), &cp));
+                json_t *r = json_array();
+                for (size_t i = 0; r && i < cp.n; i++)
+                    json_array_append_new(r, json_stringn_nocheck(json_string_value(in->j) + cp.off[i],
+                                                                  cp.off[i + 1] - cp.off[i]));
+                free(cp.off);
+                vfree(&parts[2]);
+                *out = vjson(r);
+                return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+            }
+            tp_status st = do_slice(in, parts, out);
+            vfree(&parts[2]);
+            return st;
+        }
+        return rt_error("chat template: filter %s needs a string or list", f);
+    }
+    if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "abs")) {
+        double x = 0;
+        int integral = 0;
+        if (is_num(in)) {
+            x = num(in);
+            integral = is_int(in);
+        } else if (is_str(in)) {
+            char *end;
+            x = strtod(json_string_value(in->j), &end);
+            if (*end) x = 0;
+        }
+        if (!strcmp(f, "abs")) {
+            if (!is_num(in)) return rt_error("chat template: abs needs a number%s", "");
+            *out = vjson(integral ? json_integer(llabs((long long)inum(in))) : json_real(fabs(x)));
+        } else {
+            *out = vjson(f[0] == 'i' ? json_integer((json_int_t)x) : json_real(x));
+        }
+        return TP_OK;
+    }
+    if (!is_str(in)) return rt_error("chat template: filter %s needs a string", f);
+    if (!strcmp(f, "trim")) return call_method(in, "strip", a, out);
+    if (!strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") ||
+        !strcmp(f, "replace"))
+        return call_method(in, f, a, out);
+    return rt_error("chat template: unknown filter %s", f);
+}
+
+static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, int *out)
+{
+    (void)c;
+    const val *x = arg(a, 0, NULL);
+    json_t *j = v->k == V_JSON ? v->j : NULL;
+    if (!strcmp(t, "defined")) *out = v->k != V_UNDEF;
+    else if (!strcmp(t, "undefined")) *out = v->k == V_UNDEF;
+    else if (!strcmp(t, "none")) *out = j && json_is_null(j);
+    else if (!strcmp(t, "string")) *out = j && json_is_string(j);
+    else if (!strcmp(t, "number")) *out = j && json_is_number(j);
+    else if (!strcmp(t, "integer")) *out = j && json_is_integer(j);
+    else if (!strcmp(t, "float")) *out = j && json_is_real(j);
+    else if (!strcmp(t, "boolean")) *out = j && json_is_boolean(j);
+    else if (!strcmp(t, "true")) *out = j && json_is_true(j);
+    else if (!strcmp(t, "false")) *out = j && json_is_false(j);
+    else if (!strcmp(t, "mapping")) *out = (j && json_is_object(j)) || v->k == V_NS;
+    else if (!strcmp(t, "iterable")) *out = j && (json_is_array(j) || json_is_object(j) || json_is_string(j));
+    else if (!strcmp(t, "sequence")) *out = j && (json_is_array(j) || json_is_object(j) || json_is_string(j));
+    else if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
+        *out = j && json_is_string(j);
+        for (const char *p = *out ? json_string_value(j) : ""; *p; p++)
+            if (t[0] == 'l' ? (*p >= 'A' && *p <= 'Z') : (*p >= 'a' && *p <= 'z')) *out = 0;
+    } else if (!strcmp(t, "even") || !strcmp(t, "odd") || !strcmp(t, "divisibleby")) {
+        if (!is_int(v)) return rt_error("chat template: test %s needs an integer", t);
+        int64_t d = !strcmp(t, "divisibleby") ? (x && is_int(x) ? inum(x) : 0) : 2;
+        if (d == 0) return rt_error("chat template: divisibleby needs a non-zero integer%s", "");
+        int64_t r = inum(v) % d;
+        *out = t[0] == 'o' ? r != 0 : r == 0;
+    } else if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "sameas") || !strcmp(t, "ne")) {
+        if (!x) return rt_error("chat template: test %s needs an argument", t);
+        *out = py_eq(v, x) != (t[0] == 'n');
+    } else if (!strcmp(t, "in")) {
+        if (!x) return rt_error("chat template: test in needs an argument%s", "");
+        TP_CHECK(py_in(v, x, out));
+    } else {
+        return rt_error("chat template: unknown test %s", t);
+    }
+    return TP_OK;
+}
+
+static tp_status eval(ctx *c, const ct_node *n, val *out)
+{
+    *out = (val){V_UNDEF, NULL, NULL};
+    if (++c->steps > MAX_STEPS) return rt_error("chat template: too much work (endless loop?)%s", "");
+    tp_status st = TP_OK;
+    val a = {0}, b = {0};
+    args ar = {0};
+    switch (n->kind) {
+    case CT_LIT:
+        *out = vjson(json_incref(n->lit));
+        return TP_OK;
+    case CT_NAME:
+        *out = lookup(c, n->str);
+        return TP_OK;
+    case CT_ATTR:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = get_attr(&a, n->str, out);
+        break;
+    case CT_ITEM:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = eval(c, n->kids[1], &b);
+        if (st == TP_OK) st = get_item(&a, &b, out);
+        break;
+    case CT_SLICE: {
+        val parts[3] = {{0}, {0}, {0}};
+        st = eval(c, n->kids[0], &a);
+        for (int k = 0; k < 3 && st == TP_OK; k++)
+            if (n->kids[k + 1]) st = eval(c, n->kids[k + 1], &parts[k]);
+        if (st == TP_OK) st = do_slice(&a, parts, out);
+        for (int k = 0; k < 3; k++) vfree(&parts[k]);
+        break;
+    }
+    case CT_CALL:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = eval_args(c, n, 1, &ar);
+        if (st != TP_OK) break;
+        if (a.k == V_FUNC) st = call_function(c, a.name, &ar, out);
+        else if (a.k == V_METHOD) st = call_method(&a, a.name, &ar, out);
+        else st = rt_error("chat template: calling something that is not a function (%s)",
+                           n->kids[0]->str ? n->kids[0]->str : "?");
+        break;
+    case CT_FILTER:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = eval_args(c, n, 1, &ar);
+        if (st == TP_OK) st = run_filter(c, n->str, &a, &ar, out);
+        break;
+    case CT_TEST: {
+        int r = 0;
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = eval_args(c, n, 1, &ar);
+        if (st == TP_OK) st = run_test(c, n->str, &a, &ar, &r);
+        if (st == TP_OK) *out = vjson(json_boolean(r != n->flag));
+        break;
+    }
+    case CT_BINOP: {
+        const char *op = n->str;
+        TP_CHECK(eval(c, n->kids[0], &a));
+        if (!strcmp(op, "and") || !strcmp(op, "or")) {
+            /* Python returns the deciding operand itself. */
+            if (truthy(&a) == (op[0] == 'o')) {
+                *out = a;
+                return TP_OK;
+            }
+            vfree(&a);
+            return eval(c, n->kids[1], out);
+        }
+        st = eval(c, n->kids[1], &b);
+        if (st != TP_OK) break;
+        int r;
+        if (!strcmp(op, "==") || !strcmp(op, "!=")) {
+            *out = vjson(json_boolean(py_eq(&a, &b) == (op[0] == '=')));
+        } else if (!strcmp(op, "in") || !strcmp(op, "not in")) {
+            st = py_in(&a, &b, &r);
+            if (st == TP_OK) *out = vjson(json_boolean(r == (op[0] == 'i')));
+        } else if (op[0] == '<' || op[0] == '>') {
+            st = py_cmp(&a, &b, &r);
+            int res = op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0);
+            if (st == TP_OK) *out = vjson(json_boolean(res));
+        } else {
+            st = arith(op, &a, &b, out);
+        }
+        break;
+    }
+    case CT_NOT:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        *out = vjson(json_boolean(!truthy(&a)));
+        break;
+    case CT_NEG:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        if (!is_num(&a)) st = rt_error("chat template: unary minus needs a number%s", "");
+        else *out = vjson(is_int(&a) && inum(&a) != INT64_MIN ? json_integer(-inum(&a)) : json_real(-num(&a)));
+        break;
+    case CT_COND:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        if (truthy(&a)) st = eval(c, n->kids[1], out);
+        else if (n->kids[2]) st = eval(c, n->kids[2], out);
+        break;
+    case CT_LIST:
+    case CT_DICT: {
+        json_t *r = n->kind == CT_LIST ? json_array() : json_object();
+        if (!r) return tp_error(TP_ERR_OOM, "out of memory");
+        for (size_t i = 0; i < n->n_kids && st == TP_OK; i++) {
+            st = eval(c, n->kids[i], &a);
+            if (st != TP_OK) break;
+            if (n->kind == CT_LIST) {
+                json_array_append(r, a.k == V_JSON ? a.j : json_null());
+            } else {
+                st = eval(c, n->kids[++i], &b);
+                if (st == TP_OK && !is_str(&a)) st = rt_error("chat template: dict keys must be strings%s", "");
+                if (st == TP_OK) json_object_setn(r, json_string_value(a.j), json_string_length(a.j),
+                                                  b.k == V_JSON ? b.j : json_null());
+                vfree(&b);
+            }
+            vfree(&a);
+        }
+        if (st != TP_OK) json_decref(r);
+        else *out = vjson(r);
+        break;
+    }
+    default:
+        st = tp_error(TP_ERR_INTERNAL, "chat template: statement in expression position");
+    }
+    vfree(&a);
+    vfree(&b);
+    args_free(&ar);
+    if (st != TP_OK) vfree(out);
+    return st;
+}
+
+// ----------------------------------------------------------------------------
+// statements
+
+static tp_status exec(ctx *c, const ct_node *n);
+
+static tp_status exec_block(ctx *c, const ct_node *n)
+{
+    for (size_t i = 0; i < n->n_kids && !c->brk && !c->cont; i++) TP_CHECK(exec(c, n->kids[i]));
+    return TP_OK;
+}
+
+static tp_status loop_vars(json_t *items, size_t i, json_t **out)
+{
+    size_t n = json_array_size(items);
+    json_t *l = json_pack("{sI sI sI sI sb sb sI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
+                          (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
+                          i + 1 == n, "length", (json_int_t)n);
+    if (!l) return tp_error(TP_ERR_OOM, "out of memory");
+    if (i > 0) json_object_set(l, "previtem", json_array_get(items, i - 1));
+    if (i + 1 < n) json_object_set(l, "nextitem", json_array_get(items, i + 1));
+    *out = l;
+    return TP_OK;
+}
+
+static tp_status bind_targets(ctx *c, const ct_node *n, json_t *item)
+{
+    if (n->n_names == 1) return set_var(c, n->names[0], vjson(json_incref(item)));
+    if (!json_is_array(item) || json_array_size(item) != n->n_names)
+        return rt_error("chat template: cannot unpack a loop item into %s", n->names[0]);
+    for (size_t k = 0; k < n->n_names; k++) TP_CHECK(set_var(c, n->names[k], vjson(json_incref(json_array_get(item, k)))));
+    return TP_OK;
+}
+
+static tp_status exec_for(ctx *c, const ct_node *n)
+{
+    val it;
+    TP_CHECK(eval(c, n->kids[0], &it));
+    json_t *items = json_array();
+    tp_status st = items ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    /* Materialize what is iterated: list items, mapping keys, string characters. */
+    if (st == TP_OK && it.k == V_JSON) {
+        json_t *j = it.j;
+        if (json_is_array(j)) json_array_extend(items, j);
+        else if (json_is_object(j))
+            for (void *i = json_object_iter(j); i; i = json_object_iter_next(j, i))
+                json_array_append_new(items, json_stringn_nocheck(json_object_iter_key(i), json_object_iter_key_len(i)));
+        else if (json_is_string(j)) {
+            cps cp;
+            st = cps_of(json_string_value(j), json_string_length(j), &cp);
+            for (size_t i = 0; st == TP_OK && i < cp.n; i++)
+                json_array_append_new(items, json_stringn_nocheck(json_string_value(j) + cp.off[i], cp.off[i + 1] - cp.off[i]));
+            if (st == TP_OK) free(cp.off);
+        } else st = rt_error("chat template: cannot loop over a value that is not a list, mapping or string%s", "");
+    } else if (st == TP_OK && it.k != V_UNDEF) {
+        st = rt_error("chat template: cannot loop over this value%s", "");
+    }
+    vfree(&it);
+    const ct_node *filter = n->kids[3];
+    if (st == TP_OK && filter) {
+        json_t *kept = json_array();
+        for (size_t i = 0; kept && st == TP_OK && i < json_array_size(items); i++) {
+            val cond;
+            st = push_frame(c);
+            if (st != TP_OK) break;
+            st = bind_targets(c, n, json_array_get(items, i));
+            if (st == TP_OK) st = eval(c, filter, &cond);
+            pop_frame(c);
+            if (st == TP_OK && truthy(&cond)) json_array_append(kept, json_array_get(items, i));
+            vfree(&cond);
+        }
+        json_decref(items);
+        items = kept;
+        if (!items && st == TP_OK) st = tp_error(TP_ERR_OOM, "out of memory");
+    }
+    size_t count = st == TP_OK ? json_array_size(items) : 0;
+    for (size_t i = 0; st == TP_OK && i < count; i++) {
+        json_t *lv = NULL;
+        TP_CHECK_GOTO(push_frame(c), st, done);
+        st = loop_vars(items, i, &lv);
+        if (st == TP_OK) st = set_var(c, "loop", vjson(lv));
+        if (st == TP_OK) st = bind_targets(c, n, json_array_get(items, i));
+        if (st == TP_OK) st = exec_block(c, n->kids[1]);
+        pop_frame(c);
+        c->cont = 0;
+        if (c->brk) {
+            c->brk = 0;
+            break;
+        }
+    }
+    if (st == TP_OK && count == 0 && n->kids[2]) st = exec_block(c, n->kids[2]);
+done:
+    json_decref(items);
+    return st;
+}
+
+static tp_status exec(ctx *c, const ct_node *n)
+{
+    val v;
+    switch (n->kind) {
+    case CT_BLOCK: return exec_block(c, n);
+    case CT_TEXT: return put(c, n->str, n->len);
+    case CT_OUT: {
+        TP_CHECK(eval(c, n->kids[0], &v));
+        json_t *s;
+        tp_status st = to_string(&v, &s);
+        vfree(&v);
+        TP_CHECK(st);
+        st = put(c, json_string_value(s), json_string_length(s));
+        json_decref(s);
+        return st;
+    }
+    case CT_IF: {
+        size_t pairs = (n->n_kids - (size_t)n->flag) / 2;
+        for (size_t i = 0; i < pairs; i++) {
+            TP_CHECK(eval(c, n->kids[2 * i], &v));
+            int t = truthy(&v);
+            vfree(&v);
+            if (t) return exec_block(c, n->kids[2 * i + 1]);
+        }
+        return n->flag ? exec_block(c, n->kids[n->n_kids - 1]) : TP_OK;
+    }
+    case CT_FOR: return exec_for(c, n);
+    case CT_SET:
+        TP_CHECK(eval(c, n->kids[0], &v));
+        if (n->attr) {
+            val ns = lookup(c, n->str);
+            tp_status st = TP_OK;
+            if (ns.k != V_NS) st = rt_error("chat template: {%% set %s.attr %%} needs a namespace()", n->str);
+            else json_object_set(ns.j, n->attr, v.k == V_JSON ? v.j : json_null());
+            vfree(&ns);
+            vfree(&v);
+            return st;
+        }
+        return set_var(c, n->str, v);
+    case CT_BREAK: c->brk = 1; return TP_OK;
+    case CT_CONTINUE: c->cont = 1; return TP_OK;
+    default: return tp_error(TP_ERR_INTERNAL, "chat template: expression in statement position");
+    }
+}
+
+tp_status ct_render(const ct_node *root, json_t *vars, char **out, size_t *len)
+{
+    ctx c = {0};
+    c.globals = vars;
+    tp_status st = push_frame(&c);
+    if (st == TP_OK) st = put(&c, "", 0);
+    if (st == TP_OK) st = exec(&c, root);
+    while (c.nf) pop_frame(&c);
+    free(c.frames);
+    if (st != TP_OK) {
+        free(c.out);
+        return st;
+    }
+    *out = c.out;
+    *len = c.len;
+    return TP_OK;
+}

@@ -1,0 +1,374 @@
+/*
+ * completion.c: per-choice text, stop strings and logprobs, and the output lines.
+ */
+#include "completion.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// a choice
+
+tp_status tp_choice_init(tp_choice *c, const tp_tokenizer *tok, int skip_special, int want_logprobs,
+                         int32_t n_logprobs)
+{
+    memset(c, 0, sizeof *c);
+    c->want_logprobs = want_logprobs;
+    c->n_logprobs = n_logprobs;
+    return tp_detok_stream_create(tok, skip_special, &c->ds);
+}
+
+void tp_choice_free(tp_choice *c)
+{
+    tp_ids_free(&c->out);
+    free(c->text);
+    tp_detok_stream_destroy(c->ds);
+    free(c->lp);
+    free(c->top);
+    memset(c, 0, sizeof *c);
+}
+
+static tp_status append(tp_choice *c, const char *s, size_t n)
+{
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 64;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *p = realloc(c->text, cap);
+        if (!p) return tp_error(TP_ERR_OOM, "out of memory for a completion's text");
+        c->text = p;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = '\0';
+    return TP_OK;
+}
+
+/* The earliest stop string that ends within the last `fresh` bytes; truncates there. */
+static int cut_at_stop(tp_choice *c, size_t fresh, char *const *stop, int32_t n_stop, int include_stop)
+{
+    size_t best = (size_t)-1, best_len = 0;
+    for (int32_t i = 0; i < n_stop; i++) {
+        size_t k = strlen(stop[i]);
+        if (k == 0 || k > c->len) continue;
+        size_t from = c->len - fresh + 1 > k ? c->len - fresh + 1 - k : 0;
+        for (size_t p = from; p + k <= c->len; p++)
+            if (!memcmp(c->text + p, stop[i], k)) {
+                if (p < best) {
+                    best = p;
+                    best_len = k;
+                }
+                break;
+            }
+    }
+    if (best == (size_t)-1) return 0;
+    c->len = best + (include_stop ? best_len : 0);
+    c->text[c->len] = '\0';
+    return 1;
+}
+
+tp_status tp_choice_push(tp_choice *c, int32_t token, int in_text, char *const *stop, int32_t n_stop,
+                         int include_stop, int check_stops, int *stopped)
+{
+    *stopped = 0;
+    TP_CHECK(tp_ids_push(&c->out, token));
+    if (!in_text) return TP_OK;
+    const char *piece;
+    size_t n;
+    TP_CHECK(tp_detok_stream_push(c->ds, token, &piece, &n));
+    if (n) TP_CHECK(append(c, piece, n));
+    if (check_stops && n && n_stop) *stopped = cut_at_stop(c, n, stop, n_stop, include_stop);
+    return TP_OK;
+}
+
+tp_status tp_choice_keep_logprobs(tp_choice *c, const tp_sample_result *r)
+{
+    if (!c->want_logprobs) return TP_OK;
+    size_t i = c->out.n; /* kept before push: index of the new token */
+    if (i + 1 > c->lp_cap) {
+        size_t cap = c->lp_cap ? 2 * c->lp_cap : 16;
+        float *lp = realloc(c->lp, cap * sizeof *lp);
+        if (!lp) return tp_error(TP_ERR_OOM, "out of memory for logprobs");
+        c->lp = lp;
+        if (c->n_logprobs) {
+            tp_token_logprob *t = realloc(c->top, cap * (size_t)c->n_logprobs * sizeof *t);
+            if (!t) return tp_error(TP_ERR_OOM, "out of memory for logprobs");
+            c->top = t;
+        }
+        c->lp_cap = cap;
+    }
+    c->lp[i] = r->logprob;
+    for (int32_t k = 0; k < c->n_logprobs; k++) {
+        tp_token_logprob z = {-1, -INFINITY};
+        c->top[i * (size_t)c->n_logprobs + (size_t)k] = k < r->n_top ? r->top[k] : z;
+    }
+    return TP_OK;
+}
+
+tp_status tp_choice_finish(tp_choice *c, tp_finish why, char *const *stop, int32_t n_stop, int include_stop)
+{
+    c->finish = why;
+    const char *piece;
+    size_t n;
+    TP_CHECK(tp_detok_stream_finish(c->ds, &piece, &n));
+    if (n && why != TP_FINISH_STOP) {
+        TP_CHECK(append(c, piece, n));
+        if (n_stop && cut_at_stop(c, n, stop, n_stop, include_stop)) c->finish = TP_FINISH_STOP;
+    }
+    return TP_OK;
+}
+
+void tp_logprob_of(const float *logits, int32_t vocab, int32_t id, int32_t n_top, float *logprob,
+                   int32_t *rank, tp_token_logprob *top)
+{
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    *logprob = (float)((double)logits[id] - lse);
+    int32_t r = 1;
+    for (int32_t i = 0; i < vocab; i++)
+        if (logits[i] > logits[id] || (logits[i] == logits[id] && i < id)) r++;
+    *rank = r;
+    /* top-N by insertion: N is at most 20 */
+    int32_t k = 0;
+    for (int32_t i = 0; i < vocab && n_top > 0; i++) {
+        if (k == n_top && !(logits[i] > logits[top[k - 1].id])) continue;
+        int32_t j = k < n_top ? k++ : k - 1;
+        while (j > 0 && logits[top[j - 1].id] < logits[i]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].id = i;
+    }
+    for (int32_t j = 0; j < k; j++) top[j].logprob = (float)((double)logits[top[j].id] - lse);
+}
+
+// ----------------------------------------------------------------------------
+// output lines
+
+static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_real(-9999.0); }
+
+static char *piece_of(const tp_tokenizer *tok, int32_t id)
+{
+    char *s = NULL;
+    size_t n = 0;
+    if (tp_tokenizer_decode(tok, &id, 1, 0, &s, &n) != TP_OK) {
+        tp_error_clear();
+        return strdup("");
+    }
+    return s;
+}
+
+static json_t *compact_logprobs(const tp_choice *c, const tp_tokenizer *tok)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < c->out.n; i++) {
+        json_t *top = json_array();
+        for (int32_t k = 0; k < c->n_logprobs; k++) {
+            const tp_token_logprob *t = &c->top[i * (size_t)c->n_logprobs + (size_t)k];
+            if (t->id < 0) continue;
+            json_array_append_new(top, json_pack("{s:i, s:o}", "id", t->id, "logprob", num(t->logprob)));
+        }
+        json_array_append_new(a, json_pack("{s:i, s:o, s:o}", "id", c->out.v[i], "logprob", num(c->lp[i]),
+                                           "top_logprobs", top));
+    }
+    (void)tok;
+    return a;
+}
+
+/* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} */
+static json_t *completions_logprobs(const tp_choice *c, const tp_tokenizer *tok)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (size_t i = 0; i < c->out.n; i++) {
+        char *p = piece_of(tok, c->out.v[i]);
+        json_array_append_new(tokens, json_string(p ? p : ""));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += p ? strlen(p) : 0;
+        free(p);
+        json_array_append_new(lps, num(c->lp[i]));
+        json_t *top = json_object();
+        for (int32_t k = 0; k < c->n_logprobs; k++) {
+            const tp_token_logprob *t = &c->top[i * (size_t)c->n_logprobs + (size_t)k];
+            if (t->id < 0) continue;
+            char *q = piece_of(tok, t->id);
+            if (!json_object_get(top, q ? q : "")) json_object_set_new(top, q ? q : "", num(t->logprob));
+            free(q);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static json_t *bytes_of(const char *s)
+{
+    json_t *a = json_array();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) json_array_append_new(a, json_integer(*p));
+    return a;
+}
+
+/* OpenAI chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]} */
+static json_t *chat_logprobs(const tp_choice *c, const tp_tokenizer *tok)
+{
+    json_t *content = json_array();
+    for (size_t i = 0; i < c->out.n; i++) {
+        char *p = piece_of(tok, c->out.v[i]);
+        json_t *top = json_array();
+        for (int32_t k = 0; k < c->n_logprobs; k++) {
+            const tp_token_logprob *t = &c->top[i * (size_t)c->n_logprobs + (size_t)k];
+            if (t->id < 0) continue;
+            char *q = piece_of(tok, t->id);
+            json_array_append_new(top, json_pack("{s:s, s:o, s:o}", "token", q ? q : "", "logprob",
+                                                 num(t->logprob), "bytes", bytes_of(q ? q : "")));
+            free(q);
+        }
+        json_array_append_new(content, json_pack("{s:s, s:o, s:o, s:o}", "token", p ? p : "", "logprob",
+                                                 num(c->lp[i]), "bytes", bytes_of(p ? p : ""), "top_logprobs", top));
+        free(p);
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+static json_t *prompt_logprobs_json(const tp_completion *c, const tp_tokenizer *tok)
+{
+    json_t *a = json_array();
+    for (int32_t p = 0; p < c->n_prompt; p++) {
+        if (p == 0) {
+            json_array_append_new(a, json_null());
+            continue;
+        }
+        const tp_prompt_logprob *e = &c->prompt_lp[p];
+        json_t *o = json_object();
+        char key[16];
+        char *s = piece_of(tok, e->id);
+        snprintf(key, sizeof key, "%d", e->id);
+        json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", num(e->logprob), "rank", e->rank,
+                                              "decoded_token", s ? s : ""));
+        free(s);
+        for (int32_t k = 0; k < c->n_prompt_lp_top; k++) {
+            const tp_token_logprob *t = &e->top[k];
+            snprintf(key, sizeof key, "%d", t->id);
+            if (t->id < 0 || json_object_get(o, key)) continue;
+            s = piece_of(tok, t->id);
+            json_object_set_new(o, key, json_pack("{s:o, s:i, s:s}", "logprob", num(t->logprob), "rank", k + 1,
+                                                  "decoded_token", s ? s : ""));
+            free(s);
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static const char *reason_name(tp_finish f) { return f == TP_FINISH_STOP ? "stop" : "length"; }
+
+static json_t *token_ids(const tp_choice *c)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < c->out.n; i++) json_array_append_new(a, json_integer(c->out.v[i]));
+    return a;
+}
+
+static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
+{
+    const tp_choice *ch = &c->choices[0];
+    json_t *o = json_pack("{s:s, s:s%, s:o, s:s}", "id", c->req->id, "text", ch->text ? ch->text : "", ch->len,
+                          "token_ids", token_ids(ch), "finish_reason", reason_name(ch->finish));
+    if (c->n_choices > 1) { /* n > 1: every choice in "choices" */
+        json_t *all = json_array();
+        for (int32_t j = 0; j < c->n_choices; j++) {
+            const tp_choice *x = &c->choices[j];
+            json_t *e = json_pack("{s:i, s:s%, s:o, s:s}", "index", j, "text", x->text ? x->text : "", x->len,
+                                  "token_ids", token_ids(x), "finish_reason", reason_name(x->finish));
+            if (x->want_logprobs) json_object_set_new(e, "logprobs", compact_logprobs(x, tok));
+            json_array_append_new(all, e);
+        }
+        json_object_set_new(o, "choices", all);
+    } else if (ch->want_logprobs) {
+        json_object_set_new(o, "logprobs", compact_logprobs(ch, tok));
+    }
+    if (c->prompt_lp) json_object_set_new(o, "prompt_logprobs", prompt_logprobs_json(c, tok));
+    json_object_set_new(o, "usage", json_pack("{s:i, s:I}", "prompt_tokens", c->n_prompt, "completion_tokens",
+                                              (json_int_t)completion_tokens));
+    return o;
+}
+
+static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
+{
+    int chat = c->req->endpoint == TP_ENDPOINT_CHAT;
+    json_t *choices = json_array();
+    for (int32_t j = 0; j < c->n_choices; j++) {
+        const tp_choice *x = &c->choices[j];
+        json_t *e;
+        if (chat)
+            e = json_pack("{s:i, s:{s:s, s:s%}, s:s}", "index", j, "message", "role", "assistant", "content",
+                          x->text ? x->text : "", x->len, "finish_reason", reason_name(x->finish));
+        else
+            e = json_pack("{s:i, s:s%, s:s}", "index", j, "text", x->text ? x->text : "", x->len, "finish_reason",
+                          reason_name(x->finish));
+        json_object_set_new(e, "logprobs",
+                            !x->want_logprobs ? json_null()
+                            : chat            ? chat_logprobs(x, tok)
+                                              : completions_logprobs(x, tok));
+        json_array_append_new(choices, e);
+    }
+    char id[48];
+    snprintf(id, sizeof id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)c->index);
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:I, s:I}}", "id", id, "object",
+                             chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created,
+                             "model", c->model ? c->model : "", "choices", choices, "usage", "prompt_tokens",
+                             c->n_prompt, "completion_tokens", (json_int_t)completion_tokens, "total_tokens",
+                             (json_int_t)(c->n_prompt + completion_tokens));
+    if (c->prompt_lp) json_object_set_new(body, "prompt_logprobs", prompt_logprobs_json(c, tok));
+    return body;
+}
+
+static tp_status dump_line(json_t *o, char **line, size_t *len)
+{
+    if (!o) return tp_error(TP_ERR_OOM, "out of memory building an output line");
+    *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+    json_decref(o);
+    if (!*line) return tp_error(TP_ERR_OOM, "out of memory building an output line");
+    *len = strlen(*line);
+    return TP_OK;
+}
+
+static json_t *openai_envelope(const tp_request *r, int64_t index, int status, json_t *body)
+{
+    char id[48], rid[48];
+    snprintf(id, sizeof id, "batch_req_%lld", (long long)index);
+    snprintf(rid, sizeof rid, "req_%lld", (long long)index);
+    return json_pack("{s:s, s:s, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", r->id, "response", "status_code",
+                     status, "request_id", rid, "body", body, "error");
+}
+
+tp_status tp_completion_format(const tp_completion *c, const tp_tokenizer *tok, char **line, size_t *len)
+{
+    int64_t completion_tokens = 0;
+    for (int32_t j = 0; j < c->n_choices; j++) completion_tokens += (int64_t)c->choices[j].out.n;
+    json_t *o = c->req->endpoint == TP_ENDPOINT_NONE
+                    ? compact_line(c, tok, completion_tokens)
+                    : openai_envelope(c->req, c->index, 200, openai_body(c, tok, completion_tokens));
+    return dump_line(o, line, len);
+}
+
+tp_status tp_error_line_format(const tp_request *r, int64_t index, const char *code, const char *message,
+                               char **line, size_t *len)
+{
+    json_t *o;
+    if (r->endpoint == TP_ENDPOINT_NONE)
+        o = json_pack("{s:s, s:I, s:s, s:s}", "id", r->id, "line", (json_int_t)r->line, "code", code, "message",
+                      message ? message : code);
+    else
+        o = openai_envelope(r, index, 400,
+                            json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message ? message : code,
+                                      "type", "invalid_request_error", "param", "code", code));
+    return dump_line(o, line, len);
+}

@@ -1,0 +1,1002 @@
+/*
+ * check_backend_ops.c: every operation of the CUDA backend against the CPU backend (the
+ * reference), ggml's test-backend-ops shape. For each activation dtype the CUDA backend
+ * is built for (f32, bf16, f16) and each op, inputs are drawn from fixed seeds, rounded
+ * to the dtype the CUDA side holds (the CPU side gets the same values, widened to f32
+ * where it wants f32), run on both, and compared by normalized error |a - b| / |b| under
+ * a bound per dtype; NaN never passes. Outputs are poisoned (NaN bytes) before each run,
+ * so an element left unwritten fails, and the columns outside a view must stay as they
+ * were. Then argument errors and the faults only the GPU can see. One table line per
+ * op / dtype / shape. Without CUDA, or without a GPU, it says why and exits 77 (skip).
+ * Run with CK_FORK=no (a CUDA context does not survive fork); main sets it anyway.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+#ifdef HAVE_NCCL
+#include "comm_nccl.h"
+#endif
+
+static const tp_dtype float_dtypes[3] = {TP_DTYPE_F32, TP_DTYPE_F16, TP_DTYPE_BF16};
+
+/* ---- the backends: the reference, and the CUDA backend of each activation dtype ------ */
+
+static tp_backend *cpu;
+static tp_backend *gpus[3]; /* act f32, bf16, f16 */
+static int n_gpus;
+static tp_backend *gb;      /* the one under test */
+
+/* ---- allocations of a test, freed in teardown ---------------------------------------- */
+
+#define MAX_TRACK 16384
+static struct {
+    tp_backend *b;
+    void *p;
+} dev_tracked[MAX_TRACK];
+static void *host_tracked[MAX_TRACK];
+static int n_dev, n_host;
+
+static void setup(void)
+{
+    tp_error_clear();
+    n_dev = n_host = 0;
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < n_dev; i++) dev_tracked[i].b->ops->free(dev_tracked[i].b, dev_tracked[i].p);
+    for (int i = 0; i < n_host; i++) free(host_tracked[i]);
+    n_dev = n_host = 0;
+}
+
+static void *dev_alloc(tp_backend *b, size_t bytes)
+{
+    void *p = NULL;
+    ck_assert_msg(b->ops->alloc(b, bytes, &p) == TP_OK, "%s alloc: %s", b->name, tp_error_message());
+    ck_assert_int_lt(n_dev, MAX_TRACK);
+    dev_tracked[n_dev].b = b;
+    dev_tracked[n_dev++].p = p;
+    return p;
+}
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_lt(n_host, MAX_TRACK);
+    host_tracked[n_host++] = p;
+    return p;
+}
+
+static void *dev_copy(tp_backend *b, const void *src, size_t bytes)
+{
+    void *p = dev_alloc(b, bytes);
+    ck_assert_msg(b->ops->upload(b, p, src, bytes) == TP_OK, "%s upload: %s", b->name, tp_error_message());
+    return p;
+}
+
+/* Raw bytes of backend memory, after a synchronize that must succeed. */
+static void *dev_bytes(tp_backend *b, const void *p, size_t bytes)
+{
+    void *h = host_alloc(bytes);
+    ck_assert_int_eq(b->ops->download(b, h, p, bytes), TP_OK);
+    ck_assert_msg(b->ops->synchronize(b) == TP_OK, "%s synchronize: %s", b->name, tp_error_message());
+    return h;
+}
+
+/* An int32 array on both backends. */
+static void ints_both(const int32_t *h, int n, int32_t **on_cpu, int32_t **on_gpu)
+{
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(int32_t);
+    int32_t *tmp = host_alloc(bytes);
+    if (n > 0) memcpy(tmp, h, (size_t)n * sizeof(int32_t));
+    *on_cpu = dev_copy(cpu, tmp, bytes);
+    *on_gpu = dev_copy(gb, tmp, bytes);
+}
+
+/* ---- random numbers: xorshift64*, seeded per case -------------------------------------- */
+
+static uint64_t rng_state;
+
+static void seed(uint64_t s)
+{
+    rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+}
+
+static uint64_t next_u64(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static float uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(next_u64() >> 40) / (float)(1 << 24);
+}
+
+static int rand_int(int n) /* [0, n) */
+{
+    return (int)(next_u64() % (uint64_t)n);
+}
+
+/* ---- a matrix on both backends --------------------------------------------------------- */
+
+enum { ACT, WEIGHT }; /* the CPU side holds an activation as f32, a weight in its own dtype */
+
+typedef struct pt {
+    int64_t rows, cols, width, col0; /* the view: columns [col0, col0 + cols) of width */
+    tp_tensor g, c;                  /* the view on the GPU and on the CPU */
+    tp_tensor gwhole, cwhole;        /* the allocations around them */
+    unsigned char *gorig;            /* the GPU bytes as filled (guards) */
+} pt;
+
+/* A [rows, cols] view in a [rows, cols + pad] matrix of gdt on the GPU, filled with vals
+ * (rows * (cols + pad), rounded to gdt here) or, when vals is NULL, with NaN bytes. */
+static pt pt_from(tp_dtype gdt, int kind, int64_t rows, int64_t cols, int64_t pad, float *vals)
+{
+    pt t;
+    memset(&t, 0, sizeof t);
+    const tp_dtype cdt = kind == ACT ? TP_DTYPE_F32 : gdt;
+    const size_t n = (size_t)(rows * (cols + pad)), gsz = tp_dtype_size(gdt), csz = tp_dtype_size(cdt);
+    t.rows = rows;
+    t.cols = cols;
+    t.width = cols + pad;
+    t.col0 = pad / 2;
+    unsigned char *gbytes = host_alloc(n * gsz + 1), *cbytes = host_alloc(n * csz + 1);
+    if (vals) {
+        tp_convert(gbytes, gdt, vals, TP_DTYPE_F32, n);
+        tp_convert(vals, TP_DTYPE_F32, gbytes, gdt, n); /* the values the GPU holds */
+        tp_convert(cbytes, cdt, vals, TP_DTYPE_F32, n); /* exact: cdt is f32 or gdt */
+    } else {
+        memset(gbytes, 0xff, n * gsz + 1); /* NaN in f32, f16 and bf16 */
+        memset(cbytes, 0xff, n * csz + 1);
+    }
+    t.gorig = gbytes;
+    t.gwhole = tp_tensor_make(dev_copy(gb, gbytes, n * gsz + 1), gdt, rows, t.width);
+    t.cwhole = tp_tensor_make(dev_copy(cpu, cbytes, n * csz + 1), cdt, rows, t.width);
+    t.g = tp_tensor_cols(&t.gwhole, t.col0, cols);
+    t.c = tp_tensor_cols(&t.cwhole, t.col0, cols);
+    return t;
+}
+
+static pt pt_rand(tp_dtype gdt, int kind, int64_t rows, int64_t cols, int64_t pad, float lo, float hi)
+{
+    size_t n = (size_t)(rows * (cols + pad));
+    float *v = host_alloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) v[i] = uniform(lo, hi);
+    return pt_from(gdt, kind, rows, cols, pad, v);
+}
+
+/* An output: NaN bytes everywhere until the operation writes its view. */
+static pt pt_poison(tp_dtype gdt, int64_t rows, int64_t cols, int64_t pad)
+{
+    return pt_from(gdt, ACT, rows, cols, pad, NULL);
+}
+
+/* The view's values on the GPU (gpu = 1) or the CPU, as f32, rows * cols. */
+static float *pt_get(const pt *t, int gpu)
+{
+    tp_backend *b = gpu ? gb : cpu;
+    const tp_tensor *w = gpu ? &t->gwhole : &t->cwhole;
+    const size_t es = tp_dtype_size(w->dtype);
+    unsigned char *raw = dev_bytes(b, w->data, (size_t)(t->rows * t->width) * es + 1);
+    float *out = host_alloc((size_t)(t->rows * t->cols) * sizeof(float) + 1);
+    for (int64_t r = 0; r < t->rows; r++)
+        tp_convert(out + r * t->cols, TP_DTYPE_F32, raw + (size_t)(r * t->width + t->col0) * es, w->dtype,
+                   (size_t)t->cols);
+    return out;
+}
+
+/* The GPU left every byte outside the view as it was. */
+static void pt_guards(const char *what, const pt *t)
+{
+    const size_t es = tp_dtype_size(t->gwhole.dtype), row = (size_t)t->width * es;
+    const size_t before = (size_t)t->col0 * es, after = (size_t)(t->col0 + t->cols) * es;
+    unsigned char *now = dev_bytes(gb, t->gwhole.data, (size_t)t->rows * row + 1);
+    for (int64_t r = 0; r < t->rows; r++) {
+        const size_t at = (size_t)r * row;
+        ck_assert_msg(!memcmp(now + at, t->gorig + at, before), "%s: guard before row %lld changed", what,
+                      (long long)r);
+        ck_assert_msg(!memcmp(now + at + after, t->gorig + at + after, row - after),
+                      "%s: guard after row %lld changed", what, (long long)r);
+    }
+}
+
+/* ---- comparison and the table ----------------------------------------------------------- */
+
+enum { ELEMENTWISE, REDUCTION, EXACT };
+
+/* The bound on the normalized error of a result of dtype out (rounded once to it) from
+ * the backend of the current activation dtype: the looser of the two dtypes' bounds. */
+static double dtype_bound(tp_dtype dt, int kind)
+{
+    switch (dt) {
+    case TP_DTYPE_BF16: return 1e-2;
+    case TP_DTYPE_F16: return 2e-3;
+    default: return kind == REDUCTION ? 1e-4 : 1e-5;
+    }
+}
+
+static double bound_for(int kind, tp_dtype out)
+{
+    if (kind == EXACT) return 0.0;
+    double a = dtype_bound(gb->act_dtype, kind), o = dtype_bound(out, kind);
+    return a > o ? a : o;
+}
+
+static void compare(const char *op, const char *shape, const float *got, const float *ref, size_t n, int kind,
+                    tp_dtype out)
+{
+    double num = 0.0, den = 0.0;
+    int bad = 0;
+    size_t first_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || (isinf(got[i]) && got[i] != ref[i])) {
+            if (!bad) first_bad = i;
+            bad = 1;
+            continue;
+        }
+        double d = (double)got[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    double err = bad ? NAN : den > 0.0 ? sqrt(num / den) : sqrt(num);
+    const double bound = bound_for(kind, out);
+    const int ok = err <= bound; /* NaN fails */
+    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", op, tp_dtype_name(gb->act_dtype), shape, err,
+           bound, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    if (bad)
+        ck_abort_msg("%s %s [%s]: element %zu is %g (reference %g)", op, tp_dtype_name(gb->act_dtype), shape,
+                     first_bad, (double)got[first_bad], (double)ref[first_bad]);
+    ck_assert_msg(ok, "%s %s [%s]: normalized error %g exceeds %g", op, tp_dtype_name(gb->act_dtype), shape,
+                  err, bound);
+}
+
+#define RUN_BOTH(call_cpu, call_gpu)                                                               \
+    do {                                                                                           \
+        tp_error_clear();                                                                          \
+        ck_assert_msg((call_cpu) == TP_OK, "cpu: %s", tp_error_message());                         \
+        ck_assert_msg((call_gpu) == TP_OK, "cuda: %s", tp_error_message());                        \
+    } while (0)
+
+#define EXPECT_INVALID(call, needle)                                                               \
+    do {                                                                                           \
+        tp_error_clear();                                                                          \
+        ck_assert_int_eq((call), TP_ERR_INVALID_ARG);                                              \
+        ck_assert_msg(strstr(tp_error_message(), (needle)) != NULL, "message \"%s\" lacks \"%s\"", \
+                      tp_error_message(), (needle));                                               \
+    } while (0)
+
+static const char *dn(tp_dtype dt) /* short dtype names for the table */
+{
+    return dt == TP_DTYPE_F32 ? "f32" : dt == TP_DTYPE_F16 ? "f16" : dt == TP_DTYPE_BF16 ? "bf16" : "?";
+}
+
+/* Run body once per CUDA backend (activation dtype). */
+#define FOR_EACH_GPU for (int gi_ = 0; gi_ < n_gpus && (gb = gpus[gi_]) != NULL; gi_++)
+
+/* ---- creation and memory ------------------------------------------------------------------ */
+
+START_TEST(create_fields)
+{
+    FOR_EACH_GPU {
+        ck_assert_str_eq(gb->name, "cuda");
+        ck_assert_ptr_nonnull(gb->stream);
+        const struct tp_backend_ops *o = gb->ops;
+        ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
+        ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
+        ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
+    }
+#ifdef HAVE_CUDA
+    tp_backend *b = NULL;
+    EXPECT_INVALID(tp_backend_cuda_create(0, TP_DTYPE_I32, &b), "activations");
+    tp_error_clear();
+    ck_assert_int_eq(tp_backend_cuda_create(1 << 20, TP_DTYPE_BF16, &b), TP_ERR_UNAVAILABLE);
+    ck_assert_ptr_null(b);
+    EXPECT_INVALID(tp_backend_cuda_create(0, TP_DTYPE_BF16, NULL), "out is NULL");
+#endif
+}
+END_TEST
+
+START_TEST(memory)
+{
+    static const size_t sizes[] = {0, 1, 3, 63, 64, 65, 1000, 1 << 20};
+    gb = gpus[0];
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        void *p = NULL;
+        ck_assert_int_eq(gb->ops->alloc(gb, n, &p), TP_OK);
+        ck_assert_ptr_nonnull(p);
+        unsigned char *src = host_alloc(n), *dst = host_alloc(n);
+        for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 7 + 1);
+        ck_assert_int_eq(gb->ops->upload(gb, p, src, n), TP_OK);
+        memset(src + (n ? n - 1 : 0), 0, n ? 1 : 0); /* reused at once: the upload has the old bytes */
+        ck_assert_int_eq(gb->ops->download(gb, dst, p, n), TP_OK);
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        for (size_t i = 0; i < n; i++) ck_assert_uint_eq(dst[i], (unsigned char)(i * 7 + 1));
+        ck_assert_int_eq(gb->ops->memset0(gb, p, n), TP_OK);
+        ck_assert_int_eq(gb->ops->download(gb, dst, p, n), TP_OK);
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        for (size_t i = 0; i < n; i++) ck_assert_uint_eq(dst[i], 0);
+        gb->ops->free(gb, p);
+    }
+    gb->ops->free(gb, NULL);
+    EXPECT_INVALID(gb->ops->upload(gb, NULL, "x", 1), "upload");
+    EXPECT_INVALID(gb->ops->download(gb, host_alloc(1), NULL, 1), "download");
+    EXPECT_INVALID(gb->ops->memset0(gb, NULL, 1), "memset0");
+    ck_assert_int_eq(gb->ops->upload(gb, NULL, NULL, 0), TP_OK);
+    EXPECT_INVALID(gb->ops->alloc(gb, 1, NULL), "alloc");
+    printf("  %-13s %-9s %-58s ok\n", "memory", "-", "alloc/upload/download/memset0, 0 B .. 1 MiB");
+}
+END_TEST
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+static void matmul_case(tp_dtype wdt, int64_t n, int64_t k, int64_t m, int with_bias, tp_dtype ydt,
+                        int64_t pad)
+{
+    const tp_dtype A = gb->act_dtype;
+    pt x = pt_rand(A, ACT, n, k, pad, -1.0f, 1.0f);
+    pt w = pt_rand(wdt, WEIGHT, m, k, pad, -1.0f, 1.0f);
+    pt bias = pt_rand(wdt, WEIGHT, 1, m, pad, -1.0f, 1.0f);
+    pt y = pt_poison(ydt, n, m, pad);
+    RUN_BOTH(cpu->ops->matmul(cpu, &x.c, &w.c, with_bias ? &bias.c : NULL, &y.c),
+             gb->ops->matmul(gb, &x.g, &w.g, with_bias ? &bias.g : NULL, &y.g));
+    char shape[96];
+    snprintf(shape, sizeof shape, "x %s [%lld,%lld] w %s [%lld,%lld]%s y %s pad %lld", dn(A), (long long)n,
+             (long long)k, dn(wdt), (long long)m, (long long)k, with_bias ? " +bias" : "", dn(ydt),
+             (long long)pad);
+    compare("matmul", shape, pt_get(&y, 1), pt_get(&y, 0), (size_t)(n * m), REDUCTION, ydt);
+    pt_guards("matmul y", &y);
+}
+
+START_TEST(matmul_shapes)
+{
+    static const int64_t shapes[][3] = {
+        {1, 1, 1}, {1, 17, 3}, {3, 64, 17}, {17, 130, 64}, {64, 17, 130}, {130, 64, 3}, {5, 1030, 33},
+        {2, 2048, 3000}, /* w converted in several tiles when its dtype differs from x's */
+    };
+    FOR_EACH_GPU {
+        seed(1);
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int v = 0; v < 3; v++)
+                    matmul_case(float_dtypes[d], shapes[s][0], shapes[s][1], shapes[s][2], v > 0,
+                                v == 1 ? TP_DTYPE_F32 : gb->act_dtype, v ? 3 : 0);
+        /* an output of a third dtype, tiled over rows and columns of the f32 staging */
+        for (int d = 0; d < 3; d++)
+            if (float_dtypes[d] != gb->act_dtype && float_dtypes[d] != TP_DTYPE_F32)
+                matmul_case(gb->act_dtype, 2100, 16, 2700, 1, float_dtypes[d], 1);
+    }
+}
+END_TEST
+
+START_TEST(matmul_empty)
+{
+    FOR_EACH_GPU {
+        seed(2);
+        /* k == 0: y = bias, or zeros */
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            pt x = pt_rand(gb->act_dtype, ACT, 3, 0, 2, -1, 1), w = pt_rand(TP_DTYPE_BF16, WEIGHT, 5, 0, 2, -1, 1);
+            pt bias = pt_rand(TP_DTYPE_BF16, WEIGHT, 1, 5, 0, -1, 1), y = pt_poison(gb->act_dtype, 3, 5, 2);
+            RUN_BOTH(cpu->ops->matmul(cpu, &x.c, &w.c, with_bias ? &bias.c : NULL, &y.c),
+                     gb->ops->matmul(gb, &x.g, &w.g, with_bias ? &bias.g : NULL, &y.g));
+            compare("matmul", with_bias ? "k = 0, y = bias" : "k = 0, y = 0", pt_get(&y, 1), pt_get(&y, 0), 15,
+                    ELEMENTWISE, gb->act_dtype);
+            pt_guards("matmul k=0", &y);
+        }
+        pt x0 = pt_rand(gb->act_dtype, ACT, 0, 4, 0, -1, 1), w4 = pt_rand(TP_DTYPE_F32, WEIGHT, 5, 4, 0, -1, 1);
+        pt y0 = pt_poison(gb->act_dtype, 0, 5, 0);
+        RUN_BOTH(cpu->ops->matmul(cpu, &x0.c, &w4.c, NULL, &y0.c), gb->ops->matmul(gb, &x0.g, &w4.g, NULL, &y0.g));
+    }
+}
+END_TEST
+
+/* ---- embedding, norms, rope --------------------------------------------------------------- */
+
+static void embedding_case(tp_dtype wdt, int32_t n, int64_t V, int64_t d, int64_t vocab_begin, tp_dtype odt,
+                           int64_t pad)
+{
+    pt table = pt_rand(wdt, WEIGHT, V, d, pad, -1.0f, 1.0f);
+    pt out = pt_poison(odt, n, d, pad);
+    int32_t *ids = host_alloc((size_t)n * sizeof(int32_t) + 1), *ic, *ig;
+    for (int32_t i = 0; i < n; i++) /* some outside this rank's slice, on both sides */
+        ids[i] = (int32_t)(vocab_begin - 3 + rand_int((int)V + 6));
+    ints_both(ids, n, &ic, &ig);
+    RUN_BOTH(cpu->ops->embedding(cpu, ic, n, &table.c, vocab_begin, &out.c),
+             gb->ops->embedding(gb, ig, n, &table.g, vocab_begin, &out.g));
+    char shape[96];
+    snprintf(shape, sizeof shape, "n %d table %s [%lld,%lld] from %lld out %s pad %lld", n, dn(wdt), (long long)V,
+             (long long)d, (long long)vocab_begin, dn(odt), (long long)pad);
+    compare("embedding", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * d), ELEMENTWISE, odt);
+    pt_guards("embedding out", &out);
+}
+
+START_TEST(embedding_cases)
+{
+    FOR_EACH_GPU {
+        seed(3);
+        for (int d = 0; d < 3; d++) {
+            embedding_case(float_dtypes[d], 1, 1, 1, 0, TP_DTYPE_F32, 0);
+            embedding_case(float_dtypes[d], 17, 64, 130, 5, TP_DTYPE_F32, 3);
+            embedding_case(float_dtypes[d], 130, 17, 64, 1000, gb->act_dtype, 2);
+        }
+    }
+}
+END_TEST
+
+static void add_rmsnorm_case(tp_dtype wdt, int64_t n, int64_t d, int with_delta, tp_dtype ddt, int64_t pad)
+{
+    const float eps = 1e-5f;
+    const tp_dtype A = gb->act_dtype;
+    pt res = pt_rand(TP_DTYPE_F32, ACT, n, d, pad, -2.0f, 2.0f);
+    pt delta = pt_rand(ddt, ACT, n, d, pad, -1.0f, 1.0f);
+    pt w = pt_rand(wdt, WEIGHT, 1, d, pad, 0.5f, 1.5f);
+    pt out = pt_poison(A, n, d, pad);
+    RUN_BOTH(cpu->ops->add_rmsnorm(cpu, &res.c, with_delta ? &delta.c : NULL, &w.c, eps, &out.c),
+             gb->ops->add_rmsnorm(gb, &res.g, with_delta ? &delta.g : NULL, &w.g, eps, &out.g));
+    char shape[96];
+    snprintf(shape, sizeof shape, "[%lld,%lld] delta %s w %s out %s pad %lld", (long long)n, (long long)d,
+             with_delta ? dn(ddt) : "-", dn(wdt), dn(A), (long long)pad);
+    compare("add_rmsnorm.r", shape, pt_get(&res, 1), pt_get(&res, 0), (size_t)(n * d), EXACT, TP_DTYPE_F32);
+    compare("add_rmsnorm", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * d), ELEMENTWISE, A);
+    pt_guards("add_rmsnorm residual", &res);
+    pt_guards("add_rmsnorm out", &out);
+}
+
+START_TEST(add_rmsnorm_shapes)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {3, 17}, {17, 64}, {2, 130}, {5, 1000}, {3, 4099}};
+    FOR_EACH_GPU {
+        seed(4);
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int v = 0; v < 3; v++)
+                    add_rmsnorm_case(float_dtypes[d], shapes[s][0], shapes[s][1], v > 0,
+                                     v == 2 ? gb->act_dtype : TP_DTYPE_F32, v ? 5 : 0);
+    }
+}
+END_TEST
+
+START_TEST(head_rmsnorm_shapes)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 2, 17}, {17, 4, 64}, {2, 3, 130}, {130, 8, 128}};
+    const float eps = 1e-6f;
+    FOR_EACH_GPU {
+        seed(5);
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                int64_t n = shapes[s][0], heads = shapes[s][1], hd = shapes[s][2], cols = heads * hd;
+                pt x = pt_rand(gb->act_dtype, ACT, n, cols, 7, -3.0f, 3.0f); /* a view, as q is of qkv */
+                pt w = pt_rand(float_dtypes[d], WEIGHT, 1, hd, 0, 0.5f, 1.5f);
+                RUN_BOTH(cpu->ops->head_rmsnorm(cpu, &x.c, (int32_t)hd, &w.c, eps),
+                         gb->ops->head_rmsnorm(gb, &x.g, (int32_t)hd, &w.g, eps));
+                char shape[96];
+                snprintf(shape, sizeof shape, "n %lld heads %lld hd %lld w %s (view)", (long long)n,
+                         (long long)heads, (long long)hd, dn(float_dtypes[d]));
+                compare("head_rmsnorm", shape, pt_get(&x, 1), pt_get(&x, 0), (size_t)(n * cols), ELEMENTWISE,
+                        gb->act_dtype);
+                pt_guards("head_rmsnorm x", &x);
+            }
+    }
+}
+END_TEST
+
+START_TEST(rope_shapes)
+{
+    static const int64_t shapes[][3] = {{1, 1, 2}, {3, 2, 64}, {17, 3, 130}, {5, 4, 128}, {64, 32, 128}};
+    static const int32_t positions[] = {0, 1, 2, 17, 100, 4095, 32767, 131071};
+    FOR_EACH_GPU {
+        seed(6);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int64_t n = shapes[s][0], heads = shapes[s][1], hd = shapes[s][2], cols = heads * hd, half = hd / 2;
+            pt x = pt_rand(gb->act_dtype, ACT, n, cols, 6, -1.0f, 1.0f);
+            int32_t *pos = host_alloc((size_t)n * sizeof(int32_t)), *pc, *pg;
+            float *inv = host_alloc((size_t)half * sizeof(float));
+            for (int64_t i = 0; i < n; i++) pos[i] = positions[rand_int(8)];
+            for (int64_t j = 0; j < half; j++) inv[j] = (float)pow(500000.0, -2.0 * (double)j / (double)hd);
+            ints_both(pos, (int)n, &pc, &pg);
+            const float *ic = dev_copy(cpu, inv, (size_t)half * sizeof(float));
+            const float *ig = dev_copy(gb, inv, (size_t)half * sizeof(float));
+            RUN_BOTH(cpu->ops->rope(cpu, &x.c, (int32_t)hd, pc, ic), gb->ops->rope(gb, &x.g, (int32_t)hd, pg, ig));
+            char shape[96];
+            snprintf(shape, sizeof shape, "n %lld heads %lld hd %lld pos <= 131071 (view)", (long long)n,
+                     (long long)heads, (long long)hd);
+            compare("rope", shape, pt_get(&x, 1), pt_get(&x, 0), (size_t)(n * cols), ELEMENTWISE, gb->act_dtype);
+            pt_guards("rope x", &x);
+        }
+    }
+}
+END_TEST
+
+/* ---- KV cache and attention ------------------------------------------------------------------ */
+
+/* One step: sequence s has hist[s] positions stored by an earlier kv_store and chunk[s]
+ * new tokens in this step (interleaved across sequences); physical blocks are a random
+ * permutation, and the block table has a spare column of -1. pad_token: the step's last
+ * token is padding for kv_store (slot -1). */
+typedef struct attn_case {
+    int kvh, ratio, hd, bs, n_seqs;
+    int hist[4], chunk[4];
+    int pad_token;
+} attn_case;
+
+static const attn_case attn_cases[] = {
+    /* one sequence, a prefill chunk from scratch */
+    {1, 1, 17, 4, 1, {0}, {13}, 0},
+    /* three sequences: a chunk after history, a decode step, a first token; GQA 2 */
+    {2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0},
+    /* GQA 4, block size 1, head dim 3 */
+    {2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 1},
+    /* positions over many blocks and several softmax chunks */
+    {1, 4, 64, 8, 2, {70, 140}, {2, 30}, 0},
+    /* head dim 130, block size 16, GQA 1 across four sequences */
+    {3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 1},
+    /* decode only, long contexts, Llama's head dim */
+    {4, 2, 128, 16, 4, {300, 3, 47, 64}, {1, 1, 1, 1}, 0},
+    /* a long prefill chunk */
+    {2, 4, 128, 16, 2, {0, 150}, {200, 40}, 0},
+};
+
+static void attention_case(const attn_case *c, tp_dtype cdt, uint64_t s)
+{
+    seed(s);
+    const tp_dtype A = gb->act_dtype;
+    const int kvh = c->kvh, hd = c->hd, bs = c->bs, qh = kvh * c->ratio, width = kvh * hd;
+    int total[4], max_blocks = 1, need = 0, n = 0, nh = 0;
+    for (int q = 0; q < c->n_seqs; q++) {
+        total[q] = c->hist[q] + c->chunk[q];
+        int blocks = (total[q] + bs - 1) / bs;
+        if (blocks + 1 > max_blocks) max_blocks = blocks + 1;
+        need += blocks;
+        n += c->chunk[q];
+        nh += c->hist[q];
+    }
+    const int n_blocks = need + 3;
+    int32_t *perm = host_alloc((size_t)n_blocks * sizeof(int32_t));
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = rand_int(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *table = host_alloc((size_t)(c->n_seqs * max_blocks) * sizeof(int32_t)), *tc, *tg;
+    for (int i = 0, next = 0; i < c->n_seqs; i++)
+        for (int lb = 0; lb < max_blocks; lb++) table[i * max_blocks + lb] = lb * bs < total[i] ? perm[next++] : -1;
+    ints_both(table, c->n_seqs * max_blocks, &tc, &tg);
+#define SLOT(q, p) (table[(q) * max_blocks + (p) / bs] * bs + (p) % bs)
+
+    /* the caches, zeroed, one per backend */
+    const size_t cache_bytes = (size_t)n_blocks * bs * width * tp_dtype_size(cdt);
+    tp_kv_layer kc = {dev_alloc(cpu, cache_bytes), dev_alloc(cpu, cache_bytes), cdt, n_blocks, bs, kvh, hd};
+    tp_kv_layer kg = {dev_alloc(gb, cache_bytes), dev_alloc(gb, cache_bytes), cdt, n_blocks, bs, kvh, hd};
+    ck_assert_int_eq(cpu->ops->memset0(cpu, kc.k, cache_bytes), TP_OK);
+    ck_assert_int_eq(cpu->ops->memset0(cpu, kc.v, cache_bytes), TP_OK);
+    ck_assert_int_eq(gb->ops->memset0(gb, kg.k, cache_bytes), TP_OK);
+    ck_assert_int_eq(gb->ops->memset0(gb, kg.v, cache_bytes), TP_OK);
+
+    /* history: one kv_store of every earlier position */
+    if (nh > 0) {
+        pt hk = pt_rand(A, ACT, nh, width, 0, -1, 1), hv = pt_rand(A, ACT, nh, width, 0, -1, 1);
+        int32_t *seq = host_alloc((size_t)nh * 4), *pos = host_alloc((size_t)nh * 4), *slot = host_alloc((size_t)nh * 4);
+        for (int q = 0, i = 0; q < c->n_seqs; q++)
+            for (int p = 0; p < c->hist[q]; p++, i++) {
+                seq[i] = q;
+                pos[i] = p;
+                slot[i] = SLOT(q, p);
+            }
+        int32_t *sc, *sg, *pc, *pg, *lc, *lg;
+        ints_both(seq, nh, &sc, &sg);
+        ints_both(pos, nh, &pc, &pg);
+        ints_both(slot, nh, &lc, &lg);
+        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20};
+        RUN_BOTH(cpu->ops->kv_store(cpu, &hk.c, &hv.c, &kc, &bc), gb->ops->kv_store(gb, &hk.g, &hv.g, &kg, &bg));
+    }
+
+    /* this step: tokens interleaved across sequences */
+    int32_t *seq = host_alloc((size_t)n * 4), *pos = host_alloc((size_t)n * 4), *slot = host_alloc((size_t)n * 4);
+    int max_pos = 1;
+    for (int r = 0, i = 0; i < n; r++)
+        for (int q = 0; q < c->n_seqs; q++)
+            if (r < c->chunk[q]) {
+                seq[i] = q;
+                pos[i] = c->hist[q] + r;
+                slot[i] = SLOT(q, pos[i]);
+                if (pos[i] + 1 > max_pos) max_pos = pos[i] + 1;
+                i++;
+            }
+    if (c->pad_token) slot[n - 1] = -1;
+    int32_t *sc, *sg, *pc, *pg, *lc, *lg;
+    ints_both(seq, n, &sc, &sg);
+    ints_both(pos, n, &pc, &pg);
+    ints_both(slot, n, &lc, &lg);
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos};
+    pt qkv = pt_rand(A, ACT, n, (qh + 2 * kvh) * hd, 5, -1, 1);
+    tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qh * hd), qg = tp_tensor_cols(&qkv.g, 0, qh * hd);
+    tp_tensor k_c = tp_tensor_cols(&qkv.c, qh * hd, width), k_g = tp_tensor_cols(&qkv.g, qh * hd, width);
+    tp_tensor v_c = tp_tensor_cols(&qkv.c, qh * hd + width, width), v_g = tp_tensor_cols(&qkv.g, qh * hd + width, width);
+    RUN_BOTH(cpu->ops->kv_store(cpu, &k_c, &v_c, &kc, &bc), gb->ops->kv_store(gb, &k_g, &v_g, &kg, &bg));
+#undef SLOT
+
+    char shape[96];
+    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d", dn(cdt), kvh,
+             c->ratio, hd, bs, c->n_seqs, n, max_pos);
+    /* the caches are the same bytes (the values are the same, the conversion too) */
+    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
+                  "kv_store [%s]: the K caches differ", shape);
+    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.v, cache_bytes), dev_bytes(gb, kg.v, cache_bytes), cache_bytes),
+                  "kv_store [%s]: the V caches differ", shape);
+    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "kv_store", tp_dtype_name(A), shape, 0.0, 0.0, "ok");
+
+    pt out = pt_poison(A, n, qh * hd, 3);
+    const float scale = 1.0f / sqrtf((float)hd);
+    RUN_BOTH(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c),
+             gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g));
+    compare("attention", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * qh * hd), REDUCTION, A);
+    pt_guards("attention out", &out);
+    pt_guards("kv_store qkv (read only)", &qkv);
+}
+
+START_TEST(attention_cases)
+{
+    FOR_EACH_GPU {
+        for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+            attention_case(&attn_cases[i], gb->act_dtype, 100 + i);
+            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, 200 + i);
+        }
+    }
+}
+END_TEST
+
+/* ---- element-wise, gathers, conversions ------------------------------------------------------ */
+
+START_TEST(swiglu_shapes)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {3, 17}, {17, 64}, {2, 130}, {64, 1000}};
+    FOR_EACH_GPU {
+        seed(7);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int64_t n = shapes[s][0], m = shapes[s][1];
+            pt gu = pt_rand(gb->act_dtype, ACT, n, 2 * m, 3, -6.0f, 6.0f);
+            pt out = pt_poison(gb->act_dtype, n, m, 2);
+            tp_tensor gc = tp_tensor_cols(&gu.c, 0, m), uc = tp_tensor_cols(&gu.c, m, m);
+            tp_tensor gg = tp_tensor_cols(&gu.g, 0, m), ug = tp_tensor_cols(&gu.g, m, m);
+            RUN_BOTH(cpu->ops->swiglu(cpu, &gc, &uc, &out.c), gb->ops->swiglu(gb, &gg, &ug, &out.g));
+            char shape[96];
+            snprintf(shape, sizeof shape, "[%lld,%lld] gate|up views", (long long)n, (long long)m);
+            compare("swiglu", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * m), ELEMENTWISE, gb->act_dtype);
+            pt_guards("swiglu out", &out);
+        }
+    }
+}
+END_TEST
+
+START_TEST(gather_rows_cases)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {17, 64, 3}, {130, 17, 130}, {5, 1000, 9}};
+    FOR_EACH_GPU {
+        seed(8);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int v = 0; v < 2; v++) {
+                int64_t T = shapes[s][0], d = shapes[s][1];
+                int32_t n = (int32_t)shapes[s][2];
+                tp_dtype odt = v ? TP_DTYPE_F32 : gb->act_dtype;
+                pt x = pt_rand(gb->act_dtype, ACT, T, d, 2 * v, -1, 1);
+                pt out = pt_poison(odt, n, d, 3 * v);
+                int32_t *rows = host_alloc((size_t)n * 4), *rc, *rg;
+                for (int32_t i = 0; i < n; i++) rows[i] = rand_int((int)T);
+                ints_both(rows, n, &rc, &rg);
+                RUN_BOTH(cpu->ops->gather_rows(cpu, &x.c, rc, n, &out.c), gb->ops->gather_rows(gb, &x.g, rg, n, &out.g));
+                char shape[96];
+                snprintf(shape, sizeof shape, "%d of [%lld,%lld] out %s", n, (long long)T, (long long)d, dn(odt));
+                compare("gather_rows", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)n * (size_t)d, ELEMENTWISE,
+                        odt);
+                pt_guards("gather_rows out", &out);
+            }
+    }
+}
+END_TEST
+
+/* Bit for bit tp_convert's: values over 40 binary orders of magnitude (f16 overflow and
+ * subnormals, bf16 ties), and NaN and infinities. */
+START_TEST(convert_cases)
+{
+    gb = gpus[0];
+    seed(9);
+    const int64_t rows = 37, cols = 301, pad = 3, n = rows * (cols + pad);
+    for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 3; d++) {
+            tp_dtype sdt = float_dtypes[s], ddt = float_dtypes[d];
+            float *v = host_alloc((size_t)n * sizeof(float));
+            for (int64_t i = 0; i < n; i++) v[i] = uniform(-1.0f, 1.0f) * ldexpf(1.0f, rand_int(45) - 27);
+            v[5] = NAN;
+            v[6] = -INFINITY;
+            v[7] = INFINITY;
+            v[8] = -0.0f;
+            pt src = pt_from(sdt, WEIGHT, rows, cols, pad, v);
+            pt dst = pt_from(ddt, WEIGHT, rows, cols, pad, NULL);
+            RUN_BOTH(cpu->ops->convert(cpu, &src.c, &dst.c), gb->ops->convert(gb, &src.g, &dst.g));
+            size_t bytes = (size_t)n * tp_dtype_size(ddt) + 1;
+            int same = !memcmp(dev_bytes(cpu, dst.cwhole.data, bytes), dev_bytes(gb, dst.gwhole.data, bytes), bytes);
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s -> %s [%lld,%lld] view, NaN/Inf/subnormals", dn(sdt), dn(ddt),
+                     (long long)rows, (long long)cols);
+            printf("  %-13s %-9s %-58s %s\n", "convert", "-", shape, same ? "bit-identical  ok" : "DIFFERENT  FAIL");
+            ck_assert_msg(same, "convert %s", shape);
+        }
+}
+END_TEST
+
+/* ---- argument errors, and faults only the GPU sees ------------------------------------------ */
+
+START_TEST(bad_shapes)
+{
+    FOR_EACH_GPU {
+        seed(10);
+        const tp_dtype A = gb->act_dtype;
+        pt x = pt_rand(A, ACT, 4, 64, 0, -1, 1), w = pt_rand(TP_DTYPE_BF16, WEIGHT, 8, 128, 0, -1, 1);
+        pt w64 = pt_rand(TP_DTYPE_BF16, WEIGHT, 8, 64, 0, -1, 1), y = pt_poison(A, 4, 8, 0);
+        pt y5 = pt_poison(A, 4, 5, 0), bias9 = pt_rand(TP_DTYPE_F32, WEIGHT, 1, 9, 0, -1, 1);
+        EXPECT_INVALID(gb->ops->matmul(gb, &x.g, &w.g, NULL, &y.g), "matmul: x has 64 columns but w has 128");
+        EXPECT_INVALID(gb->ops->matmul(gb, &x.g, &w64.g, NULL, &y5.g), "matmul: y is [4, 5], expected [4, 8]");
+        EXPECT_INVALID(gb->ops->matmul(gb, &x.g, &w64.g, &bias9.g, &y.g), "matmul: bias is [1, 9]");
+        EXPECT_INVALID(gb->ops->matmul(gb, NULL, &w64.g, NULL, &y.g), "matmul: x is NULL");
+        tp_tensor bad = x.g;
+        bad.stride = 10;
+        EXPECT_INVALID(gb->ops->matmul(gb, &bad, &w64.g, NULL, &y.g), "matmul: x has stride 10");
+        bad = w64.g;
+        bad.dtype = TP_DTYPE_I32;
+        EXPECT_INVALID(gb->ops->matmul(gb, &x.g, &bad, NULL, &y.g), "matmul: w is int32");
+
+        pt r = pt_rand(TP_DTYPE_F32, ACT, 3, 16, 0, -1, 1), r16 = pt_rand(A, ACT, 3, 16, 0, -1, 1);
+        pt w8 = pt_rand(TP_DTYPE_F32, WEIGHT, 1, 8, 0, -1, 1), w16 = pt_rand(TP_DTYPE_F32, WEIGHT, 1, 16, 0, -1, 1);
+        EXPECT_INVALID(gb->ops->add_rmsnorm(gb, &r.g, NULL, &w8.g, 1e-5f, &r16.g), "add_rmsnorm: weight is [1, 8]");
+        if (A != TP_DTYPE_F32)
+            EXPECT_INVALID(gb->ops->add_rmsnorm(gb, &r16.g, NULL, &w16.g, 1e-5f, &r16.g), "residual stream is float32");
+        EXPECT_INVALID(gb->ops->head_rmsnorm(gb, &r16.g, 5, &w8.g, 1e-5f), "head_rmsnorm: x has 16 columns");
+        EXPECT_INVALID(gb->ops->rope(gb, &r16.g, 3, (const int32_t *)w8.g.data, (const float *)w8.g.data), "rope: head_dim 3");
+        EXPECT_INVALID(gb->ops->rope(gb, &r16.g, 8, NULL, (const float *)w8.g.data), "rope");
+        EXPECT_INVALID(gb->ops->swiglu(gb, &r16.g, &y5.g, &r16.g), "swiglu: up is [4, 5]");
+        EXPECT_INVALID(gb->ops->gather_rows(gb, &r16.g, NULL, 2, &y.g), "gather_rows: out is [4, 8]");
+        EXPECT_INVALID(gb->ops->convert(gb, &r16.g, &y.g), "convert: dst is [4, 8]");
+
+        const int kvh = 2, hd = 8, bsz = 4, nb = 3, width = kvh * hd;
+        tp_kv_layer cache = {dev_alloc(gb, nb * bsz * width * 4), dev_alloc(gb, nb * bsz * width * 4), TP_DTYPE_F32,
+                             nb, bsz, kvh, hd};
+        pt k = pt_rand(A, ACT, 2, width, 0, -1, 1), k15 = pt_rand(A, ACT, 2, width - 1, 0, -1, 1);
+        pt q = pt_rand(A, ACT, 2, 4 * hd, 0, -1, 1), q3 = pt_rand(A, ACT, 2, 3 * hd, 0, -1, 1);
+        int32_t hb[2] = {0, 0}, *dseq = dev_copy(gb, hb, sizeof hb);
+        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8};
+        EXPECT_INVALID(gb->ops->kv_store(gb, &k15.g, &k.g, &cache, &b2), "kv_store: k is [2, 15], expected [2, 16]");
+        tp_kv_layer badc = cache;
+        badc.block_size = 0;
+        EXPECT_INVALID(gb->ops->kv_store(gb, &k.g, &k.g, &badc, &b2), "kv_store: cache has");
+        EXPECT_INVALID(gb->ops->attention(gb, &q3.g, &cache, &b2, 3, 0.3f, &q3.g), "attention: 3 q heads");
+        EXPECT_INVALID(gb->ops->attention(gb, &q3.g, &cache, &b2, 4, 0.3f, &q.g), "attention: q is [2, 24], expected [2, 32]");
+        tp_attn_batch bnull = b2;
+        bnull.block_table = NULL;
+        EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, &bnull, 4, 0.3f, &q.g), "NULL seq, pos or block_table");
+        EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, NULL, 4, 0.3f, &q.g), "attention: batch is NULL");
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* nothing was enqueued by the refusals */
+        printf("  %-13s %-9s %-58s ok\n", "bad shapes", tp_dtype_name(A), "TP_ERR_INVALID_ARG, the CPU backend's messages");
+    }
+}
+END_TEST
+
+/* Indices in device memory are checked by the kernels: the operation returns TP_OK, the
+ * bad entry reads or writes nothing out of bounds, and synchronize reports it once. */
+START_TEST(device_faults)
+{
+    FOR_EACH_GPU {
+        seed(11);
+        const tp_dtype A = gb->act_dtype;
+        /* gather_rows */
+        pt x = pt_rand(A, ACT, 3, 16, 0, -1, 1), out = pt_poison(A, 2, 16, 0);
+        int32_t rows[2] = {0, 7};
+        int32_t *drows = dev_copy(gb, rows, sizeof rows);
+        ck_assert_int_eq(gb->ops->gather_rows(gb, &x.g, drows, 2, &out.g), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "gather_rows: rows[1] is 7, outside x's 3 rows"), "%s", tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        float *got = pt_get(&out, 1);
+        for (int j = 0; j < 16; j++) ck_assert(got[16 + j] == 0.0f && !isnan(got[j]));
+
+        /* kv_store past the cache */
+        const int kvh = 1, hd = 8, bsz = 4, nb = 2, width = kvh * hd;
+        const size_t cb = (size_t)nb * bsz * width * 4;
+        tp_kv_layer cache = {dev_alloc(gb, cb), dev_alloc(gb, cb), TP_DTYPE_F32, nb, bsz, kvh, hd};
+        ck_assert_int_eq(gb->ops->memset0(gb, cache.k, cb), TP_OK);
+        ck_assert_int_eq(gb->ops->memset0(gb, cache.v, cb), TP_OK);
+        pt k = pt_rand(A, ACT, 2, width, 0, -1, 1);
+        int32_t seq[2] = {0, 0}, pos[2] = {0, 1}, slot[2] = {1, nb * bsz}, table[2] = {1, 0};
+        int32_t *dseq = dev_copy(gb, seq, 8), *dpos = dev_copy(gb, pos, 8), *dslot = dev_copy(gb, slot, 8);
+        int32_t *dtable = dev_copy(gb, table, 8);
+        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8};
+        ck_assert_int_eq(gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "kv_store: token 1 has slot 8, past the cache's 8 slots"), "%s",
+                      tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+
+        /* attention: a physical block outside the cache; a position past max_pos */
+        pt q = pt_rand(A, ACT, 2, 2 * hd, 0, -1, 1), o = pt_poison(A, 2, 2 * hd, 0);
+        int32_t bad_table[2] = {1, 99};
+        int32_t pos5[2] = {0, 5};
+        tp_attn_batch bb = ab;
+        bb.block_table = dev_copy(gb, bad_table, 8);
+        bb.pos = dev_copy(gb, pos5, 8);
+        ck_assert_int_eq(gb->ops->attention(gb, &q.g, &cache, &bb, 2, 0.3f, &o.g), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "physical block 99, outside the cache's 2"), "%s", tp_error_message());
+        got = pt_get(&o, 1);
+        for (int j = 0; j < 2 * hd; j++) ck_assert(!isnan(got[j]) && got[2 * hd + j] == 0.0f);
+        bb = ab;
+        bb.max_pos = 1;
+        ck_assert_int_eq(gb->ops->attention(gb, &q.g, &cache, &bb, 2, 0.3f, &o.g), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "token 1 has position 1, outside [0, max_pos 1)"), "%s",
+                      tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        printf("  %-13s %-9s %-58s ok\n", "device faults", tp_dtype_name(A), "gather row, cache slot, block, position");
+    }
+}
+END_TEST
+
+/* ---- the NCCL comm on one rank (the multi-rank test runs under mpirun elsewhere) ------------ */
+
+#ifdef HAVE_NCCL
+/* A bootstrap comm of one rank: broadcast and barrier have nothing to do. */
+static tp_status self_noop(void) { return TP_OK; }
+static tp_status self_all_reduce(tp_comm *c, const void *s, void *r, size_t n, tp_dtype dt, void *st) { return self_noop(); }
+static tp_status self_all_gather(tp_comm *c, const void *s, void *r, size_t n, tp_dtype dt, void *st) { return self_noop(); }
+static tp_status self_send(tp_comm *c, const void *b, size_t n, tp_dtype dt, int p, void *st) { return self_noop(); }
+static tp_status self_recv(tp_comm *c, void *b, size_t n, tp_dtype dt, int p, void *st) { return self_noop(); }
+static tp_status self_broadcast(tp_comm *c, void *b, size_t n, tp_dtype dt, int root, void *st) { return self_noop(); }
+static tp_status self_barrier(tp_comm *c) { return self_noop(); }
+static void self_destroy(tp_comm *c) {}
+static const struct tp_comm_ops self_ops = {
+    /* .all_reduce_sum = */ self_all_reduce,
+    /* .all_gather     = */ self_all_gather,
+    /* .send           = */ self_send,
+    /* .recv           = */ self_recv,
+    /* .broadcast      = */ self_broadcast,
+    /* .barrier        = */ self_barrier,
+    /* .destroy        = */ self_destroy,
+};
+#endif
+
+START_TEST(nccl_one_rank)
+{
+#ifdef HAVE_NCCL
+    tp_comm self = {&self_ops, NULL, 0, 1, "self"};
+    tp_comm *c = NULL;
+    gb = gpus[1];
+    tp_error_clear();
+    ck_assert_msg(tp_comm_nccl_create(&self, 0, "test", &c) == TP_OK, "%s", tp_error_message());
+    ck_assert_str_eq(c->name, "nccl:test");
+    ck_assert_int_eq(c->rank, 0);
+    ck_assert_int_eq(c->size, 1);
+    enum { N = 1000 };
+    for (int d = 0; d < 4; d++) {
+        const tp_dtype dt = d < 3 ? float_dtypes[d] : TP_DTYPE_I32;
+        const size_t bytes = N * tp_dtype_size(dt);
+        unsigned char *h = host_alloc(bytes), *back = host_alloc(bytes);
+        for (size_t i = 0; i < bytes; i++) h[i] = (unsigned char)(i * 13 + 5) & 0x3f; /* finite in every dtype */
+        void *a = dev_copy(gb, h, bytes), *r = dev_alloc(gb, bytes);
+        ck_assert_int_eq(tp_comm_all_reduce_sum(c, a, r, N, dt, gb->stream), TP_OK);
+        ck_assert_int_eq(tp_comm_all_reduce_sum(c, a, a, N, dt, gb->stream), TP_OK);
+        ck_assert_int_eq(gb->ops->download(gb, back, r, bytes), TP_OK);
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        ck_assert(!memcmp(h, back, bytes)); /* the sum over one rank */
+        ck_assert_int_eq(tp_comm_all_gather(c, a, r, N, dt, gb->stream), TP_OK);
+        ck_assert_int_eq(tp_comm_broadcast(c, r, N, dt, 0, gb->stream), TP_OK);
+        ck_assert_int_eq(gb->ops->download(gb, back, r, bytes), TP_OK);
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        ck_assert(!memcmp(h, back, bytes));
+    }
+    ck_assert_int_eq(tp_comm_barrier(c), TP_OK);
+    tp_comm_nccl_abort(c);
+    tp_error_clear();
+    void *p = dev_alloc(gb, 16);
+    ck_assert_int_eq(tp_comm_all_reduce_sum(c, p, p, 4, TP_DTYPE_F32, gb->stream), TP_ERR_NCCL);
+    ck_assert_msg(strstr(tp_error_message(), "failed or was aborted"), "%s", tp_error_message());
+    tp_comm_destroy(c);
+    tp_comm_nccl_abort(&self); /* not NCCL's: ignored */
+    printf("  %-13s %-9s %-58s ok\n", "nccl", "-", "one rank: all-reduce, all-gather, broadcast, abort");
+#else
+    printf("  %-13s %-9s %-58s skipped\n", "nccl", "-", "built without NCCL");
+#endif
+}
+END_TEST
+
+/* ---- the runner -------------------------------------------------------------------------------- */
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("backend_ops");
+    struct {
+        const char *name;
+        const TTest *tests[4];
+    } groups[] = {
+        {"memory", {create_fields, memory}},
+        {"matmul", {matmul_shapes, matmul_empty}},
+        {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
+        {"attention", {attention_cases}},
+        {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
+        {"errors", {bad_shapes, device_faults}},
+        {"nccl", {nccl_one_rank}},
+    };
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        TCase *tc = tcase_create(groups[g].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 600);
+        for (int t = 0; t < 4 && groups[g].tests[t]; t++) tcase_add_test(tc, groups[g].tests[t]);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+static void destroy_backends(void)
+{
+    for (int i = 0; i < n_gpus; i++) tp_backend_destroy(gpus[i]);
+    n_gpus = 0;
+    tp_backend_destroy(cpu);
+    cpu = NULL;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(make_suite());
+    srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
+    int code = 77;
+    if (tp_backend_cpu_create(&cpu) != TP_OK) {
+        fprintf(stderr, "check_backend_ops: the cpu backend: %s\n", tp_error_message());
+        code = 1;
+        goto done;
+    }
+#ifdef HAVE_CUDA
+    static const tp_dtype acts[3] = {TP_DTYPE_F32, TP_DTYPE_BF16, TP_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        tp_error_clear();
+        tp_status st = tp_backend_cuda_create(0, acts[i], &gpus[n_gpus]);
+        if (st == TP_ERR_UNAVAILABLE) {
+            printf("check_backend_ops: skipped: %s\n", tp_error_message());
+            goto done;
+        }
+        if (st != TP_OK) {
+            fprintf(stderr, "check_backend_ops: creating the cuda backend (%s): %s (%s)\n",
+                    tp_dtype_name(acts[i]), tp_error_message(), tp_status_str(st));
+            code = 1;
+            goto done;
+        }
+        n_gpus++;
+    }
+    printf("check_backend_ops: cuda (f32, bf16, f16 activations) against cpu; normalized error |a-b|/|b|\n");
+    srunner_run_all(sr, CK_NORMAL);
+    code = srunner_ntests_failed(sr) ? 1 : 0;
+#else
+    printf("check_backend_ops: skipped: this build has no CUDA backend\n");
+#endif
+done:
+    destroy_backends();
+    srunner_free(sr);
+    return code;
+}

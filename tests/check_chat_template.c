@@ -1,0 +1,165 @@
+/*
+ * check_chat_template.c: the Jinja subset against renderings made by jinja2 with
+ * transformers' settings (well-known Llama-3.1, Qwen2.5, Qwen3, Mistral and Llama-2 templates
+ * plus a feature tour), and the load-time refusal of constructs outside the subset.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chat_template.h"
+#include "check_chat_template_cases.h"
+
+static tp_status render(const char *tpl_src, const char *ctx, char **out, size_t *len)
+{
+    tp_chat_template *tpl;
+    tp_error_clear();
+    tp_status st = tp_chat_template_create(tpl_src, strlen(tpl_src), &tpl);
+    if (st != TP_OK) return st;
+    json_t *vars = json_loads(ctx, 0, NULL);
+    ck_assert_ptr_nonnull(vars);
+    st = tp_chat_template_render(tpl, vars, out, len);
+    json_decref(vars);
+    tp_chat_template_destroy(tpl);
+    return st;
+}
+
+START_TEST(test_reference_renderings)
+{
+    const struct chat_case *c = &CHAT_CASES[_i];
+    char *out = NULL;
+    size_t len = 0;
+    tp_status st = render(c->tpl, c->ctx, &out, &len);
+    if (!c->expect) {
+        ck_assert_msg(st == TP_ERR_INVALID_ARG, "%s: expected raise_exception, got %d", c->name, st);
+        ck_assert_msg(strstr(tp_error_message(), "alternate") || strstr(tp_error_message(), "supported"), "%s: %s",
+                      c->name, tp_error_message());
+        return;
+    }
+    ck_assert_msg(st == TP_OK, "%s: %s", c->name, tp_error_message());
+    ck_assert_msg(len == strlen(c->expect) && memcmp(out, c->expect, len) == 0, "%s renders\n%s\nexpected\n%s",
+                  c->name, out, c->expect);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_small_constructs)
+{
+    static const struct {
+        const char *tpl, *expect;
+    } cases[] = {
+        {"{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{% endfor %}", "<s>[user][assistant]"},
+        {"  {%- if true -%}  x  {%- endif -%}  ", "x"},
+        {"{% if x is not defined %}u{% elif x %}t{% else %}f{% endif %}", "u"},
+        {"{% set n = namespace(c=0) %}{% for m in messages %}{% set n.c = n.c + 1 %}{% endfor %}{{ n.c }}", "2"},
+        {"{% set y = 1 %}{% for m in messages %}{% set y = 5 %}{% endfor %}{{ y }}", "1"},
+        {"{{ messages[-1].content[::-1] }}|{{ messages[0].content[1:] }}", "olleh|i"},
+        {"{{ 'a' ~ 2 ~ none }}{{ [1, 2]|length }}{{ {'a': 1}|tojson }}", "a2None2{\"a\": 1}"},
+        {"{{ raise_exception('no ' + 'way') if false else 'ok' }}", "ok"},
+        {"line1\n{% if true %}\n  kept\n{% endif %}\nend\n", "line1\n  kept\nend"},
+        {"{{ 'x' if messages|length > 1 and not add_generation_prompt else 'y' }}", "x"},
+        {"{% for k, v in {'b': 2, 'a': 1}|items %}{{ k }}{{ v }}{% endfor %}", "b2a1"},
+        {"{{ '\\u00e9\\n' }}{{ \"it's\" }}", "\xc3\xa9\nit's"},
+    };
+    const char *ctx = "{\"bos_token\": \"<s>\", \"add_generation_prompt\": false, \"messages\": "
+                      "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"hello\"}]}";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        size_t len;
+        ck_assert_msg(render(cases[i].tpl, ctx, &out, &len) == TP_OK, "case %zu: %s", i, tp_error_message());
+        ck_assert_msg(strcmp(out, cases[i].expect) == 0, "case %zu: got [%s] want [%s]", i, out, cases[i].expect);
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(test_unsupported)
+{
+    static const char *const bad[] = {
+        "{% macro m() %}x{% endmacro %}",
+        "{% include 'other.jinja' %}",
+        "{% extends 'base' %}",
+        "{% set x %}block{% endset %}",
+        "{% filter upper %}x{% endfilter %}",
+        "{% for x in y recursive %}{% endfor %}",
+        "{% generation %}x{% endgeneration %}",
+        "{{ x|wordwrap(3) }}",
+        "{{ x is callable }}",
+        "{{ loop.cycle('a', 'b') }}",
+        "{{ 'a'.format(1) }}",
+        "{{ lipsum() }}",
+        "{{ x(1) }}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tp_chat_template *tpl = NULL;
+        tp_error_clear();
+        ck_assert_msg(tp_chat_template_create(bad[i], strlen(bad[i]), &tpl) == TP_ERR_UNSUPPORTED, "accepted: %s",
+                      bad[i]);
+        ck_assert_ptr_null(tpl);
+        ck_assert_msg(strstr(tp_error_message(), "--chat-template FILE") != NULL, "%s: %s", bad[i],
+                      tp_error_message());
+    }
+    static const char *const syntax[] = {"{% if x %}", "{% for x in y %}", "{{ x ", "{{ 'abc }}", "{% endif %}",
+                                         "{{ (1 }}", "{{ [1, }}", "{{ 1 + }}", "{# open", "{{ x | }}",
+                                         "{% if %}{% endif %}", "{{ \"\\x4\" }}"};
+    for (size_t i = 0; i < sizeof syntax / sizeof syntax[0]; i++) {
+        tp_chat_template *tpl = NULL;
+        tp_error_clear();
+        ck_assert_msg(tp_chat_template_create(syntax[i], strlen(syntax[i]), &tpl) == TP_ERR_FORMAT, "accepted: %s",
+                      syntax[i]);
+        ck_assert_ptr_null(tpl);
+    }
+    /* Deep nesting is refused, not a stack overflow. */
+    size_t depth = 100000;
+    char *deep = malloc(depth * 2 + 8);
+    ck_assert_ptr_nonnull(deep);
+    memcpy(deep, "{{ ", 3);
+    memset(deep + 3, '(', depth);
+    memcpy(deep + 3 + depth, "1 }}", 5);
+    tp_chat_template *tpl = NULL;
+    ck_assert_int_ne(tp_chat_template_create(deep, strlen(deep), &tpl), TP_OK);
+    free(deep);
+    tp_chat_template_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_runtime_errors)
+{
+    static const char *const bad[] = {"{{ undefined_thing.attr }}", "{{ 1 + 'a' }}", "{{ 1 // 0 }}",
+                                      "{{ raise_exception('boom') }}", "{% for i in range(10000000) %}{% endfor %}",
+                                      "{{ 'x' * 1000000000000 }}", "{% set n = 5 %}{% set n.a = 1 %}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        size_t len;
+        ck_assert_msg(render(bad[i], "{}", &out, &len) == TP_ERR_INVALID_ARG, "rendered: %s", bad[i]);
+        ck_assert_ptr_null(out);
+        ck_assert(strlen(tp_error_message()) > 0);
+    }
+}
+END_TEST
+
+static Suite *chat_suite(void)
+{
+    Suite *s = suite_create("chat_template");
+    TCase *t = tcase_create("render");
+    tcase_add_loop_test(t, test_reference_renderings, 0, (int)(sizeof CHAT_CASES / sizeof CHAT_CASES[0]));
+    tcase_add_test(t, test_small_constructs);
+    suite_add_tcase(s, t);
+    TCase *e = tcase_create("errors");
+    tcase_add_test(e, test_unsupported);
+    tcase_add_test(e, test_runtime_errors);
+    suite_add_tcase(s, e);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(chat_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
