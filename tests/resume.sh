@@ -1,0 +1,95 @@
+#!/bin/sh
+# Never lose work: 20 runs (mpirun -np 4, tp 2 x pp 2 and dp 2 x tp 2) each lose a random
+# rank to kill -9 at a random moment, then --resume finishes them: each of the 24 input ids ends up
+# in the output exactly once, with lines identical to an uninterrupted run (greedy).
+# SIGUSR1 to mpirun (Slurm's warning) and SIGTERM to the ranks exit 3 within 10 s, and
+# --resume completes those runs too; resuming a finished run is a no-op that exits 0.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+[ "$PYTHON3" != no ] || skip "python3 not found"
+export OMP_NUM_THREADS=1
+m="$MODELS/stories260K-hf"
+"$PYTHON3" - "$TMP/in.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(24):
+        f.write(json.dumps({"id": "req-%02d" % i, "prompt": "Once upon a time, child %d" % i,
+                            "max_tokens": rng.randint(20, 80), "ignore_eos": True}) + "\n")
+PY
+run() { # run OUT GRID... : one mpirun of 4 ranks
+    out=$1; shift
+    mpi 4 "$TPINFER" --model "$m" --backend cpu --input "$TMP/in.jsonl" --output "$out" --max-num-seqs 4 "$@"
+}
+run "$TMP/ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the uninterrupted run"; }
+sort "$TMP/ref.jsonl" >"$TMP/ref.sorted"
+[ "$(wc -l <"$TMP/ref.sorted")" -eq 24 ] || fail "the uninterrupted run wrote $(wc -l <"$TMP/ref.sorted") lines"
+
+check_complete() { # check_complete OUT WHAT
+    sort "$1" >"$TMP/got.sorted"
+    "$PYTHON3" -c 'import json,sys; ids=[json.loads(l)["id"] for l in open(sys.argv[1])]; assert len(ids)==len(set(ids))==24, (len(ids), len(set(ids)))' "$1" ||
+        fail "$2: the output does not hold each of the 24 ids exactly once"
+    cmp -s "$TMP/ref.sorted" "$TMP/got.sorted" || fail "$2: lines differ from the uninterrupted run"
+}
+
+ranks_of() { pgrep -f "^[^ ]*tpinfer --model $m --backend cpu --input $TMP/in.jsonl --output $1" || true; }
+
+trials=${TPINFER_RESUME_TRIALS:-20}
+t=1
+while [ $t -le "$trials" ]; do
+    out="$TMP/out$t.jsonl"
+    grid="--tp 2 --pp 2"
+    [ $((t % 2)) -eq 0 ] && grid="--tp 2"
+    run "$out" $grid >/dev/null 2>"$TMP/run.err" &
+    job=$!
+    # a random moment: 0.3 to 2.1 s after start (the run takes about 3 s)
+    delay=$(awk -v s=$t 'BEGIN { srand(s); printf "%.1f", 0.3 + 1.8 * rand() }')
+    sleep "$delay"
+    pids=$(ranks_of "$out")
+    if [ -n "$pids" ]; then
+        victim=$(echo "$pids" | awk -v s=$t 'BEGIN { srand(s * 7) } { p[NR] = $1 } END { print p[int(rand() * NR) + 1] }')
+        kill -9 "$victim" 2>/dev/null || true
+    fi
+    wait $job || true
+    [ -z "$(ranks_of "$out")" ] || fail "trial $t: ranks left running after the kill"
+    before=$( [ -f "$out" ] && wc -l <"$out" || echo 0)
+    run "$out" $grid --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "trial $t: --resume failed"; }
+    check_complete "$out" "trial $t (killed after ${delay}s, $before lines kept)"
+    echo "trial $t: killed a rank after ${delay}s with $before lines written; resumed to 24"
+    t=$((t + 1))
+done
+
+# resuming a finished run does nothing and exits 0
+cp "$TMP/ref.jsonl" "$TMP/done.jsonl"
+cp "$TMP/ref.jsonl.manifest.json" "$TMP/done.jsonl.manifest.json"
+run "$TMP/done.jsonl" --tp 2 --pp 2 --resume 2>"$TMP/noop.err" || { cat "$TMP/noop.err"; fail "resume of a finished run"; }
+cmp -s "$TMP/ref.jsonl" "$TMP/done.jsonl" || fail "resume of a finished run changed the output"
+
+# a mismatched manifest is refused (another input), unless --force
+cp "$TMP/in.jsonl" "$TMP/in.orig"
+echo '{"id": "extra", "prompt": "x"}' >>"$TMP/in.jsonl"
+expect_fail 2 "--force" run "$TMP/done.jsonl" --tp 2 --pp 2 --resume
+cp "$TMP/in.orig" "$TMP/in.jsonl"
+
+# SIGUSR1 to mpirun (what a Slurm batch script forwards) and SIGTERM to the ranks
+for how in usr1-mpirun term-ranks; do
+    out="$TMP/$how.jsonl"
+    run "$out" --tp 2 --pp 2 >/dev/null 2>"$TMP/sig.err" &
+    job=$!
+    sleep 1.5
+    if [ $how = usr1-mpirun ]; then
+        kill -USR1 $(pgrep -f "^[^ ]*mpirun --oversubscribe -np 4 .*--output $out") || fail "no mpirun to signal"
+    else
+        kill -TERM $(ranks_of "$out") || fail "no ranks to signal"
+    fi
+    start=$(date +%s)
+    rc=0
+    wait $job || rc=$?
+    took=$(( $(date +%s) - start ))
+    [ $rc -eq 3 ] || { cat "$TMP/sig.err"; fail "$how: exit status $rc, wanted 3"; }
+    [ $took -le 10 ] || fail "$how: took ${took}s to exit"
+    run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$how: --resume"; }
+    check_complete "$out" "$how"
+    echo "$how: exit 3 after ${took}s; resumed to 24"
+done
+exit 0
