@@ -360,10 +360,10 @@ tp_status tp_completion_format(const tp_completion *c, const tp_tokenizer *tok, 
 }
 
 tp_status tp_error_line_format(const tp_request *r, int64_t index, const char *code, const char *message,
-                               char **line, size_t *len)
+                               int openai, char **line, size_t *len)
 {
     json_t *o;
-    if (r->endpoint == TP_ENDPOINT_NONE)
+    if (!openai && r->endpoint == TP_ENDPOINT_NONE)
         o = json_pack("{s:s, s:I, s:s, s:s}", "id", r->id, "line", (json_int_t)r->line, "code", code, "message",
                       message ? message : code);
     else

@@ -76,8 +76,9 @@ typedef struct tp_completion {
 tp_status tp_completion_format(const tp_completion *c, const tp_tokenizer *tok, char **line, size_t *len);
 
 /* The output line of a request that did not run: compact {"id", "line", "code",
- * "message"}, or an OpenAI batch line with status_code 400 and an error body. */
+ * "message"}, or (openai: the file is OpenAI batch lines, even if this line could not be
+ * read as one) an OpenAI batch line with status_code 400 and an error body. */
 tp_status tp_error_line_format(const tp_request *r, int64_t index, const char *code, const char *message,
-                               char **line, size_t *len);
+                               int openai, char **line, size_t *len);
 
 #endif

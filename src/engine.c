@@ -385,12 +385,14 @@ static tp_status prepare_all(engine *e)
 static tp_status write_error_records(engine *e)
 {
     if (e->g->rank != 0) return TP_OK;
+    int openai = 0; /* an OpenAI batch file answers in its own shape, unreadable lines too */
+    for (size_t i = 0; i < e->reqs.n && !openai; i++) openai = e->reqs.v[i].endpoint != TP_ENDPOINT_NONE;
     for (size_t i = 0; i < e->reqs.n; i++) {
         req *r = &e->R[i];
         if (r->index < 0 || !r->error_code) continue;
         char *line;
         size_t len;
-        TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, &line, &len));
+        TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, openai, &line, &len));
         tp_record_stats rs = {0, 0, -1, -1};
         tp_status st = tp_collector_send(e->collector, r->index, 1, line, len, &rs);
         free(line);

@@ -1,0 +1,124 @@
+#!/bin/sh
+# Requests end to end: OpenAI batch lines in and out (completions and chat), TensorRT-LLM
+# lines, JSONL with stop strings, stop_token_ids, n, logprobs and prompt_logprobs; a bad
+# line becomes an error record without losing its neighbours; --errors and --ordered;
+# the exit status says some requests failed.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+[ "$PYTHON3" != no ] || skip "python3 not found"
+export OMP_NUM_THREADS=1
+st="$MODELS/stories260K-hf"
+qw="$MODELS/tiny-qwen2"
+py() { "$PYTHON3" - "$@"; }
+
+# 1. OpenAI batch: completions, chat, a broken line and a prompt too long for the context
+cat >"$TMP/openai.jsonl" <<'EOF2'
+{"custom_id": "c1", "method": "POST", "url": "/v1/completions", "body": {"model": "m", "prompt": "Once upon a time", "max_tokens": 12, "logprobs": 2}}
+{"custom_id": "bad", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "max_tokens": 5,
+{"custom_id": "c2", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hello! What is 2+2?"}], "max_tokens": 8, "logprobs": true, "top_logprobs": 1}}
+{"custom_id": "long", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "max_tokens": 100000}}
+EOF2
+rc=0
+"$TPINFER" --model "$qw" --input "$TMP/openai.jsonl" --output "$TMP/openai.out" --ordered 2>"$TMP/err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/err"; fail "OpenAI batch with failures: exit $rc, wanted 1"; }
+py "$TMP/openai.out" <<'PY' || fail "OpenAI batch output"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+# an unreadable line is known by its line number
+assert [l["custom_id"] for l in lines] == ["c1", "2", "c2", "long"], [l["custom_id"] for l in lines]
+c1, bad, c2, long_ = lines
+assert c1["response"]["status_code"] == 200 and c1["error"] is None
+b = c1["response"]["body"]
+assert b["object"] == "text_completion" and b["usage"]["completion_tokens"] <= 12
+lp = b["choices"][0]["logprobs"]
+assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == b["usage"]["completion_tokens"]
+assert all(len(t) <= 2 for t in lp["top_logprobs"])
+assert "".join(lp["tokens"]) == b["choices"][0]["text"] or b["choices"][0]["finish_reason"] == "stop"
+assert bad["response"]["status_code"] == 400 and bad["response"]["body"]["error"]["code"] == "invalid_json"
+b2 = c2["response"]["body"]
+assert b2["object"] == "chat.completion" and b2["choices"][0]["message"]["role"] == "assistant"
+assert len(b2["choices"][0]["logprobs"]["content"]) == b2["usage"]["completion_tokens"]
+assert long_["response"]["status_code"] == 400
+assert long_["response"]["body"]["error"]["code"] == "context_length_exceeded", long_
+PY
+
+# 2. the chat rendering is the model's (tokens.json "chat" of the reference)
+py "$qw/reference/tokens.json" "$TMP/chat.jsonl" <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[1]))["chat"]
+with open(sys.argv[2], "w") as f:
+    f.write(json.dumps({"id": "chat", "messages": ref["messages"], "max_tokens": 1}) + "\n")
+PY
+"$TPINFER" --model "$qw" --input "$TMP/chat.jsonl" --output "$TMP/chat.out" 2>"$TMP/err" || { cat "$TMP/err"; fail "chat"; }
+py "$qw/reference/tokens.json" "$TMP/chat.out" <<'PY' || fail "chat prompt differs from transformers' apply_chat_template"
+import json, sys
+ref = json.load(open(sys.argv[1]))["chat"]
+out = json.loads(open(sys.argv[2]).readline())
+assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
+PY
+
+# 3. JSONL on stories260K: stop strings, stop_token_ids, n, prompt_logprobs, TRT-LLM lines
+cat >"$TMP/jsonl.jsonl" <<'EOF2'
+{"id": "plain", "prompt": "Once upon a time", "max_tokens": 40}
+{"id": "stop", "prompt": "Once upon a time", "max_tokens": 40, "stop": ["Lily", "zzz"]}
+{"id": "stop-incl", "prompt": "Once upon a time", "max_tokens": 40, "stop": "Lily", "include_stop_str_in_output": true}
+{"id": "stop-id", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286]}
+{"id": "n3", "prompt": "Once upon a time", "max_tokens": 10, "n": 3, "temperature": 1.0, "seed": 5}
+{"id": "plp", "prompt": "Once upon a time", "max_tokens": 2, "prompt_logprobs": 1}
+EOF2
+"$TPINFER" --model "$st" --input "$TMP/jsonl.jsonl" --output "$TMP/a.out" --ordered 2>"$TMP/err" || { cat "$TMP/err"; fail "jsonl"; }
+mpi 2 "$TPINFER" --model "$st" --tp 2 --input "$TMP/jsonl.jsonl" --output "$TMP/b.out" --ordered 2>"$TMP/err" ||
+    { cat "$TMP/err"; fail "jsonl at tp 2"; }
+py "$TMP/a.out" "$TMP/b.out" <<'PY' || fail "JSONL output"
+import json, sys
+a = {l["id"]: l for l in map(json.loads, open(sys.argv[1]))}
+b = {l["id"]: l for l in map(json.loads, open(sys.argv[2]))}
+plain = a["plain"]["text"]
+assert plain.startswith(", there was a little girl named Lily"), plain
+i = plain.index("Lily")
+assert a["stop"]["text"] == plain[:i] and a["stop"]["finish_reason"] == "stop", a["stop"]
+assert a["stop-incl"]["text"] == plain[:i + 4] and a["stop-incl"]["finish_reason"] == "stop"
+ids = a["plain"]["token_ids"]
+k = ids.index(286)
+assert a["stop-id"]["token_ids"] == ids[:k + 1] and a["stop-id"]["finish_reason"] == "stop"
+assert a["plain"]["finish_reason"] == "length" and len(ids) == 40
+n3 = a["n3"]["choices"]
+assert len(n3) == 3 and all(len(c["token_ids"]) == 10 for c in n3)
+assert len({tuple(c["token_ids"]) for c in n3}) > 1, "n=3 choices should differ at temperature 1"
+assert a["n3"]["usage"]["completion_tokens"] == 30
+assert a["n3"]["choices"] == b["n3"]["choices"], "sampling differs between tp 1 and tp 2"
+plp = a["plp"]["prompt_logprobs"]
+assert plp[0] is None and len(plp) == a["plp"]["usage"]["prompt_tokens"]
+assert all(len(e) in (1, 2) for e in plp[1:])
+for k in a:
+    if k != "n3":
+        assert a[k]["token_ids"] == b[k]["token_ids"], k
+PY
+printf '%s\n' '{"task_id": 7, "input_ids": [1, 403, 407, 261, 378], "output_tokens": 16}' >"$TMP/trt.jsonl"
+"$TPINFER" --model "$st" --input "$TMP/trt.jsonl" --output "$TMP/trt.out" --ignore-eos 2>"$TMP/err" || { cat "$TMP/err"; fail "trtllm"; }
+py "$TMP/trt.out" "$TMP/a.out" <<'PY' || fail "TRT-LLM line"
+import json, sys
+t = json.loads(open(sys.argv[1]).readline())
+a = {l["id"]: l for l in map(json.loads, open(sys.argv[2]))}
+assert t["id"] == "7" and t["usage"]["completion_tokens"] == 16
+assert t["token_ids"] == a["plain"]["token_ids"][:16]
+PY
+
+# 4. --errors: error records apart; good lines around a bad one all run
+printf '%s\n' '{"id": "a", "prompt": "Once"}' '{"id": "b", "prompt": "x", "top_p": 1.5}' '{"id": "c", "prompt": "Once"}' >"$TMP/mixed.jsonl"
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/mixed.jsonl" --output "$TMP/m.out" --errors "$TMP/m.err" 2>"$TMP/err" || rc=$?
+[ $rc -eq 1 ] || fail "one bad request: exit $rc, wanted 1"
+[ "$(wc -l <"$TMP/m.out")" -eq 2 ] && [ "$(wc -l <"$TMP/m.err")" -eq 1 ] || fail "--errors did not separate the records"
+grep -q '"code":"invalid_request"' "$TMP/m.err" && grep -q '"line":2' "$TMP/m.err" || fail "error record: $(cat "$TMP/m.err")"
+
+# 5. fatal input problems stop before the model loads, naming lines
+printf '%s\n' '{"id": "a", "prompt": "x"}' '{"id": "a", "prompt": "y"}' >"$TMP/dup.jsonl"
+expect_fail 2 "line 2" "$TPINFER" --model "$st" --input "$TMP/dup.jsonl" --output "$TMP/dup.out"
+cp "$TMP/mixed.jsonl" "$TMP/self.jsonl"
+expect_fail 2 "same file" "$TPINFER" --model "$st" --input "$TMP/self.jsonl" --output "$TMP/self.jsonl" --overwrite
+cmp -s "$TMP/mixed.jsonl" "$TMP/self.jsonl" || fail "the input was damaged"
+expect_fail 1 "cannot open" "$TPINFER" --model "$st" --input "$TMP/missing.jsonl"
+"$TPINFER" --model "$st" --input "$TMP/mixed.jsonl" --output "$TMP/m.out" 2>/dev/null && fail "an existing output was overwritten"
+grep -q '"id":"a"' "$TMP/m.out" || fail "the existing output was damaged"
+exit 0
