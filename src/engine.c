@@ -478,6 +478,10 @@ static tp_status load(engine *e, int32_t *n_blocks)
     }
     int64_t per_block = per_token * e->o->kv_block_size;
     int64_t nb = per_block > 0 ? budget / per_block : 0;
+    /* more blocks than every engine's --max-num-seqs sequences of --max-model-len tokens
+     * could hold would never be used */
+    int64_t useful = (int64_t)g->pp * e->o->max_num_seqs * TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size);
+    if (nb > useful) nb = useful;
     *n_blocks = nb > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)nb;
     return TP_OK;
 }

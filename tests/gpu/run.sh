@@ -1,0 +1,114 @@
+#!/bin/bash
+# tests/gpu/run.sh [TP [PP]]: the CUDA backend's correctness on a GPU machine, in one call.
+# Builds tpinfer there (with the -dev packages that machine lacks, gathered here by
+# ../shared/tools/gpu-deps into .gpu-deps/), then:
+#   1. every backend operation against the CPU backend (tests/check_backend_ops);
+#   2. every model of shared/models at the grid: --dtype float32 greedy ids equal to
+#      Hugging Face's; bfloat16 greedy ids equal up to the first step whose reference
+#      margin is under 0.05; stories260K's 128-token story exact in float32 and its first
+#      64 tokens exact in bfloat16;
+#   3. compute-sanitizer memcheck and racecheck on a tiny-model run.
+# Prints a pass/fail table last and leaves it in $OUT/gpu-results.md.
+# Run from the repository root: the shared folder is ./shared or ../shared.
+set -u
+TP=${1:-1}
+PP=${2:-1}
+NP=$((TP * PP))
+OUTDIR=${OUT:-/tmp/tpinfer-gpu-out}
+mkdir -p "$OUTDIR"
+root=$(pwd)
+SHARED=${TPINFER_SHARED:-$( [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared")}
+MODELS=$SHARED/models
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+results=()
+record() { results+=("| $1 | $2 | $3 |"); echo "== $1: $2 ($3)"; }
+
+# ---- build
+deps=$root/.gpu-deps/root
+lib=$deps/usr/lib/x86_64-linux-gnu
+export PKG_CONFIG_PATH=$lib/pkgconfig
+export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p build-gpu
+( set -e
+  autoreconf -fi >/dev/null 2>&1
+  cd build-gpu
+  ../configure -q --with-cuda CPPFLAGS="-I$deps/usr/include" LDFLAGS="-L$lib" >"$OUTDIR/configure.log" 2>&1
+  make -j16 >"$OUTDIR/build.log" 2>&1
+  make -j16 tests/check_backend_ops tests/compare_logits >>"$OUTDIR/build.log" 2>&1
+) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
+B=$root/build-gpu
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+launch() { if [ "$NP" -gt 1 ]; then mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$NP" "$@"; else "$@"; fi; }
+
+# ---- 1. operations against the CPU backend
+if CK_FORK=no "$B/tests/check_backend_ops" >"$OUTDIR/ops.log" 2>&1; then
+    record "backend ops vs CPU (f32, bf16, f16)" PASS "$(grep -c . "$OUTDIR/ops.log") lines"
+else
+    record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
+fi
+
+# ---- 2. models against Hugging Face
+for dir in "$MODELS"/*/; do
+    ref=$dir/reference/logits.safetensors
+    [ -f "$ref" ] || continue
+    name=$(basename "$dir")
+    if ! launch "$B/tpinfer" --model "$dir" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
+        record "$name tp$TP pp$PP" SKIP "shapes do not split"; continue
+    fi
+    "$B/tests/compare_logits" --make-input "$ref" "$OUTDIR/$name.jsonl"
+    for dt in float32 bfloat16; do
+        d=$OUTDIR/$name-$dt
+        rm -rf "$d" "$d.jsonl"
+        if ! launch "$B/tpinfer" --model "$dir" --backend cuda --dtype $dt --tp "$TP" --pp "$PP" \
+            --input "$OUTDIR/$name.jsonl" --output "$d.jsonl" --dump-logits "$d" >"$d.log" 2>&1; then
+            record "$name $dt tp$TP pp$PP" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"; continue
+        fi
+        if [ $dt = float32 ]; then args="1e-2 1e-9"; else args="1 0.05"; fi
+        if "$B/tests/compare_logits" "$ref" "$d" $args >"$d.cmp" 2>&1; then
+            record "$name $dt tp$TP pp$PP" PASS "$(awk -F'greedy steps max\\|d\\| ' '{split($2,a,","); if (a[1]>m) m=a[1]} END {print "step max|d| " m}' "$d.cmp")"
+        else
+            record "$name $dt tp$TP pp$PP" FAIL "$(grep -m1 FAIL "$d.cmp")"
+        fi
+    done
+done
+
+# stories260K: the story from the text, 128 tokens exact in f32, 64 in bf16
+st=$MODELS/stories260K-hf
+printf 'Once upon a time\n' >"$OUTDIR/story.txt"
+want=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["greedy"][0]["new_ids"]))' "$st/reference/tokens.json")
+for dt in float32:128 bfloat16:64; do
+    t=${dt%%:*}; n=${dt##*:}
+    rm -f "$OUTDIR/story-$t.jsonl"
+    launch "$B/tpinfer" --model "$st" --backend cuda --dtype "$t" --tp "$TP" --pp "$PP" --input "$OUTDIR/story.txt" \
+        --max-tokens 128 --output "$OUTDIR/story-$t.jsonl" >/dev/null 2>&1
+    if python3 -c 'import json,sys; w=json.loads(sys.argv[2]); g=json.loads(open(sys.argv[1]).readline())["token_ids"]; n=int(sys.argv[3]); assert g[:n]==w[:n], (g[:n], w[:n])' \
+        "$OUTDIR/story-$t.jsonl" "$want" "$n" 2>"$OUTDIR/story-$t.err"; then
+        record "stories260K story $t tp$TP pp$PP" PASS "first $n tokens exact"
+    else
+        record "stories260K story $t tp$TP pp$PP" FAIL "$(tail -1 "$OUTDIR/story-$t.err" | cut -c1-120)"
+    fi
+done
+
+# ---- 3. compute-sanitizer on a tiny-model run (one rank)
+if [ "$NP" -eq 1 ] && command -v compute-sanitizer >/dev/null; then
+    printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8}\n' >"$OUTDIR/san.jsonl"
+    for tool in memcheck racecheck; do
+        rm -f "$OUTDIR/san-$tool.jsonl"
+        if compute-sanitizer --tool $tool --error-exitcode 99 "$B/tpinfer" --model "$MODELS/tiny-llama3" --backend cuda \
+            --input "$OUTDIR/san.jsonl" --output "$OUTDIR/san-$tool.jsonl" --max-model-len 128 --max-num-seqs 4 \
+            >"$OUTDIR/san-$tool.log" 2>&1; then
+            record "compute-sanitizer $tool" PASS "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUTDIR/san-$tool.log")"
+        else
+            record "compute-sanitizer $tool" FAIL "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY\|error' "$OUTDIR/san-$tool.log")"
+        fi
+    done
+fi
+
+{
+    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1), grid tp=$TP pp=$PP, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+    echo
+    echo "| check | result | detail |"
+    echo "| --- | --- | --- |"
+    printf '%s\n' "${results[@]}"
+} | tee "$OUTDIR/gpu-results.md"
+! printf '%s\n' "${results[@]}" | grep -q "| FAIL |"
