@@ -94,6 +94,21 @@ for k in a:
     if k != "n3":
         assert a[k]["token_ids"] == b[k]["token_ids"], k
 PY
+# sampling depends on (seed, id, step) only: the same request alone, and with a batch of
+# four at a time in 5-token chunks, samples the same tokens
+grep '"id": "n3"' "$TMP/jsonl.jsonl" >"$TMP/n3.jsonl"
+"$TPINFER" --model "$st" --input "$TMP/n3.jsonl" --output "$TMP/n3.out" 2>"$TMP/err" || { cat "$TMP/err"; fail "n3 alone"; }
+"$TPINFER" --model "$st" --input "$TMP/jsonl.jsonl" --output "$TMP/c.out" --max-num-seqs 4 --max-num-batched-tokens 5 \
+    2>"$TMP/err" || { cat "$TMP/err"; fail "small batches"; }
+py "$TMP/n3.out" "$TMP/a.out" "$TMP/c.out" <<'PY' || fail "sampling depends on the batch"
+import json, sys
+alone = json.loads(open(sys.argv[1]).readline())
+a = {l["id"]: l for l in map(json.loads, open(sys.argv[2]))}
+c = {l["id"]: l for l in map(json.loads, open(sys.argv[3]))}
+assert alone["choices"] == a["n3"]["choices"] == c["n3"]["choices"]
+for k in a:
+    assert a[k]["token_ids"] == c[k]["token_ids"], k
+PY
 printf '%s\n' '{"task_id": 7, "input_ids": [1, 403, 407, 261, 378], "output_tokens": 16}' >"$TMP/trt.jsonl"
 "$TPINFER" --model "$st" --input "$TMP/trt.jsonl" --output "$TMP/trt.out" --ignore-eos 2>"$TMP/err" || { cat "$TMP/err"; fail "trtllm"; }
 py "$TMP/trt.out" "$TMP/a.out" <<'PY' || fail "TRT-LLM line"
