@@ -5,7 +5,8 @@
  * Indices that live in device memory (gather rows, cache slots, sequence, position and
  * block-table entries) are checked by the kernels themselves: a bad one never reads or
  * writes out of bounds, it is recorded in a device fault word that synchronize() reads
- * back and reports as TP_ERR_INVALID_ARG, naming the operation and the token.
+ * back and reports as TP_ERR_INVALID_ARG, naming the operation and the token. argmax's
+ * NaN logits are reported the same way, naming the row.
  *
  * Dtypes: activations may be any of f32/f16/bf16 (forward.c passes f32 for the residual
  * stream and the logits and act_dtype elsewhere), weights and the KV cache likewise; the
@@ -123,6 +124,9 @@ static tp_status report_fault(cuda_ctx *ctx)
     case TP_CUDA_FAULT_ATTN_BLOCK:
         return tp_error(TP_ERR_INVALID_ARG, "attention: token %d maps a logical block to physical block %d, "
                         "outside the cache's %d %s", f.index, f.value, f.limit, later);
+    case TP_CUDA_FAULT_ARGMAX_NAN:
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: row %d of logits has NaN at column %d %s", f.index, f.value,
+                        later);
     default:
         return tp_error(TP_ERR_INTERNAL, "a CUDA kernel recorded fault code %d (token %d, value %d)", f.code,
                         f.index, f.value);
@@ -342,6 +346,25 @@ static tp_status cuda_convert(tp_backend *b, const tp_tensor *src, tp_tensor *ds
     return tp_cuda_convert(*src, *dst, ctx_of(b)->stream);
 }
 
+/* Greedy sampling: host-visible checks as the CPU backend's; a NaN is a device fault. */
+static tp_status cuda_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob)
+{
+    TP_CHECK(check_tensor("argmax", "logits", logits));
+    if (logits->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits is %s; argmax reads float32 logits",
+                        tp_dtype_name(logits->dtype));
+    const int64_t L = logits->rows, V = logits->cols;
+    if (L == 0) return TP_OK;
+    if (V == 0)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits has %lld rows but no columns", (long long)L);
+    if (V > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits has %lld columns, more than int32 ids reach",
+                        (long long)V);
+    if (!ids) return tp_error(TP_ERR_INVALID_ARG, "argmax: ids is NULL");
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_argmax(*logits, ids, logprob, ctx->fault_dev, ctx->stream);
+}
+
 // ----------------------------------------------------------------------------
 // the table
 
@@ -378,6 +401,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .swiglu       = */ cuda_swiglu,
     /* .gather_rows  = */ cuda_gather_rows,
     /* .convert      = */ cuda_convert,
+    /* .argmax       = */ cuda_argmax,
     /* .destroy      = */ cuda_destroy,
 };
 

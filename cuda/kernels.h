@@ -30,7 +30,8 @@ typedef enum tp_cuda_fault_code {
     TP_CUDA_FAULT_ATTN_SEQ,     /* attention: token index has sequence value < 0 */
     TP_CUDA_FAULT_ATTN_POS,     /* attention: token index has position value outside [0, limit) */
     TP_CUDA_FAULT_ATTN_TABLE,   /* attention: token index at position value needs more than limit columns */
-    TP_CUDA_FAULT_ATTN_BLOCK    /* attention: token index maps to physical block value outside [0, limit) */
+    TP_CUDA_FAULT_ATTN_BLOCK,   /* attention: token index maps to physical block value outside [0, limit) */
+    TP_CUDA_FAULT_ARGMAX_NAN    /* argmax: row index of logits has NaN at column value (of limit) */
 } tp_cuda_fault_code;
 
 typedef struct tp_cuda_fault {
@@ -76,6 +77,12 @@ tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_te
 
 /* dst = src converted (same shape) */
 tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);
+
+/* per row i of logits [L, V] (f32): ids[i] = the column of the largest value, the lowest
+ * on ties; logprob[i] (when logprob is not NULL) = its log-softmax, in f32. A row with NaN
+ * is recorded as a fault. */
+tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault,
+                         cudaStream_t stream);
 
 /* y[i][j] = bias[j], or 0 where bias.data is NULL (bias [1, y.cols]) */
 tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t stream);

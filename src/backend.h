@@ -126,6 +126,13 @@ struct tp_backend_ops {
                              tp_tensor *out);
     /* dst = src converted to dst's dtype (same shape) */
     tp_status (*convert)(tp_backend *b, const tp_tensor *src, tp_tensor *dst);
+    /* Greedy sampling on the device, so that a decode step returns L ids instead of L x V
+     * logits: per row of logits [L, V] (f32, stride honoured), the largest value's column
+     * (ties to the lowest column) into ids [L] (int32, backend memory) and, when logprob is
+     * not NULL, its log-softmax value (f32, computed in f32 with max subtraction) into
+     * logprob [L]. Rows with NaN: the op fails with TP_ERR_INVALID_ARG naming the row (on a
+     * GPU, at the next synchronize(), like the other index checks). */
+    tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob);
 
     void (*destroy)(tp_backend *b);
 };

@@ -790,6 +790,77 @@ static tp_status cpu_convert(tp_backend *b, const tp_tensor *src, tp_tensor *dst
     return TP_OK;
 }
 
+/* ---- greedy sampling ----------------------------------------------------------------- */
+/*
+ * Per row, the first column of the largest value and its log-softmax, computed as the
+ * sampler's greedy path computes the chosen token's logprob (src/sampler.c): one pass with
+ * an online log-sum-exp in double, lse = m + log(sum), logprob = (float)(x - lse); on a
+ * finite row the two agree bit for bit. Where the sampler stops: a row all -inf gives
+ * column 0 and -log(V) (the sampler's uniform limit); +inf entries win (the first of
+ * them) with -log(their count), the limit of a softmax over them. A NaN fails the call,
+ * naming the lowest such row and its first NaN column; that row's outputs are the NaN's
+ * column and NaN (what the CUDA backend writes too). Each row is one task, so the results
+ * do not depend on the thread count or on the rows around it.
+ */
+static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp)
+{
+    double m = -INFINITY, sum = 0.0;
+    int64_t arg = 0;
+    for (int64_t j = 0; j < V; j++) {
+        const float f = x[j];
+        if (isnan(f)) {
+            *id = (int32_t)j;
+            if (lp) *lp = NAN;
+            return j;
+        }
+        const double r = f;
+        if (r > m) {
+            sum = sum * exp(m - r) + 1.0;
+            m = r;
+            arg = j;
+        } else if (r == m) {
+            sum += 1.0; /* exp(0), and a count of equal infinities */
+        } else if (r != -INFINITY) {
+            sum += exp(r - m);
+        }
+    }
+    *id = (int32_t)arg;
+    if (lp) {
+        if (m == -INFINITY) *lp = (float)-log((double)V);
+        else if (m == INFINITY) *lp = (float)-log(sum);
+        else *lp = (float)((double)x[arg] - (m + log(sum)));
+    }
+    return -1;
+}
+
+static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob)
+{
+    TP_CHECK(check_tensor("argmax", "logits", logits, WEIGHT));
+    if (logits->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits is %s; argmax reads float32 logits",
+                        tp_dtype_name(logits->dtype));
+    const int64_t L = logits->rows, V = logits->cols;
+    if (L == 0) return TP_OK;
+    if (V == 0)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits has %lld rows but no columns", (long long)L);
+    if (V > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: logits has %lld columns, more than int32 ids reach",
+                        (long long)V);
+    if (!ids) return tp_error(TP_ERR_INVALID_ARG, "argmax: ids is NULL");
+    int64_t bad = INT64_MAX;
+
+#pragma omp parallel for schedule(static) reduction(min : bad) if ((double)L * V > PAR_WORK / 4)
+    for (int64_t i = 0; i < L; i++)
+        if (argmax_row(row_f32(logits, i), V, ids + i, logprob ? logprob + i : NULL) >= 0 && i < bad) bad = i;
+    if (bad != INT64_MAX) {
+        int32_t col;
+        argmax_row(row_f32(logits, bad), V, &col, NULL);
+        return tp_error(TP_ERR_INVALID_ARG, "argmax: row %lld of logits has NaN at column %d", (long long)bad,
+                        col);
+    }
+    return TP_OK;
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 static void cpu_destroy(tp_backend *b)
@@ -818,6 +889,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .swiglu       = */ cpu_swiglu,
     /* .gather_rows  = */ cpu_gather_rows,
     /* .convert      = */ cpu_convert,
+    /* .argmax       = */ cpu_argmax,
     /* .destroy      = */ cpu_destroy,
 };
 

@@ -230,6 +230,7 @@ START_TEST(create_fields)
     ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
     ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
     ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
+    ck_assert(o->argmax);
     ck_assert_int_eq(tp_backend_cpu_create(NULL), TP_ERR_INVALID_ARG);
     tp_backend_destroy(NULL);
 }
@@ -758,6 +759,153 @@ START_TEST(convert_cases)
 }
 END_TEST
 
+/* ---- greedy sampling ------------------------------------------------------------------ */
+
+/* Logits [L, V] as a view at column pad / 2 of an [L, V + pad] f32 matrix; vals is
+ * L * (V + pad), which the view's values are read from. */
+static tp_tensor logits_view(const float *vals, int64_t L, int64_t V, int64_t pad)
+{
+    tp_tensor whole = tp_tensor_make(dev_copy(vals, (size_t)(L * (V + pad)) * sizeof(float)), TP_DTYPE_F32, L,
+                                     V + pad);
+    return tp_tensor_cols(&whole, pad / 2, V);
+}
+
+/* The naive answer for one row: the first column of the maximum (a strict > scan), and
+ * its log-softmax summed in double over two passes; -log(V) for a row all -inf. */
+static void argmax_ref(const float *x, int64_t V, int32_t *id, double *lp)
+{
+    int64_t arg = 0;
+    for (int64_t j = 1; j < V; j++)
+        if (x[j] > x[arg]) arg = j;
+    *id = (int32_t)arg;
+    const double m = x[arg];
+    if (m == -INFINITY) {
+        *lp = -log((double)V);
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; j++) sum += exp((double)x[j] - m);
+    *lp = -log(sum);
+}
+
+/* Random rows of L x V in [lo, hi), each row with extras: a tie for its maximum at two
+ * columns (the lower expected), some -inf entries; the row 1 all -inf when all_inf. */
+static float *argmax_fill(int64_t L, int64_t V, int64_t pad, float lo, float hi, int all_inf)
+{
+    const int64_t width = V + pad;
+    float *v = host_alloc((size_t)(L * width) * sizeof(float) + 1);
+    for (int64_t i = 0; i < L * width; i++) v[i] = uniform(lo, hi);
+    for (int64_t r = 0; r < L; r++) {
+        float *x = v + r * width + pad / 2;
+        for (int64_t k = 0; k < V / 50; k++) x[rand_int((int)V)] = -INFINITY;
+        if (V >= 2) {
+            int64_t a = rand_int((int)V), b = rand_int((int)V - 1);
+            if (b >= a) b++;
+            x[a] = x[b] = hi + 1.0f + (float)r; /* equal maxima at a and b */
+        }
+        if (all_inf && r == 1)
+            for (int64_t j = 0; j < V; j++) x[j] = -INFINITY;
+    }
+    return v;
+}
+
+static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, int all_inf)
+{
+    const float *v = argmax_fill(L, V, pad, lo, hi, all_inf);
+    tp_tensor t = logits_view(v, L, V, pad);
+    int32_t *ids = dev_alloc((size_t)L * sizeof(int32_t)), *ids2 = dev_alloc((size_t)L * sizeof(int32_t));
+    float *lp = dev_alloc((size_t)L * sizeof(float));
+    memset(ids, 0xff, (size_t)L * sizeof(int32_t));
+    memset(lp, 0xff, (size_t)L * sizeof(float));
+    ck_assert_msg(be->ops->argmax(be, &t, ids, lp) == TP_OK, "%s", tp_error_message());
+    ck_assert_msg(be->ops->argmax(be, &t, ids2, NULL) == TP_OK, "%s", tp_error_message());
+    for (int64_t r = 0; r < L; r++) {
+        int32_t want;
+        double ref;
+        argmax_ref(v + r * (V + pad) + pad / 2, V, &want, &ref);
+        ck_assert_msg(ids[r] == want && ids2[r] == want, "argmax [%lld, %lld] row %lld: column %d (%d without "
+                      "logprob), expected %d", (long long)L, (long long)V, (long long)r, ids[r], ids2[r], want);
+        ck_assert_msg(fabs(lp[r] - ref) <= 1e-5, "argmax [%lld, %lld] row %lld: logprob %.9g, reference %.9g",
+                      (long long)L, (long long)V, (long long)r, (double)lp[r], ref);
+    }
+}
+
+START_TEST(argmax_cases)
+{
+    seed(16);
+    static const int64_t shapes[][3] = {{1, 1, 0}, {3, 1, 2}, {4, 7, 0}, {5, 7, 3}, {6, 1000, 0},
+                                        {9, 1000, 5}, {3, 152064, 0}, {2, 152064, 64}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        argmax_case(shapes[s][0], shapes[s][1], shapes[s][2], -20.0f, 20.0f, 0);
+        argmax_case(shapes[s][0], shapes[s][1], shapes[s][2], -3.0f, 3.0f, 1);
+        argmax_case(shapes[s][0], shapes[s][1], shapes[s][2], 990.0f, 1000.0f, 1); /* max subtraction */
+    }
+    argmax_case(0, 7, 0, -1, 1, 0); /* no rows: nothing to do */
+}
+END_TEST
+
+/* What the sampler never sees: infinities, and ties between every column. */
+START_TEST(argmax_limits)
+{
+    int32_t id[4];
+    float lp[4];
+    float inf_rows[4][6] = {
+        {1.0f, INFINITY, 2.0f, INFINITY, -INFINITY, 3.0f}, /* +inf wins, the first; -log 2 */
+        {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, /* column 0, -log 6 */
+        {-INFINITY, -INFINITY, 5.0f, -INFINITY, -INFINITY, -INFINITY}, /* one live: logprob 0 */
+        {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, /* all tie: column 0, -log 6 */
+    };
+    tp_tensor t = logits_view(&inf_rows[0][0], 4, 6, 0);
+    ck_assert_int_eq(be->ops->argmax(be, &t, id, lp), TP_OK);
+    ck_assert_int_eq(id[0], 1);
+    ck_assert_int_eq(id[1], 0);
+    ck_assert_int_eq(id[2], 2);
+    ck_assert_int_eq(id[3], 0);
+    ck_assert(fabs(lp[0] + log(2.0)) < 1e-6);
+    ck_assert(fabs(lp[1] + log(6.0)) < 1e-6);
+    ck_assert_float_eq(lp[2], 0.0f);
+    ck_assert(fabs(lp[3] + log(6.0)) < 1e-6);
+}
+END_TEST
+
+START_TEST(argmax_errors)
+{
+    seed(17);
+    const int64_t L = 5, V = 300, pad = 4;
+    float *v = argmax_fill(L, V, pad, -5.0f, 5.0f, 0);
+    v[3 * (V + pad) + pad / 2 + 7] = NAN;
+    v[3 * (V + pad) + pad / 2 + 200] = NAN;
+    v[4 * (V + pad) + pad / 2 + 1] = NAN;
+    v[1 * (V + pad) + pad / 2 + V] = NAN; /* outside the view: not seen */
+    tp_tensor t = logits_view(v, L, V, pad);
+    int32_t ids[5];
+    float lp[5];
+    EXPECT_INVALID(be->ops->argmax(be, &t, ids, lp), "argmax: row 3 of logits has NaN at column 7");
+    EXPECT_INVALID(be->ops->argmax(be, &t, ids, NULL), "argmax: row 3 of logits has NaN at column 7");
+    ck_assert(ids[3] == 7 && ids[4] == 1); /* a NaN row's outputs: its first NaN, and NaN */
+    tp_tensor ok = tp_tensor_rows(&t, 0, 3);
+    ck_assert_int_eq(be->ops->argmax(be, &ok, ids, lp), TP_OK);
+
+    tp_tensor bad = t;
+    bad.dtype = TP_DTYPE_BF16;
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits is bfloat16");
+    bad.dtype = TP_DTYPE_I32;
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits is int32");
+    EXPECT_INVALID(be->ops->argmax(be, NULL, ids, lp), "argmax: logits is NULL");
+    EXPECT_INVALID(be->ops->argmax(be, &ok, NULL, lp), "argmax: ids is NULL");
+    bad = t;
+    bad.cols = 0;
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits has 5 rows but no columns");
+    bad = t;
+    bad.stride = V - 1;
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits has stride 299");
+    bad = t;
+    bad.rows = 0;
+    bad.data = NULL;
+    ck_assert_int_eq(be->ops->argmax(be, &bad, NULL, NULL), TP_OK);
+}
+END_TEST
+
 /* ---- invariances: batch composition and thread count change no bit ------------------------ */
 
 /* Row i of x alone, at another alignment, gives the same bits as inside a batch of n. */
@@ -828,6 +976,33 @@ START_TEST(matmul_thread_invariant)
             ck_assert_msg(!memcmp(got[0], got[t], 37 * 301 * sizeof(float)),
                           "matmul %s: %d threads differ from 1", tp_dtype_name(weight_dtypes[d]),
                           threads[t]);
+    }
+}
+END_TEST
+
+/* Row results do not depend on the thread count nor on the rows around them. */
+START_TEST(argmax_invariant)
+{
+    seed(18);
+    const int64_t L = 37, V = 4099;
+    const float *v = argmax_fill(L, V, 0, -10.0f, 10.0f, 0);
+    tp_tensor t = logits_view(v, L, V, 0);
+    int32_t ids[3][37];
+    float lp[3][37];
+    static const int threads[3] = {1, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        set_threads(threads[k]);
+        ck_assert_int_eq(be->ops->argmax(be, &t, ids[k], lp[k]), TP_OK);
+        ck_assert_msg(!memcmp(ids[0], ids[k], sizeof ids[0]) && !memcmp(lp[0], lp[k], sizeof lp[0]),
+                      "argmax: %d threads differ from 1", threads[k]);
+    }
+    for (int64_t r = 0; r < L; r++) {
+        tp_tensor one = tp_tensor_rows(&t, r, 1);
+        int32_t id;
+        float p;
+        ck_assert_int_eq(be->ops->argmax(be, &one, &id, &p), TP_OK);
+        ck_assert_msg(id == ids[0][r] && !memcmp(&p, &lp[0][r], sizeof p), "argmax: row %lld alone differs",
+                      (long long)r);
     }
 }
 END_TEST
@@ -1044,7 +1219,9 @@ int main(void)
         {"rope", {rope_shapes}},
         {"attention", {attention_cases, kv_store_padding_slot}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
-        {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant}},
+        {"argmax", {argmax_cases, argmax_limits, argmax_errors}},
+        {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant,
+                        argmax_invariant}},
         {"errors", {matmul_errors, other_errors, cache_errors}},
     };
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {

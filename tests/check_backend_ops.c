@@ -299,6 +299,7 @@ START_TEST(create_fields)
         ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
         ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
         ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
+        ck_assert(o->argmax);
     }
 #ifdef HAVE_CUDA
     tp_backend *b = NULL;
@@ -741,6 +742,81 @@ START_TEST(convert_cases)
 }
 END_TEST
 
+/* ---- greedy sampling ------------------------------------------------------------------------ */
+
+/* Rows of [L, V] f32 logits in [lo, hi), each with its maximum tied at two columns (the
+ * lower must win) and V / 50 entries of -inf; rows 0 and 3 place the tie across threads and
+ * warps of a 1024-thread block (columns 1000 and 1027; 5 and 1029). When special: row 1
+ * is all -inf and row 2 has +inf at two columns. CUDA against CPU: ids equal, logprobs
+ * within 1e-5; then again without logprob. */
+static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, int special)
+{
+    const int64_t width = V + pad, col0 = pad / 2;
+    float *v = host_alloc((size_t)(L * width) * sizeof(float) + 1);
+    for (int64_t i = 0; i < L * width; i++) v[i] = uniform(lo, hi);
+    for (int64_t r = 0; r < L; r++) {
+        float *x = v + r * width + col0;
+        for (int64_t k = 0; k < V / 50; k++) x[rand_int((int)V)] = -INFINITY;
+        if (V >= 2) {
+            int64_t a = rand_int((int)V), b = rand_int((int)V - 1);
+            if (b >= a) b++;
+            if (r == 0 && V > 1027) a = 1000, b = 1027;
+            if (r == 3 && V > 1029) a = 1029, b = 5;
+            x[a] = x[b] = hi + 1.0f + (float)(r % 7);
+        }
+        if (special && r == 1)
+            for (int64_t j = 0; j < V; j++) x[j] = -INFINITY;
+        if (special && r == 2 && V >= 2) x[V - 1] = x[V / 2] = INFINITY;
+    }
+    pt x = pt_from(TP_DTYPE_F32, ACT, L, V, pad, v);
+    const size_t bytes = (size_t)(L > 0 ? L : 1) * 4;
+    unsigned char *poison = host_alloc(bytes);
+    memset(poison, 0xff, bytes); /* ids -1, logprobs NaN */
+    int32_t *ic = dev_copy(cpu, poison, bytes), *ig = dev_copy(gb, poison, bytes), *ig2 = dev_copy(gb, poison, bytes);
+    float *lc = dev_copy(cpu, poison, bytes), *lg = dev_copy(gb, poison, bytes);
+    RUN_BOTH(cpu->ops->argmax(cpu, &x.c, ic, lc), gb->ops->argmax(gb, &x.g, ig, lg));
+    ck_assert_msg(gb->ops->argmax(gb, &x.g, ig2, NULL) == TP_OK, "cuda: %s", tp_error_message());
+    const int32_t *hic = dev_bytes(cpu, ic, bytes), *hig = dev_bytes(gb, ig, bytes), *hig2 = dev_bytes(gb, ig2, bytes);
+    const float *hlc = dev_bytes(cpu, lc, bytes), *hlg = dev_bytes(gb, lg, bytes);
+    int64_t bad_id = -1, bad_lp = -1;
+    double err = 0.0;
+    for (int64_t r = 0; r < L; r++) {
+        if ((hig[r] != hic[r] || hig2[r] != hic[r]) && bad_id < 0) bad_id = r;
+        const double d = fabs((double)hlg[r] - (double)hlc[r]);
+        if (!(d <= 1e-5) && bad_lp < 0) bad_lp = r; /* NaN fails */
+        if (d > err) err = d;
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "[%lld,%lld]%s in [%g,%g)%s, ties, -inf", (long long)L, (long long)V,
+             pad ? " view" : "", (double)lo, (double)hi, special ? ", inf rows" : "");
+    const int ok = bad_id < 0 && bad_lp < 0;
+    printf("  %-13s %-9s %-58s ids %s, logprob |err| %8.2e  bound 1e-05  %s\n", "argmax", tp_dtype_name(gb->act_dtype),
+           shape, bad_id < 0 ? "equal" : "DIFFER", err, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    if (bad_id >= 0)
+        ck_abort_msg("argmax [%s] row %lld: cuda column %d (%d without logprob), cpu %d", shape, (long long)bad_id,
+                     hig[bad_id], hig2[bad_id], hic[bad_id]);
+    if (bad_lp >= 0)
+        ck_abort_msg("argmax [%s] row %lld: cuda logprob %.9g, cpu %.9g", shape, (long long)bad_lp,
+                     (double)hlg[bad_lp], (double)hlc[bad_lp]);
+}
+
+START_TEST(argmax_cases)
+{
+    static const int64_t shapes[][3] = {{1, 1, 0},         {3, 1, 2},      {4, 7, 3},       {5, 1000, 0},
+                                        {7, 1025, 5},      {2, 152064, 0}, {3, 152064, 64}, {4, 262144, 1},
+                                        {3000, 33, 0},     {1000, 1031, 0}, {64, 32768, 3}};
+    FOR_EACH_GPU {
+        seed(12);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            argmax_case(shapes[s][0], shapes[s][1], shapes[s][2], -20.0f, 20.0f, 0);
+            argmax_case(shapes[s][0], shapes[s][1], shapes[s][2], 990.0f, 1000.0f, 1);
+        }
+        argmax_case(0, 5, 0, -1.0f, 1.0f, 0);
+    }
+}
+END_TEST
+
 /* ---- argument errors, and faults only the GPU sees ------------------------------------------ */
 
 START_TEST(bad_shapes)
@@ -791,6 +867,12 @@ START_TEST(bad_shapes)
         bnull.block_table = NULL;
         EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, &bnull, 4, 0.3f, &q.g), "NULL seq, pos or block_table");
         EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, NULL, 4, 0.3f, &q.g), "attention: batch is NULL");
+        EXPECT_INVALID(gb->ops->argmax(gb, &w64.g, (int32_t *)y.g.data, NULL), "argmax: logits is bfloat16");
+        EXPECT_INVALID(gb->ops->argmax(gb, &r.g, NULL, NULL), "argmax: ids is NULL");
+        bad = r.g;
+        bad.cols = 0;
+        EXPECT_INVALID(gb->ops->argmax(gb, &bad, (int32_t *)y.g.data, NULL), "argmax: logits has 3 rows but no columns");
+        EXPECT_INVALID(gb->ops->argmax(gb, NULL, (int32_t *)y.g.data, NULL), "argmax: logits is NULL");
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* nothing was enqueued by the refusals */
         printf("  %-13s %-9s %-58s ok\n", "bad shapes", tp_dtype_name(A), "TP_ERR_INVALID_ARG, the CPU backend's messages");
     }
@@ -855,7 +937,28 @@ START_TEST(device_faults)
         ck_assert_msg(strstr(tp_error_message(), "token 1 has position 1, outside [0, max_pos 1)"), "%s",
                       tp_error_message());
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
-        printf("  %-13s %-9s %-58s ok\n", "device faults", tp_dtype_name(A), "gather row, cache slot, block, position");
+
+        /* argmax: NaN in row 1 (its lowest at column 9); the other rows are still answered */
+        float lv[3 * 2000];
+        for (int i = 0; i < 3 * 2000; i++) lv[i] = uniform(-5.0f, 5.0f);
+        lv[2000 + 1500] = NAN;
+        lv[2000 + 9] = NAN;
+        lv[2000 + 1033] = NAN;
+        pt lg = pt_from(TP_DTYPE_F32, ACT, 3, 2000, 0, lv);
+        int32_t *aid = dev_alloc(gb, 3 * sizeof(int32_t)), *cid = dev_alloc(cpu, 3 * sizeof(int32_t));
+        float *alp = dev_alloc(gb, 3 * sizeof(float)), *clp = dev_alloc(cpu, 3 * sizeof(float));
+        EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp), "argmax: row 1 of logits has NaN at column 9");
+        ck_assert_int_eq(gb->ops->argmax(gb, &lg.g, aid, alp), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "argmax: row 1 of logits has NaN at column 9"), "%s", tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        const int32_t *hid = dev_bytes(gb, aid, 3 * sizeof(int32_t)), *hcid = dev_bytes(cpu, cid, 3 * sizeof(int32_t));
+        const float *hlp = dev_bytes(gb, alp, 3 * sizeof(float)), *hclp = dev_bytes(cpu, clp, 3 * sizeof(float));
+        ck_assert(hid[0] == hcid[0] && hid[2] == hcid[2] && hid[1] == 9 && hcid[1] == 9);
+        ck_assert(fabsf(hlp[0] - hclp[0]) <= 1e-5f && fabsf(hlp[2] - hclp[2]) <= 1e-5f && isnan(hlp[1]));
+        printf("  %-13s %-9s %-58s ok\n", "device faults", tp_dtype_name(A),
+               "gather row, cache slot, block, position, argmax NaN");
     }
 }
 END_TEST
@@ -941,6 +1044,7 @@ static Suite *make_suite(void)
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
+        {"argmax", {argmax_cases}},
         {"errors", {bad_shapes, device_faults}},
         {"nccl", {nccl_one_rank}},
     };

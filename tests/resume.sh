@@ -9,19 +9,25 @@ need_shared
 [ "$PYTHON3" != no ] || skip "python3 not found"
 export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
-"$PYTHON3" - "$TMP/in.jsonl" <<'PY'
+"$PYTHON3" - "$TMP/in.jsonl" "$TMP/long.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(7)
 with open(sys.argv[1], "w") as f:
     for i in range(24):
         f.write(json.dumps({"id": "req-%02d" % i, "prompt": "Once upon a time, child %d" % i,
-                            "max_tokens": rng.randint(20, 80), "ignore_eos": True}) + "\n")
+                            "max_tokens": rng.randint(80, 300), "ignore_eos": True}) + "\n")
+with open(sys.argv[2], "w") as f:  # long enough to be signalled in the middle
+    for i in range(24):
+        f.write(json.dumps({"id": "long-%02d" % i, "prompt": "Once upon a time, child %d" % i,
+                            "max_tokens": 400, "ignore_eos": True}) + "\n")
 PY
 run() { # run OUT GRID... : one mpirun of 4 ranks
     out=$1; shift
-    mpi 4 "$TPINFER" --model "$m" --backend cpu --input "$TMP/in.jsonl" --output "$out" --max-num-seqs 4 "$@"
+    mpi 4 "$TPINFER" --model "$m" --backend cpu --input "${INPUT:-$TMP/in.jsonl}" --output "$out" --max-num-seqs 2 "$@"
 }
+t_start=$(date +%s.%N)
 run "$TMP/ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the uninterrupted run"; }
+span=$(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 sort "$TMP/ref.jsonl" >"$TMP/ref.sorted"
 [ "$(wc -l <"$TMP/ref.sorted")" -eq 24 ] || fail "the uninterrupted run wrote $(wc -l <"$TMP/ref.sorted") lines"
 
@@ -32,7 +38,7 @@ check_complete() { # check_complete OUT WHAT
     cmp -s "$TMP/ref.sorted" "$TMP/got.sorted" || fail "$2: lines differ from the uninterrupted run"
 }
 
-ranks_of() { pgrep -f "^[^ ]*tpinfer --model $m --backend cpu --input $TMP/in.jsonl --output $1" || true; }
+ranks_of() { pgrep -f "^[^ ]*tpinfer --model $m --backend cpu --input ${INPUT:-$TMP/in.jsonl} --output $1" || true; }
 
 trials=${TPINFER_RESUME_TRIALS:-20}
 t=1
@@ -42,8 +48,8 @@ while [ $t -le "$trials" ]; do
     [ $((t % 2)) -eq 0 ] && grid="--tp 2"
     run "$out" $grid >/dev/null 2>"$TMP/run.err" &
     job=$!
-    # a random moment: 0.3 to 2.1 s after start (the run takes about 3 s)
-    delay=$(awk -v s=$t 'BEGIN { srand(s); printf "%.1f", 0.3 + 1.8 * rand() }')
+    # a random moment within the time an uninterrupted run takes (start-up included)
+    delay=$(awk -v s=$t -v span="$span" 'BEGIN { srand(s); printf "%.2f", 0.2 + (span - 0.2) * rand() }')
     sleep "$delay"
     pids=$(ranks_of "$out")
     if [ -n "$pids" ]; then
@@ -71,16 +77,20 @@ echo '{"id": "extra", "prompt": "x"}' >>"$TMP/in.jsonl"
 expect_fail 2 "--force" run "$TMP/done.jsonl" --tp 2 --pp 2 --resume
 cp "$TMP/in.orig" "$TMP/in.jsonl"
 
-# SIGUSR1 to mpirun (what a Slurm batch script forwards) and SIGTERM to the ranks
+# SIGUSR1 to mpirun (what a Slurm batch script forwards) and SIGTERM to the ranks, in the
+# middle of a longer batch
+INPUT="$TMP/long.jsonl"
+run "$TMP/long-ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the long uninterrupted run"; }
+sort "$TMP/long-ref.jsonl" >"$TMP/long-ref.sorted"
 for how in usr1-mpirun term-ranks; do
     out="$TMP/$how.jsonl"
     run "$out" --tp 2 --pp 2 >/dev/null 2>"$TMP/sig.err" &
     job=$!
     sleep 1.5
     if [ $how = usr1-mpirun ]; then
-        kill -USR1 $(pgrep -f "^[^ ]*mpirun --oversubscribe -np 4 .*--output $out") || fail "no mpirun to signal"
+        kill -USR1 $(pgrep -f "^[^ ]*mpirun --oversubscribe -np 4 .*--output $out") || fail "$how: no mpirun to signal (done already?)"
     else
-        kill -TERM $(ranks_of "$out") || fail "no ranks to signal"
+        kill -TERM $(ranks_of "$out") || fail "$how: no ranks to signal (done already?)"
     fi
     start=$(date +%s)
     rc=0
@@ -88,8 +98,9 @@ for how in usr1-mpirun term-ranks; do
     took=$(( $(date +%s) - start ))
     [ $rc -eq 3 ] || { cat "$TMP/sig.err"; fail "$how: exit status $rc, wanted 3"; }
     [ $took -le 10 ] || fail "$how: took ${took}s to exit"
+    kept=$( [ -f "$out" ] && wc -l <"$out" || echo 0)
     run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$how: --resume"; }
-    check_complete "$out" "$how"
-    echo "$how: exit 3 after ${took}s; resumed to 24"
+    sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$how: resumed output differs from the uninterrupted run"
+    echo "$how: exit 3 after ${took}s with $kept lines kept; resumed to 24"
 done
 exit 0

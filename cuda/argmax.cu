@@ -1,0 +1,135 @@
+/*
+ * argmax.cu: greedy sampling on the GPU, so that a decode step downloads L ids instead of
+ * L x V logits. One block per row of f32 logits, in one read of the row: each thread walks
+ * a strided part keeping its largest value with the lowest column and an online sum of
+ * exp(x - max) in f32 (rescaled when its max rises); a block reduction merges those
+ * (max, column, sum) triples, ties going to the lower column, and thread 0 writes the
+ * column and -log(sum), the winner's log-softmax. The reduction order depends on the row
+ * length alone, so a row gives the same bits whatever the batch around it.
+ *
+ * The limits match the CPU backend: a row all -inf gives column 0 and -log(V); +inf
+ * entries win (the first of them) with -log(their count). A NaN is recorded as a fault
+ * (the row, its lowest NaN column) that synchronize() reports; that row's outputs are the
+ * NaN's column and NaN.
+ */
+#include <math.h>
+
+#include "common.cuh"
+
+#define ARGMAX_THREADS 1024
+#define NO_COL INT32_MAX
+
+// ----------------------------------------------------------------------------
+// the running state of a part of a row, and how two parts merge
+
+struct argmax_state {
+    float m;     /* the largest value seen (-inf when none) */
+    float s;     /* sum of exp(x - m) over the values seen; x == m counts 1 (equal infinities too) */
+    int32_t col; /* the lowest column holding m; NO_COL when nothing was seen */
+    int32_t nan; /* the lowest column holding NaN; NO_COL when none */
+};
+
+/* exp(from - to) for from <= to, with equal values (infinities included) giving 1. */
+__device__ __forceinline__ float rescale(float from, float to)
+{
+    return from == to ? 1.0f : expf(from - to);
+}
+
+__device__ __forceinline__ void argmax_push(argmax_state &a, float x, int32_t j)
+{
+    if (isnan(x)) {
+        if (j < a.nan) a.nan = j;
+        return;
+    }
+    if (x > a.m) {
+        a.s = a.s * rescale(a.m, x) + 1.0f;
+        a.m = x;
+        a.col = j;
+    } else {
+        a.s += rescale(x, a.m);
+        if (x == a.m && j < a.col) a.col = j; /* only a leading -inf: columns rise */
+    }
+}
+
+__device__ __forceinline__ argmax_state argmax_merge(const argmax_state &a, const argmax_state &b)
+{
+    const bool b_wins = b.m > a.m || (b.m == a.m && b.col < a.col);
+    argmax_state r;
+    r.m = b_wins ? b.m : a.m;
+    r.col = b_wins ? b.col : a.col;
+    r.s = a.s * rescale(a.m, r.m) + b.s * rescale(b.m, r.m);
+    r.nan = a.nan < b.nan ? a.nan : b.nan;
+    return r;
+}
+
+__device__ __forceinline__ argmax_state warp_argmax(argmax_state v)
+{
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
+        argmax_state other;
+        other.m = __shfl_xor_sync(0xffffffffu, v.m, o);
+        other.s = __shfl_xor_sync(0xffffffffu, v.s, o);
+        other.col = __shfl_xor_sync(0xffffffffu, v.col, o);
+        other.nan = __shfl_xor_sync(0xffffffffu, v.nan, o);
+        v = argmax_merge(v, other);
+    }
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernel: block i reduces row i
+
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault)
+{
+    __shared__ argmax_state partial[ARGMAX_THREADS / WARP_SIZE];
+    const int64_t row = blockIdx.x, V = logits.cols, step = blockDim.x;
+    const float *__restrict__ x = row_of<const float>(logits, row);
+
+    argmax_state st = {-INFINITY, 0.0f, NO_COL, NO_COL};
+    int64_t j = threadIdx.x;
+    for (; j + 3 * step < V; j += 4 * step) { /* four loads in flight before the updates */
+        const float v0 = __ldg(x + j), v1 = __ldg(x + j + step), v2 = __ldg(x + j + 2 * step),
+                    v3 = __ldg(x + j + 3 * step);
+        argmax_push(st, v0, (int32_t)j);
+        argmax_push(st, v1, (int32_t)(j + step));
+        argmax_push(st, v2, (int32_t)(j + 2 * step));
+        argmax_push(st, v3, (int32_t)(j + 3 * step));
+    }
+    for (; j < V; j += step) argmax_push(st, __ldg(x + j), (int32_t)j);
+
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    st = warp_argmax(st);
+    if (lane == 0) partial[warp] = st;
+    __syncthreads();
+    if (warp != 0) return;
+    const argmax_state none = {-INFINITY, 0.0f, NO_COL, NO_COL};
+    st = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : none;
+    st = warp_argmax(st);
+    if (lane != 0) return;
+    if (st.nan != NO_COL) {
+        fault_record(fault, TP_CUDA_FAULT_ARGMAX_NAN, row, st.nan, V);
+        ids[row] = st.nan;
+        if (logprob) logprob[row] = __int_as_float(0x7fc00000);
+        return;
+    }
+    ids[row] = st.col;
+    if (logprob) logprob[row] = -logf(st.s);
+}
+
+// ----------------------------------------------------------------------------
+// launcher
+
+extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault,
+                                    cudaStream_t stream)
+{
+    if (logits.rows <= 0) return TP_OK;
+    if (logits.dtype != TP_DTYPE_F32 || logits.cols <= 0 || logits.cols > INT32_MAX || logits.rows > INT32_MAX)
+        return tp_error(TP_ERR_INTERNAL, "argmax: logits [%lld, %lld] of %s reached the CUDA kernel",
+                        (long long)logits.rows, (long long)logits.cols, tp_dtype_name(logits.dtype));
+    const int threads = logits.cols >= ARGMAX_THREADS
+                            ? ARGMAX_THREADS
+                            : (int)CEIL_DIV(logits.cols, (int64_t)WARP_SIZE) * WARP_SIZE;
+    argmax_kernel<<<(unsigned)logits.rows, threads, 0, stream>>>(logits, ids, logprob, fault);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
+}
