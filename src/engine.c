@@ -116,6 +116,7 @@ typedef struct engine {
     int stopping;           /* the replica agreed to stop early */
 
     int is_sampler;
+    int greedy_on_device;   /* this step's tokens are chosen by the backend's argmax */
     tp_sampler *sampler;
     float *logits_host, *row;
     int32_t max_rows;
@@ -661,6 +662,22 @@ static tp_status keep_prompt_rows(engine *e, const tp_sched_batch *b)
 
 static tp_status write_dump(engine *e, req *r);
 
+/* A step whose every sampling row is plain greedy (no logprobs, penalties, min_tokens,
+ * prompt rows or dumps) can choose its tokens on the device: only ids come back. */
+static int device_greedy(const engine *e, const tp_sched_batch *b)
+{
+    if (!e->is_sampler || e->n_extra || e->o->dump_logits || !tp_model_can_argmax(&e->model)) return 0;
+    for (int32_t i = 0; i < b->n_logits; i++) {
+        const req *r = &e->R[e->S_[b->seq_key[b->logit_seq[i]]].req];
+        const tp_sampling_params *p = &r->sp;
+        int greedy = p->temperature < 1e-5 || p->top_k == 1;
+        if (!greedy || r->in->p.has_logprobs || r->min_tokens || p->repetition_penalty != 1.0 ||
+            p->presence_penalty != 0.0 || p->frequency_penalty != 0.0)
+            return 0;
+    }
+    return 1;
+}
+
 /* Sampler rank: a request whose choices have all finished becomes its output line. */
 static tp_status complete_request(engine *e, req *r)
 {
@@ -703,7 +720,8 @@ static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out)
     return TP_OK;
 }
 
-/* Sampler rank: choose one sequence's next token and whether it ends there. */
+/* Sampler rank: choose one sequence's next token (lg; or, when lg is NULL, the token the
+ * device chose greedily) and whether it ends there. */
 static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *token, int *ends)
 {
     req *r = &e->R[q->req];
@@ -718,12 +736,17 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *t
         for (int32_t i = 0; i < r->in->p.n_stop_token_ids; i++) e->row[r->in->p.stop_token_ids[i]] = -INFINITY;
         lg = e->row;
     }
-    tp_sampling_params sp = r->sp;
-    sp.seed = q->choice ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)q->choice : r->sp.seed;
     tp_sample_result res = {0};
     res.top = e->top;
-    TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out, &res));
-    TP_CHECK(tp_choice_keep_logprobs(c, &res));
+    if (lg) {
+        tp_sampling_params sp = r->sp;
+        sp.seed = q->choice ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)q->choice : r->sp.seed;
+        TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out,
+                                   &res));
+        TP_CHECK(tp_choice_keep_logprobs(c, &res));
+    } else {
+        res.token = *token;
+    }
     double now = now_s();
     if (!c->t_first) c->t_first = now;
     c->t_last = now;
@@ -732,7 +755,7 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *t
     int stopped = 0;
     TP_CHECK(tp_choice_push(c, res.token, !end_token, r->in->p.stop, r->in->p.n_stop, r->include_stop,
                             n_out + 1 > r->min_tokens, &stopped));
-    if (e->o->dump_logits && q->choice == 0) {
+    if (lg && e->o->dump_logits && q->choice == 0) {
         if (!r->dump_gen) r->dump_gen = malloc((size_t)r->max_new * (size_t)V * sizeof(float));
         if (!r->dump_gen) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");
         if (r->n_dump_gen < r->max_new)
@@ -764,10 +787,12 @@ static tp_status sample_and_commit(engine *e, int p)
     int32_t n = b->n_logits;
     if (e->is_sampler) {
         TP_CHECK(keep_prompt_rows(e, b));
+        int on_device = e->greedy_on_device;
+        if (on_device) TP_CHECK(tp_model_argmax(&e->model, &e->buf, n, e->sync));
         for (int32_t i = 0; i < n; i++) {
             int ends = 0;
-            TP_CHECK(sample_one(e, &e->S_[b->seq_key[b->logit_seq[i]]], e->logits_host + (size_t)i * (size_t)V,
-                                &e->sync[i], &ends));
+            TP_CHECK(sample_one(e, &e->S_[b->seq_key[b->logit_seq[i]]],
+                                on_device ? NULL : e->logits_host + (size_t)i * (size_t)V, &e->sync[i], &ends));
             e->sync[n + i] = ends;
         }
         e->sync[2 * n] = stop_signal != 0;
@@ -800,8 +825,9 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
         in_x = &rx;
         in_delta = &rd;
     }
+    e->greedy_on_device = device_greedy(e, &e->B[p]);
     return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
-                            e->is_sampler ? e->logits_host : NULL);
+                            e->is_sampler && !e->greedy_on_device ? e->logits_host : NULL);
 }
 
 /* After every stage computed: stage s receives what s-1 produced (for its next tick),

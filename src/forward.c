@@ -160,3 +160,20 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     if (m->plan.has_lm_head) TP_CHECK(logits(m, buf, s, tp, &x, &delta, logits_host));
     return TP_OK;
 }
+
+int tp_model_can_argmax(const tp_model *m)
+{
+    return m->plan.tp == 1 && m->plan.has_lm_head && m->backend->ops->argmax != NULL;
+}
+
+tp_status tp_model_argmax(tp_model *m, tp_step_buffers *buf, int32_t n_logits, int32_t *ids_host)
+{
+    if (!tp_model_can_argmax(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs tp 1 and a backend with argmax");
+    tp_backend *b = m->backend;
+    tp_tensor lg = tp_tensor_rows(&buf->logits, 0, n_logits);
+    lg.cols = m->cfg.vocab_size; /* at tp 1 the padded width is the vocabulary */
+    TP_CHECK(b->ops->argmax(b, &lg, buf->argmax_ids, NULL));
+    TP_CHECK(b->ops->download(b, ids_host, buf->argmax_ids, (size_t)n_logits * sizeof(int32_t)));
+    return b->ops->synchronize(b);
+}

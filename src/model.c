@@ -294,6 +294,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->slot));
     TP_CHECK(model_alloc(m, (size_t)max_seqs * (size_t)max_blocks * i32, (void **)&s->block_table));
     TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->logit_rows));
+    TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->argmax_ids));
     tp_dtype act = m->backend->act_dtype;
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->x));
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->delta));

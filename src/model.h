@@ -83,6 +83,7 @@ void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv);
 typedef struct tp_step_buffers {
     int32_t max_tokens, max_logits, max_seqs, max_blocks;
     int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows; /* backend int32 arrays */
+    int32_t *argmax_ids;  /* [L] device-side greedy choices */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
     tp_tensor xn;         /* [T, d] normalized */
     tp_tensor qkv;        /* [T, (hq + 2 hk) hd] */
@@ -116,6 +117,12 @@ typedef struct tp_step {
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
                            float *logits_host);
+
+/* Greedy choice on the device for the n_logits rows of the last forward (which was run
+ * with logits_host NULL): only the ids come back. Needs tp == 1 (the whole vocabulary on
+ * this rank) and a backend with argmax; TP_ERR_UNAVAILABLE otherwise. */
+tp_status tp_model_argmax(tp_model *m, tp_step_buffers *buf, int32_t n_logits, int32_t *ids_host);
+int tp_model_can_argmax(const tp_model *m);
 
 #ifdef __cplusplus
 }
