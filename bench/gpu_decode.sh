@@ -43,7 +43,7 @@ PY
 )
 echo "copy bandwidth: $bw B/s"
 
-for shape in llama-3-8b:4096:32:32:8:14336:128256 llama-3.2-1b:2048:16:32:8:8192:128256; do
+for shape in ${BENCH_SHAPES:-llama-3-8b:4096:32:32:8:14336:128256 llama-3.2-1b:2048:16:32:8:8192:128256}; do
     IFS=: read -r name hidden layers heads kv inter vocab <<<"$shape"
     dir=$WORK/$name
     if [ ! -f "$dir/model.safetensors" ]; then

@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/run.sh [TP [PP]]: the CUDA backend's correctness on a GPU machine, in one call.
+# tests/gpu/run.sh [TP [PP [DP]]]: the CUDA backend's correctness on a GPU machine, in one call.
 # Builds tpinfer there (with the -dev packages that machine lacks, gathered here by
 # ../shared/tools/gpu-deps into .gpu-deps/), then:
 #   1. every backend operation against the CPU backend (tests/check_backend_ops);
@@ -13,7 +13,9 @@
 set -u
 TP=${1:-1}
 PP=${2:-1}
-NP=$((TP * PP))
+DP=${3:-1}
+NP=$((TP * PP * DP))
+G="tp$TP pp$PP dp$DP"
 OUTDIR=${OUT:-/tmp/tpinfer-gpu-out}
 mkdir -p "$OUTDIR"
 root=$(pwd)
@@ -38,6 +40,7 @@ mkdir -p build-gpu
 ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
 B=$root/build-gpu
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+[ "$NP" -gt 1 ] && nvidia-smi topo -m | tee "$OUTDIR/topo.txt"
 launch() { if [ "$NP" -gt 1 ]; then mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$NP" "$@"; else "$@"; fi; }
 
 # ---- 1. operations against the CPU backend
@@ -53,7 +56,7 @@ for dir in "$MODELS"/*/; do
     [ -f "$ref" ] || continue
     name=$(basename "$dir")
     if ! launch "$B/tpinfer" --model "$dir" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
-        record "$name tp$TP pp$PP" SKIP "shapes do not split"; continue
+        record "$name $G" SKIP "shapes do not split"; continue
     fi
     "$B/tests/compare_logits" --make-input "$ref" "$OUTDIR/$name.jsonl"
     for dt in float32 bfloat16; do
@@ -61,13 +64,13 @@ for dir in "$MODELS"/*/; do
         rm -rf "$d" "$d.jsonl"
         if ! launch "$B/tpinfer" --model "$dir" --backend cuda --dtype $dt --tp "$TP" --pp "$PP" \
             --input "$OUTDIR/$name.jsonl" --output "$d.jsonl" --dump-logits "$d" >"$d.log" 2>&1; then
-            record "$name $dt tp$TP pp$PP" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"; continue
+            record "$name $dt $G" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"; continue
         fi
         if [ $dt = float32 ]; then args="1e-2 1e-9"; else args="1 0.05"; fi
         if "$B/tests/compare_logits" "$ref" "$d" $args >"$d.cmp" 2>&1; then
-            record "$name $dt tp$TP pp$PP" PASS "$(awk -F'greedy steps max\\|d\\| ' '{split($2,a,","); if (a[1]>m) m=a[1]} END {print "step max|d| " m}' "$d.cmp")"
+            record "$name $dt $G" PASS "$(awk -F'greedy steps max\\|d\\| ' '{split($2,a,","); if (a[1]>m) m=a[1]} END {print "step max|d| " m}' "$d.cmp")"
         else
-            record "$name $dt tp$TP pp$PP" FAIL "$(grep -m1 FAIL "$d.cmp")"
+            record "$name $dt $G" FAIL "$(grep -m1 FAIL "$d.cmp")"
         fi
     done
 done
@@ -83,9 +86,9 @@ for dt in float32:128 bfloat16:64; do
         --max-tokens 128 --output "$OUTDIR/story-$t.jsonl" >/dev/null 2>&1
     if python3 -c 'import json,sys; w=json.loads(sys.argv[2]); g=json.loads(open(sys.argv[1]).readline())["token_ids"]; n=int(sys.argv[3]); assert g[:n]==w[:n], (g[:n], w[:n])' \
         "$OUTDIR/story-$t.jsonl" "$want" "$n" 2>"$OUTDIR/story-$t.err"; then
-        record "stories260K story $t tp$TP pp$PP" PASS "first $n tokens exact"
+        record "stories260K story $t $G" PASS "first $n tokens exact"
     else
-        record "stories260K story $t tp$TP pp$PP" FAIL "$(tail -1 "$OUTDIR/story-$t.err" | cut -c1-120)"
+        record "stories260K story $t $G" FAIL "$(tail -1 "$OUTDIR/story-$t.err" | cut -c1-120)"
     fi
 done
 
@@ -105,7 +108,7 @@ if [ "$NP" -eq 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 
 {
-    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1), grid tp=$TP pp=$PP, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
     echo
     echo "| check | result | detail |"
     echo "| --- | --- | --- |"
