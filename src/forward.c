@@ -7,6 +7,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The optional parts of a layer are tensors whose data is NULL. */
@@ -119,17 +120,31 @@ static tp_status logits(tp_model *m, tp_step_buffers *buf, const tp_step *s, tp_
         all = buf->gathered.data;
     }
     if (!logits_host) return TP_OK;
-    /* [tp][L][vocab_pad] -> [L][vocab]: rank r's columns start at r * vocab_pad */
+    /* [tp][L][vocab_pad] -> [L][vocab]: rank r's columns start at r * vocab_pad. One copy
+     * from the device (row-by-row copies cost a synchronisation each), then a re-layout */
     const int64_t V = m->cfg.vocab_size, P = d->vocab_pad;
-    for (int r = 0; r < m->plan.tp; r++) {
+    const int n_tp = m->plan.tp;
+    if (n_tp == 1 && P == V) {
+        TP_CHECK(b->ops->download(b, logits_host, all, (size_t)L * (size_t)V * sizeof(float)));
+        return b->ops->synchronize(b);
+    }
+    size_t n = (size_t)n_tp * (size_t)L * (size_t)P;
+    if (n > buf->host_cap) {
+        float *p = realloc(buf->host, n * sizeof *p);
+        if (!p) return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", L);
+        buf->host = p;
+        buf->host_cap = n;
+    }
+    TP_CHECK(b->ops->download(b, buf->host, all, n * sizeof(float)));
+    TP_CHECK(b->ops->synchronize(b));
+    for (int r = 0; r < n_tp; r++) {
         int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
         if (nc <= 0) break;
         for (int32_t i = 0; i < L; i++)
-            TP_CHECK(b->ops->download(b, logits_host + (size_t)i * (size_t)V + (size_t)c0,
-                                      all + ((size_t)r * (size_t)L + (size_t)i) * (size_t)P,
-                                      (size_t)nc * sizeof(float)));
+            memcpy(logits_host + (size_t)i * (size_t)V + (size_t)c0,
+                   buf->host + ((size_t)r * (size_t)L + (size_t)i) * (size_t)P, (size_t)nc * sizeof(float));
     }
-    return b->ops->synchronize(b);
+    return TP_OK;
 }
 
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,

@@ -311,6 +311,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
 
 void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
 {
-    (void)m; /* model-owned buffers */
+    (void)m; /* the backend buffers are the model's */
+    free(s->host);
     memset(s, 0, sizeof *s);
 }

@@ -93,6 +93,8 @@ typedef struct tp_step_buffers {
     tp_tensor rows;       /* [L, d] normalized rows that produce logits */
     tp_tensor logits;     /* [L, vocab_pad] this rank's logits (padded) */
     tp_tensor gathered;   /* [tp, L, vocab_pad] all TP ranks' logits */
+    float *host;          /* host copy of gathered, re-laid out into logits_host */
+    size_t host_cap;
 } tp_step_buffers;
 
 tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
