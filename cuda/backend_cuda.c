@@ -13,6 +13,7 @@
  * residual of add_rmsnorm is f32 as the contract says. Arithmetic is f32 throughout.
  */
 #include "backend_cuda.h"
+#include "backend_check.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -41,60 +42,17 @@ static cuda_ctx *ctx_of(tp_backend *b) { return (cuda_ctx *)b->ctx; }
 // ----------------------------------------------------------------------------
 // argument checks: everything the host can see, before anything is enqueued
 
-static int is_float(tp_dtype dt)
-{
-    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
-}
 
+/* The shared checks, and the kernels' own limit: row counts fit an int. */
 static tp_status check_tensor(const char *op, const char *name, const tp_tensor *t)
 {
-    if (!t) return tp_error(TP_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (!is_float(t->dtype))
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s, not float32, float16 or bfloat16", op,
-                        name, tp_dtype_name(t->dtype));
-    if (t->rows < 0 || t->cols < 0)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has a negative shape [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols);
-    if (t->stride < t->cols)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has stride %lld, less than its %lld columns", op,
-                        name, (long long)t->stride, (long long)t->cols);
-    if (t->stride > 0 && t->rows > INT64_MAX / 8 / t->stride)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is too large ([%lld, %lld], stride %lld)", op,
-                        name, (long long)t->rows, (long long)t->cols, (long long)t->stride);
-    if (!t->data && t->rows > 0 && t->cols > 0)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has no data but shape [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols);
+    TP_CHECK(tp_check_tensor(op, name, t));
     if (t->rows > INT32_MAX)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: %s has %lld rows; the CUDA kernels take at most %d",
                         op, name, (long long)t->rows, INT32_MAX);
     return TP_OK;
 }
 
-static tp_status check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows,
-                             int64_t cols)
-{
-    if (t->rows != rows || t->cols != cols)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], expected [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
-    return TP_OK;
-}
-
-static tp_status check_cache(const char *op, const tp_kv_layer *c)
-{
-    if (!c) return tp_error(TP_ERR_INVALID_ARG, "%s: cache is NULL", op);
-    if (!is_float(c->dtype))
-        return tp_error(TP_ERR_INVALID_ARG, "%s: cache is %s, not float32, float16 or bfloat16", op,
-                        tp_dtype_name(c->dtype));
-    if (c->n_blocks <= 0 || c->block_size <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
-        return tp_error(TP_ERR_INVALID_ARG,
-                        "%s: cache has %d blocks of %d slots, %d kv heads of dim %d; all must be > 0",
-                        op, c->n_blocks, c->block_size, c->n_kv_heads, c->head_dim);
-    if ((int64_t)c->n_blocks * c->block_size > INT32_MAX)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: cache has %lld slots, more than int32 slot numbers reach",
-                        op, (long long)c->n_blocks * c->block_size);
-    if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
-    return TP_OK;
-}
 
 // ----------------------------------------------------------------------------
 // faults recorded by kernels, reported at synchronize()
@@ -208,7 +166,7 @@ static tp_status cuda_embedding(tp_backend *b, const int32_t *ids, int32_t n, co
     TP_CHECK(check_tensor("embedding", "table", table));
     TP_CHECK(check_tensor("embedding", "out", out));
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "embedding: n is %d", n);
-    TP_CHECK(check_shape("embedding", "out", out, n, table->cols));
+    TP_CHECK(tp_check_shape("embedding", "out", out, n, table->cols));
     if (n > 0 && !ids) return tp_error(TP_ERR_INVALID_ARG, "embedding: ids is NULL");
     return tp_cuda_embedding(ids, n, *table, vocab_begin, *out, ctx_of(b)->stream);
 }
@@ -227,10 +185,10 @@ static tp_status cuda_add_rmsnorm(tp_backend *b, tp_tensor *residual, const tp_t
     memset(&none, 0, sizeof none);
     if (delta) {
         TP_CHECK(check_tensor("add_rmsnorm", "delta", delta));
-        TP_CHECK(check_shape("add_rmsnorm", "delta", delta, n, d));
+        TP_CHECK(tp_check_shape("add_rmsnorm", "delta", delta, n, d));
     }
-    TP_CHECK(check_shape("add_rmsnorm", "weight", weight, 1, d));
-    TP_CHECK(check_shape("add_rmsnorm", "out", out, n, d));
+    TP_CHECK(tp_check_shape("add_rmsnorm", "weight", weight, 1, d));
+    TP_CHECK(tp_check_shape("add_rmsnorm", "out", out, n, d));
     return tp_cuda_add_rmsnorm(*residual, delta ? *delta : none, *weight, eps, *out, ctx_of(b)->stream);
 }
 
@@ -242,7 +200,7 @@ static tp_status cuda_head_rmsnorm(tp_backend *b, tp_tensor *x, int32_t head_dim
     if (head_dim <= 0 || x->cols % head_dim != 0)
         return tp_error(TP_ERR_INVALID_ARG, "head_rmsnorm: x has %lld columns, not a multiple of "
                         "head_dim %d", (long long)x->cols, head_dim);
-    TP_CHECK(check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
+    TP_CHECK(tp_check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
     return tp_cuda_head_rmsnorm(*x, head_dim, *weight, eps, ctx_of(b)->stream);
 }
 
@@ -255,10 +213,10 @@ static tp_status cuda_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor 
     if (x->cols != w->cols)
         return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
                         (long long)x->cols, (long long)w->cols);
-    TP_CHECK(check_shape("matmul", "y", y, x->rows, w->rows));
+    TP_CHECK(tp_check_shape("matmul", "y", y, x->rows, w->rows));
     if (bias) {
         TP_CHECK(check_tensor("matmul", "bias", bias));
-        TP_CHECK(check_shape("matmul", "bias", bias, 1, w->rows));
+        TP_CHECK(tp_check_shape("matmul", "bias", bias, 1, w->rows));
     }
     return tp_cuda_matmul(ctx_of(b)->gemm, x, w, bias, y, ctx_of(b)->stream);
 }
@@ -278,14 +236,14 @@ static tp_status cuda_rope(tp_backend *b, tp_tensor *x, int32_t head_dim, const 
 static tp_status cuda_kv_store(tp_backend *b, const tp_tensor *k, const tp_tensor *v, tp_kv_layer *cache,
                                const tp_attn_batch *batch)
 {
-    TP_CHECK(check_cache("kv_store", cache));
+    TP_CHECK(tp_check_cache("kv_store", cache));
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch is NULL");
     TP_CHECK(check_tensor("kv_store", "k", k));
     TP_CHECK(check_tensor("kv_store", "v", v));
     const int64_t n = batch->n_tokens, width = (int64_t)cache->n_kv_heads * cache->head_dim;
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch has %lld tokens", (long long)n);
-    TP_CHECK(check_shape("kv_store", "k", k, n, width));
-    TP_CHECK(check_shape("kv_store", "v", v, n, width));
+    TP_CHECK(tp_check_shape("kv_store", "k", k, n, width));
+    TP_CHECK(tp_check_shape("kv_store", "v", v, n, width));
     if (n == 0) return TP_OK;
     if (!batch->slot) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch->slot is NULL");
     cuda_ctx *ctx = ctx_of(b);
@@ -295,7 +253,7 @@ static tp_status cuda_kv_store(tp_backend *b, const tp_tensor *k, const tp_tenso
 static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
                                 const tp_attn_batch *batch, int32_t q_heads, float scale, tp_tensor *out)
 {
-    TP_CHECK(check_cache("attention", cache));
+    TP_CHECK(tp_check_cache("attention", cache));
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "attention: batch is NULL");
     TP_CHECK(check_tensor("attention", "q", q));
     TP_CHECK(check_tensor("attention", "out", out));
@@ -304,8 +262,8 @@ static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_l
         return tp_error(TP_ERR_INVALID_ARG, "attention: %d q heads is not a positive multiple of the "
                         "cache's %lld kv heads", q_heads, (long long)kvh);
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has %lld tokens", (long long)n);
-    TP_CHECK(check_shape("attention", "q", q, n, q_heads * hd));
-    TP_CHECK(check_shape("attention", "out", out, n, q_heads * hd));
+    TP_CHECK(tp_check_shape("attention", "q", q, n, q_heads * hd));
+    TP_CHECK(tp_check_shape("attention", "out", out, n, q_heads * hd));
     if (n == 0) return TP_OK;
     if (!batch->seq || !batch->pos || !batch->block_table)
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has a NULL seq, pos or block_table");
@@ -321,8 +279,8 @@ static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tens
     TP_CHECK(check_tensor("swiglu", "gate", gate));
     TP_CHECK(check_tensor("swiglu", "up", up));
     TP_CHECK(check_tensor("swiglu", "out", out));
-    TP_CHECK(check_shape("swiglu", "up", up, gate->rows, gate->cols));
-    TP_CHECK(check_shape("swiglu", "out", out, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape("swiglu", "up", up, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape("swiglu", "out", out, gate->rows, gate->cols));
     return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
 }
 
@@ -332,7 +290,7 @@ static tp_status cuda_gather_rows(tp_backend *b, const tp_tensor *x, const int32
     TP_CHECK(check_tensor("gather_rows", "x", x));
     TP_CHECK(check_tensor("gather_rows", "out", out));
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: n is %d", n);
-    TP_CHECK(check_shape("gather_rows", "out", out, n, x->cols));
+    TP_CHECK(tp_check_shape("gather_rows", "out", out, n, x->cols));
     if (n > 0 && !rows) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows is NULL");
     cuda_ctx *ctx = ctx_of(b);
     return tp_cuda_gather_rows(*x, rows, n, *out, ctx->fault_dev, ctx->stream);
@@ -342,7 +300,7 @@ static tp_status cuda_convert(tp_backend *b, const tp_tensor *src, tp_tensor *ds
 {
     TP_CHECK(check_tensor("convert", "src", src));
     TP_CHECK(check_tensor("convert", "dst", dst));
-    TP_CHECK(check_shape("convert", "dst", dst, src->rows, src->cols));
+    TP_CHECK(tp_check_shape("convert", "dst", dst, src->rows, src->cols));
     return tp_cuda_convert(*src, *dst, ctx_of(b)->stream);
 }
 
@@ -409,7 +367,7 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
 {
     if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_backend_cuda_create: out is NULL");
     *out = NULL;
-    if (!is_float(act_dtype))
+    if (!tp_dtype_is_float(act_dtype))
         return tp_error(TP_ERR_INVALID_ARG, "the CUDA backend's activations are float32, float16 or "
                         "bfloat16, not %s", tp_dtype_name(act_dtype));
     int count = 0;

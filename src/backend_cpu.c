@@ -11,6 +11,7 @@
  * One caller at a time: operations share one scratch buffer, as a stream is in order.
  */
 #include "backend.h"
+#include "backend_check.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -66,57 +67,16 @@ static float *scratch_get(cpu_ctx *ctx, size_t n)
 
 enum { ACT, WEIGHT }; /* what a tensor may hold: f32 activations, or any float type */
 
-static int is_float(tp_dtype dt)
-{
-    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
-}
 
+/* The shared checks, and the CPU's own rule: activations are float32. */
 static tp_status check_tensor(const char *op, const char *name, const tp_tensor *t, int kind)
 {
-    if (!t) return tp_error(TP_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (kind == ACT && t->dtype != TP_DTYPE_F32)
+    if (t && kind == ACT && t->dtype != TP_DTYPE_F32)
         return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s; the cpu backend's activations are float32",
                         op, name, tp_dtype_name(t->dtype));
-    if (!is_float(t->dtype))
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s, not float32, float16 or bfloat16", op,
-                        name, tp_dtype_name(t->dtype));
-    if (t->rows < 0 || t->cols < 0)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has a negative shape [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols);
-    if (t->stride < t->cols)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has stride %lld, less than its %lld columns", op,
-                        name, (long long)t->stride, (long long)t->cols);
-    if (t->stride > 0 && t->rows > INT64_MAX / 8 / t->stride)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is too large ([%lld, %lld], stride %lld)", op,
-                        name, (long long)t->rows, (long long)t->cols, (long long)t->stride);
-    if (!t->data && t->rows > 0 && t->cols > 0)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has no data but shape [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols);
-    return TP_OK;
+    return tp_check_tensor(op, name, t);
 }
 
-static tp_status check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows,
-                             int64_t cols)
-{
-    if (t->rows != rows || t->cols != cols)
-        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], expected [%lld, %lld]", op, name,
-                        (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
-    return TP_OK;
-}
-
-static tp_status check_cache(const char *op, const tp_kv_layer *c)
-{
-    if (!c) return tp_error(TP_ERR_INVALID_ARG, "%s: cache is NULL", op);
-    if (!is_float(c->dtype))
-        return tp_error(TP_ERR_INVALID_ARG, "%s: cache is %s, not float32, float16 or bfloat16", op,
-                        tp_dtype_name(c->dtype));
-    if (c->n_blocks <= 0 || c->block_size <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
-        return tp_error(TP_ERR_INVALID_ARG,
-                        "%s: cache has %d blocks of %d slots, %d kv heads of dim %d; all must be > 0",
-                        op, c->n_blocks, c->block_size, c->n_kv_heads, c->head_dim);
-    if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
-    return TP_OK;
-}
 
 /* Row r of t, and of an f32 t. */
 static inline void *row_ptr(const tp_tensor *t, int64_t r)
@@ -407,10 +367,10 @@ static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *
     if (x->cols != w->cols)
         return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
                         (long long)x->cols, (long long)w->cols);
-    TP_CHECK(check_shape("matmul", "y", y, x->rows, w->rows));
+    TP_CHECK(tp_check_shape("matmul", "y", y, x->rows, w->rows));
     if (bias) {
         TP_CHECK(check_tensor("matmul", "bias", bias, WEIGHT));
-        TP_CHECK(check_shape("matmul", "bias", bias, 1, w->rows));
+        TP_CHECK(tp_check_shape("matmul", "bias", bias, 1, w->rows));
     }
     const int64_t n = x->rows, k = x->cols, m = w->rows;
     if (n == 0 || m == 0) return TP_OK;
@@ -485,10 +445,10 @@ static tp_status cpu_add_rmsnorm(tp_backend *b, tp_tensor *residual, const tp_te
     const int64_t n = residual->rows, d = residual->cols;
     if (delta) {
         TP_CHECK(check_tensor("add_rmsnorm", "delta", delta, ACT));
-        TP_CHECK(check_shape("add_rmsnorm", "delta", delta, n, d));
+        TP_CHECK(tp_check_shape("add_rmsnorm", "delta", delta, n, d));
     }
-    TP_CHECK(check_shape("add_rmsnorm", "weight", weight, 1, d));
-    TP_CHECK(check_shape("add_rmsnorm", "out", out, n, d));
+    TP_CHECK(tp_check_shape("add_rmsnorm", "weight", weight, 1, d));
+    TP_CHECK(tp_check_shape("add_rmsnorm", "out", out, n, d));
     if (n == 0) return TP_OK;
     float *buf = weight->dtype == TP_DTYPE_F32 ? NULL : scratch_get(b->ctx, (size_t)d);
     if (weight->dtype != TP_DTYPE_F32 && !buf)
@@ -515,7 +475,7 @@ static tp_status cpu_head_rmsnorm(tp_backend *b, tp_tensor *x, int32_t head_dim,
     if (head_dim <= 0 || x->cols % head_dim != 0)
         return tp_error(TP_ERR_INVALID_ARG, "head_rmsnorm: x has %lld columns, not a multiple of "
                         "head_dim %d", (long long)x->cols, head_dim);
-    TP_CHECK(check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
+    TP_CHECK(tp_check_shape("head_rmsnorm", "weight", weight, 1, head_dim));
     const int64_t n = x->rows, heads = x->cols / head_dim;
     if (n == 0 || heads == 0) return TP_OK;
     float *buf = weight->dtype == TP_DTYPE_F32 ? NULL : scratch_get(b->ctx, (size_t)head_dim);
@@ -578,14 +538,14 @@ static inline size_t cache_off(const tp_kv_layer *c, int64_t slot, int64_t head)
 static tp_status cpu_kv_store(tp_backend *b, const tp_tensor *k, const tp_tensor *v,
                               tp_kv_layer *cache, const tp_attn_batch *batch)
 {
-    TP_CHECK(check_cache("kv_store", cache));
+    TP_CHECK(tp_check_cache("kv_store", cache));
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch is NULL");
     TP_CHECK(check_tensor("kv_store", "k", k, ACT));
     TP_CHECK(check_tensor("kv_store", "v", v, ACT));
     const int64_t n = batch->n_tokens, width = (int64_t)cache->n_kv_heads * cache->head_dim;
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch has %lld tokens", (long long)n);
-    TP_CHECK(check_shape("kv_store", "k", k, n, width));
-    TP_CHECK(check_shape("kv_store", "v", v, n, width));
+    TP_CHECK(tp_check_shape("kv_store", "k", k, n, width));
+    TP_CHECK(tp_check_shape("kv_store", "v", v, n, width));
     if (n == 0) return TP_OK;
     if (!batch->slot) return tp_error(TP_ERR_INVALID_ARG, "kv_store: batch->slot is NULL");
     const int64_t slots = (int64_t)cache->n_blocks * cache->block_size;
@@ -666,7 +626,7 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
                                const tp_attn_batch *batch, int32_t q_heads, float scale,
                                tp_tensor *out)
 {
-    TP_CHECK(check_cache("attention", cache));
+    TP_CHECK(tp_check_cache("attention", cache));
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "attention: batch is NULL");
     TP_CHECK(check_tensor("attention", "q", q, ACT));
     TP_CHECK(check_tensor("attention", "out", out, ACT));
@@ -675,8 +635,8 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
         return tp_error(TP_ERR_INVALID_ARG, "attention: %d q heads is not a positive multiple of the "
                         "cache's %lld kv heads", q_heads, (long long)kvh);
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has %lld tokens", (long long)n);
-    TP_CHECK(check_shape("attention", "q", q, n, q_heads * hd));
-    TP_CHECK(check_shape("attention", "out", out, n, q_heads * hd));
+    TP_CHECK(tp_check_shape("attention", "q", q, n, q_heads * hd));
+    TP_CHECK(tp_check_shape("attention", "out", out, n, q_heads * hd));
     TP_CHECK(check_attn_batch(cache, batch));
     if (n == 0) return TP_OK;
 
@@ -726,8 +686,8 @@ static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
     TP_CHECK(check_tensor("swiglu", "gate", gate, ACT));
     TP_CHECK(check_tensor("swiglu", "up", up, ACT));
     TP_CHECK(check_tensor("swiglu", "out", out, ACT));
-    TP_CHECK(check_shape("swiglu", "up", up, gate->rows, gate->cols));
-    TP_CHECK(check_shape("swiglu", "out", out, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape("swiglu", "up", up, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape("swiglu", "out", out, gate->rows, gate->cols));
     const int64_t n = gate->rows, m = gate->cols;
 
 #pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
@@ -746,7 +706,7 @@ static tp_status cpu_gather_rows(tp_backend *b, const tp_tensor *x, const int32_
     TP_CHECK(check_tensor("gather_rows", "x", x, WEIGHT));
     TP_CHECK(check_tensor("gather_rows", "out", out, WEIGHT));
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: n is %d", n);
-    TP_CHECK(check_shape("gather_rows", "out", out, n, x->cols));
+    TP_CHECK(tp_check_shape("gather_rows", "out", out, n, x->cols));
     if (n > 0 && !rows) return tp_error(TP_ERR_INVALID_ARG, "gather_rows: rows is NULL");
     for (int32_t i = 0; i < n; i++)
         if (rows[i] < 0 || rows[i] >= x->rows)
@@ -764,7 +724,7 @@ static tp_status cpu_embedding(tp_backend *b, const int32_t *ids, int32_t n, con
     TP_CHECK(check_tensor("embedding", "table", table, WEIGHT));
     TP_CHECK(check_tensor("embedding", "out", out, ACT));
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "embedding: n is %d", n);
-    TP_CHECK(check_shape("embedding", "out", out, n, table->cols));
+    TP_CHECK(tp_check_shape("embedding", "out", out, n, table->cols));
     if (n > 0 && !ids) return tp_error(TP_ERR_INVALID_ARG, "embedding: ids is NULL");
     const int64_t d = table->cols;
 
@@ -781,7 +741,7 @@ static tp_status cpu_convert(tp_backend *b, const tp_tensor *src, tp_tensor *dst
 {
     TP_CHECK(check_tensor("convert", "src", src, WEIGHT));
     TP_CHECK(check_tensor("convert", "dst", dst, WEIGHT));
-    TP_CHECK(check_shape("convert", "dst", dst, src->rows, src->cols));
+    TP_CHECK(tp_check_shape("convert", "dst", dst, src->rows, src->cols));
     const int64_t n = src->rows;
 
 #pragma omp parallel for schedule(static) if ((double)n * src->cols > PAR_WORK)

@@ -1,0 +1,55 @@
+/*
+ * backend_check.c: shared argument checks of the backend operations.
+ */
+#include "backend_check.h"
+
+int tp_dtype_is_float(tp_dtype dt)
+{
+    return dt == TP_DTYPE_F32 || dt == TP_DTYPE_F16 || dt == TP_DTYPE_BF16;
+}
+
+tp_status tp_check_tensor(const char *op, const char *name, const tp_tensor *t)
+{
+    if (!t) return tp_error(TP_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (!tp_dtype_is_float(t->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is %s, not float32, float16 or bfloat16", op,
+                        name, tp_dtype_name(t->dtype));
+    if (t->rows < 0 || t->cols < 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has a negative shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    if (t->stride < t->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has stride %lld, less than its %lld columns", op,
+                        name, (long long)t->stride, (long long)t->cols);
+    if (t->stride > 0 && t->rows > INT64_MAX / 8 / t->stride)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is too large ([%lld, %lld], stride %lld)", op,
+                        name, (long long)t->rows, (long long)t->cols, (long long)t->stride);
+    if (!t->data && t->rows > 0 && t->cols > 0)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s has no data but shape [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols);
+    return TP_OK;
+}
+
+tp_status tp_check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows, int64_t cols)
+{
+    if (t->rows != rows || t->cols != cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], expected [%lld, %lld]", op, name,
+                        (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    return TP_OK;
+}
+
+tp_status tp_check_cache(const char *op, const tp_kv_layer *c)
+{
+    if (!c) return tp_error(TP_ERR_INVALID_ARG, "%s: cache is NULL", op);
+    if (!tp_dtype_is_float(c->dtype))
+        return tp_error(TP_ERR_INVALID_ARG, "%s: cache is %s, not float32, float16 or bfloat16", op,
+                        tp_dtype_name(c->dtype));
+    if (c->n_blocks <= 0 || c->block_size <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0)
+        return tp_error(TP_ERR_INVALID_ARG,
+                        "%s: cache has %d blocks of %d slots, %d kv heads of dim %d; all must be > 0",
+                        op, c->n_blocks, c->block_size, c->n_kv_heads, c->head_dim);
+    if ((int64_t)c->n_blocks * c->block_size > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: cache has %lld slots, more than int32 slot numbers reach",
+                        op, (long long)c->n_blocks * c->block_size);
+    if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
+    return TP_OK;
+}

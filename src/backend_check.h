@@ -1,0 +1,26 @@
+/*
+ * backend_check.h: the argument checks every backend makes before an operation, shared so
+ * that the CPU and CUDA backends refuse the same calls with the same messages.
+ */
+#ifndef TP_BACKEND_CHECK_H
+#define TP_BACKEND_CHECK_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int tp_dtype_is_float(tp_dtype dt); /* F32, F16 or BF16 */
+
+/* A float tensor with a sane shape, stride and data pointer; op and name go in messages. */
+tp_status tp_check_tensor(const char *op, const char *name, const tp_tensor *t);
+/* t is [rows, cols]. */
+tp_status tp_check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows, int64_t cols);
+/* A usable KV cache layer. */
+tp_status tp_check_cache(const char *op, const tp_kv_layer *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
