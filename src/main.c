@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check_mode.h"
 #include "comm_mpi.h"
 #include "device.h"
 #include "dry_run.h"
@@ -73,6 +74,18 @@ static int run(const tp_options *o, int rank, int world_size)
     int interrupted = 0;
     if (o->mode == TP_MODE_DRY_RUN) {
         st = tp_dry_run(o, &world, &dev, stdout, &n_failed);
+    } else if (o->mode == TP_MODE_CHECK) {
+        int must_abort = 0;
+        int64_t wrong = 0;
+        st = tp_check(o, &world, &dev, stdout, &n_failed, &must_abort, &wrong);
+        if (st != TP_OK && must_abort) abort_job(st, rank);
+        if (st == TP_OK && wrong > 0) {
+            if (rank == 0)
+                tp_log(TP_LOG_ERROR, "--check: %lld wrong element(s) in the all-reduce results",
+                       (long long)wrong);
+            tp_mpi_world_free(&world);
+            return EXIT_FAIL;
+        }
     } else {
         int must_abort = 0;
         st = tp_generate(o, &world, &dev, &n_failed, &must_abort, &request_errors, &interrupted);

@@ -48,6 +48,8 @@ enum {
     OPT_CHAT_TEMPLATE,
     OPT_TOKENIZE,
     OPT_DETOKENIZE,
+    OPT_CHECK,
+    OPT_CHECK_MAX_BYTES,
 };
 
 typedef struct option_doc {
@@ -120,6 +122,10 @@ static const option_doc docs[] = {
      "turn --input JSONL {\"text\"} or {\"messages\"} lines into {\"ids\"} lines; needs no weights", NULL},
     {{"detokenize", no_argument, 0, OPT_DETOKENIZE}, NULL, NULL,
      "turn --input JSONL {\"ids\"} lines into {\"text\"} lines", NULL},
+    {{"check", no_argument, 0, OPT_CHECK}, NULL, NULL,
+     "check the ranks' GPUs, P2P links and each TP group's all-reduce speed; needs no model", NULL},
+    {{"check-max-bytes", required_argument, 0, OPT_CHECK_MAX_BYTES}, NULL, "BYTES",
+     "largest all-reduce of the --check sweep (from 4KiB, doubling)", "256MiB"},
     {{"help", no_argument, 0, OPT_HELP}, NULL, NULL, "print this help and exit", NULL},
     {{"version", no_argument, 0, OPT_VERSION}, NULL, NULL, "print the version and exit", NULL},
 };
@@ -144,6 +150,7 @@ void tp_options_defaults(tp_options *o)
     o->input_format = "auto";
     o->max_line_bytes = INT64_C(64) << 20;
     o->progress_interval = 5;
+    o->check_max_bytes = INT64_C(256) << 20;
 }
 
 int tp_parse_bytes(const char *s, int64_t *out)
@@ -285,6 +292,14 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
     case OPT_CHAT_TEMPLATE: o->chat_template = v; break;
     case OPT_TOKENIZE: o->mode = TP_MODE_TOKENIZE; break;
     case OPT_DETOKENIZE: o->mode = TP_MODE_DETOKENIZE; break;
+    case OPT_CHECK: o->mode = TP_MODE_CHECK; break;
+    case OPT_CHECK_MAX_BYTES:
+        if (!tp_parse_bytes(v, &o->check_max_bytes) || o->check_max_bytes < 4096 ||
+            o->check_max_bytes > (INT64_C(8) << 30))
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "--%s: '%s' is not allowed; give bytes from 4KiB to 8GiB, such as 64MiB",
+                            flag, v);
+        break;
     case OPT_HELP: o->mode = TP_MODE_HELP; break;
     case OPT_VERSION: o->mode = TP_MODE_VERSION; break;
     default: return tp_error(TP_ERR_INTERNAL, "option %d has no handler", val);
@@ -333,6 +348,7 @@ tp_status tp_options_parse(int argc, char *const argv[], tp_options *o)
                         "unexpected argument '%s'; options take the form --name VALUE", argv[optind]);
     if (help) { o->mode = TP_MODE_HELP; return TP_OK; }
     if (version) { o->mode = TP_MODE_VERSION; return TP_OK; }
+    if (o->mode == TP_MODE_CHECK) return TP_OK; /* no model, no input: the ranks and links */
     if (!o->model)
         return tp_error(TP_ERR_INVALID_ARG, "--model is required: give a Hugging Face model directory");
     if (o->mode == TP_MODE_GENERATE && !o->input)
@@ -354,6 +370,7 @@ void tp_options_print_help(FILE *out)
     fprintf(out,
             "Usage: mpirun -np N tpinfer --model DIR [--tp T] [--pp P] --input FILE [--output FILE]\n"
             "       tpinfer --model DIR --dry-run [--tp T] [--pp P]\n"
+            "       mpirun -np N tpinfer --check [--tp T] [--pp P] [--backend B]\n"
             "Offline batch inference for Hugging Face Llama-family models over MPI ranks\n"
             "(one per GPU). The world size is dp x pp x tp; dp = ranks / (tp * pp).\n\n"
             "Options:\n");

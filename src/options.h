@@ -19,6 +19,7 @@ typedef enum tp_mode {
     TP_MODE_DRY_RUN,  /* --dry-run: plan and check shapes; read no weight data */
     TP_MODE_TOKENIZE, /* --tokenize: JSONL texts or messages to ids; no weights */
     TP_MODE_DETOKENIZE,
+    TP_MODE_CHECK,    /* --check: devices, P2P links, all-reduce sweep; no model */
     TP_MODE_HELP,
     TP_MODE_VERSION
 } tp_mode;
@@ -52,6 +53,7 @@ typedef struct tp_options {
     const char *status_file;
     double progress_interval;
     const char *chat_template; /* --chat-template FILE */
+    int64_t check_max_bytes;   /* --check-max-bytes: largest all-reduce of --check */
 } tp_options;
 
 /* "1GiB", "512MiB", "2G", "1000000" -> bytes; 0 on junk or overflow. */
