@@ -1,7 +1,8 @@
 #!/bin/sh
 # Never lose work: 20 runs (mpirun -np 4, tp 2 x pp 2 and dp 2 x tp 2) each lose a random
 # rank to kill -9 at a random moment, then --resume finishes them: each of the 24 input ids ends up
-# in the output exactly once, with lines identical to an uninterrupted run (greedy).
+# in the output exactly once, with lines identical to an uninterrupted run (half of them
+# greedy, half sampled with their own seeds).
 # SIGUSR1 to mpirun (Slurm's warning) and SIGTERM to the ranks exit 3 within 10 s, and
 # --resume completes those runs too; resuming a finished run is a no-op that exits 0.
 . "$top_srcdir/tests/lib.sh"
@@ -14,8 +15,11 @@ import json, random, sys
 rng = random.Random(7)
 with open(sys.argv[1], "w") as f:
     for i in range(24):
-        f.write(json.dumps({"id": "req-%02d" % i, "prompt": "Once upon a time, child %d" % i,
-                            "max_tokens": rng.randint(80, 300), "ignore_eos": True}) + "\n")
+        r = {"id": "req-%02d" % i, "prompt": "Once upon a time, child %d" % i,
+             "max_tokens": rng.randint(80, 300), "ignore_eos": True}
+        if i % 2:  # sampled: the stream depends on (seed, id, step) only, so a resume redraws the same
+            r.update(temperature=0.9, top_p=0.95, seed=1000 + i)
+        f.write(json.dumps(r) + "\n")
 with open(sys.argv[2], "w") as f:  # long enough to be signalled in the middle
     for i in range(24):
         f.write(json.dumps({"id": "long-%02d" % i, "prompt": "Once upon a time, child %d" % i,
@@ -25,9 +29,7 @@ run() { # run OUT GRID... : one mpirun of 4 ranks
     out=$1; shift
     mpi 4 "$TPINFER" --model "$m" --backend cpu --input "${INPUT:-$TMP/in.jsonl}" --output "$out" --max-num-seqs 2 "$@"
 }
-t_start=$(date +%s.%N)
 run "$TMP/ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the uninterrupted run"; }
-span=$(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 sort "$TMP/ref.jsonl" >"$TMP/ref.sorted"
 [ "$(wc -l <"$TMP/ref.sorted")" -eq 24 ] || fail "the uninterrupted run wrote $(wc -l <"$TMP/ref.sorted") lines"
 
@@ -48,9 +50,17 @@ while [ $t -le "$trials" ]; do
     [ $((t % 2)) -eq 0 ] && grid="--tp 2"
     run "$out" $grid >/dev/null 2>"$TMP/run.err" &
     job=$!
-    # a random moment within the time an uninterrupted run takes (start-up included)
-    delay=$(awk -v s=$t -v span="$span" 'BEGIN { srand(s); printf "%.2f", 0.2 + (span - 0.2) * rand() }')
-    sleep "$delay"
+    # a random moment: once the output holds a random number of lines (0 to 23), so the
+    # kill lands inside the run however fast the machine is
+    want=$(awk -v s=$t 'BEGIN { srand(s); print int(24 * rand()) }')
+    n=0
+    while [ "$n" -lt 400 ]; do
+        lines=$( [ -f "$out" ] && wc -l <"$out" || echo 0)
+        [ "$lines" -ge "$want" ] && [ -n "$(ranks_of "$out")" ] && break
+        sleep 0.05
+        n=$((n + 1))
+    done
+    delay="$want lines"
     pids=$(ranks_of "$out")
     if [ -n "$pids" ]; then
         victim=$(echo "$pids" | awk -v s=$t 'BEGIN { srand(s * 7) } { p[NR] = $1 } END { print p[int(rand() * NR) + 1] }')
@@ -60,8 +70,8 @@ while [ $t -le "$trials" ]; do
     [ -z "$(ranks_of "$out")" ] || fail "trial $t: ranks left running after the kill"
     before=$( [ -f "$out" ] && wc -l <"$out" || echo 0)
     run "$out" $grid --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "trial $t: --resume failed"; }
-    check_complete "$out" "trial $t (killed after ${delay}s, $before lines kept)"
-    echo "trial $t: killed a rank after ${delay}s with $before lines written; resumed to 24"
+    check_complete "$out" "trial $t (killed at $delay, $before lines kept)"
+    echo "trial $t: killed a rank at $delay, $before lines kept; resumed to 24"
     t=$((t + 1))
 done
 
