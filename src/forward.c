@@ -13,25 +13,28 @@
 /* The optional parts of a layer are tensors whose data is NULL. */
 static const tp_tensor *opt(const tp_tensor *t) { return t->data ? t : NULL; }
 
+/* The step's int32 arrays travel back to back in one upload (one synchronisation on a
+ * GPU instead of six); the buffer pointers are set to where each landed. */
 static tp_status upload_step(tp_model *m, tp_step_buffers *buf, const tp_step *s)
 {
     tp_backend *b = m->backend;
-    size_t n = (size_t)s->n_tokens * sizeof(int32_t);
     if (s->n_tokens > buf->max_tokens || s->n_logits > buf->max_logits || s->n_seqs > buf->max_seqs ||
         s->max_blocks > buf->max_blocks)
         return tp_error(TP_ERR_INTERNAL,
                         "step of %d tokens, %d logits, %d sequences exceeds the buffers (%d, %d, %d)",
                         s->n_tokens, s->n_logits, s->n_seqs, buf->max_tokens, buf->max_logits,
                         buf->max_seqs);
-    if (m->plan.has_embedding) TP_CHECK(b->ops->upload(b, buf->ids, s->ids, n));
-    TP_CHECK(b->ops->upload(b, buf->pos, s->pos, n));
-    TP_CHECK(b->ops->upload(b, buf->seq, s->seq, n));
-    TP_CHECK(b->ops->upload(b, buf->slot, s->slot, n));
-    TP_CHECK(b->ops->upload(b, buf->block_table, s->block_table,
-                            (size_t)s->n_seqs * (size_t)s->max_blocks * sizeof(int32_t)));
-    if (m->plan.has_lm_head && s->n_logits)
-        TP_CHECK(b->ops->upload(b, buf->logit_rows, s->logit_rows, (size_t)s->n_logits * sizeof(int32_t)));
-    return TP_OK;
+    const size_t n = (size_t)s->n_tokens, nb = (size_t)s->n_seqs * (size_t)s->max_blocks;
+    const int32_t *src[] = {s->ids, s->pos, s->seq, s->slot, s->block_table, s->logit_rows};
+    int32_t **dst[] = {&buf->ids, &buf->pos, &buf->seq, &buf->slot, &buf->block_table, &buf->logit_rows};
+    const size_t len[] = {n, n, n, n, nb, (size_t)s->n_logits};
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        if (len[i] && src[i]) memcpy(buf->meta_host + at, src[i], len[i] * sizeof(int32_t));
+        *dst[i] = buf->meta + at;
+        at += len[i];
+    }
+    return b->ops->upload(b, buf->meta, buf->meta_host, at * sizeof(int32_t));
 }
 
 /* x = embedding of the ids; each TP rank holds a vocab slice, the all-reduce adds the

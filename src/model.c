@@ -288,12 +288,11 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     s->max_seqs = max_seqs;
     s->max_blocks = max_blocks;
     size_t i32 = sizeof(int32_t);
-    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->ids));
-    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->pos));
-    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->seq));
-    TP_CHECK(model_alloc(m, (size_t)T * i32, (void **)&s->slot));
-    TP_CHECK(model_alloc(m, (size_t)max_seqs * (size_t)max_blocks * i32, (void **)&s->block_table));
-    TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->logit_rows));
+    /* ids, pos, seq, slot [T] each, the block table, the logit rows [L] */
+    s->meta_cap = 4 * (size_t)T + (size_t)max_seqs * (size_t)max_blocks + (size_t)L;
+    TP_CHECK(model_alloc(m, s->meta_cap * i32, (void **)&s->meta));
+    s->meta_host = malloc(s->meta_cap * i32);
+    if (!s->meta_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
     TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->argmax_ids));
     tp_dtype act = m->backend->act_dtype;
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->x));
@@ -313,5 +312,6 @@ void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
 {
     (void)m; /* the backend buffers are the model's */
     free(s->host);
+    free(s->meta_host);
     memset(s, 0, sizeof *s);
 }

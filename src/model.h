@@ -82,7 +82,10 @@ void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv);
 /* Scratch for steps of up to max_tokens tokens and max_logits logit rows. */
 typedef struct tp_step_buffers {
     int32_t max_tokens, max_logits, max_seqs, max_blocks;
-    int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows; /* backend int32 arrays */
+    int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows; /* this step's, inside meta */
+    int32_t *meta;        /* backend memory: a step's int32 arrays back to back, one upload */
+    int32_t *meta_host;   /* host staging of meta */
+    size_t meta_cap;      /* int32 elements of meta */
     int32_t *argmax_ids;  /* [L] device-side greedy choices */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
     tp_tensor xn;         /* [T, d] normalized */
