@@ -52,7 +52,21 @@ static tp_status model_alloc(tp_model *m, size_t bytes, void **out)
         m->allocations = p;
         m->cap_allocations = cap;
     }
-    TP_CHECK(m->backend->ops->alloc(m->backend, bytes, out));
+    tp_status st = m->backend->ops->alloc(m->backend, bytes, out);
+    if (st != TP_OK) {
+        /* say what did not fit and which flags make room, keeping the backend's reason */
+        char cause[512];
+        snprintf(cause, sizeof cause, "%s", tp_error_message());
+        tp_error_clear();
+        int gpu = strcmp(m->backend->name, "cpu") != 0;
+        return tp_error(st == TP_ERR_OOM || st == TP_ERR_CUDA ? TP_ERR_OOM : st,
+                        "%s: %zu more bytes for %s did not fit (%s, after %lld bytes of weights); make room "
+                        "with more ranks (--tp, --pp), %s, or a smaller --max-num-seqs / "
+                        "--max-num-batched-tokens / --max-model-len",
+                        m->backend->name, bytes, m->alloc_what ? m->alloc_what : "buffers", cause,
+                        (long long)m->weight_bytes,
+                        gpu ? "a higher --gpu-memory-utilization" : "a smaller --kv-cache-memory");
+    }
     m->allocations[m->n_allocations++] = *out;
     return TP_OK;
 }
@@ -189,6 +203,7 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
     m->plan = *plan;
     m->backend = b;
     m->weight_dtype = weight_dtype;
+    m->alloc_what = "this rank's weights";
     tp_model_dims *d = &m->dims;
     d->d = cfg->hidden_size;
     d->hq = plan->q_heads.end - plan->q_heads.begin;
@@ -257,6 +272,7 @@ tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, 
     if (!kv->layers) return tp_error(TP_ERR_OOM, "out of memory");
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
+    m->alloc_what = "the KV cache";
     size_t per = (size_t)n_blocks * (size_t)block_size * (size_t)(d->hk * d->hd) * tp_dtype_size(dtype);
     for (int64_t l = 0; l < d->n_layers; l++) {
         tp_kv_layer *L = &kv->layers[l];
@@ -283,6 +299,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
 {
     memset(s, 0, sizeof *s);
     const tp_model_dims *d = &m->dims;
+    m->alloc_what = "the step buffers";
     s->max_tokens = T;
     s->max_logits = L;
     s->max_seqs = max_seqs;

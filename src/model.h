@@ -56,6 +56,7 @@ typedef struct tp_model {
     void **allocations;   /* every backend buffer, freed by tp_model_free */
     int n_allocations, cap_allocations;
     int64_t weight_bytes;
+    const char *alloc_what; /* what the allocations are for now, for out-of-memory messages */
 } tp_model;
 
 /* HF's RoPE inverse frequencies for head_dim / 2 pairs, scaling applied (default, linear,

@@ -134,6 +134,9 @@ cp "$TMP/mixed.jsonl" "$TMP/self.jsonl"
 expect_fail 2 "same file" "$TPINFER" --model "$st" --input "$TMP/self.jsonl" --output "$TMP/self.jsonl" --overwrite
 cmp -s "$TMP/mixed.jsonl" "$TMP/self.jsonl" || fail "the input was damaged"
 expect_fail 1 "cannot open" "$TPINFER" --model "$st" --input "$TMP/missing.jsonl"
+# memory that cannot be had: the message says what did not fit and which flags make room
+expect_fail 1 "for the KV cache did not fit" "$TPINFER" --model "$st" --input "$TMP/mixed.jsonl" --output "$TMP/oom.out" \
+    --kv-cache-memory 16TiB --max-num-seqs 1048576 --max-num-batched-tokens 64
 "$TPINFER" --model "$st" --input "$TMP/mixed.jsonl" --output "$TMP/m.out" 2>/dev/null && fail "an existing output was overwritten"
 grep -q '"id":"a"' "$TMP/m.out" || fail "the existing output was damaged"
 exit 0

@@ -7,8 +7,9 @@ set -u
 TPINFER="$top_builddir/tpinfer"
 # Open MPI's plugins leave allocations that LeakSanitizer reports from unloaded modules,
 # where no suppression can name them: the end-to-end tests (all MPI programs) check
-# memory errors, the unit tests also leaks.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# memory errors, the unit tests also leaks. A refused huge allocation must return NULL
+# (as malloc does), not abort, so the out-of-memory messages can be tested.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:allocator_may_return_null=1"
 MODELS="$TPINFER_SHARED/models"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
