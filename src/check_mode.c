@@ -48,17 +48,6 @@ typedef struct size_res {
 } size_res;
 _Static_assert(sizeof(size_res) % 4 == 0, "size_res travels as int32 words");
 
-static void human_bytes(int64_t b, char *out, size_t cap)
-{
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(out, cap, u && v != floor(v) ? "%.1f %s" : "%.0f %s", v, unit[u]);
-}
 
 /* CUDA's 12040 -> "12.4"; 0 -> "none". */
 static void cuda_version_str(int v, char *out, size_t cap)
@@ -128,7 +117,7 @@ static void print_rank(FILE *out, const tp_grid *g, const rank_rec *r)
             r->local_size);
     if (r->gpu_index >= 0) {
         char mem[32];
-        human_bytes(r->total_bytes, mem, sizeof mem);
+        tp_format_bytes(r->total_bytes, mem, sizeof mem);
         fprintf(out, "  GPU %d/%d %s (%s) %s", r->gpu_index, r->gpu_count, r->gpu, r->pci, mem);
     } else {
         fprintf(out, "  CPU");
@@ -368,7 +357,7 @@ static int64_t print_sweep(FILE *out, const tp_grid *g, const rank_rec *all, con
                     sizes[k], sizes[k] / 4, "float", iters, t * 1e6, algbw, busbw, wrong);
         }
         char big[32];
-        human_bytes(sizes[n_sizes - 1], big, sizeof big);
+        tp_format_bytes(sizes[n_sizes - 1], big, sizeof big);
         fprintf(out, "  %.1f us per call at 4 KiB (latency); busbw %.2f GB/s at %s (bandwidth)\n",
                 small_us, large_bus, big);
     }

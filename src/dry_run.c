@@ -26,17 +26,6 @@ static void appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
     if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
 }
 
-static void human_bytes(int64_t b, char *out, size_t cap)
-{
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(out, cap, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
-}
 
 /* The [rows, cols] view of a stored tensor, as safetensors.h defines it. */
 static void view_2d(const tp_st_tensor *t, int64_t *rows, int64_t *cols)
@@ -113,8 +102,8 @@ tp_status tp_dry_run_rank(const tp_options *o, const tp_grid *g, const tp_model_
     rep->kv_bytes_per_token = tp_shard_plan_kv_bytes_per_token(cfg, &plan, (int64_t)tp_dtype_size(dt));
 
     char wb[32], kvb[32];
-    human_bytes(rep->weight_bytes, wb, sizeof wb);
-    human_bytes(rep->kv_bytes_per_token, kvb, sizeof kvb);
+    tp_format_bytes(rep->weight_bytes, wb, sizeof wb);
+    tp_format_bytes(rep->kv_bytes_per_token, kvb, sizeof kvb);
     size_t len = strlen(text);
     appendf(text, cap, &len, "rank %d: dp %d/%d  pp %d/%d  tp %d/%d  node-local %d/%d", g->rank,
             g->dp_rank, g->dp, g->pp_rank, g->pp, g->tp_rank, g->tp, g->local_rank, g->local_size);
@@ -150,10 +139,10 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
         file_bytes += (int64_t)(w->refs[i].tensor->end - w->refs[i].tensor->begin);
     int64_t ctx = o->max_model_len ? o->max_model_len : cfg->max_position_embeddings;
     char tb[32], fb[32], kb[32], kf[32];
-    human_bytes(total, tb, sizeof tb);
-    human_bytes(file_bytes, fb, sizeof fb);
-    human_bytes(kv, kb, sizeof kb);
-    human_bytes(kv * ctx * o->max_num_seqs, kf, sizeof kf);
+    tp_format_bytes(total, tb, sizeof tb);
+    tp_format_bytes(file_bytes, fb, sizeof fb);
+    tp_format_bytes(kv, kb, sizeof kb);
+    tp_format_bytes(kv * ctx * o->max_num_seqs, kf, sizeof kf);
     fprintf(out, "total: %s %s, %" PRId64 " layers, world %d = dp %d x pp %d x tp %d\n",
             tp_arch_name(cfg->arch), o->model, cfg->n_layers, g->world, g->dp, g->pp, g->tp);
     fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",

@@ -91,3 +91,15 @@ int tp_parse_double(const char *s, double *out)
     *out = v;
     return 1;
 }
+
+void tp_format_bytes(int64_t bytes, char *out, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(out, cap, u && v != floor(v) ? "%.2f %s" : "%.0f %s", v, unit[u]);
+}

@@ -34,6 +34,9 @@ static inline int tp_add_u64(uint64_t a, uint64_t b, uint64_t *out)
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* bytes as "738.25 KiB", "4 KiB", "1.50 GiB" (powers of 1024; no decimals when whole). */
+void tp_format_bytes(int64_t bytes, char *out, size_t cap);
+
 /* Parse a whole string as a base-10 integer / finite double; 0 on any junk, overflow
  * or empty input ("2x", "1e3" for ints, "", "99999999999999999999"). */
 int tp_parse_i64(const char *s, int64_t *out);

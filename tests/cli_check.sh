@@ -23,7 +23,9 @@ for g in 1 2; do
     [ "$(awk -v g=$g 'NR > (g - 1) * 5 && NR <= g * 5 { printf "%s ", $1 }' "$TMP/rows")" = \
         "4096 8192 16384 32768 65536 " ] || { cat "$TMP/rows"; fail "sizes of table $g"; }
 done
-awk '$2 * 4 != $1 || $8 != 0 || !($7 > 0) || !($5 > 0) { bad = 1 } END { exit bad }' "$TMP/rows" ||
+# (a loaded machine can make the smallest sizes print a bandwidth of 0.00: the largest must not)
+awk '$2 * 4 != $1 || $8 != 0 || !($7 >= 0) || !($5 > 0) { bad = 1 } $1 == 65536 && !($7 > 0) { bad = 1 }
+     END { exit bad }' "$TMP/rows" ||
     { cat "$TMP/rows"; fail "a row with wrong elements, no time or no bus bandwidth"; }
 grep -q "^check: OK" "$TMP/out" || { cat "$TMP/out"; fail "no 'check: OK'"; }
 
