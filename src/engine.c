@@ -126,7 +126,32 @@ typedef struct engine {
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
     double t0;
+    double load_seconds;    /* reading and placing this rank's weights */
 } engine;
+
+/* Rank 0 says how long loading took: all ranks' bytes over the slowest rank's time. */
+static tp_status report_load(engine *e)
+{
+    int n = e->w->world->size;
+    float mine[2] = {(float)e->model.weight_bytes, (float)e->load_seconds};
+    float *all = malloc((size_t)n * sizeof mine);
+    if (!all) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st = tp_comm_all_gather(e->w->world, mine, all, 2, TP_DTYPE_F32, NULL);
+    if (st == TP_OK && e->g->rank == 0) {
+        double bytes = 0, slowest = 0;
+        int who = 0;
+        for (int r = 0; r < n; r++) {
+            bytes += all[2 * r];
+            if (all[2 * r + 1] > slowest) slowest = all[2 * r + 1], who = r;
+        }
+        char size[32];
+        tp_format_bytes((int64_t)bytes, size, sizeof size);
+        tp_log_info0("loaded %s of weights on %d rank(s) in %.3f s (%.2f GB/s; slowest rank %d)", size, n,
+                     slowest, slowest > 0 ? bytes / 1e9 / slowest : 0.0, who);
+    }
+    free(all);
+    return st;
+}
 
 static double now_s(void)
 {
@@ -462,6 +487,7 @@ static tp_status load(engine *e, int32_t *n_blocks)
     double t0 = now_s();
     TP_CHECK(tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e)));
     double s = now_s() - t0;
+    e->load_seconds = s;
     tp_log(TP_LOG_DEBUG, "loaded %" PRId64 " bytes of weights in %.2f s (%.2f GB/s)", e->model.weight_bytes, s,
            s > 0 ? (double)e->model.weight_bytes / s / 1e9 : 0.0);
     int64_t per_token = tp_shard_plan_kv_bytes_per_token(&e->cfg, &plan, (int64_t)tp_dtype_size(e->backend->act_dtype));
@@ -1046,6 +1072,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {
+        TP_CHECK(report_load(e));
         /* every rank of a replica must hold the same number of blocks: take the smallest */
         int32_t *all = malloc((size_t)e->w->replica->size * sizeof *all);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
