@@ -87,12 +87,6 @@ typedef struct placement {
     int64_t row0; /* first row of dst the slice fills */
 } placement;
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 /* Allocate a layer's tensors (fused shapes) once its first slice arrives. */
 static tp_status alloc_layer(tp_model *m, tp_layer_weights *L)
 {
@@ -153,7 +147,7 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
                         &L->down_bias};
     int64_t row0[] = {0, 0, 0, q, q + k, 0, q, q + k, 0, 0, 0, 0, 0, d->m, 0, 0, d->m, 0};
     for (size_t i = 0; i < TP_ARRAY_LEN(names); i++)
-        if (ends_with(n, names[i]) && !strcmp(n, names[i])) {
+        if (!strcmp(n, names[i])) {
             p->dst = dst[i];
             p->row0 = row0[i];
             return TP_OK;

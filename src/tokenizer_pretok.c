@@ -315,7 +315,14 @@ static tp_status split_one(const tk_piece *pc, spans *m, int invert, enum tk_spl
     return TP_OK;
 }
 
-tp_status tk_split_pieces(const tk_pattern *pat, int invert, enum tk_split_behavior behavior, tk_pieces *pieces)
+/* What splits a piece: a regex pattern, or a character class. */
+typedef struct splitter {
+    const tk_pattern *pat;   /* or NULL: */
+    int (*pred)(uint32_t);
+} splitter;
+
+/* Split every piece that is not an added token where sp matches, per behavior. */
+static tp_status split_pieces_by(splitter sp, int invert, enum tk_split_behavior behavior, tk_pieces *pieces)
 {
     tk_pieces out = {0};
     spans m = {0};
@@ -326,7 +333,8 @@ tp_status tk_split_pieces(const tk_pattern *pat, int invert, enum tk_split_behav
             TP_CHECK_GOTO(tk_pieces_push(&out, pc->s, pc->len, pc->id, pc->at_start), st, fail);
             continue;
         }
-        TP_CHECK_GOTO(find_matches(pat, pc->s, pc->len, &m), st, fail);
+        if (sp.pat) TP_CHECK_GOTO(find_matches(sp.pat, pc->s, pc->len, &m), st, fail);
+        else TP_CHECK_GOTO(find_char_matches(sp.pred, pc->s, pc->len, &m), st, fail);
         TP_CHECK_GOTO(split_one(pc, &m, invert, behavior, &out), st, fail);
     }
     free(m.v);
@@ -339,28 +347,16 @@ fail:
     return st;
 }
 
+tp_status tk_split_pieces(const tk_pattern *pat, int invert, enum tk_split_behavior behavior, tk_pieces *pieces)
+{
+    splitter sp = {pat, NULL};
+    return split_pieces_by(sp, invert, behavior, pieces);
+}
+
 static tp_status split_char_pieces(int (*pred)(uint32_t), enum tk_split_behavior behavior, tk_pieces *pieces)
 {
-    tk_pieces out = {0};
-    spans m = {0};
-    tp_status st = TP_OK;
-    for (size_t i = 0; i < pieces->n; i++) {
-        const tk_piece *pc = &pieces->v[i];
-        if (pc->id >= 0) {
-            TP_CHECK_GOTO(tk_pieces_push(&out, pc->s, pc->len, pc->id, pc->at_start), st, fail);
-            continue;
-        }
-        TP_CHECK_GOTO(find_char_matches(pred, pc->s, pc->len, &m), st, fail);
-        TP_CHECK_GOTO(split_one(pc, &m, 0, behavior, &out), st, fail);
-    }
-    free(m.v);
-    tk_pieces_free(pieces);
-    *pieces = out;
-    return TP_OK;
-fail:
-    free(m.v);
-    tk_pieces_free(&out);
-    return st;
+    splitter sp = {NULL, pred};
+    return split_pieces_by(sp, 0, behavior, pieces);
 }
 
 // ----------------------------------------------------------------------------

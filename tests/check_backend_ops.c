@@ -104,32 +104,7 @@ static void ints_both(const int32_t *h, int n, int32_t **on_cpu, int32_t **on_gp
     *on_gpu = dev_copy(gb, tmp, bytes);
 }
 
-/* ---- random numbers: xorshift64*, seeded per case -------------------------------------- */
-
-static uint64_t rng_state;
-
-static void seed(uint64_t s)
-{
-    rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-}
-
-static uint64_t next_u64(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static float uniform(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(next_u64() >> 40) / (float)(1 << 24);
-}
-
-static int rand_int(int n) /* [0, n) */
-{
-    return (int)(next_u64() % (uint64_t)n);
-}
+#include "test_random.h"
 
 /* ---- a matrix on both backends --------------------------------------------------------- */
 

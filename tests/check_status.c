@@ -40,7 +40,8 @@ START_TEST(parse_numbers)
     ck_assert(!tp_parse_i64("", &v));
     ck_assert(!tp_parse_i64("1e3", &v));
     ck_assert(!tp_parse_i64("99999999999999999999", &v));
-    ck_assert(!tp_parse_i64(" 3", &v) || v == 3); /* strtoll skips leading space: accepted */
+    ck_assert(tp_parse_i64(" 3", &v) && v == 3); /* strtoll skips leading space: accepted */
+    ck_assert(!tp_parse_i64("3 ", &v));          /* but nothing may follow the number */
     ck_assert(tp_parse_double("0.5", &d) && d == 0.5);
     ck_assert(!tp_parse_double("nan", &d));
     ck_assert(!tp_parse_double("inf", &d));
