@@ -79,7 +79,7 @@ __device__ __forceinline__ argmax_state warp_argmax(argmax_state v)
 // CUDA kernel: block i reduces row i
 
 __global__ void __launch_bounds__(ARGMAX_THREADS)
-argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault)
+argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, float *value, tp_cuda_fault *fault)
 {
     __shared__ argmax_state partial[ARGMAX_THREADS / WARP_SIZE];
     const int64_t row = blockIdx.x, V = logits.cols, step = blockDim.x;
@@ -110,17 +110,19 @@ argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fau
         fault_record(fault, TP_CUDA_FAULT_ARGMAX_NAN, row, st.nan, V);
         ids[row] = st.nan;
         if (logprob) logprob[row] = __int_as_float(0x7fc00000);
+        if (value) value[row] = __int_as_float(0x7fc00000);
         return;
     }
     ids[row] = st.col;
+    if (value) value[row] = st.m;
     if (logprob) logprob[row] = -logf(st.s);
 }
 
 // ----------------------------------------------------------------------------
 // launcher
 
-extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault,
-                                    cudaStream_t stream)
+extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, float *value,
+                                    tp_cuda_fault *fault, cudaStream_t stream)
 {
     if (logits.rows <= 0) return TP_OK;
     if (logits.dtype != TP_DTYPE_F32 || logits.cols <= 0 || logits.cols > INT32_MAX || logits.rows > INT32_MAX)
@@ -129,7 +131,7 @@ extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logpr
     const int threads = logits.cols >= ARGMAX_THREADS
                             ? ARGMAX_THREADS
                             : (int)CEIL_DIV(logits.cols, (int64_t)WARP_SIZE) * WARP_SIZE;
-    argmax_kernel<<<(unsigned)logits.rows, threads, 0, stream>>>(logits, ids, logprob, fault);
+    argmax_kernel<<<(unsigned)logits.rows, threads, 0, stream>>>(logits, ids, logprob, value, fault);
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;
 }

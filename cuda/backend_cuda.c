@@ -28,6 +28,7 @@
 
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's workspace */
 #define SCRATCH_BYTES ((size_t)64 << 20)   /* matmul's dtype conversions */
+#define ATTN_SCRATCH_BYTES ((size_t)64 << 20) /* attention's split-KV partials */
 
 typedef struct cuda_ctx {
     int device;
@@ -35,6 +36,11 @@ typedef struct cuda_ctx {
     tp_cuda_gemm *gemm;
     tp_cuda_fault *fault_dev;  /* written by kernels */
     tp_cuda_fault *fault_host; /* pinned; read at synchronize() */
+    tp_cuda_attn_scratch attn; /* split-KV partials; the SM count */
+    void *stage[2];            /* pinned staging buffers of weight uploads */
+    size_t stage_cap[2];
+    cudaEvent_t stage_done[2]; /* recorded after the last copy out of each */
+    int stage_next;
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(tp_backend *b) { return (cuda_ctx *)b->ctx; }
@@ -271,7 +277,7 @@ static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_l
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
                         "must be > 0", batch->max_blocks, batch->max_pos);
     cuda_ctx *ctx = ctx_of(b);
-    return tp_cuda_attention(*q, *cache, *batch, q_heads, scale, *out, ctx->fault_dev, ctx->stream);
+    return tp_cuda_attention(*q, *cache, *batch, q_heads, scale, *out, ctx->attn, ctx->fault_dev, ctx->stream);
 }
 
 static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
@@ -305,7 +311,7 @@ static tp_status cuda_convert(tp_backend *b, const tp_tensor *src, tp_tensor *ds
 }
 
 /* Greedy sampling: host-visible checks as the CPU backend's; a NaN is a device fault. */
-static tp_status cuda_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob)
+static tp_status cuda_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value)
 {
     TP_CHECK(check_tensor("argmax", "logits", logits));
     if (logits->dtype != TP_DTYPE_F32)
@@ -320,7 +326,170 @@ static tp_status cuda_argmax(tp_backend *b, const tp_tensor *logits, int32_t *id
                         (long long)V);
     if (!ids) return tp_error(TP_ERR_INVALID_ARG, "argmax: ids is NULL");
     cuda_ctx *ctx = ctx_of(b);
-    return tp_cuda_argmax(*logits, ids, logprob, ctx->fault_dev, ctx->stream);
+    return tp_cuda_argmax(*logits, ids, logprob, value, ctx->fault_dev, ctx->stream);
+}
+
+/* matmul's and swiglu's checks under one name; then the fused GEMV for small n (gate_up
+ * untouched), else matmul into gate_up and swiglu (matmul.c). */
+static tp_status cuda_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                                    tp_tensor *gate_up, tp_tensor *out)
+{
+    const char *op = "matmul_swiglu";
+    TP_CHECK(check_tensor(op, "x", x));
+    TP_CHECK(check_tensor(op, "w", w));
+    TP_CHECK(check_tensor(op, "gate_up", gate_up));
+    TP_CHECK(check_tensor(op, "out", out));
+    if (w->rows % 2 != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_swiglu: w has %lld rows; gate and up need an even count",
+                        (long long)w->rows);
+    if (x->cols != w->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_swiglu: x has %lld columns but w has %lld",
+                        (long long)x->cols, (long long)w->cols);
+    TP_CHECK(tp_check_shape(op, "gate_up", gate_up, x->rows, w->rows));
+    TP_CHECK(tp_check_shape(op, "out", out, x->rows, w->rows / 2));
+    if (bias) {
+        TP_CHECK(check_tensor(op, "bias", bias));
+        TP_CHECK(tp_check_shape(op, "bias", bias, 1, w->rows));
+    }
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_matmul_swiglu(ctx->gemm, x, w, bias, gate_up, out, ctx->stream);
+}
+
+/* head_rmsnorm (when q_norm is given), rope of q and k, kv_store: their checks under one
+ * name, then one kernel. A slot past the cache is kv_store's device fault. */
+static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
+{
+    const char *op = "qk_rope_store";
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch is NULL");
+    TP_CHECK(tp_check_cache(op, cache));
+    TP_CHECK(check_tensor(op, "q", q));
+    TP_CHECK(check_tensor(op, "k", k));
+    TP_CHECK(check_tensor(op, "v", v));
+    if (head_dim <= 0 || head_dim % 2 != 0 || q->cols % head_dim != 0 || k->cols % head_dim != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: head_dim %d must be even and divide q's %lld "
+                        "and k's %lld columns", head_dim, (long long)q->cols, (long long)k->cols);
+    const int64_t n = batch->n_tokens, width = (int64_t)cache->n_kv_heads * cache->head_dim;
+    if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch has %lld tokens", (long long)n);
+    TP_CHECK(tp_check_shape(op, "q", q, n, q->cols));
+    TP_CHECK(tp_check_shape(op, "k", k, n, width));
+    TP_CHECK(tp_check_shape(op, "v", v, n, width));
+    tp_tensor none;
+    memset(&none, 0, sizeof none);
+    if (q_norm) {
+        if (!k_norm) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: q_norm without k_norm");
+        TP_CHECK(check_tensor(op, "q_norm", q_norm));
+        TP_CHECK(check_tensor(op, "k_norm", k_norm));
+        TP_CHECK(tp_check_shape(op, "q_norm", q_norm, 1, head_dim));
+        TP_CHECK(tp_check_shape(op, "k_norm", k_norm, 1, head_dim));
+    }
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return tp_error(TP_ERR_UNSUPPORTED, "qk_rope_store: q, k and v are %s, %s and %s; the CUDA kernel "
+                        "takes them in one dtype (columns of one qkv)", tp_dtype_name(q->dtype),
+                        tp_dtype_name(k->dtype), tp_dtype_name(v->dtype));
+    if (n == 0) return TP_OK;
+    if (!batch->pos || !batch->slot)
+        return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch has a NULL pos or slot");
+    if (!inv_freq) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: inv_freq is NULL");
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_qk_rope_store(*q, *k, *v, q_norm ? *q_norm : none, q_norm ? *k_norm : none, eps, head_dim,
+                                 batch->pos, inv_freq, *cache, batch->slot, (int32_t)n, ctx->fault_dev,
+                                 ctx->stream);
+}
+
+// ----------------------------------------------------------------------------
+// graphs: a decode step recorded once per batch size and replayed (NCCL calls included)
+
+static tp_status cuda_graph_begin(tp_backend *b)
+{
+    /* thread-local: only this thread's calls into CUDA are checked for capture safety */
+    TP_CUDA_CHECK(cudaStreamBeginCapture(ctx_of(b)->stream, cudaStreamCaptureModeThreadLocal));
+    return TP_OK;
+}
+
+/* Ends the capture (also after a failed operation, so the stream is usable again) and
+ * instantiates what was recorded. */
+static tp_status cuda_graph_end(tp_backend *b, void **graph)
+{
+    if (graph) *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t err = cudaStreamEndCapture(ctx_of(b)->stream, &g);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (g) cudaGraphDestroy(g);
+        return tp_error(TP_ERR_CUDA, "graph capture failed: %s (an operation that cannot be recorded, "
+                        "or a wait inside the step; --enforce-eager runs without graphs)", cudaGetErrorString(err));
+    }
+    if (!graph) {
+        cudaGraphDestroy(g);
+        return TP_OK;
+    }
+    cudaGraphExec_t exec = NULL;
+    err = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tp_error(TP_ERR_CUDA, "cudaGraphInstantiate failed: %s", cudaGetErrorString(err));
+    }
+    *graph = exec;
+    return TP_OK;
+}
+
+static tp_status cuda_graph_launch(tp_backend *b, void *graph)
+{
+    if (!graph) return tp_error(TP_ERR_INVALID_ARG, "graph_launch: graph is NULL");
+    TP_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, ctx_of(b)->stream));
+    return TP_OK;
+}
+
+static void cuda_graph_free(tp_backend *b, void *graph)
+{
+    (void)b;
+    if (graph && cudaGraphExecDestroy((cudaGraphExec_t)graph) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// ----------------------------------------------------------------------------
+// pinned staging: the loader fills one buffer while the other is copied
+
+static tp_status cuda_staging(tp_backend *b, size_t bytes, void **host)
+{
+    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
+    cuda_ctx *ctx = ctx_of(b);
+    const int s = ctx->stage_next;
+    ctx->stage_next ^= 1;
+    if (!ctx->stage_done[s]) TP_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->stage_done[s], cudaEventDisableTiming));
+    TP_CUDA_CHECK(cudaEventSynchronize(ctx->stage_done[s])); /* its last copy has finished */
+    if (ctx->stage_cap[s] < bytes) {
+        if (ctx->stage[s]) cudaFreeHost(ctx->stage[s]);
+        ctx->stage[s] = NULL;
+        ctx->stage_cap[s] = 0;
+        cudaError_t err = cudaMallocHost(&ctx->stage[s], bytes);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            return tp_error(TP_ERR_OOM, "staging: cudaMallocHost of %zu pinned bytes failed: %s", bytes,
+                            cudaGetErrorString(err));
+        }
+        ctx->stage_cap[s] = bytes;
+    }
+    *host = ctx->stage[s];
+    return TP_OK;
+}
+
+static tp_status cuda_upload_staged(tp_backend *b, void *dst, const void *host, size_t bytes)
+{
+    cuda_ctx *ctx = ctx_of(b);
+    int s = -1;
+    for (int i = 0; i < 2; i++)
+        if (ctx->stage[i] && (const char *)host >= (const char *)ctx->stage[i] &&
+            (const char *)host + bytes <= (const char *)ctx->stage[i] + ctx->stage_cap[i])
+            s = i;
+    if (s < 0) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
+    if (bytes == 0) return TP_OK;
+    if (!dst) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: dst is NULL");
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    TP_CUDA_CHECK(cudaEventRecord(ctx->stage_done[s], ctx->stream));
+    return TP_OK;
 }
 
 // ----------------------------------------------------------------------------
@@ -335,6 +504,11 @@ static void cuda_destroy(tp_backend *b)
         tp_cuda_gemm_destroy(ctx->gemm);
         if (ctx->fault_dev) cudaFree(ctx->fault_dev);
         if (ctx->fault_host) cudaFreeHost(ctx->fault_host);
+        if (ctx->attn.data) cudaFree(ctx->attn.data);
+        for (int i = 0; i < 2; i++) {
+            if (ctx->stage[i]) cudaFreeHost(ctx->stage[i]);
+            if (ctx->stage_done[i]) cudaEventDestroy(ctx->stage_done[i]);
+        }
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         (void)cudaGetLastError();
         free(ctx);
@@ -360,6 +534,14 @@ static const struct tp_backend_ops cuda_ops = {
     /* .gather_rows  = */ cuda_gather_rows,
     /* .convert      = */ cuda_convert,
     /* .argmax       = */ cuda_argmax,
+    /* .matmul_swiglu= */ cuda_matmul_swiglu,
+    /* .qk_rope_store= */ cuda_qk_rope_store,
+    /* .graph_begin  = */ cuda_graph_begin,
+    /* .graph_end    = */ cuda_graph_end,
+    /* .graph_launch = */ cuda_graph_launch,
+    /* .graph_free   = */ cuda_graph_free,
+    /* .staging      = */ cuda_staging,
+    /* .upload_staged= */ cuda_upload_staged,
     /* .destroy      = */ cuda_destroy,
 };
 
@@ -401,6 +583,10 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
     TP_CUDA_CHECK_GOTO(cudaMallocHost((void **)&ctx->fault_host, sizeof *ctx->fault_host), st, fail);
     memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
     TP_CHECK_GOTO(tp_cuda_gemm_create(WORKSPACE_BYTES, SCRATCH_BYTES, &ctx->gemm), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaMalloc(&ctx->attn.data, ATTN_SCRATCH_BYTES), st, fail);
+    ctx->attn.bytes = ATTN_SCRATCH_BYTES;
+    TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&ctx->attn.sm_count, cudaDevAttrMultiProcessorCount, device), st,
+                       fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceSynchronize(), st, fail); /* the memset, before the first kernel */
     b->stream = ctx->stream;
     *out = b;

@@ -64,9 +64,29 @@ tp_status tp_cuda_rope(tp_tensor x, int32_t head_dim, const int32_t *pos, const 
 tp_status tp_cuda_kv_store(tp_tensor k, tp_tensor v, tp_kv_layer cache, const int32_t *slot,
                            int32_t n, tp_cuda_fault *fault, cudaStream_t stream);
 
+/* fused: per-head rmsnorm of q and k (when q_norm.data is not NULL), rope of both at pos,
+ * cache rows at slot[i] = k[i], v[i] (slot < 0: skipped; past the cache: the kv_store fault);
+ * q, k, v of one dtype, bit for bit head_rmsnorm, rope and kv_store */
+tp_status tp_cuda_qk_rope_store(tp_tensor q, tp_tensor k, tp_tensor v, tp_tensor q_norm, tp_tensor k_norm,
+                                float eps, int32_t head_dim, const int32_t *pos, const float *inv_freq,
+                                tp_kv_layer cache, const int32_t *slot, int32_t n, tp_cuda_fault *fault,
+                                cudaStream_t stream);
+
+/* attention's device scratch for split-KV partials (data may be NULL: no splits) and the
+ * SM count the splits are sized by; allocated once by the backend */
+typedef struct tp_cuda_attn_scratch {
+    void *data;
+    size_t bytes;
+    int sm_count;
+} tp_cuda_attn_scratch;
+
 /* causal grouped-query attention over the paged cache */
 tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
-                            float scale, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream);
+                            float scale, tp_tensor out, tp_cuda_attn_scratch scratch, tp_cuda_fault *fault,
+                            cudaStream_t stream);
+
+/* on != 0: attention always runs the simple kernel (benchmarks compare the two) */
+void tp_cuda_attention_force_simple(int on);
 
 /* out = silu(gate) * up */
 tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
@@ -79,13 +99,23 @@ tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_te
 tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);
 
 /* per row i of logits [L, V] (f32): ids[i] = the column of the largest value, the lowest
- * on ties; logprob[i] (when logprob is not NULL) = its log-softmax, in f32. A row with NaN
- * is recorded as a fault. */
-tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, tp_cuda_fault *fault,
+ * on ties; logprob[i] (when logprob is not NULL) = its log-softmax, in f32; value[i] (when
+ * value is not NULL) = the largest value. A row with NaN is recorded as a fault. */
+tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, float *value, tp_cuda_fault *fault,
                          cudaStream_t stream);
 
 /* y[i][j] = bias[j], or 0 where bias.data is NULL (bias [1, y.cols]) */
 tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t stream);
+
+/* Whether gemv takes y = x @ w^T: 1 <= x.rows <= 8, k >= 1, x and w of one dtype or f32 x
+ * with 16-bit w, both 16-byte aligned with 16-byte row pitches (gemv.cu) */
+int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w);
+
+/* y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias.data may be NULL), or with swiglu
+ * y [n, m] = silu(gate) * up where [gate | up] = x @ w^T + bias, w [2m, k], bias [1, 2m];
+ * only where tp_cuda_gemv_fits(x, w). sms: the GPU's multiprocessors (grid sizing). */
+tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int swiglu, int sms,
+                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

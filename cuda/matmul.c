@@ -14,6 +14,10 @@
  *    never rounded to the narrower type, so the result is the CPU backend's up to order;
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
+ * For n <= 8 rows (decode) the time is that of reading w once, and cuBLASLt's kernels
+ * for such shapes fall short of the memory bandwidth: gemv.cu's kernel takes them where
+ * its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
+ * TPINFER_GEMV=0 was set when the state was created (to compare the two).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -68,6 +72,8 @@ struct tp_cuda_gemm {
     size_t scratch_bytes;
     algo_entry algos[ALGO_CACHE];
     int next; /* the entry the next new algorithm replaces */
+    int sms;  /* multiprocessors of the device (the GEMV's grid) */
+    int gemv; /* the GEMV takes the shapes it fits (TPINFER_GEMV=0: off) */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -123,6 +129,11 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     }
     g->workspace_bytes = workspace_bytes;
     g->scratch_bytes = scratch_bytes;
+    int device = 0;
+    TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
+    TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
+    const char *env = getenv("TPINFER_GEMV");
+    g->gemv = !(env && strcmp(env, "0") == 0);
     *out = g;
     return TP_OK;
 fail:
@@ -248,6 +259,7 @@ tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w
     const float beta = bias ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
+    if (g->gemv && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
@@ -301,4 +313,21 @@ tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w
         }
     }
     return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// out = silu(gate) * up where [gate | up] = x @ w^T + bias
+
+tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                                const tp_tensor *gate_up, const tp_tensor *out, cudaStream_t stream)
+{
+    const int64_t m = out->cols;
+    if (out->rows == 0 || m == 0) return TP_OK;
+    if (g->gemv && tp_cuda_gemv_fits(x, w)) { /* no gate_up round trip (fits implies k >= 1) */
+        tp_tensor none;
+        memset(&none, 0, sizeof none);
+        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, 1, g->sms, stream);
+    }
+    TP_CHECK(tp_cuda_matmul(g, x, w, bias, gate_up, stream));
+    return tp_cuda_swiglu(tp_tensor_cols(gate_up, 0, m), tp_tensor_cols(gate_up, m, m), *out, stream);
 }

@@ -1,7 +1,9 @@
 /*
- * matmul.h: y = x @ w^T + bias through cuBLASLt, for backend_cuda.c. The state is the
- * cuBLASLt handle, its workspace, a scratch buffer for dtype conversions and a small
- * table of the algorithms chosen so far (one heuristic query per shape and layout).
+ * matmul.h: y = x @ w^T + bias through cuBLASLt, or for n <= 8 rows the GEMV of gemv.cu,
+ * for backend_cuda.c. The state is the cuBLASLt handle, its workspace, a scratch buffer
+ * for dtype conversions, a small table of the algorithms chosen so far (one heuristic
+ * query per shape and layout), the GPU's SM count and whether the GEMV is on
+ * (TPINFER_GEMV=0 in the environment when the state is created turns it off).
  */
 #ifndef TP_CUDA_MATMUL_H
 #define TP_CUDA_MATMUL_H
@@ -27,6 +29,12 @@ void tp_cuda_gemm_destroy(tp_cuda_gemm *g); /* accepts NULL; the caller has sync
  * Shapes and dtypes (f32/f16/bf16, any mix) were validated by the caller. */
 tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                          const tp_tensor *y, cudaStream_t stream);
+
+/* out [n, m] = silu(gate) * up where [gate | up] = x [n, k] @ w [2m, k]^T + bias [1, 2m]
+ * (bias may be NULL): the fused GEMV for small n, else the matmul into gate_up [n, 2m]
+ * and the swiglu kernel. Shapes and dtypes were validated by the caller. */
+tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                                const tp_tensor *gate_up, const tp_tensor *out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

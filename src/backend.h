@@ -128,11 +128,41 @@ struct tp_backend_ops {
     tp_status (*convert)(tp_backend *b, const tp_tensor *src, tp_tensor *dst);
     /* Greedy sampling on the device, so that a decode step returns L ids instead of L x V
      * logits: per row of logits [L, V] (f32, stride honoured), the largest value's column
-     * (ties to the lowest column) into ids [L] (int32, backend memory) and, when logprob is
-     * not NULL, its log-softmax value (f32, computed in f32 with max subtraction) into
-     * logprob [L]. Rows with NaN: the op fails with TP_ERR_INVALID_ARG naming the row (on a
+     * (ties to the lowest column) into ids [L] (int32, backend memory); when logprob is not
+     * NULL, its log-softmax value (f32, computed in f32 with max subtraction) into logprob
+     * [L]; when value is not NULL, the largest value itself into value [L] (so that TP ranks
+     * holding vocabulary slices can pick the global winner from their local ones). Rows with NaN: the op fails with TP_ERR_INVALID_ARG naming the row (on a
      * GPU, at the next synchronize(), like the other index checks). */
-    tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob);
+    tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value);
+
+    /* ---- fused operations: the forward's hot paths (on the CPU, compositions of the above) ---- */
+    /* out = silu(gate) * up where [gate | up] = x @ w^T + bias: x [n, k], w [2m, k] (gate rows,
+     * then up rows), bias [1, 2m] or NULL, out [n, m]; gate_up [n, 2m] is scratch the backend
+     * may use (its contents afterwards are unspecified) */
+    tp_status (*matmul_swiglu)(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                               tp_tensor *gate_up, tp_tensor *out);
+    /* The attention block's work between the qkv matmul and attention, in one pass: when
+     * q_norm is not NULL (Qwen3) q and k get head_rmsnorm with q_norm / k_norm; then rope at
+     * batch->pos; then kv_store of k and v at batch->slot. q [n, hq*head_dim] and k
+     * [n, hk*head_dim] change in place (q is attention's input); v [n, hk*head_dim]. */
+    tp_status (*qk_rope_store)(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                               const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                               const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch);
+
+    /* ---- optional: NULL where the backend has none ---- */
+    /* Graphs: what is enqueued between graph_begin and graph_end is recorded, not run (no
+     * download, upload or synchronize in between); graph_launch replays it on the stream
+     * with the pointers and sizes it was recorded with. */
+    tp_status (*graph_begin)(tp_backend *b);
+    tp_status (*graph_end)(tp_backend *b, void **graph);
+    tp_status (*graph_launch)(tp_backend *b, void *graph);
+    void (*graph_free)(tp_backend *b, void *graph); /* accepts NULL */
+    /* Pinned staging for bulk uploads (weights): staging() hands out one of two host
+     * buffers of at least bytes, first waiting until the upload last made from it is done;
+     * upload_staged() copies from such a buffer without waiting, so the caller fills the
+     * other one while this one travels. synchronize() waits for them all. */
+    tp_status (*staging)(tp_backend *b, size_t bytes, void **host);
+    tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 
     void (*destroy)(tp_backend *b);
 };

@@ -762,7 +762,7 @@ static tp_status cpu_convert(tp_backend *b, const tp_tensor *src, tp_tensor *dst
  * column and NaN (what the CUDA backend writes too). Each row is one task, so the results
  * do not depend on the thread count or on the rows around it.
  */
-static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp)
+static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp, float *value)
 {
     double m = -INFINITY, sum = 0.0;
     int64_t arg = 0;
@@ -771,6 +771,7 @@ static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp)
         if (isnan(f)) {
             *id = (int32_t)j;
             if (lp) *lp = NAN;
+            if (value) *value = NAN;
             return j;
         }
         const double r = f;
@@ -785,6 +786,7 @@ static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp)
         }
     }
     *id = (int32_t)arg;
+    if (value) *value = x[arg];
     if (lp) {
         if (m == -INFINITY) *lp = (float)-log((double)V);
         else if (m == INFINITY) *lp = (float)-log(sum);
@@ -793,7 +795,7 @@ static int64_t argmax_row(const float *x, int64_t V, int32_t *id, float *lp)
     return -1;
 }
 
-static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob)
+static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value)
 {
     TP_CHECK(check_tensor("argmax", "logits", logits, WEIGHT));
     if (logits->dtype != TP_DTYPE_F32)
@@ -811,10 +813,12 @@ static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids
 
 #pragma omp parallel for schedule(static) reduction(min : bad) if ((double)L * V > PAR_WORK / 4)
     for (int64_t i = 0; i < L; i++)
-        if (argmax_row(row_f32(logits, i), V, ids + i, logprob ? logprob + i : NULL) >= 0 && i < bad) bad = i;
+        if (argmax_row(row_f32(logits, i), V, ids + i, logprob ? logprob + i : NULL, value ? value + i : NULL) >= 0 &&
+            i < bad)
+            bad = i;
     if (bad != INT64_MAX) {
         int32_t col;
-        argmax_row(row_f32(logits, bad), V, &col, NULL);
+        argmax_row(row_f32(logits, bad), V, &col, NULL, NULL);
         return tp_error(TP_ERR_INVALID_ARG, "argmax: row %lld of logits has NaN at column %d", (long long)bad,
                         col);
     }
@@ -822,6 +826,36 @@ static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids
 }
 
 /* ---- the table --------------------------------------------------------------------- */
+
+/* ---- fused operations: compositions, so the CPU stays the reference ---- */
+
+static tp_status cpu_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                                   tp_tensor *gate_up, tp_tensor *out)
+{
+    if (!w || !gate_up || !out) return tp_error(TP_ERR_INVALID_ARG, "matmul_swiglu: w, gate_up or out is NULL");
+    if (w->rows % 2 != 0)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_swiglu: w has %lld rows; gate and up need an even count",
+                        (long long)w->rows);
+    TP_CHECK(cpu_matmul(b, x, w, bias, gate_up));
+    const int64_t m = w->rows / 2;
+    tp_tensor gate = tp_tensor_cols(gate_up, 0, m), up = tp_tensor_cols(gate_up, m, m);
+    return cpu_swiglu(b, &gate, &up, out);
+}
+
+static tp_status cpu_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                   const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                   const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
+{
+    if (!batch) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch is NULL");
+    if (q_norm) {
+        if (!k_norm) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: q_norm without k_norm");
+        TP_CHECK(cpu_head_rmsnorm(b, q, head_dim, q_norm, eps));
+        TP_CHECK(cpu_head_rmsnorm(b, k, head_dim, k_norm, eps));
+    }
+    TP_CHECK(cpu_rope(b, q, head_dim, batch->pos, inv_freq));
+    TP_CHECK(cpu_rope(b, k, head_dim, batch->pos, inv_freq));
+    return cpu_kv_store(b, k, v, cache, batch);
+}
 
 static void cpu_destroy(tp_backend *b)
 {
@@ -850,6 +884,14 @@ static const struct tp_backend_ops cpu_ops = {
     /* .gather_rows  = */ cpu_gather_rows,
     /* .convert      = */ cpu_convert,
     /* .argmax       = */ cpu_argmax,
+    /* .matmul_swiglu= */ cpu_matmul_swiglu,
+    /* .qk_rope_store= */ cpu_qk_rope_store,
+    /* .graph_begin  = */ NULL,
+    /* .graph_end    = */ NULL,
+    /* .graph_launch = */ NULL,
+    /* .graph_free   = */ NULL,
+    /* .staging      = */ NULL,
+    /* .upload_staged= */ NULL,
     /* .destroy      = */ cpu_destroy,
 };
 

@@ -567,6 +567,11 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->max_rows = 2 * T; /* sampling rows + prompt rows (prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
     TP_CHECK(tp_step_buffers_create(&e->model, T, e->max_rows, seqs, need, &e->buf));
+    /* TPINFER_PAD_DECODE=1 pads decode steps as graphs do, also on a backend without
+     * graphs: the tests check on the CPU that padding changes no result */
+    const char *pad = getenv("TPINFER_PAD_DECODE");
+    e->buf.use_graphs = !o->enforce_eager && e->g->pp == 1 &&
+                        (e->backend->ops->graph_begin || (pad && !strcmp(pad, "1")));
     void *p1 = NULL, *p2 = NULL;
     TP_CHECK(e->backend->ops->alloc(e->backend, (size_t)T * (size_t)d->d * sizeof(float), &p1));
     e->rx = tp_tensor_make(p1, TP_DTYPE_F32, T, d->d);
@@ -692,7 +697,8 @@ static tp_status write_dump(engine *e, req *r);
  * prompt rows or dumps) can choose its tokens on the device: only ids come back. */
 static int device_greedy(const engine *e, const tp_sched_batch *b)
 {
-    if (!e->is_sampler || e->n_extra || e->o->dump_logits || !tp_model_can_argmax(&e->model)) return 0;
+    /* decided alike on every rank of the last stage: at tp > 1 they all take part */
+    if (e->n_extra || e->o->dump_logits || !tp_model_can_argmax(&e->model)) return 0;
     for (int32_t i = 0; i < b->n_logits; i++) {
         const req *r = &e->R[e->S_[b->seq_key[b->logit_seq[i]]].req];
         const tp_sampling_params *p = &r->sp;
@@ -813,8 +819,7 @@ static tp_status sample_and_commit(engine *e, int p)
     int32_t n = b->n_logits;
     if (e->is_sampler) {
         TP_CHECK(keep_prompt_rows(e, b));
-        int on_device = e->greedy_on_device;
-        if (on_device) TP_CHECK(tp_model_argmax(&e->model, &e->buf, n, e->sync));
+        int on_device = e->greedy_on_device; /* the step's forward left the ids in e->sync */
         for (int32_t i = 0; i < n; i++) {
             int ends = 0;
             TP_CHECK(sample_one(e, &e->S_[b->seq_key[b->logit_seq[i]]],
@@ -853,7 +858,8 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
     }
     e->greedy_on_device = device_greedy(e, &e->B[p]);
     return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
-                            e->is_sampler && !e->greedy_on_device ? e->logits_host : NULL);
+                            e->is_sampler && !e->greedy_on_device ? e->logits_host : NULL,
+                            e->greedy_on_device ? e->sync : NULL);
 }
 
 /* After every stage computed: stage s receives what s-1 produced (for its next tick),

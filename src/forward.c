@@ -6,9 +6,25 @@
  */
 #include "model.h"
 
+#include "log.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* TPINFER_BENCH_SKIP_ALLREDUCE=1 leaves out the layers' all-reduces (wrong results, said
+ * in a warning): bench/ times a step with and without them to find their share. */
+static int skip_all_reduce(void)
+{
+    static int skip = -1;
+    if (skip < 0) {
+        const char *v = getenv("TPINFER_BENCH_SKIP_ALLREDUCE");
+        skip = v && !strcmp(v, "1");
+        if (skip) tp_log(TP_LOG_WARN, "TPINFER_BENCH_SKIP_ALLREDUCE=1: the layers' all-reduces are left out; the "
+                         "output is wrong (a benchmark setting)");
+    }
+    return skip;
+}
 
 /* The optional parts of a layer are tensors whose data is NULL. */
 static const tp_tensor *opt(const tp_tensor *t) { return t->data ? t : NULL; }
@@ -63,16 +79,21 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
     tp_tensor v = tp_tensor_cols(&qkv, (d->hq + d->hk) * d->hd, d->hk * d->hd);
-    if (L->q_norm.data) {
-        TP_CHECK(b->ops->head_rmsnorm(b, &q, (int32_t)d->hd, &L->q_norm, eps));
-        TP_CHECK(b->ops->head_rmsnorm(b, &k, (int32_t)d->hd, &L->k_norm, eps));
+    if (b->ops->qk_rope_store) {
+        TP_CHECK(b->ops->qk_rope_store(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
+                                       m->inv_freq, cache, ab));
+    } else {
+        if (L->q_norm.data) {
+            TP_CHECK(b->ops->head_rmsnorm(b, &q, (int32_t)d->hd, &L->q_norm, eps));
+            TP_CHECK(b->ops->head_rmsnorm(b, &k, (int32_t)d->hd, &L->k_norm, eps));
+        }
+        TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, m->inv_freq));
+        TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, m->inv_freq));
+        TP_CHECK(b->ops->kv_store(b, &k, &v, cache, ab));
     }
-    TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, m->inv_freq));
-    TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, m->inv_freq));
-    TP_CHECK(b->ops->kv_store(b, &k, &v, cache, ab));
     TP_CHECK(b->ops->attention(b, &q, cache, ab, (int32_t)d->hq, 1.0f / sqrtf((float)d->hd), &attn));
     TP_CHECK(b->ops->matmul(b, &attn, &L->o, opt(&L->o_bias), delta));
-    if (m->plan.tp > 1)
+    if (m->plan.tp > 1 && !skip_all_reduce())
         TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(T * d->d), delta->dtype,
                                         b->stream));
     return TP_OK;
@@ -86,81 +107,126 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), gu = tp_tensor_rows(&buf->gate_up, 0, T);
     tp_tensor act = tp_tensor_rows(&buf->act, 0, T);
     TP_CHECK(b->ops->add_rmsnorm(b, x, delta, &L->mlp_norm, (float)m->cfg.rms_norm_eps, &xn));
-    TP_CHECK(b->ops->matmul(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu));
-    tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
-    TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
+    if (b->ops->matmul_swiglu) {
+        TP_CHECK(b->ops->matmul_swiglu(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu, &act));
+    } else {
+        TP_CHECK(b->ops->matmul(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu));
+        tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
+        TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
+    }
     TP_CHECK(b->ops->matmul(b, &act, &L->down, opt(&L->down_bias), delta));
-    if (m->plan.tp > 1)
+    if (m->plan.tp > 1 && !skip_all_reduce())
         TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(T * d->d), delta->dtype,
                                         b->stream));
     return TP_OK;
 }
 
-/* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
- * all-gather that gives every TP rank the whole vocabulary. */
-static tp_status logits(tp_model *m, tp_step_buffers *buf, const tp_step *s, tp_comm *tp,
-                        tp_tensor *x, tp_tensor *delta, float *logits_host)
+/* Final norm of the rows that sample, this rank's vocab slice of their logits, the
+ * all-gather that gives every TP rank the whole vocabulary, and (ids) the greedy choice on
+ * the device. T tokens, L logit rows. */
+static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, int32_t L, tp_comm *tp,
+                                tp_tensor *x, tp_tensor *delta, int ids)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
-    int32_t T = s->n_tokens, L = s->n_logits;
     if (L == 0) return TP_OK;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), rows = tp_tensor_rows(&buf->rows, 0, L);
     TP_CHECK(b->ops->add_rmsnorm(b, x, delta, &m->final_norm, (float)m->cfg.rms_norm_eps, &xn));
     TP_CHECK(b->ops->gather_rows(b, &xn, buf->logit_rows, L, &rows));
     /* [L, vocab_pad]: the padding columns past this rank's slice stay zero */
     tp_tensor lg = tp_tensor_rows(&buf->logits, 0, L);
-    size_t lg_bytes = (size_t)(L * d->vocab_pad) * sizeof(float);
-    if (d->vocab < d->vocab_pad) TP_CHECK(b->ops->memset0(b, lg.data, lg_bytes));
+    if (d->vocab < d->vocab_pad)
+        TP_CHECK(b->ops->memset0(b, lg.data, (size_t)(L * d->vocab_pad) * sizeof(float)));
     if (d->vocab > 0) {
         tp_tensor part = tp_tensor_cols(&lg, 0, d->vocab);
         TP_CHECK(b->ops->matmul(b, &rows, &m->lm_head, NULL, &part));
     }
-    const float *all = lg.data;
-    if (m->plan.tp > 1) {
-        TP_CHECK(tp_comm_all_gather(tp, lg.data, buf->gathered.data, (size_t)(L * d->vocab_pad),
-                                    TP_DTYPE_F32, b->stream));
-        all = buf->gathered.data;
-    }
-    if (!logits_host) return TP_OK;
-    /* [tp][L][vocab_pad] -> [L][vocab]: rank r's columns start at r * vocab_pad. One copy
-     * from the device (row-by-row copies cost a synchronisation each), then a re-layout */
-    const int64_t V = m->cfg.vocab_size, P = d->vocab_pad;
-    const int n_tp = m->plan.tp;
-    if (n_tp == 1 && P == V) {
-        TP_CHECK(b->ops->download(b, logits_host, all, (size_t)L * (size_t)V * sizeof(float)));
-        return b->ops->synchronize(b);
-    }
-    size_t n = (size_t)n_tp * (size_t)L * (size_t)P;
-    if (n > buf->host_cap) {
-        float *p = realloc(buf->host, n * sizeof *p);
-        if (!p) return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", L);
-        buf->host = p;
-        buf->host_cap = n;
-    }
-    TP_CHECK(b->ops->download(b, buf->host, all, n * sizeof(float)));
-    TP_CHECK(b->ops->synchronize(b));
-    for (int r = 0; r < n_tp; r++) {
-        int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
-        if (nc <= 0) break;
-        for (int32_t i = 0; i < L; i++)
-            memcpy(logits_host + (size_t)i * (size_t)V + (size_t)c0,
-                   buf->host + ((size_t)r * (size_t)L + (size_t)i) * (size_t)P, (size_t)nc * sizeof(float));
+    if (ids) {
+        /* each rank's winner of its slice and its value, [L ids | L values]; over tp the
+         * ranks swap those pairs instead of whole rows of logits */
+        tp_tensor mine = tp_tensor_cols(&lg, 0, d->vocab);
+        const int n_tp = m->plan.tp;
+        TP_CHECK(b->ops->argmax(b, &mine, buf->argmax_ids, NULL, n_tp > 1 ? (float *)(buf->argmax_ids + L) : NULL));
+        if (n_tp > 1)
+            TP_CHECK(tp_comm_all_gather(tp, buf->argmax_ids, buf->argmax_all, (size_t)(2 * L), TP_DTYPE_I32, b->stream));
+    } else if (m->plan.tp > 1) {
+        TP_CHECK(tp_comm_all_gather(tp, lg.data, buf->gathered.data, (size_t)(L * d->vocab_pad), TP_DTYPE_F32,
+                                    b->stream));
     }
     return TP_OK;
 }
 
-tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
-                           tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
-                           float *logits_host)
+/* The first n of the L logit rows the step computed, as host [n, vocab]. Gathered over
+ * tp they are [tp][L][vocab_pad]: rank r's columns start at r * vocab_pad. One copy per
+ * rank's block (row-by-row copies would cost a synchronisation each), then a re-layout. */
+static tp_status logits_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t n, float *logits_host)
 {
     tp_backend *b = m->backend;
-    const int32_t T = s->n_tokens;
-    if (T == 0) return TP_OK;
-    TP_CHECK(upload_step(m, buf, s));
-    tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos};
-    tp_tensor x = tp_tensor_rows(&buf->x, 0, T), delta = tp_tensor_rows(&buf->delta, 0, T);
+    const int64_t V = m->cfg.vocab_size, P = m->dims.vocab_pad;
+    const int n_tp = m->plan.tp;
+    if (n == 0) return TP_OK;
+    if (n_tp == 1 && P == V) {
+        TP_CHECK(b->ops->download(b, logits_host, buf->logits.data, (size_t)n * (size_t)V * sizeof(float)));
+        return b->ops->synchronize(b);
+    }
+    const float *all = n_tp > 1 ? buf->gathered.data : buf->logits.data;
+    size_t need = (size_t)n_tp * (size_t)n * (size_t)P;
+    if (need > buf->host_cap) {
+        float *p = realloc(buf->host, need * sizeof *p);
+        if (!p) return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", n);
+        buf->host = p;
+        buf->host_cap = need;
+    }
+    for (int r = 0; r < n_tp; r++)
+        TP_CHECK(b->ops->download(b, buf->host + (size_t)r * (size_t)n * (size_t)P,
+                                  all + (size_t)r * (size_t)L * (size_t)P, (size_t)n * (size_t)P * sizeof(float)));
+    TP_CHECK(b->ops->synchronize(b));
+    for (int r = 0; r < n_tp; r++) {
+        int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
+        if (nc <= 0) break;
+        for (int32_t i = 0; i < n; i++)
+            memcpy(logits_host + (size_t)i * (size_t)V + (size_t)c0,
+                   buf->host + ((size_t)r * (size_t)n + (size_t)i) * (size_t)P, (size_t)nc * sizeof(float));
+    }
+    return TP_OK;
+}
 
+/* The greedy ids of the first n of the step's L logit rows. Over tp: rank r's pair block
+ * [L ids | L values] holds its slice's winners (columns from r * vocab_pad); the largest
+ * value wins, the lower rank on ties, which is the lower column as argmax's rule wants. */
+static tp_status ids_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t n, int32_t *ids_host)
+{
+    tp_backend *b = m->backend;
+    const int n_tp = m->plan.tp;
+    if (n_tp == 1) {
+        TP_CHECK(b->ops->download(b, ids_host, buf->argmax_ids, (size_t)n * sizeof(int32_t)));
+        return b->ops->synchronize(b);
+    }
+    TP_CHECK(b->ops->download(b, buf->pair_host, buf->argmax_all, (size_t)n_tp * 2 * (size_t)L * sizeof(int32_t)));
+    TP_CHECK(b->ops->synchronize(b));
+    for (int32_t i = 0; i < n; i++) {
+        int32_t best = buf->pair_host[i];
+        float best_v;
+        memcpy(&best_v, buf->pair_host + L + i, sizeof best_v);
+        for (int r = 1; r < n_tp; r++) {
+            const int32_t *pr = buf->pair_host + (size_t)r * 2 * (size_t)L;
+            float v;
+            memcpy(&v, pr + L + i, sizeof v);
+            if (v > best_v) best_v = v, best = (int32_t)(r * m->dims.vocab_pad) + pr[i];
+        }
+        ids_host[i] = best;
+    }
+    return TP_OK;
+}
+
+/* Everything of a step after its upload, enqueued without a wait (so it can be recorded
+ * as a graph): the layers of this stage and, on the last, the logits of L rows. */
+static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_attn_batch *ab,
+                              int32_t L, tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta, int ids)
+{
+    tp_backend *b = m->backend;
+    const int32_t T = ab->n_tokens;
+    tp_tensor x = tp_tensor_rows(&buf->x, 0, T), delta = tp_tensor_rows(&buf->delta, 0, T);
     int first = 1; /* no delta to add yet */
     if (m->plan.has_embedding) {
         TP_CHECK(embed(m, buf, T, tp, &x));
@@ -170,28 +236,134 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
         first = 0;
     }
     for (int64_t l = 0; l < m->dims.n_layers; l++) {
-        const tp_layer_weights *L = &m->layers[l];
-        TP_CHECK(attention_block(m, L, &kv->layers[l], &ab, buf, T, buf->pos, tp, &x, &delta, first));
+        const tp_layer_weights *Lw = &m->layers[l];
+        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, first));
         first = 0;
-        TP_CHECK(mlp_block(m, L, buf, T, tp, &x, &delta));
+        TP_CHECK(mlp_block(m, Lw, buf, T, tp, &x, &delta));
     }
-    if (m->plan.has_lm_head) TP_CHECK(logits(m, buf, s, tp, &x, &delta, logits_host));
+    if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, T, L, tp, &x, &delta, ids));
+    return TP_OK;
+}
+
+// ----------------------------------------------------------------------------
+// decode steps as graphs
+
+/* Graph batch sizes: 1, 2, 4, 8, then steps of 8 to 64, of 16 to 128, of 32 to 256, of
+ * 64 beyond; the largest is the cap itself. */
+static int32_t bucket_size(int i, int32_t cap)
+{
+    static const int32_t first[] = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+                                    160, 192, 224, 256};
+    const int nf = (int)(sizeof first / sizeof first[0]);
+    int32_t v = i < nf ? first[i] : 256 + 64 * (i - nf + 1);
+    return v < cap ? v : cap;
+}
+
+/* The bucket of a step that may run as a graph, or -1: the whole model on this rank's
+ * stage (pp 1), only decode tokens (token i is sequence i's one new token, its logit row
+ * i), and buffers that hold the padded batch. */
+static int graph_bucket(const tp_model *m, const tp_step_buffers *buf, const tp_step *s)
+{
+    if (!buf->use_graphs || !m->plan.has_embedding || !m->plan.has_lm_head) return -1;
+    const int32_t n = s->n_tokens;
+    if (s->n_seqs != n || s->n_logits != n || s->max_blocks != buf->max_blocks) return -1;
+    for (int32_t i = 0; i < n; i++)
+        if (s->seq[i] != i || s->logit_rows[i] != i) return -1;
+    int32_t cap = buf->max_tokens;
+    if (buf->max_seqs < cap) cap = buf->max_seqs;
+    if (buf->max_logits < cap) cap = buf->max_logits;
+    for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
+        int32_t v = bucket_size(i, cap);
+        if (n <= v) return i;
+        if (v == cap) break;
+    }
+    return -1;
+}
+
+/* The step padded to B tokens: a padding token is id 0 at position 0 of its own sequence
+ * row, whose block table is all block 0 (zeroed at creation, or some sequence's keys:
+ * finite either way), with slot -1 so nothing is stored, and its logit row is computed
+ * and ignored. */
+static tp_step pad_step(tp_step_buffers *buf, const tp_step *s, int32_t B)
+{
+    const int32_t n = s->n_tokens, mb = s->max_blocks;
+    int32_t *ids = buf->pad_host, *pos = ids + B, *seq = pos + B, *slot = seq + B, *rows = slot + B;
+    int32_t *table = rows + B;
+    memcpy(ids, s->ids, (size_t)n * sizeof(int32_t));
+    memcpy(pos, s->pos, (size_t)n * sizeof(int32_t));
+    memcpy(slot, s->slot, (size_t)n * sizeof(int32_t));
+    memcpy(table, s->block_table, (size_t)n * (size_t)mb * sizeof(int32_t));
+    memset(table + (size_t)n * (size_t)mb, 0, (size_t)(B - n) * (size_t)mb * sizeof(int32_t));
+    for (int32_t i = 0; i < B; i++) {
+        seq[i] = i;
+        rows[i] = i;
+        if (i >= n) ids[i] = pos[i] = 0, slot[i] = -1;
+    }
+    tp_step p = {B, ids, pos, seq, slot, B, mb, s->max_pos, table, B, rows};
+    return p;
+}
+
+/* Replay the bucket's graph, recording it first if this is its first use. A step that
+ * cannot be recorded runs eagerly, and graphs stay off from then on. */
+static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_attn_batch *ab,
+                           int bucket, tp_comm *tp, int ids)
+{
+    tp_backend *b = m->backend;
+    if (!b->ops->graph_begin) /* padded but eager: the CPU backend under TPINFER_PAD_DECODE */
+        return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
+    void **g = &buf->graphs[ids ? 1 : 0][bucket];
+    if (!*g) {
+        TP_CHECK(b->ops->graph_begin(b));
+        tp_status st = enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
+        tp_status end = b->ops->graph_end(b, st == TP_OK ? g : NULL);
+        if (st != TP_OK || end != TP_OK) {
+            tp_log(TP_LOG_WARN, "cannot record a decode step of %d tokens as a CUDA graph (%s); running every "
+                   "step eagerly from now on", ab->n_tokens, tp_error_message());
+            tp_error_clear();
+            buf->use_graphs = 0;
+            return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
+        }
+    }
+    return b->ops->graph_launch(b, *g);
+}
+
+tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
+                           tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
+                           float *logits_host, int32_t *ids_host)
+{
+    const int32_t T = s->n_tokens;
+    if (T == 0) return TP_OK;
+    if (ids_host && !tp_model_can_argmax(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs the last stage, a vocabulary slice "
+                        "on every TP rank and a backend with argmax");
+    const int bucket = graph_bucket(m, buf, s);
+    int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
+    if (bucket >= 0) {
+        int32_t cap = buf->max_tokens;
+        if (buf->max_seqs < cap) cap = buf->max_seqs;
+        if (buf->max_logits < cap) cap = buf->max_logits;
+        const int32_t B = bucket_size(bucket, cap);
+        tp_step padded = pad_step(buf, s, B);
+        TP_CHECK(upload_step(m, buf, &padded));
+        /* positions bounded by the table's capacity, so one recording serves every step */
+        tp_attn_batch ab = {B, buf->seq, buf->pos, buf->slot, buf->block_table, padded.max_blocks,
+                            padded.max_blocks * kv->block_size};
+        TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, ids_host != NULL));
+        L = B;
+    } else {
+        TP_CHECK(upload_step(m, buf, s));
+        tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos};
+        TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, ids_host != NULL));
+    }
+    if (!m->plan.has_lm_head) return TP_OK;
+    if (ids_host) return ids_read(m, buf, L, s->n_logits, ids_host);
+    if (logits_host) return logits_read(m, buf, L, s->n_logits, logits_host);
     return TP_OK;
 }
 
 int tp_model_can_argmax(const tp_model *m)
 {
-    return m->plan.tp == 1 && m->plan.has_lm_head && m->backend->ops->argmax != NULL;
-}
-
-tp_status tp_model_argmax(tp_model *m, tp_step_buffers *buf, int32_t n_logits, int32_t *ids_host)
-{
-    if (!tp_model_can_argmax(m))
-        return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs tp 1 and a backend with argmax");
-    tp_backend *b = m->backend;
-    tp_tensor lg = tp_tensor_rows(&buf->logits, 0, n_logits);
-    lg.cols = m->cfg.vocab_size; /* at tp 1 the padded width is the vocabulary */
-    TP_CHECK(b->ops->argmax(b, &lg, buf->argmax_ids, NULL));
-    TP_CHECK(b->ops->download(b, ids_host, buf->argmax_ids, (size_t)n_logits * sizeof(int32_t)));
-    return b->ops->synchronize(b);
+    /* every TP rank's slice has a column: the same answer on every rank of the stage */
+    return m->plan.has_lm_head && m->backend->ops->argmax != NULL &&
+           m->cfg.vocab_size > (int64_t)(m->plan.tp - 1) * m->dims.vocab_pad;
 }

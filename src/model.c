@@ -82,6 +82,8 @@ static tp_status alloc_tensor(tp_model *m, tp_dtype dt, int64_t rows, int64_t co
 // ----------------------------------------------------------------------------
 // weights: each slice the shard plan lists goes to a place in a (fused) tensor
 
+#define STAGING_CHUNK ((size_t)64 << 20) /* bytes of one pinned staging buffer's fill */
+
 typedef struct placement {
     tp_tensor *dst;
     int64_t row0; /* first row of dst the slice fills */
@@ -167,14 +169,12 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         if (is_vector) TP_CHECK(alloc_tensor(m, dt, 1, s->nrows, p.dst));
         else TP_CHECK(alloc_tensor(m, dt, s->nrows, s->ncols, p.dst));
     }
-    if (bytes > *staging_cap) {
+    if (bytes > *staging_cap && !m->backend->ops->staging) {
         void *q = realloc(*staging, bytes);
         if (!q) return tp_error(TP_ERR_OOM, "out of memory staging %s (%zu bytes)", s->name, bytes);
         *staging = q;
         *staging_cap = bytes;
     }
-    tp_slice sl = {s->row0, s->nrows, s->col0, s->ncols};
-    TP_CHECK(tp_weights_read_slice(w, s->name, sl, dt, *staging));
     /* a vector slice fills columns [row0, row0 + n) of a [1, n] tensor; a matrix slice
      * fills rows [row0, row0 + nrows) of a matrix whose width is the slice's */
     int64_t elem_offset = is_vector ? p.row0 : p.row0 * p.dst->stride;
@@ -184,9 +184,28 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         return tp_error(TP_ERR_INTERNAL, "slice of %s (%lld x %lld) does not fit its buffer",
                         s->name, (long long)s->nrows, (long long)s->ncols);
     char *dst = (char *)p.dst->data + (size_t)elem_offset * tp_dtype_size(dt);
-    TP_CHECK(m->backend->ops->upload(m->backend, dst, *staging, bytes));
+    tp_backend *b = m->backend;
     m->weight_bytes += (int64_t)bytes;
-    return TP_OK;
+    if (b->ops->staging) {
+        /* chunks of rows through the two pinned buffers: reading (and converting) the next
+         * chunk from the mapped shard overlaps the copy of this one */
+        const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
+        int64_t rows_per = row_bytes ? (int64_t)(STAGING_CHUNK / row_bytes) : s->nrows;
+        if (rows_per < 1) rows_per = 1;
+        for (int64_t r = 0; r < s->nrows; r += rows_per) {
+            const int64_t nr = s->nrows - r < rows_per ? s->nrows - r : rows_per;
+            const size_t chunk = (size_t)nr * row_bytes;
+            void *host = NULL;
+            TP_CHECK(b->ops->staging(b, chunk, &host));
+            tp_slice part = {s->row0 + r, nr, s->col0, s->ncols};
+            TP_CHECK(tp_weights_read_slice(w, s->name, part, dt, host));
+            TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
+        }
+        return TP_OK;
+    }
+    tp_slice sl = {s->row0, s->nrows, s->col0, s->ncols};
+    TP_CHECK(tp_weights_read_slice(w, s->name, sl, dt, *staging));
+    return b->ops->upload(b, dst, *staging, bytes);
 }
 
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
@@ -277,6 +296,9 @@ tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, 
         L->head_dim = (int32_t)d->hd;
         TP_CHECK(model_alloc(m, per, &L->k));
         TP_CHECK(model_alloc(m, per, &L->v));
+        /* zeroed: a padded graph row reads block 0, which must hold finite numbers */
+        TP_CHECK(m->backend->ops->memset0(m->backend, L->k, per));
+        TP_CHECK(m->backend->ops->memset0(m->backend, L->v, per));
     }
     return TP_OK;
 }
@@ -304,7 +326,13 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(model_alloc(m, s->meta_cap * i32, (void **)&s->meta));
     s->meta_host = malloc(s->meta_cap * i32);
     if (!s->meta_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
-    TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->argmax_ids));
+    TP_CHECK(model_alloc(m, 2 * (size_t)L * i32, (void **)&s->argmax_ids));
+    TP_CHECK(model_alloc(m, (size_t)m->plan.tp * 2 * (size_t)L * i32, (void **)&s->argmax_all));
+    s->pair_host = malloc((size_t)m->plan.tp * 2 * (size_t)L * i32);
+    if (!s->pair_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
+    /* a padded decode step: ids, pos, seq, slot, logit rows [B] and the table [B, max_blocks] */
+    s->pad_host = malloc((5 + (size_t)max_blocks) * (size_t)(max_seqs > 0 ? max_seqs : 1) * i32);
+    if (!s->pad_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
     tp_dtype act = m->backend->act_dtype;
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->x));
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->delta));
@@ -321,7 +349,13 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
 
 void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
 {
-    (void)m; /* the backend buffers are the model's */
+    /* the backend buffers are the model's */
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < TP_GRAPH_BUCKETS; i++)
+            if (s->graphs[k][i] && m && m->backend && m->backend->ops->graph_free)
+                m->backend->ops->graph_free(m->backend, s->graphs[k][i]);
+    free(s->pad_host);
+    free(s->pair_host);
     free(s->host);
     free(s->meta_host);
     memset(s, 0, sizeof *s);

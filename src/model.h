@@ -80,6 +80,8 @@ tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, 
                              tp_kv_cache *kv);
 void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv);
 
+#define TP_GRAPH_BUCKETS 64
+
 /* Scratch for steps of up to max_tokens tokens and max_logits logit rows. */
 typedef struct tp_step_buffers {
     int32_t max_tokens, max_logits, max_seqs, max_blocks;
@@ -87,7 +89,9 @@ typedef struct tp_step_buffers {
     int32_t *meta;        /* backend memory: a step's int32 arrays back to back, one upload */
     int32_t *meta_host;   /* host staging of meta */
     size_t meta_cap;      /* int32 elements of meta */
-    int32_t *argmax_ids;  /* [L] device-side greedy choices */
+    int32_t *argmax_ids;  /* [2L] device-side greedy choices: L ids, then L f32 values */
+    int32_t *argmax_all;  /* [tp, 2L] every TP rank's argmax_ids */
+    int32_t *pair_host;   /* host copy of argmax_all */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
     tp_tensor xn;         /* [T, d] normalized */
     tp_tensor qkv;        /* [T, (hq + 2 hk) hd] */
@@ -99,6 +103,11 @@ typedef struct tp_step_buffers {
     tp_tensor gathered;   /* [tp, L, vocab_pad] all TP ranks' logits */
     float *host;          /* host copy of gathered, re-laid out into logits_host */
     size_t host_cap;
+    /* decode steps as graphs (forward.c): one per padded batch size, without and with the
+     * device argmax; recorded on first use */
+    int use_graphs;
+    void *graphs[2][TP_GRAPH_BUCKETS];
+    int32_t *pad_host;    /* a padded step's host arrays */
 } tp_step_buffers;
 
 tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
@@ -118,16 +127,17 @@ typedef struct tp_step {
 /* Run this stage's layers on the step. The first stage embeds step->ids; a later stage
  * starts from in_x / in_delta ([n_tokens, d], the previous stage's buf->x and
  * buf->delta, which the caller received). A stage that is not the last leaves its output
- * in buf->x and buf->delta for the caller to send on. The last stage writes host logits
- * [n_logits, vocab] (f32, the full vocabulary gathered over tp) to logits_host. */
+ * in buf->x and buf->delta for the caller to send on. On the last stage: with ids_host,
+ * the greedy choice of each of the n_logits rows is made on the device and only the ids
+ * come back (needs tp_model_can_argmax); else with logits_host, the logits [n_logits,
+ * vocab] (f32, the full vocabulary gathered over tp) come back. A decode-only step runs as
+ * a recorded graph when buf->use_graphs is set and the backend has graphs. */
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
-                           float *logits_host);
+                           float *logits_host, int32_t *ids_host);
 
-/* Greedy choice on the device for the n_logits rows of the last forward (which was run
- * with logits_host NULL): only the ids come back. Needs tp == 1 (the whole vocabulary on
- * this rank) and a backend with argmax; TP_ERR_UNAVAILABLE otherwise. */
-tp_status tp_model_argmax(tp_model *m, tp_step_buffers *buf, int32_t n_logits, int32_t *ids_host);
+/* Greedy choice on the device is possible: the last stage, a backend with argmax, and a
+ * vocabulary slice on every TP rank (their winners are compared, not their logits). */
 int tp_model_can_argmax(const tp_model *m);
 
 #ifdef __cplusplus

@@ -28,6 +28,7 @@ enum {
     OPT_SEED,
     OPT_DTYPE,
     OPT_BACKEND,
+    OPT_ENFORCE_EAGER,
     OPT_MAX_TOKENS,
     OPT_TEMPERATURE,
     OPT_TOP_K,
@@ -83,6 +84,8 @@ static const option_doc docs[] = {
     {{"dtype", required_argument, 0, OPT_DTYPE}, NULL, "T",
      "compute type: auto, float32, float16, bfloat16", "auto (the model's torch_dtype)"},
     {{"backend", required_argument, 0, OPT_BACKEND}, NULL, "B", "auto, cpu or cuda", "auto"},
+    {{"enforce-eager", no_argument, 0, OPT_ENFORCE_EAGER}, NULL, NULL,
+     "run every step eagerly: no CUDA graphs for decode steps", NULL},
     {{"max-tokens", required_argument, 0, OPT_MAX_TOKENS}, NULL, "N",
      "completion tokens per request, unless its line says max_tokens", "16"},
     {{"temperature", required_argument, 0, OPT_TEMPERATURE}, NULL, "T",
@@ -280,6 +283,7 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
         break;
     case OPT_ERRORS: o->errors = v; break;
     case OPT_ORDERED: o->ordered = 1; break;
+    case OPT_ENFORCE_EAGER: o->enforce_eager = 1; break;
     case OPT_RESUME: o->resume = 1; break;
     case OPT_FORCE: o->force = 1; break;
     case OPT_OVERWRITE: o->overwrite = 1; break;

@@ -50,6 +50,7 @@ typedef struct tp_options {
     int64_t max_line_bytes;
     const char *errors;      /* --errors FILE, or NULL: error records go inline */
     int ordered, resume, force, overwrite;
+    int enforce_eager; /* no CUDA graphs */
     const char *status_file;
     double progress_interval;
     const char *chat_template; /* --chat-template FILE */

@@ -256,7 +256,7 @@ static void fmt_pcts(samples *s, char *buf, size_t n)
         return;
     }
     qsort(s->v, s->n, sizeof *s->v, cmp_double);
-    snprintf(buf, n, "%.1f/%.1f/%.1f ms", 1e3 * tp_percentile(s->v, s->n, 50), 1e3 * tp_percentile(s->v, s->n, 90),
+    snprintf(buf, n, "%.2f/%.2f/%.2f ms", 1e3 * tp_percentile(s->v, s->n, 50), 1e3 * tp_percentile(s->v, s->n, 90),
              1e3 * tp_percentile(s->v, s->n, 99));
 }
 

@@ -39,6 +39,19 @@ grep -q "preempted" "$TMP/tight.err" && ! grep -q " 0 preempted" "$TMP/tight.err
     { cat "$TMP/tight.err"; fail "the tight KV cache did not force preemption"; }
 same_dumps tight together
 cmp -s "$TMP/together.jsonl" "$TMP/tight.jsonl" || fail "completions differ under preemption"
+# decode steps padded to the batch sizes of the CUDA graphs (as they run on a GPU): the
+# padding rows change nothing, at tp 1 and at tp 2 (whose gathered logits carry the padded
+# row count)
+TPINFER_PAD_DECODE=1 run padded "$TMP/all.jsonl"
+same_dumps padded together
+cmp -s "$TMP/together.jsonl" "$TMP/padded.jsonl" || fail "completions differ with padded decode steps"
+for pad in 0 1; do
+    TPINFER_PAD_DECODE=$pad mpi 2 "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$TMP/all.jsonl" \
+        --output "$TMP/tp2pad$pad.jsonl" --dump-logits "$TMP/tp2pad$pad" 2>"$TMP/tp2pad$pad.err" ||
+        { cat "$TMP/tp2pad$pad.err"; fail "tp 2, TPINFER_PAD_DECODE=$pad"; }
+done
+same_dumps tp2pad1 tp2pad0
+cmp -s "$TMP/tp2pad0.jsonl" "$TMP/tp2pad1.jsonl" || fail "completions differ with padded decode steps at tp 2"
 # two data-parallel replicas split the prompts
 mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/all.jsonl" --output "$TMP/dp2.jsonl" --dump-logits "$TMP/dp2" \
     2>"$TMP/dp2.err" || { cat "$TMP/dp2.err"; fail "dp 2"; }

@@ -789,11 +789,12 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
     const float *v = argmax_fill(L, V, pad, lo, hi, all_inf);
     tp_tensor t = logits_view(v, L, V, pad);
     int32_t *ids = dev_alloc((size_t)L * sizeof(int32_t)), *ids2 = dev_alloc((size_t)L * sizeof(int32_t));
-    float *lp = dev_alloc((size_t)L * sizeof(float));
+    float *lp = dev_alloc((size_t)L * sizeof(float)), *val = dev_alloc((size_t)L * sizeof(float));
     memset(ids, 0xff, (size_t)L * sizeof(int32_t));
     memset(lp, 0xff, (size_t)L * sizeof(float));
-    ck_assert_msg(be->ops->argmax(be, &t, ids, lp) == TP_OK, "%s", tp_error_message());
-    ck_assert_msg(be->ops->argmax(be, &t, ids2, NULL) == TP_OK, "%s", tp_error_message());
+    memset(val, 0xff, (size_t)L * sizeof(float));
+    ck_assert_msg(be->ops->argmax(be, &t, ids, lp, NULL) == TP_OK, "%s", tp_error_message());
+    ck_assert_msg(be->ops->argmax(be, &t, ids2, NULL, val) == TP_OK, "%s", tp_error_message());
     for (int64_t r = 0; r < L; r++) {
         int32_t want;
         double ref;
@@ -802,6 +803,9 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
                       "logprob), expected %d", (long long)L, (long long)V, (long long)r, ids[r], ids2[r], want);
         ck_assert_msg(fabs(lp[r] - ref) <= 1e-5, "argmax [%lld, %lld] row %lld: logprob %.9g, reference %.9g",
                       (long long)L, (long long)V, (long long)r, (double)lp[r], ref);
+        const float top = v[r * (V + pad) + pad / 2 + want];
+        ck_assert_msg(val[r] == top, "argmax [%lld, %lld] row %lld: value %.9g, the row's largest %.9g", (long long)L,
+                      (long long)V, (long long)r, (double)val[r], (double)top);
     }
 }
 
@@ -831,7 +835,7 @@ START_TEST(argmax_limits)
         {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, /* all tie: column 0, -log 6 */
     };
     tp_tensor t = logits_view(&inf_rows[0][0], 4, 6, 0);
-    ck_assert_int_eq(be->ops->argmax(be, &t, id, lp), TP_OK);
+    ck_assert_int_eq(be->ops->argmax(be, &t, id, lp, NULL), TP_OK);
     ck_assert_int_eq(id[0], 1);
     ck_assert_int_eq(id[1], 0);
     ck_assert_int_eq(id[2], 2);
@@ -855,29 +859,29 @@ START_TEST(argmax_errors)
     tp_tensor t = logits_view(v, L, V, pad);
     int32_t ids[5];
     float lp[5];
-    EXPECT_INVALID(be->ops->argmax(be, &t, ids, lp), "argmax: row 3 of logits has NaN at column 7");
-    EXPECT_INVALID(be->ops->argmax(be, &t, ids, NULL), "argmax: row 3 of logits has NaN at column 7");
+    EXPECT_INVALID(be->ops->argmax(be, &t, ids, lp, NULL), "argmax: row 3 of logits has NaN at column 7");
+    EXPECT_INVALID(be->ops->argmax(be, &t, ids, NULL, NULL), "argmax: row 3 of logits has NaN at column 7");
     ck_assert(ids[3] == 7 && ids[4] == 1); /* a NaN row's outputs: its first NaN, and NaN */
     tp_tensor ok = tp_tensor_rows(&t, 0, 3);
-    ck_assert_int_eq(be->ops->argmax(be, &ok, ids, lp), TP_OK);
+    ck_assert_int_eq(be->ops->argmax(be, &ok, ids, lp, NULL), TP_OK);
 
     tp_tensor bad = t;
     bad.dtype = TP_DTYPE_BF16;
-    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits is bfloat16");
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp, NULL), "argmax: logits is bfloat16");
     bad.dtype = TP_DTYPE_I32;
-    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits is int32");
-    EXPECT_INVALID(be->ops->argmax(be, NULL, ids, lp), "argmax: logits is NULL");
-    EXPECT_INVALID(be->ops->argmax(be, &ok, NULL, lp), "argmax: ids is NULL");
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp, NULL), "argmax: logits is int32");
+    EXPECT_INVALID(be->ops->argmax(be, NULL, ids, lp, NULL), "argmax: logits is NULL");
+    EXPECT_INVALID(be->ops->argmax(be, &ok, NULL, lp, NULL), "argmax: ids is NULL");
     bad = t;
     bad.cols = 0;
-    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits has 5 rows but no columns");
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp, NULL), "argmax: logits has 5 rows but no columns");
     bad = t;
     bad.stride = V - 1;
-    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp), "argmax: logits has stride 299");
+    EXPECT_INVALID(be->ops->argmax(be, &bad, ids, lp, NULL), "argmax: logits has stride 299");
     bad = t;
     bad.rows = 0;
     bad.data = NULL;
-    ck_assert_int_eq(be->ops->argmax(be, &bad, NULL, NULL), TP_OK);
+    ck_assert_int_eq(be->ops->argmax(be, &bad, NULL, NULL, NULL), TP_OK);
 }
 END_TEST
 
@@ -967,7 +971,7 @@ START_TEST(argmax_invariant)
     static const int threads[3] = {1, 2, 3};
     for (int k = 0; k < 3; k++) {
         set_threads(threads[k]);
-        ck_assert_int_eq(be->ops->argmax(be, &t, ids[k], lp[k]), TP_OK);
+        ck_assert_int_eq(be->ops->argmax(be, &t, ids[k], lp[k], NULL), TP_OK);
         ck_assert_msg(!memcmp(ids[0], ids[k], sizeof ids[0]) && !memcmp(lp[0], lp[k], sizeof lp[0]),
                       "argmax: %d threads differ from 1", threads[k]);
     }
@@ -975,7 +979,7 @@ START_TEST(argmax_invariant)
         tp_tensor one = tp_tensor_rows(&t, r, 1);
         int32_t id;
         float p;
-        ck_assert_int_eq(be->ops->argmax(be, &one, &id, &p), TP_OK);
+        ck_assert_int_eq(be->ops->argmax(be, &one, &id, &p, NULL), TP_OK);
         ck_assert_msg(id == ids[0][r] && !memcmp(&p, &lp[0][r], sizeof p), "argmax: row %lld alone differs",
                       (long long)r);
     }

@@ -20,8 +20,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "model.h" /* tp_rope_inv_freq */
 #ifdef HAVE_CUDA
 #include "backend_cuda.h"
+#include "kernels.h" /* tp_cuda_attention_force_simple */
 #endif
 #ifdef HAVE_NCCL
 #include "comm_nccl.h"
@@ -275,6 +277,7 @@ START_TEST(create_fields)
         ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
         ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
         ck_assert(o->argmax);
+        ck_assert(o->qk_rope_store);
     }
 #ifdef HAVE_CUDA
     tp_backend *b = NULL;
@@ -377,6 +380,267 @@ START_TEST(matmul_empty)
         pt x0 = pt_rand(gb->act_dtype, ACT, 0, 4, 0, -1, 1), w4 = pt_rand(TP_DTYPE_F32, WEIGHT, 5, 4, 0, -1, 1);
         pt y0 = pt_poison(gb->act_dtype, 0, 5, 0);
         RUN_BOTH(cpu->ops->matmul(cpu, &x0.c, &w4.c, NULL, &y0.c), gb->ops->matmul(gb, &x0.g, &w4.g, NULL, &y0.g));
+    }
+}
+END_TEST
+
+/* ---- small n: the GEMV (n <= 8, cuda/gemv.cu), its fallbacks, and the fused matmul_swiglu -- */
+
+/* t (made with pad 0) narrowed to columns [col0, col0 + cols) of its rows */
+static pt pt_narrow(pt t, int64_t col0, int64_t cols)
+{
+    t.col0 = col0;
+    t.cols = cols;
+    t.g = tp_tensor_cols(&t.gwhole, col0, cols);
+    t.c = tp_tensor_cols(&t.cwhole, col0, cols);
+    return t;
+}
+
+/* Layouts of a [rows, cols] operand: ALIGNED starts 8 columns into rows of a multiple of 8
+ * columns (+ 16), so that data and row pitch are 16-byte aligned in every dtype (the GEMV's
+ * condition); SHIFTED is pt_rand's pad 3 (column 1: misaligned); ODD_PITCH starts at
+ * column 0 of rows of a multiple of 8 columns + 17 (aligned data, a pitch of 2 or 4 bytes
+ * past a multiple of 16: the GEMV takes it for one row only). */
+enum { ALIGNED, SHIFTED, ODD_PITCH };
+
+static pt pt_layout(int layout, tp_dtype gdt, int kind, int64_t rows, int64_t cols, float lo, float hi)
+{
+    if (layout == SHIFTED) return pt_rand(gdt, kind, rows, cols, 3, lo, hi);
+    if (layout == ODD_PITCH) return pt_narrow(pt_rand(gdt, kind, rows, (cols + 7) / 8 * 8 + 17, 0, lo, hi), 0, cols);
+    return pt_narrow(pt_rand(gdt, kind, rows, (cols + 7) / 8 * 8 + 16, 0, lo, hi), 8, cols);
+}
+
+static const char *layout_name(int layout)
+{
+    return layout == ALIGNED ? "aligned" : layout == SHIFTED ? "shifted" : "odd pitch";
+}
+
+/* The GEMV's fast path, by the rule gemv.cu states (checked against tp_cuda_gemv_fits). */
+static int gemv_expected(int layout, int64_t n, int64_t k, tp_dtype xdt, tp_dtype wdt)
+{
+    const int dtypes = xdt == wdt || (xdt == TP_DTYPE_F32 && wdt != TP_DTYPE_F32);
+    return n >= 1 && n <= 8 && k >= 1 && dtypes && (layout == ALIGNED || (layout == ODD_PITCH && n == 1));
+}
+
+static void gemv_fits_check(const tp_tensor *x, const tp_tensor *w, int expected, const char *shape)
+{
+#ifdef HAVE_CUDA
+    ck_assert_msg(tp_cuda_gemv_fits(x, w) == expected, "[%s]: tp_cuda_gemv_fits is %d, expected %d", shape,
+                  !expected, expected);
+#else
+    (void)x, (void)w, (void)expected, (void)shape;
+#endif
+}
+
+/* compare()'s normalized error without its table line (one line per block instead) */
+static double err_of(const char *op, const char *shape, const float *got, const float *ref, size_t n, double bound)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(!isnan(got[i]) && !(isinf(got[i]) && got[i] != ref[i]), "%s %s [%s]: element %zu is %g "
+                      "(reference %g)", op, tp_dtype_name(gb->act_dtype), shape, i, (double)got[i], (double)ref[i]);
+        const double d = (double)got[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    const double err = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    ck_assert_msg(err <= bound, "%s %s [%s]: normalized error %g exceeds %g", op, tp_dtype_name(gb->act_dtype),
+                  shape, err, bound);
+    return err;
+}
+
+/* y = x @ w^T (+ bias) for n = 1..9 rows of one x [9, k] (n <= 8: the GEMV where the layout
+ * and dtypes allow; 9: cuBLASLt), with and without a bias, y alternating between f32 and
+ * the activation dtype, against the CPU's 9 rows. Frees the block's memory at the end. */
+static void gemv_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
+{
+    const tp_dtype A = gb->act_dtype;
+    pt x = pt_layout(layout, A, ACT, 9, k, -1.0f, 1.0f);
+    pt w = pt_layout(layout == ODD_PITCH ? ALIGNED : layout, wdt, WEIGHT, m, k, -1.0f, 1.0f);
+    pt bias = pt_rand(wdt, WEIGHT, 1, m, 3, -1.0f, 1.0f);
+    double worst = 0.0, bound = 0.0;
+    int fast = 0;
+    char shape[128];
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        pt ref = pt_poison(TP_DTYPE_F32, 9, m, 0);
+        tp_error_clear();
+        ck_assert_msg(cpu->ops->matmul(cpu, &x.c, &w.c, with_bias ? &bias.c : NULL, &ref.c) == TP_OK, "cpu: %s",
+                      tp_error_message());
+        const float *r = pt_get(&ref, 0);
+        for (int64_t n = 1; n <= 9; n++) {
+            const tp_dtype ydt = (n + with_bias) % 2 ? A : TP_DTYPE_F32;
+            const int expected = gemv_expected(layout, n, k, A, wdt);
+            fast += expected;
+            snprintf(shape, sizeof shape, "x %s [%lld,%lld] w %s [%lld,%lld]%s y %s %s -> %s", dn(A), (long long)n,
+                     (long long)k, dn(wdt), (long long)m, (long long)k, with_bias ? " +bias" : "", dn(ydt),
+                     layout_name(layout), expected ? "gemv" : "cublaslt");
+            tp_tensor xg = tp_tensor_rows(&x.g, 0, n);
+            gemv_fits_check(&xg, &w.g, expected, shape);
+            pt y = pt_poison(ydt, n, m, 5);
+            tp_error_clear();
+            ck_assert_msg(gb->ops->matmul(gb, &xg, &w.g, with_bias ? &bias.g : NULL, &y.g) == TP_OK, "cuda [%s]: %s",
+                          shape, tp_error_message());
+            const double b = bound_for(REDUCTION, ydt);
+            const double e = err_of("matmul", shape, pt_get(&y, 1), r, (size_t)(n * m), b);
+            if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
+            pt_guards("matmul y", &y);
+        }
+    }
+    snprintf(shape, sizeof shape, "n 1..9 x [n,%lld] w %s [%lld,%lld] +-bias, %s, %d of 18 gemv", (long long)k,
+             dn(wdt), (long long)m, (long long)k, layout_name(layout), fast);
+    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "matmul small", tp_dtype_name(A), shape, worst, bound,
+           "ok");
+    fflush(stdout);
+    teardown(); /* the big weights go now, and the allocation table stays small */
+}
+
+START_TEST(matmul_gemv)
+{
+    static const int64_t ks[] = {8, 64, 1000, 4096, 14336, 3, 13, 1001}; /* the last three: k % 8 != 0 */
+    static const int64_t ms[] = {1, 7, 256, 6144};
+    int big = 0;
+    FOR_EACH_GPU {
+        seed(20);
+        const tp_dtype A = gb->act_dtype;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t k = ks[ki], m = ms[mi];
+                if (k % 8 != 0 && m == 6144) continue;
+                for (int d = 0; d < 3; d++) {
+                    const tp_dtype wdt = float_dtypes[d];
+                    /* the GEMV's dtype pairs everywhere; cuBLASLt's other pairs on small shapes */
+                    const int gemv_pair = wdt == A || (A == TP_DTYPE_F32);
+                    if (!gemv_pair && (k > 1001 || m > 256)) continue;
+                    /* the two largest weights: one dtype each (in turn at f32 activations) */
+                    if (k * m > (8 << 20) && A == TP_DTYPE_F32 && wdt != float_dtypes[big % 3]) continue;
+                    gemv_block(ALIGNED, wdt, k, m);
+                }
+                if (k * m > (8 << 20)) big++;
+            }
+        /* layouts the GEMV refuses (or takes for n = 1 only) */
+        for (int d = 0; d < 3; d++) {
+            gemv_block(SHIFTED, float_dtypes[d], 64, 7);
+            gemv_block(ODD_PITCH, float_dtypes[d], 1001, 256);
+        }
+    }
+}
+END_TEST
+
+/* out = silu(gate) * up of [gate | up] = x @ w^T (+ bias) for n in 1..8 and 17 rows of one
+ * x [17, k], against the CPU's composition (matmul, then swiglu) on 17 rows; gate_up is
+ * scratch (its contents are not checked). Frees the block's memory at the end. */
+static void swiglu_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
+{
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 17};
+    const tp_dtype A = gb->act_dtype;
+    pt x = pt_layout(layout, A, ACT, 17, k, -1.0f, 1.0f);
+    pt w = pt_layout(layout == ODD_PITCH ? ALIGNED : layout, wdt, WEIGHT, 2 * m, k, -0.25f, 0.25f);
+    pt bias = pt_rand(wdt, WEIGHT, 1, 2 * m, 3, -2.0f, 2.0f);
+    double worst = 0.0, bound = 0.0;
+    int fast = 0;
+    char shape[128];
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        pt gu_ref = pt_poison(TP_DTYPE_F32, 17, 2 * m, 0), ref = pt_poison(TP_DTYPE_F32, 17, m, 0);
+        tp_error_clear();
+        ck_assert_msg(cpu->ops->matmul_swiglu(cpu, &x.c, &w.c, with_bias ? &bias.c : NULL, &gu_ref.c, &ref.c) == TP_OK,
+                      "cpu: %s", tp_error_message());
+        const float *r = pt_get(&ref, 0);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t n = ns[ni];
+            const tp_dtype ydt = (n + with_bias) % 2 ? A : TP_DTYPE_F32;
+            const int expected = gemv_expected(layout, n, k, A, wdt);
+            fast += expected;
+            snprintf(shape, sizeof shape, "x %s [%lld,%lld] w %s [%lld,%lld]%s out %s %s -> %s", dn(A), (long long)n,
+                     (long long)k, dn(wdt), (long long)(2 * m), (long long)k, with_bias ? " +bias" : "", dn(ydt),
+                     layout_name(layout), expected ? "gemv" : "matmul+swiglu");
+            tp_tensor xg = tp_tensor_rows(&x.g, 0, n);
+            gemv_fits_check(&xg, &w.g, expected, shape);
+            pt gu = pt_poison(A, n, 2 * m, 3), out = pt_poison(ydt, n, m, 5);
+            tp_error_clear();
+            ck_assert_msg(gb->ops->matmul_swiglu(gb, &xg, &w.g, with_bias ? &bias.g : NULL, &gu.g, &out.g) == TP_OK,
+                          "cuda [%s]: %s", shape, tp_error_message());
+            const double b = bound_for(REDUCTION, ydt);
+            const double e = err_of("matmul_swiglu", shape, pt_get(&out, 1), r, (size_t)(n * m), b);
+            if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
+            pt_guards("matmul_swiglu out", &out);
+        }
+    }
+    snprintf(shape, sizeof shape, "n 1..8,17 x [n,%lld] w %s [%lld,%lld] +-bias, %s, %d of 18 gemv", (long long)k,
+             dn(wdt), (long long)(2 * m), (long long)k, layout_name(layout), fast);
+    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "matmul_swiglu", tp_dtype_name(A), shape, worst, bound,
+           "ok");
+    fflush(stdout);
+    teardown();
+}
+
+START_TEST(matmul_swiglu_cases)
+{
+    static const int64_t shapes[][2] = {{64, 1}, {1000, 7}, {4096, 256}, {13, 33}, {1001, 3}, {8, 1500}, {4096, 1792}};
+    FOR_EACH_GPU {
+        seed(21);
+        const tp_dtype A = gb->act_dtype;
+        ck_assert_ptr_nonnull(gb->ops->matmul_swiglu);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int d = 0; d < 3; d++) {
+                const tp_dtype wdt = float_dtypes[d];
+                if (wdt != A && A != TP_DTYPE_F32 && shapes[s][0] > 1001) continue;
+                swiglu_block(ALIGNED, wdt, shapes[s][0], shapes[s][1]);
+            }
+        swiglu_block(SHIFTED, A, 64, 7);
+        swiglu_block(ODD_PITCH, A, 64, 7);
+
+        /* k == 0: out = silu(bias_gate) * bias_up, through the unfused path */
+        pt x0 = pt_rand(A, ACT, 3, 0, 2, -1, 1), w0 = pt_rand(TP_DTYPE_BF16, WEIGHT, 10, 0, 2, -1, 1);
+        pt b0 = pt_rand(TP_DTYPE_BF16, WEIGHT, 1, 10, 0, -3, 3), gu0 = pt_poison(A, 3, 10, 1);
+        pt o0 = pt_poison(A, 3, 5, 2);
+        RUN_BOTH(cpu->ops->matmul_swiglu(cpu, &x0.c, &w0.c, &b0.c, &gu0.c, &o0.c),
+                 gb->ops->matmul_swiglu(gb, &x0.g, &w0.g, &b0.g, &gu0.g, &o0.g));
+        compare("matmul_swiglu", "k = 0: out = silu(bias gate) * bias up", pt_get(&o0, 1), pt_get(&o0, 0), 15,
+                ELEMENTWISE, A);
+        pt_guards("matmul_swiglu k=0", &o0);
+
+        /* recorded in a graph and replayed: the GEMV and the fused GEMV of a decode step */
+        if (gb->ops->graph_begin) {
+            pt x = pt_layout(ALIGNED, A, ACT, 4, 256, -1, 1), w = pt_layout(ALIGNED, A, WEIGHT, 96, 256, -0.25f, 0.25f);
+            pt gu = pt_poison(A, 4, 96, 0), out = pt_poison(A, 4, 48, 0), y = pt_poison(A, 4, 96, 0);
+            pt gu_c = pt_poison(TP_DTYPE_F32, 4, 96, 0), ref = pt_poison(TP_DTYPE_F32, 4, 48, 0);
+            pt yref = pt_poison(TP_DTYPE_F32, 4, 96, 0);
+            void *graph = NULL;
+            tp_error_clear();
+            ck_assert_msg(gb->ops->graph_begin(gb) == TP_OK, "graph_begin: %s", tp_error_message());
+            ck_assert_msg(gb->ops->matmul_swiglu(gb, &x.g, &w.g, NULL, &gu.g, &out.g) == TP_OK, "%s",
+                          tp_error_message());
+            ck_assert_msg(gb->ops->matmul(gb, &x.g, &w.g, NULL, &y.g) == TP_OK, "%s", tp_error_message());
+            ck_assert_msg(gb->ops->graph_end(gb, &graph) == TP_OK, "graph_end: %s", tp_error_message());
+            ck_assert_msg(gb->ops->graph_launch(gb, graph) == TP_OK, "graph_launch: %s", tp_error_message());
+            ck_assert_msg(cpu->ops->matmul_swiglu(cpu, &x.c, &w.c, NULL, &gu_c.c, &ref.c) == TP_OK, "cpu: %s",
+                          tp_error_message());
+            ck_assert_msg(cpu->ops->matmul(cpu, &x.c, &w.c, NULL, &yref.c) == TP_OK, "cpu: %s", tp_error_message());
+            compare("matmul_swiglu", "graph: x [4,256] w [96,256] out [4,48]", pt_get(&out, 1), pt_get(&ref, 0),
+                    4 * 48, REDUCTION, A);
+            compare("matmul", "graph: x [4,256] w [96,256] y [4,96]", pt_get(&y, 1), pt_get(&yref, 0), 4 * 96,
+                    REDUCTION, A);
+            gb->ops->graph_free(gb, graph);
+        }
+
+        /* argument errors: the checks of matmul and swiglu under one name */
+        pt x = pt_rand(A, ACT, 4, 64, 0, -1, 1), w = pt_rand(A, WEIGHT, 8, 64, 0, -1, 1);
+        pt w7 = pt_rand(A, WEIGHT, 7, 64, 0, -1, 1), w32 = pt_rand(A, WEIGHT, 8, 32, 0, -1, 1);
+        pt gu = pt_poison(A, 4, 8, 0), gu6 = pt_poison(A, 4, 6, 0), out = pt_poison(A, 4, 4, 0);
+        pt out5 = pt_poison(A, 4, 5, 0), b7 = pt_rand(A, WEIGHT, 1, 7, 0, -1, 1);
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w7.g, NULL, &gu.g, &out.g), "matmul_swiglu: w has 7 rows");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w32.g, NULL, &gu.g, &out.g),
+                       "matmul_swiglu: x has 64 columns but w has 32");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w.g, NULL, &gu6.g, &out.g),
+                       "matmul_swiglu: gate_up is [4, 6], expected [4, 8]");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w.g, NULL, &gu.g, &out5.g),
+                       "matmul_swiglu: out is [4, 5], expected [4, 4]");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w.g, &b7.g, &gu.g, &out.g),
+                       "matmul_swiglu: bias is [1, 7], expected [1, 8]");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, NULL, &w.g, NULL, &gu.g, &out.g), "matmul_swiglu: x is NULL");
+        EXPECT_INVALID(gb->ops->matmul_swiglu(gb, &x.g, &w.g, NULL, NULL, &out.g), "matmul_swiglu: gate_up is NULL");
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        printf("  %-13s %-9s %-58s ok\n", "matmul_swiglu", tp_dtype_name(A), "k = 0, graph, TP_ERR_INVALID_ARG");
     }
 }
 END_TEST
@@ -503,36 +767,39 @@ END_TEST
 /* One step: sequence s has hist[s] positions stored by an earlier kv_store and chunk[s]
  * new tokens in this step (interleaved across sequences); physical blocks are a random
  * permutation, and the block table has a spare column of -1. pad_token: the step's last
- * token is padding for kv_store (slot -1). */
+ * token is padding for kv_store (slot -1). max_pos_extra: added to the batch's max_pos,
+ * a loose bound as a CUDA graph's (the whole context capacity). */
 typedef struct attn_case {
     int kvh, ratio, hd, bs, n_seqs;
-    int hist[4], chunk[4];
+    int hist[8], chunk[8];
     int pad_token;
+    int max_pos_extra;
 } attn_case;
 
 static const attn_case attn_cases[] = {
     /* one sequence, a prefill chunk from scratch */
-    {1, 1, 17, 4, 1, {0}, {13}, 0},
+    {1, 1, 17, 4, 1, {0}, {13}, 0, 0},
     /* three sequences: a chunk after history, a decode step, a first token; GQA 2 */
-    {2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0},
+    {2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0, 0},
     /* GQA 4, block size 1, head dim 3 */
-    {2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 1},
+    {2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 1, 0},
     /* positions over many blocks and several softmax chunks */
-    {1, 4, 64, 8, 2, {70, 140}, {2, 30}, 0},
+    {1, 4, 64, 8, 2, {70, 140}, {2, 30}, 0, 0},
     /* head dim 130, block size 16, GQA 1 across four sequences */
-    {3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 1},
+    {3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 1, 0},
     /* decode only, long contexts, Llama's head dim */
-    {4, 2, 128, 16, 4, {300, 3, 47, 64}, {1, 1, 1, 1}, 0},
+    {4, 2, 128, 16, 4, {300, 3, 47, 64}, {1, 1, 1, 1}, 0, 0},
     /* a long prefill chunk */
-    {2, 4, 128, 16, 2, {0, 150}, {200, 40}, 0},
+    {2, 4, 128, 16, 2, {0, 150}, {200, 40}, 0, 0},
 };
 
-static void attention_case(const attn_case *c, tp_dtype cdt, uint64_t s)
+/* qodt: the dtype of q and out (the activation dtype in the engine) */
+static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s)
 {
     seed(s);
     const tp_dtype A = gb->act_dtype;
     const int kvh = c->kvh, hd = c->hd, bs = c->bs, qh = kvh * c->ratio, width = kvh * hd;
-    int total[4], max_blocks = 1, need = 0, n = 0, nh = 0;
+    int total[8], max_blocks = 1, need = 0, n = 0, nh = 0;
     for (int q = 0; q < c->n_seqs; q++) {
         total[q] = c->hist[q] + c->chunk[q];
         int blocks = (total[q] + bs - 1) / bs;
@@ -596,6 +863,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, uint64_t s)
                 i++;
             }
     if (c->pad_token) slot[n - 1] = -1;
+    max_pos += c->max_pos_extra;
     int32_t *sc, *sg, *pc, *pg, *lc, *lg;
     ints_both(seq, n, &sc, &sg);
     ints_both(pos, n, &pc, &pg);
@@ -608,9 +876,9 @@ static void attention_case(const attn_case *c, tp_dtype cdt, uint64_t s)
     RUN_BOTH(cpu->ops->kv_store(cpu, &k_c, &v_c, &kc, &bc), gb->ops->kv_store(gb, &k_g, &v_g, &kg, &bg));
 #undef SLOT
 
-    char shape[96];
-    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d", dn(cdt), kvh,
-             c->ratio, hd, bs, c->n_seqs, n, max_pos);
+    char shape[128];
+    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s", dn(cdt), kvh,
+             c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "");
     /* the caches are the same bytes (the values are the same, the conversion too) */
     ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
                   "kv_store [%s]: the K caches differ", shape);
@@ -618,11 +886,23 @@ static void attention_case(const attn_case *c, tp_dtype cdt, uint64_t s)
                   "kv_store [%s]: the V caches differ", shape);
     printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "kv_store", tp_dtype_name(A), shape, 0.0, 0.0, "ok");
 
-    pt out = pt_poison(A, n, qh * hd, 3);
+    /* q in its own dtype: qkv's q values, rounded to it on both sides */
+    if (qodt != A) {
+        const int64_t qw = (int64_t)qh * hd + 5, all = qkv.cols;
+        const float *qv = pt_get(&qkv, 0);
+        float *v = host_alloc((size_t)(n * qw) * sizeof(float));
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < qw; j++) /* the view starts at column 2 (pt_from's pad / 2) */
+                v[r * qw + j] = j >= 2 && j - 2 < qh * hd ? qv[r * all + j - 2] : 0.0f;
+        pt qo = pt_from(qodt, ACT, n, qh * hd, 5, v);
+        qc = qo.c;
+        qg = qo.g;
+    }
+    pt out = pt_poison(qodt, n, qh * hd, 3);
     const float scale = 1.0f / sqrtf((float)hd);
     RUN_BOTH(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c),
              gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g));
-    compare("attention", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * qh * hd), REDUCTION, A);
+    compare("attention", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
     pt_guards("kv_store qkv (read only)", &qkv);
 }
@@ -631,9 +911,248 @@ START_TEST(attention_cases)
 {
     FOR_EACH_GPU {
         for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-            attention_case(&attn_cases[i], gb->act_dtype, 100 + i);
-            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, 200 + i);
+            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i);
+            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i);
         }
+    }
+}
+END_TEST
+
+/* The flash kernel's shapes (cuda/attention.cu): long contexts split over many blocks, GQA
+ * ratios 1 to 16 (more than 8 q heads per KV head take several blocks; odd ratios are
+ * padded), head dims 8 to 256 and a fallback one (96), block sizes 1 to 64, batches mixing
+ * short and long sequences, prefill, and graph-mode max_pos far past every position. */
+static const attn_case attn_long_cases[] = {
+    /* one long decode: many splits */
+    {2, 4, 128, 16, 1, {3000}, {1}, 0, 0},
+    /* Llama-3-8B's shape: 8 KV heads, GQA 4; short and long sequences in one batch */
+    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 0},
+    /* the same batch as a CUDA graph sees it: max_pos the whole capacity */
+    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 131072},
+    /* a short decode under a graph's bound: many splits planned, one used */
+    {8, 4, 128, 16, 1, {100}, {1}, 0, 65536},
+    /* GQA 8, head dim 64, block size 32 */
+    {1, 8, 64, 32, 4, {2500, 5, 700, 63}, {1, 1, 1, 1}, 0, 0},
+    /* GQA 1, head dim 256 (f32: two vectors per lane) */
+    {4, 1, 256, 16, 2, {1500, 300}, {1, 1}, 0, 0},
+    /* GQA 16: two blocks of 8 q heads per KV head */
+    {1, 16, 128, 16, 1, {900}, {2}, 0, 0},
+    /* GQA 6 (padded to 8) and 12 (two blocks of 6) */
+    {2, 6, 64, 16, 2, {400, 129}, {1, 3}, 0, 0},
+    {1, 12, 64, 16, 1, {700}, {1}, 0, 4096},
+    /* GQA 3 (padded to 4) and 2; the tiny models' head dims 32, 8, 16 */
+    {2, 3, 32, 16, 2, {300, 2}, {1, 5}, 0, 0},
+    {4, 2, 8, 16, 2, {300, 2}, {1, 5}, 0, 0},
+    {2, 4, 16, 8, 3, {500, 0, 33}, {1, 4, 1}, 1, 0},
+    /* block sizes 1 and 64 over long contexts */
+    {2, 4, 128, 1, 2, {700, 3}, {1, 1}, 0, 0},
+    {2, 4, 128, 64, 2, {1900, 65}, {1, 1}, 0, 0},
+    /* prefill: a 600-token prompt (blocks enough without splits); a chunk after a long history */
+    {2, 4, 128, 16, 1, {0}, {600}, 0, 0},
+    {2, 4, 128, 16, 1, {1000}, {64}, 0, 0},
+    /* head dim 96: the simple kernel, long */
+    {2, 4, 96, 16, 2, {1000, 10}, {1, 1}, 0, 0},
+};
+
+START_TEST(attention_long)
+{
+    FOR_EACH_GPU {
+        const tp_dtype A = gb->act_dtype, other = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : TP_DTYPE_F32;
+        for (size_t i = 0; i < sizeof attn_long_cases / sizeof attn_long_cases[0]; i++) {
+            for (int d = 0; d < 3; d++) {
+                attention_case(&attn_long_cases[i], float_dtypes[d], A, 300 + 10 * i + d);
+                teardown(); /* the caches are large: free each case's allocations */
+            }
+            attention_case(&attn_long_cases[i], A, other, 400 + i); /* q and out unlike the activations */
+            teardown();
+        }
+    }
+}
+END_TEST
+
+/* ---- the fused qk_rope_store ------------------------------------------------------------------ */
+
+/* Columns [c0, c0 + w) of an [n, cols] f32 matrix, as a dense [n, w] one. */
+static float *cols_of(const float *m, int64_t n, int64_t cols, int64_t c0, int64_t w)
+{
+    float *out = host_alloc((size_t)(n * w) * sizeof(float) + 1);
+    for (int64_t r = 0; r < n; r++) memcpy(out + r * w, m + r * cols + c0, (size_t)w * sizeof(float));
+    return out;
+}
+
+/* q, k, v as forward.c passes them: columns of one qkv [n, (hq + 2 hk) hd] (inside wider
+ * rows when pad > 0). Slots distinct, drawn from a cache with spare rows; about one token
+ * in five padding (-1), the last one always when n > 1. Positions up to 99999 (0 and 99999
+ * always); inv_freq of Llama 3.1's scaled rope, or random in [0, 1) when rnd_freq. The
+ * caches start as random rows, the same on every side. Checked against the CPU: q and k in
+ * place, v untouched, the cache rows written; on the GPU: every other cache row untouched,
+ * and qkv and both caches bit for bit those of the unfused ops (head_rmsnorm x2, rope x2,
+ * kv_store) on the same inputs. graph: the fused op is recorded and replayed as a graph. */
+static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype wdt, tp_dtype cdt, int64_t pad,
+                               int rnd_freq, int graph, uint64_t s)
+{
+    seed(s);
+    const tp_dtype A = gb->act_dtype;
+    const int64_t qw = (int64_t)hq * hd, kw = (int64_t)hk * hd, cols = qw + 2 * kw, half = hd / 2;
+    const float eps = 1e-6f;
+
+    /* qkv: on the CPU, and twice on the GPU (the fused op's, the unfused ops') */
+    const size_t nv = (size_t)(n * (cols + pad));
+    float *vals = host_alloc(nv * sizeof(float) + 1);
+    for (size_t i = 0; i < nv; i++) vals[i] = uniform(-2.0f, 2.0f);
+    pt qkv = pt_from(A, ACT, n, cols, pad, vals), ref = pt_from(A, ACT, n, cols, pad, vals);
+    tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qw), kc = tp_tensor_cols(&qkv.c, qw, kw);
+    tp_tensor vc = tp_tensor_cols(&qkv.c, qw + kw, kw);
+    tp_tensor qg = tp_tensor_cols(&qkv.g, 0, qw), kg = tp_tensor_cols(&qkv.g, qw, kw);
+    tp_tensor vg = tp_tensor_cols(&qkv.g, qw + kw, kw);
+    tp_tensor qr = tp_tensor_cols(&ref.g, 0, qw), kr = tp_tensor_cols(&ref.g, qw, kw);
+    tp_tensor vr = tp_tensor_cols(&ref.g, qw + kw, kw);
+    pt qn = pt_rand(wdt, WEIGHT, 1, hd, 0, 0.5f, 1.5f), kn = pt_rand(wdt, WEIGHT, 1, hd, 0, 0.5f, 1.5f);
+
+    float *inv = host_alloc((size_t)half * sizeof(float) + 1);
+    if (rnd_freq) {
+        for (int64_t j = 0; j < half; j++) inv[j] = uniform(0.0f, 1.0f);
+    } else {
+        tp_model_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.head_dim = hd;
+        cfg.rope_theta = 500000.0;
+        cfg.rope_scaling.type = TP_ROPE_LLAMA3;
+        cfg.rope_scaling.factor = 8.0;
+        cfg.rope_scaling.low_freq_factor = 1.0;
+        cfg.rope_scaling.high_freq_factor = 4.0;
+        cfg.rope_scaling.original_max_position = 8192;
+        tp_rope_inv_freq(&cfg, inv);
+    }
+    const float *ic = dev_copy(cpu, inv, (size_t)half * sizeof(float) + 1);
+    const float *ig = dev_copy(gb, inv, (size_t)half * sizeof(float) + 1);
+
+    /* positions and slots */
+    const int bs = 16, n_blocks = (n + bs - 1) / bs + 2, n_slots = n_blocks * bs;
+    int32_t *perm = host_alloc((size_t)n_slots * sizeof(int32_t));
+    for (int i = 0; i < n_slots; i++) perm[i] = i;
+    for (int i = n_slots - 1; i > 0; i--) {
+        int j = rand_int(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *pos = host_alloc((size_t)n * 4), *slot = host_alloc((size_t)n * 4), *written = host_alloc((size_t)n_slots * 4);
+    for (int i = 0; i < n_slots; i++) written[i] = -1; /* the token stored at each cache row */
+    for (int i = 0; i < n; i++) {
+        pos[i] = i == 0 ? 0 : i == 1 ? 99999 : rand_int(4) == 0 ? rand_int(64) : rand_int(100000);
+        slot[i] = (n > 1 && i == n - 1) || rand_int(5) == 0 ? -1 : perm[i];
+        if (slot[i] >= 0) written[slot[i]] = i;
+    }
+    int32_t *pc, *pg, *sc, *sg;
+    ints_both(pos, n, &pc, &pg);
+    ints_both(slot, n, &sc, &sg);
+    /* only pos and slot are the op's: seq and block_table stay NULL */
+    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000}, bg = {n, NULL, pg, sg, NULL, 1, 100000};
+
+    /* the caches: the same random rows on the CPU and in both GPU caches */
+    const size_t ce = tp_dtype_size(cdt), cache_n = (size_t)n_slots * (size_t)kw, cache_bytes = cache_n * ce;
+    unsigned char *init[2];
+    for (int c = 0; c < 2; c++) {
+        float *f = host_alloc(cache_n * sizeof(float) + 1);
+        for (size_t e = 0; e < cache_n; e++) f[e] = uniform(-1.0f, 1.0f);
+        init[c] = host_alloc(cache_bytes + 1);
+        tp_convert(init[c], cdt, f, TP_DTYPE_F32, cache_n);
+    }
+    tp_kv_layer cc = {dev_copy(cpu, init[0], cache_bytes), dev_copy(cpu, init[1], cache_bytes), cdt, n_blocks, bs, hk, hd};
+    tp_kv_layer cg = {dev_copy(gb, init[0], cache_bytes), dev_copy(gb, init[1], cache_bytes), cdt, n_blocks, bs, hk, hd};
+    tp_kv_layer cr = {dev_copy(gb, init[0], cache_bytes), dev_copy(gb, init[1], cache_bytes), cdt, n_blocks, bs, hk, hd};
+
+    /* the fused op on both backends (on the GPU, directly or as a replayed graph) */
+    tp_error_clear();
+    ck_assert_msg(cpu->ops->qk_rope_store(cpu, &qc, &kc, &vc, norm ? &qn.c : NULL, norm ? &kn.c : NULL, eps, hd, ic,
+                                          &cc, &bc) == TP_OK, "cpu: %s", tp_error_message());
+    if (graph) {
+        void *gr = NULL;
+        ck_assert_msg(gb->ops->graph_begin(gb) == TP_OK, "cuda graph_begin: %s", tp_error_message());
+        tp_status st = gb->ops->qk_rope_store(gb, &qg, &kg, &vg, norm ? &qn.g : NULL, norm ? &kn.g : NULL, eps, hd,
+                                              ig, &cg, &bg);
+        ck_assert_msg(gb->ops->graph_end(gb, &gr) == TP_OK && st == TP_OK, "cuda graph: %s", tp_error_message());
+        ck_assert_msg(gb->ops->graph_launch(gb, gr) == TP_OK, "cuda graph_launch: %s", tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        gb->ops->graph_free(gb, gr);
+    } else {
+        ck_assert_msg(gb->ops->qk_rope_store(gb, &qg, &kg, &vg, norm ? &qn.g : NULL, norm ? &kn.g : NULL, eps, hd,
+                                             ig, &cg, &bg) == TP_OK, "cuda: %s", tp_error_message());
+    }
+    /* the unfused ops, as forward.c ran them before */
+    if (norm) {
+        ck_assert_msg(gb->ops->head_rmsnorm(gb, &qr, hd, &qn.g, eps) == TP_OK, "%s", tp_error_message());
+        ck_assert_msg(gb->ops->head_rmsnorm(gb, &kr, hd, &kn.g, eps) == TP_OK, "%s", tp_error_message());
+    }
+    ck_assert_msg(gb->ops->rope(gb, &qr, hd, pg, ig) == TP_OK, "%s", tp_error_message());
+    ck_assert_msg(gb->ops->rope(gb, &kr, hd, pg, ig) == TP_OK, "%s", tp_error_message());
+    ck_assert_msg(gb->ops->kv_store(gb, &kr, &vr, &cr, &bg) == TP_OK, "%s", tp_error_message());
+
+    char shape[96];
+    snprintf(shape, sizeof shape, "hd %d hq %d hk %d n %d norm %s cache %s pad %lld %s%s", hd, hq, hk, n,
+             norm ? dn(wdt) : "-", dn(cdt), (long long)pad, rnd_freq ? "rand" : "llama3", graph ? " graph" : "");
+
+    /* q and k in place, v untouched: against the CPU */
+    const float *g = pt_get(&qkv, 1), *c = pt_get(&qkv, 0);
+    compare("qk_rope.q", shape, cols_of(g, n, cols, 0, qw), cols_of(c, n, cols, 0, qw), (size_t)(n * qw),
+            ELEMENTWISE, A);
+    compare("qk_rope.k", shape, cols_of(g, n, cols, qw, kw), cols_of(c, n, cols, qw, kw), (size_t)(n * kw),
+            ELEMENTWISE, A);
+    compare("qk_rope.v", shape, cols_of(g, n, cols, qw + kw, kw), cols_of(c, n, cols, qw + kw, kw),
+            (size_t)(n * kw), EXACT, A);
+    pt_guards("qk_rope_store qkv", &qkv);
+
+    /* the caches: written rows against the CPU's, the others as they were */
+    for (int kv = 0; kv < 2; kv++) {
+        const unsigned char *gcache = dev_bytes(gb, kv ? cg.v : cg.k, cache_bytes);
+        const unsigned char *ccache = dev_bytes(cpu, kv ? cc.v : cc.k, cache_bytes);
+        float *gw = host_alloc((size_t)(n * kw) * sizeof(float) + 1), *cw = host_alloc((size_t)(n * kw) * sizeof(float) + 1);
+        size_t rows = 0;
+        const size_t row_bytes = (size_t)kw * ce;
+        for (int r = 0; r < n_slots; r++) {
+            const size_t at = (size_t)r * row_bytes;
+            if (written[r] < 0) {
+                ck_assert_msg(!memcmp(gcache + at, init[kv] + at, row_bytes), "qk_rope_store [%s]: %s cache row %d "
+                              "(no token's slot) changed", shape, kv ? "V" : "K", r);
+                continue;
+            }
+            tp_convert(gw + rows * kw, TP_DTYPE_F32, gcache + at, cdt, (size_t)kw);
+            tp_convert(cw + rows * kw, TP_DTYPE_F32, ccache + at, cdt, (size_t)kw);
+            rows++;
+        }
+        compare(kv ? "qk_rope.vc" : "qk_rope.kc", shape, gw, cw, rows * (size_t)kw, kv ? EXACT : ELEMENTWISE, cdt);
+    }
+
+    /* bit for bit the unfused CUDA ops */
+    const size_t qkv_bytes = nv * tp_dtype_size(A) + 1;
+    const int same_qkv = !memcmp(dev_bytes(gb, qkv.gwhole.data, qkv_bytes), dev_bytes(gb, ref.gwhole.data, qkv_bytes),
+                                 qkv_bytes);
+    const int same_k = !memcmp(dev_bytes(gb, cg.k, cache_bytes), dev_bytes(gb, cr.k, cache_bytes), cache_bytes);
+    const int same_v = !memcmp(dev_bytes(gb, cg.v, cache_bytes), dev_bytes(gb, cr.v, cache_bytes), cache_bytes);
+    const int same = same_qkv && same_k && same_v;
+    printf("  %-13s %-9s %-58s %s\n", "qk_rope.bits", tp_dtype_name(A), shape,
+           same ? "bit-identical  ok" : "DIFFERENT  FAIL");
+    fflush(stdout);
+    ck_assert_msg(same, "qk_rope_store [%s]: differs from head_rmsnorm + rope + kv_store on the GPU (qkv %s, "
+                  "K cache %s, V cache %s)", shape, same_qkv ? "same" : "DIFFERENT", same_k ? "same" : "DIFFERENT",
+                  same_v ? "same" : "DIFFERENT");
+}
+
+START_TEST(qk_rope_store_cases)
+{
+    static const int shapes[][4] = {/* hd, hq, hk, n */
+                                    {8, 4, 2, 5},    {64, 8, 8, 17},  {128, 32, 8, 33}, {128, 8, 1, 3},
+                                    {256, 8, 4, 9},  {130, 6, 2, 7},  {2, 3, 1, 4},     {64, 2, 2, 1},
+                                    {128, 16, 4, 300}};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    FOR_EACH_GPU {
+        for (int s = 0; s < n_shapes; s++)
+            for (int norm = 0; norm < 2; norm++)
+                qk_rope_store_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], norm,
+                                   float_dtypes[(2 * s + norm) % 3], float_dtypes[(s + norm + gi_) % 3],
+                                   (s + norm) % 2 ? 4 : 0, (s + norm + gi_) % 3 == 0,
+                                   gb->ops->graph_begin && s == n_shapes - 1 && norm, 300 + 10 * (uint64_t)s + norm);
     }
 }
 END_TEST
@@ -749,14 +1268,16 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
     memset(poison, 0xff, bytes); /* ids -1, logprobs NaN */
     int32_t *ic = dev_copy(cpu, poison, bytes), *ig = dev_copy(gb, poison, bytes), *ig2 = dev_copy(gb, poison, bytes);
     float *lc = dev_copy(cpu, poison, bytes), *lg = dev_copy(gb, poison, bytes);
-    RUN_BOTH(cpu->ops->argmax(cpu, &x.c, ic, lc), gb->ops->argmax(gb, &x.g, ig, lg));
-    ck_assert_msg(gb->ops->argmax(gb, &x.g, ig2, NULL) == TP_OK, "cuda: %s", tp_error_message());
+    float *vc = dev_copy(cpu, poison, bytes), *vg = dev_copy(gb, poison, bytes);
+    RUN_BOTH(cpu->ops->argmax(cpu, &x.c, ic, lc, vc), gb->ops->argmax(gb, &x.g, ig, lg, vg));
+    ck_assert_msg(gb->ops->argmax(gb, &x.g, ig2, NULL, NULL) == TP_OK, "cuda: %s", tp_error_message());
     const int32_t *hic = dev_bytes(cpu, ic, bytes), *hig = dev_bytes(gb, ig, bytes), *hig2 = dev_bytes(gb, ig2, bytes);
     const float *hlc = dev_bytes(cpu, lc, bytes), *hlg = dev_bytes(gb, lg, bytes);
+    const float *hvc = dev_bytes(cpu, vc, bytes), *hvg = dev_bytes(gb, vg, bytes);
     int64_t bad_id = -1, bad_lp = -1;
     double err = 0.0;
     for (int64_t r = 0; r < L; r++) {
-        if ((hig[r] != hic[r] || hig2[r] != hic[r]) && bad_id < 0) bad_id = r;
+        if ((hig[r] != hic[r] || hig2[r] != hic[r] || hvg[r] != hvc[r]) && bad_id < 0) bad_id = r;
         const double d = fabs((double)hlg[r] - (double)hlc[r]);
         if (!(d <= 1e-5) && bad_lp < 0) bad_lp = r; /* NaN fails */
         if (d > err) err = d;
@@ -842,12 +1363,47 @@ START_TEST(bad_shapes)
         bnull.block_table = NULL;
         EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, &bnull, 4, 0.3f, &q.g), "NULL seq, pos or block_table");
         EXPECT_INVALID(gb->ops->attention(gb, &q.g, &cache, NULL, 4, 0.3f, &q.g), "attention: batch is NULL");
-        EXPECT_INVALID(gb->ops->argmax(gb, &w64.g, (int32_t *)y.g.data, NULL), "argmax: logits is bfloat16");
-        EXPECT_INVALID(gb->ops->argmax(gb, &r.g, NULL, NULL), "argmax: ids is NULL");
+        /* qk_rope_store: the checks of head_rmsnorm, rope and kv_store, under its name */
+        pt fqkv = pt_rand(A, ACT, 2, 4 * hd + 2 * width, 0, -1, 1), k8 = pt_rand(A, ACT, 2, hd, 0, -1, 1);
+        pt n5 = pt_rand(TP_DTYPE_F32, WEIGHT, 1, 5, 0, -1, 1);
+        tp_tensor fq = tp_tensor_cols(&fqkv.g, 0, 4 * hd), fk = tp_tensor_cols(&fqkv.g, 4 * hd, width);
+        tp_tensor fv = tp_tensor_cols(&fqkv.g, 4 * hd + width, width);
+        const float *finv = (const float *)w8.g.data;
+        tp_attn_batch bslot = b2;
+        bslot.slot = NULL;
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, NULL, NULL, 1e-6f, hd, finv, &cache, NULL),
+                       "qk_rope_store: batch is NULL");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, NULL, NULL, 1e-6f, hd, finv, &badc, &b2),
+                       "qk_rope_store: cache has");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, NULL, &fk, &fv, NULL, NULL, 1e-6f, hd, finv, &cache, &b2),
+                       "qk_rope_store: q is NULL");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, NULL, NULL, 1e-6f, 3, finv, &cache, &b2),
+                       "qk_rope_store: head_dim 3 must be even");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &k8.g, &fv, NULL, NULL, 1e-6f, hd, finv, &cache, &b2),
+                       "qk_rope_store: k is [2, 8], expected [2, 16]");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &k8.g, NULL, NULL, 1e-6f, hd, finv, &cache, &b2),
+                       "qk_rope_store: v is [2, 8], expected [2, 16]");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, &w8.g, NULL, 1e-6f, hd, finv, &cache, &b2),
+                       "qk_rope_store: q_norm without k_norm");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, &w8.g, &n5.g, 1e-6f, hd, finv, &cache, &b2),
+                       "qk_rope_store: k_norm is [1, 5], expected [1, 8]");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, &w8.g, &w8.g, 1e-6f, hd, NULL, &cache, &b2),
+                       "qk_rope_store: inv_freq is NULL");
+        EXPECT_INVALID(gb->ops->qk_rope_store(gb, &fq, &fk, &fv, NULL, NULL, 1e-6f, hd, finv, &cache, &bslot),
+                       "qk_rope_store: batch has a NULL pos or slot");
+        if (A != TP_DTYPE_F32) { /* q, k, v of one qkv share its dtype; the kernel relies on it */
+            pt v32 = pt_rand(TP_DTYPE_F32, ACT, 2, width, 0, -1, 1);
+            tp_error_clear();
+            ck_assert_int_eq(gb->ops->qk_rope_store(gb, &fq, &fk, &v32.g, NULL, NULL, 1e-6f, hd, finv, &cache, &b2),
+                             TP_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(tp_error_message(), "qk_rope_store: q, k and v are"), "%s", tp_error_message());
+        }
+        EXPECT_INVALID(gb->ops->argmax(gb, &w64.g, (int32_t *)y.g.data, NULL, NULL), "argmax: logits is bfloat16");
+        EXPECT_INVALID(gb->ops->argmax(gb, &r.g, NULL, NULL, NULL), "argmax: ids is NULL");
         bad = r.g;
         bad.cols = 0;
-        EXPECT_INVALID(gb->ops->argmax(gb, &bad, (int32_t *)y.g.data, NULL), "argmax: logits has 3 rows but no columns");
-        EXPECT_INVALID(gb->ops->argmax(gb, NULL, (int32_t *)y.g.data, NULL), "argmax: logits is NULL");
+        EXPECT_INVALID(gb->ops->argmax(gb, &bad, (int32_t *)y.g.data, NULL, NULL), "argmax: logits has 3 rows but no columns");
+        EXPECT_INVALID(gb->ops->argmax(gb, NULL, (int32_t *)y.g.data, NULL, NULL), "argmax: logits is NULL");
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* nothing was enqueued by the refusals */
         printf("  %-13s %-9s %-58s ok\n", "bad shapes", tp_dtype_name(A), "TP_ERR_INVALID_ARG, the CPU backend's messages");
     }
@@ -891,6 +1447,31 @@ START_TEST(device_faults)
                       tp_error_message());
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
 
+        /* qk_rope_store with the same slots: kv_store's fault; q and k still normed and rotated
+         * in place (as the CPU's composition leaves them), and token 0 stored at slot 1 */
+        pt fqkv = pt_rand(A, ACT, 2, 4 * hd, 0, -1, 1), fw = pt_rand(TP_DTYPE_BF16, WEIGHT, 1, hd, 0, 0.5f, 1.5f);
+        tp_tensor fqg = tp_tensor_cols(&fqkv.g, 0, 2 * hd), fkg = tp_tensor_cols(&fqkv.g, 2 * hd, hd);
+        tp_tensor fvg = tp_tensor_cols(&fqkv.g, 3 * hd, hd), fqc = tp_tensor_cols(&fqkv.c, 0, 2 * hd);
+        tp_tensor fkc = tp_tensor_cols(&fqkv.c, 2 * hd, hd), fvc = tp_tensor_cols(&fqkv.c, 3 * hd, hd);
+        const float finv[4] = {1.0f, 0.3f, 0.1f, 0.01f};
+        const float *fic = dev_copy(cpu, finv, sizeof finv), *fig = dev_copy(gb, finv, sizeof finv);
+        tp_kv_layer ccache = {dev_alloc(cpu, cb), dev_alloc(cpu, cb), TP_DTYPE_F32, nb, bsz, kvh, hd};
+        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8};
+        EXPECT_INVALID(cpu->ops->qk_rope_store(cpu, &fqc, &fkc, &fvc, &fw.c, &fw.c, 1e-6f, hd, fic, &ccache, &cab),
+                       "kv_store: token 1 has slot 8");
+        ck_assert_int_eq(gb->ops->qk_rope_store(gb, &fqg, &fkg, &fvg, &fw.g, &fw.g, 1e-6f, hd, fig, &cache, &ab), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "kv_store: token 1 has slot 8, past the cache's 8 slots"), "%s",
+                      tp_error_message());
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        const float *fgot = pt_get(&fqkv, 1);
+        compare("qk_rope_store", "slot past the cache: q, k, v in place", fgot, pt_get(&fqkv, 0), 2 * 4 * hd,
+                ELEMENTWISE, A);
+        const float *kcache = dev_bytes(gb, cache.k, cb), *vcache = dev_bytes(gb, cache.v, cb);
+        for (int j = 0; j < hd; j++)
+            ck_assert(kcache[hd + j] == fgot[2 * hd + j] && vcache[hd + j] == fgot[3 * hd + j]);
+
         /* attention: a physical block outside the cache; a position past max_pos */
         pt q = pt_rand(A, ACT, 2, 2 * hd, 0, -1, 1), o = pt_poison(A, 2, 2 * hd, 0);
         int32_t bad_table[2] = {1, 99};
@@ -922,8 +1503,8 @@ START_TEST(device_faults)
         pt lg = pt_from(TP_DTYPE_F32, ACT, 3, 2000, 0, lv);
         int32_t *aid = dev_alloc(gb, 3 * sizeof(int32_t)), *cid = dev_alloc(cpu, 3 * sizeof(int32_t));
         float *alp = dev_alloc(gb, 3 * sizeof(float)), *clp = dev_alloc(cpu, 3 * sizeof(float));
-        EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp), "argmax: row 1 of logits has NaN at column 9");
-        ck_assert_int_eq(gb->ops->argmax(gb, &lg.g, aid, alp), TP_OK);
+        EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp, NULL), "argmax: row 1 of logits has NaN at column 9");
+        ck_assert_int_eq(gb->ops->argmax(gb, &lg.g, aid, alp, NULL), TP_OK);
         tp_error_clear();
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
         ck_assert_msg(strstr(tp_error_message(), "argmax: row 1 of logits has NaN at column 9"), "%s", tp_error_message());
@@ -934,6 +1515,113 @@ START_TEST(device_faults)
         ck_assert(fabsf(hlp[0] - hclp[0]) <= 1e-5f && fabsf(hlp[2] - hclp[2]) <= 1e-5f && isnan(hlp[1]));
         printf("  %-13s %-9s %-58s ok\n", "device faults", tp_dtype_name(A),
                "gather row, cache slot, block, position, argmax NaN");
+    }
+}
+END_TEST
+
+static void force_simple_attention(int on)
+{
+#ifdef HAVE_CUDA
+    tp_cuda_attention_force_simple(on);
+#else
+    (void)on;
+#endif
+}
+
+/* Attention's device-side faults, on a batch of a long context (split over many blocks)
+ * and a short one (written directly): kind 0 a bad block in the long one's table, 1 a
+ * negative sequence, 2 a position past max_pos, 3 a position past the table's columns, 4
+ * a bad block in the short one's table. synchronize reports it naming the token, that
+ * token's output is zeros, the other's is the CPU's. simple: the fallback kernel forced. */
+static void attention_fault_case(int hd, int simple, int kind)
+{
+    const tp_dtype A = gb->act_dtype;
+    const int kvh = 2, qh = 8, bs = 16, width = kvh * hd, long_pos = 2000, short_pos = 5;
+    const int max_blocks = long_pos / bs + 2, n_blocks = max_blocks + 3; /* 127 columns, 130 blocks */
+    const float scale = 1.0f / sqrtf((float)hd);
+    pt kcache = pt_rand(A, WEIGHT, (int64_t)n_blocks * bs, width, 0, -1, 1);
+    pt vcache = pt_rand(A, WEIGHT, (int64_t)n_blocks * bs, width, 0, -1, 1);
+    tp_kv_layer kc = {kcache.cwhole.data, vcache.cwhole.data, A, n_blocks, bs, kvh, hd};
+    tp_kv_layer kg = {kcache.gwhole.data, vcache.gwhole.data, A, n_blocks, bs, kvh, hd};
+    int32_t perm[130], table[2 * 127], seq[2] = {0, 1}, pos[2] = {long_pos, short_pos}, slot[2] = {-1, -1};
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = rand_int(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int lb = 0; lb < max_blocks; lb++) {
+        table[lb] = lb <= long_pos / bs ? perm[lb] : -1;
+        table[max_blocks + lb] = lb == 0 ? perm[max_blocks - 1] : -1;
+    }
+    int32_t *sc, *sg, *pc, *pg, *tc, *tg, *lc, *lg;
+    ints_both(seq, 2, &sc, &sg);
+    ints_both(pos, 2, &pc, &pg);
+    ints_both(slot, 2, &lc, &lg);
+    ints_both(table, 2 * max_blocks, &tc, &tg);
+    pt q = pt_rand(A, ACT, 2, qh * hd, 3, -2, 2), ref = pt_poison(A, 2, qh * hd, 0);
+    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1};
+    ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
+    const float *want = pt_get(&ref, 0);
+
+    int bad_tok = 0, bmax_pos = long_pos + 1;
+    char needle[160];
+    switch (kind) {
+    case 0:
+        table[70] = 99999;
+        snprintf(needle, sizeof needle, "attention: token 0 maps a logical block to physical block 99999, "
+                 "outside the cache's %d", n_blocks);
+        break;
+    case 1:
+        seq[0] = -1;
+        snprintf(needle, sizeof needle, "attention: token 0 has sequence -1");
+        break;
+    case 2:
+        bmax_pos = 1500;
+        snprintf(needle, sizeof needle, "attention: token 0 has position 2000, outside [0, max_pos 1500)");
+        break;
+    case 3:
+        pos[0] = max_blocks * bs;
+        bmax_pos = 4096;
+        snprintf(needle, sizeof needle, "attention: token 0 at position %d needs a logical block past the block "
+                 "table's %d columns", max_blocks * bs, max_blocks);
+        break;
+    default:
+        table[max_blocks] = -5;
+        bad_tok = 1;
+        snprintf(needle, sizeof needle, "attention: token 1 maps a logical block to physical block -5, "
+                 "outside the cache's %d", n_blocks);
+        break;
+    }
+    tp_attn_batch bg = {2, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
+                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos};
+    pt out = pt_poison(A, 2, qh * hd, 3);
+    force_simple_attention(simple);
+    const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
+    force_simple_attention(0);
+    ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
+    tp_error_clear();
+    ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(tp_error_message(), needle), "message \"%s\" lacks \"%s\"", tp_error_message(), needle);
+    ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* reported once */
+    const float *got = pt_get(&out, 1);
+    const int good = 1 - bad_tok, row = qh * hd;
+    for (int j = 0; j < row; j++)
+        ck_assert_msg(got[bad_tok * row + j] == 0.0f, "attention fault %d (hd %d%s): token %d element %d is %g, not 0",
+                      kind, hd, simple ? ", simple" : "", bad_tok, j, (double)got[bad_tok * row + j]);
+    char shape[96];
+    snprintf(shape, sizeof shape, "fault %d: token %d zeros, token %d right (hd %d%s)", kind, bad_tok, good, hd,
+             simple ? ", simple" : "");
+    compare("attention", shape, got + good * row, want + good * row, (size_t)row, REDUCTION, A);
+    pt_guards("attention out (fault)", &out);
+}
+
+START_TEST(attention_faults)
+{
+    FOR_EACH_GPU {
+        seed(13);
+        for (int path = 0; path < 3; path++) /* flash (head dim 128), simple forced, simple (head dim 96) */
+            for (int kind = 0; kind < 5; kind++) attention_fault_case(path == 2 ? 96 : 128, path == 1, kind);
     }
 }
 END_TEST
@@ -1015,12 +1703,12 @@ static Suite *make_suite(void)
         const TTest *tests[4];
     } groups[] = {
         {"memory", {create_fields, memory}},
-        {"matmul", {matmul_shapes, matmul_empty}},
+        {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
-        {"attention", {attention_cases}},
+        {"attention", {attention_cases, qk_rope_store_cases, attention_long}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
         {"argmax", {argmax_cases}},
-        {"errors", {bad_shapes, device_faults}},
+        {"errors", {bad_shapes, device_faults, attention_faults}},
         {"nccl", {nccl_one_rank}},
     };
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {

@@ -92,6 +92,13 @@ for dt in float32:128 bfloat16:64; do
     fi
 done
 
+# Hugging Face itself in bfloat16 on this GPU, against the same float32 references: the
+# yardstick for the bfloat16 rows above (informational; recorded in tests/gpu/RESULTS.md)
+if [ "$NP" -eq 1 ] && [ "${GPU_HF_BF16:-1}" = 1 ]; then
+    timeout 300 python3 "$root/tests/gpu/hf_bf16.py" "$MODELS" >"$OUTDIR/hf-bf16.md" 2>"$OUTDIR/hf-bf16.err" ||
+        tail -3 "$OUTDIR/hf-bf16.err"
+fi
+
 # ---- 3. compute-sanitizer on a tiny-model run (one rank)
 if [ "$NP" -eq 1 ] && command -v compute-sanitizer >/dev/null; then
     printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8}\n' >"$OUTDIR/san.jsonl"
@@ -113,5 +120,6 @@ fi
     echo "| check | result | detail |"
     echo "| --- | --- | --- |"
     printf '%s\n' "${results[@]}"
+    if [ -s "$OUTDIR/hf-bf16.md" ]; then echo; echo "Hugging Face in bfloat16 on this GPU against the float32 references:"; echo; cat "$OUTDIR/hf-bf16.md"; fi
 } | tee "$OUTDIR/gpu-results.md"
 ! printf '%s\n' "${results[@]}" | grep -q "| FAIL |"

@@ -1,0 +1,221 @@
+/*
+ * gpu_attention.c: time the CUDA backend's attention op (through the backend table, as the
+ * engine runs it) at Llama-3-8B's decode shapes: 32 q heads, 8 KV heads, head_dim 128,
+ * bf16 cache and activations, block size 16, each sequence's blocks at shuffled places in
+ * the cache. Batch 1 and 128 at contexts 256, 1024 and 4096, batch 1 at 32768; every token
+ * at the last position of its sequence. Per shape and kernel: warm-up, then the median of
+ * the runs timed with CUDA events on the backend's stream, L2 flushed before each run
+ * (a 256 MiB memset). GB/s counts each K and V row read once: batch * context * 8 KV heads
+ * * 128 * 2 bytes, for K and again for V.
+ *
+ * Columns: the simple kernel (the fallback, forced), the flash kernel with max_pos the
+ * context (tight), and with max_pos 131072 (a CUDA graph's bound: splits planned for the
+ * capacity, used for the context); "diff" is the largest |flash - simple| over the
+ * outputs, relative to the largest |simple|.
+ *
+ * usage: gpu_attention [runs per shape, default 25]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "kernels.h" /* tp_cuda_attention_force_simple */
+
+#define QH 32
+#define KVH 8
+#define HD 128
+#define BS 16
+#define LOOSE_MAX_POS 131072
+#define FLUSH_BYTES ((size_t)256 << 20)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void) /* xorshift64* */
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545f4914f6cdd1dull;
+}
+
+static float uniform(void) { return (float)(next() >> 40) / (float)(1 << 23) - 1.0f; } /* [-1, 1) */
+
+static void die(const char *what)
+{
+    fprintf(stderr, "gpu_attention: %s: %s\n", what, tp_error_message());
+    exit(1);
+}
+
+static void cuda_die(const char *what, cudaError_t e)
+{
+    fprintf(stderr, "gpu_attention: %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* random bf16 values over bytes of backend memory, uploaded in 16 MiB pieces */
+static void fill_random(tp_backend *b, void *dst, size_t bytes)
+{
+    const size_t piece = (size_t)16 << 20;
+    uint16_t *h = malloc(piece);
+    float *f = malloc(piece * 2);
+    if (!h || !f) {
+        fprintf(stderr, "gpu_attention: out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < piece / 2; i++) f[i] = uniform();
+    tp_convert(h, TP_DTYPE_BF16, f, TP_DTYPE_F32, piece / 2);
+    for (size_t at = 0; at < bytes; at += piece) {
+        size_t n = bytes - at < piece ? bytes - at : piece;
+        if (b->ops->upload(b, (char *)dst + at, h, n) != TP_OK) die("upload");
+        if (b->ops->synchronize(b) != TP_OK) die("synchronize"); /* h is reused at once anyway */
+    }
+    free(h);
+    free(f);
+}
+
+typedef struct shape {
+    int batch, ctx;
+} shape;
+
+int main(int argc, char **argv)
+{
+    int runs = argc > 1 ? atoi(argv[1]) : 25;
+    if (runs < 1) runs = 25;
+    static const shape shapes[] = {{1, 256}, {1, 1024}, {1, 4096}, {1, 32768},
+                                   {128, 256}, {128, 1024}, {128, 4096}};
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    tp_backend *b = NULL;
+    if (tp_backend_cuda_create(0, TP_DTYPE_BF16, &b) != TP_OK) die("tp_backend_cuda_create");
+    cudaStream_t stream = (cudaStream_t)b->stream;
+
+    /* one cache big enough for the largest shape, blocks handed out in a shuffled order */
+    int64_t max_positions = 0;
+    for (int s = 0; s < nshapes; s++)
+        if ((int64_t)shapes[s].batch * shapes[s].ctx > max_positions) max_positions = (int64_t)shapes[s].batch * shapes[s].ctx;
+    const int32_t n_blocks = (int32_t)(max_positions / BS);
+    const size_t row_bytes = (size_t)KVH * HD * 2, cache_bytes = (size_t)n_blocks * BS * row_bytes;
+    tp_kv_layer cache = {NULL, NULL, TP_DTYPE_BF16, n_blocks, BS, KVH, HD};
+    void *flush = NULL;
+    if (b->ops->alloc(b, cache_bytes, &cache.k) != TP_OK || b->ops->alloc(b, cache_bytes, &cache.v) != TP_OK ||
+        b->ops->alloc(b, FLUSH_BYTES, &flush) != TP_OK)
+        die("alloc");
+    fill_random(b, cache.k, cache_bytes);
+    fill_random(b, cache.v, cache_bytes);
+    int32_t *perm = malloc((size_t)n_blocks * sizeof(int32_t));
+    for (int32_t i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int32_t i = n_blocks - 1; i > 0; i--) {
+        int32_t j = (int32_t)(next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+
+    cudaEvent_t ev0, ev1;
+    cudaError_t ce;
+    if ((ce = cudaEventCreate(&ev0)) != cudaSuccess || (ce = cudaEventCreate(&ev1)) != cudaSuccess)
+        cuda_die("cudaEventCreate", ce);
+    float *times = malloc((size_t)runs * sizeof(float));
+
+    printf("# cuda backend attention: %d q heads, %d KV heads, head_dim %d, bf16 cache and q/out, block %d, "
+           "median of %d runs, L2 flushed\n", QH, KVH, HD, BS, runs);
+    printf("%5s %7s | %11s %8s | %11s %8s | %11s %8s | %8s %8s\n", "batch", "context", "simple us", "GB/s",
+           "flash us", "GB/s", "graph us", "GB/s", "speedup", "diff");
+    for (int s = 0; s < nshapes; s++) {
+        const int n = shapes[s].batch, ctx = shapes[s].ctx, max_blocks = ctx / BS;
+        int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4);
+        int32_t *table = malloc((size_t)n * max_blocks * 4);
+        for (int i = 0; i < n; i++) {
+            seq[i] = i;
+            pos[i] = ctx - 1;
+            slot[i] = -1;
+            for (int lb = 0; lb < max_blocks; lb++) table[i * max_blocks + lb] = perm[i * max_blocks + lb];
+        }
+        void *dseq, *dpos, *dslot, *dtable, *dq, *dout[2];
+        const size_t act = (size_t)n * QH * HD * 2;
+        if (b->ops->alloc(b, (size_t)n * 4, &dseq) || b->ops->alloc(b, (size_t)n * 4, &dpos) ||
+            b->ops->alloc(b, (size_t)n * 4, &dslot) || b->ops->alloc(b, (size_t)n * max_blocks * 4, &dtable) ||
+            b->ops->alloc(b, act, &dq) || b->ops->alloc(b, act, &dout[0]) || b->ops->alloc(b, act, &dout[1]))
+            die("alloc");
+        if (b->ops->upload(b, dseq, seq, (size_t)n * 4) || b->ops->upload(b, dpos, pos, (size_t)n * 4) ||
+            b->ops->upload(b, dslot, slot, (size_t)n * 4) ||
+            b->ops->upload(b, dtable, table, (size_t)n * max_blocks * 4))
+            die("upload");
+        fill_random(b, dq, act);
+        tp_tensor q = tp_tensor_make(dq, TP_DTYPE_BF16, n, QH * HD);
+        tp_tensor out[2] = {tp_tensor_make(dout[0], TP_DTYPE_BF16, n, QH * HD),
+                            tp_tensor_make(dout[1], TP_DTYPE_BF16, n, QH * HD)};
+        const float scale = 1.0f / sqrtf((float)HD);
+        double med[3];
+        for (int k = 0; k < 3; k++) { /* simple, flash (tight max_pos), flash (loose max_pos) */
+            tp_attn_batch ab = {n, dseq, dpos, dslot, dtable, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx};
+            tp_cuda_attention_force_simple(k == 0);
+            tp_tensor *o = &out[k == 0 ? 0 : 1];
+            for (int w = 0; w < 3; w++)
+                if (b->ops->attention(b, &q, &cache, &ab, QH, scale, o) != TP_OK) die("attention");
+            if (b->ops->synchronize(b) != TP_OK) die("attention (warm-up)");
+            for (int r = 0; r < runs; r++) {
+                if (b->ops->memset0(b, flush, FLUSH_BYTES) != TP_OK) die("memset0");
+                if ((ce = cudaEventRecord(ev0, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
+                if (b->ops->attention(b, &q, &cache, &ab, QH, scale, o) != TP_OK) die("attention");
+                if ((ce = cudaEventRecord(ev1, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
+                if ((ce = cudaEventSynchronize(ev1)) != cudaSuccess) cuda_die("cudaEventSynchronize", ce);
+                if ((ce = cudaEventElapsedTime(&times[r], ev0, ev1)) != cudaSuccess) cuda_die("cudaEventElapsedTime", ce);
+            }
+            if (b->ops->synchronize(b) != TP_OK) die("attention");
+            qsort(times, (size_t)runs, sizeof(float), cmp_float);
+            med[k] = 1e3 * (runs % 2 ? times[runs / 2] : 0.5 * (times[runs / 2 - 1] + times[runs / 2]));
+        }
+        tp_cuda_attention_force_simple(0);
+        /* the two kernels' outputs, bf16 */
+        uint16_t *h[2] = {malloc(act), malloc(act)};
+        float *f[2] = {malloc(act * 2), malloc(act * 2)};
+        for (int k = 0; k < 2; k++)
+            if (b->ops->download(b, h[k], dout[k], act) != TP_OK) die("download");
+        if (b->ops->synchronize(b) != TP_OK) die("synchronize");
+        double diff = 0.0, big = 0.0;
+        for (int k = 0; k < 2; k++) tp_convert(f[k], TP_DTYPE_F32, h[k], TP_DTYPE_BF16, act / 2);
+        for (size_t i = 0; i < act / 2; i++) {
+            double d = fabs((double)f[1][i] - (double)f[0][i]);
+            if (!(d <= diff)) diff = d; /* NaN sticks */
+            if (fabs((double)f[0][i]) > big) big = fabs((double)f[0][i]);
+        }
+        const double kv_bytes = 2.0 * n * (double)ctx * KVH * HD * 2;
+        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e\n", n, ctx, med[0],
+               kv_bytes / med[0] * 1e-3, med[1], kv_bytes / med[1] * 1e-3, med[2], kv_bytes / med[2] * 1e-3,
+               med[0] / med[1], diff / (big > 0 ? big : 1.0));
+        fflush(stdout);
+        for (int k = 0; k < 2; k++) {
+            free(h[k]);
+            free(f[k]);
+            b->ops->free(b, dout[k]);
+        }
+        b->ops->free(b, dseq);
+        b->ops->free(b, dpos);
+        b->ops->free(b, dslot);
+        b->ops->free(b, dtable);
+        b->ops->free(b, dq);
+        free(seq);
+        free(pos);
+        free(slot);
+        free(table);
+    }
+    cudaEventDestroy(ev0);
+    cudaEventDestroy(ev1);
+    b->ops->free(b, flush);
+    b->ops->free(b, cache.k);
+    b->ops->free(b, cache.v);
+    tp_backend_destroy(b);
+    free(perm);
+    free(times);
+    return 0;
+}
