@@ -1366,8 +1366,8 @@ START_TEST(progress_bar_and_summary)
                   "%s", err);
     ck_assert_msg(strstr(err, "summary: tokens: 100 prompt, 50 completion;") != NULL, "%s", err);
     /* nearest rank over 10, 20, ..., 100 ms and 1, 2, ..., 10 ms */
-    ck_assert_msg(strstr(err, "time to first token 50.0/90.0/100.0 ms (10 requests), "
-                              "inter-token latency 5.0/9.0/10.0 ms (10 requests)") != NULL,
+    ck_assert_msg(strstr(err, "time to first token 50.00/90.00/100.00 ms (10 requests), "
+                              "inter-token latency 5.00/9.00/10.00 ms (10 requests)") != NULL,
                   "%s", err);
     ck_assert_int_eq(count_lines(err), 4);
     free(err);
