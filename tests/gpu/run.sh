@@ -99,17 +99,18 @@ if [ "$NP" -eq 1 ] && [ "${GPU_HF_BF16:-1}" = 1 ]; then
         tail -3 "$OUTDIR/hf-bf16.err"
 fi
 
-# ---- 3. compute-sanitizer on a tiny-model run (one rank)
-if [ "$NP" -eq 1 ] && command -v compute-sanitizer >/dev/null; then
+# ---- 3. compute-sanitizer on a tiny-model run (every rank under it; GPU_SANITIZER=0 skips)
+if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8}\n' >"$OUTDIR/san.jsonl"
     for tool in memcheck racecheck; do
         rm -f "$OUTDIR/san-$tool.jsonl"
-        if compute-sanitizer --tool $tool --error-exitcode 99 "$B/tpinfer" --model "$MODELS/tiny-llama3" --backend cuda \
+        if launch compute-sanitizer --tool $tool --error-exitcode 99 "$B/tpinfer" --model "$MODELS/tiny-llama3" \
+            --backend cuda --tp "$TP" --pp "$PP" \
             --input "$OUTDIR/san.jsonl" --output "$OUTDIR/san-$tool.jsonl" --max-model-len 128 --max-num-seqs 4 \
             >"$OUTDIR/san-$tool.log" 2>&1; then
-            record "compute-sanitizer $tool" PASS "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUTDIR/san-$tool.log")"
+            record "compute-sanitizer $tool $G" PASS "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUTDIR/san-$tool.log")"
         else
-            record "compute-sanitizer $tool" FAIL "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY\|error' "$OUTDIR/san-$tool.log")"
+            record "compute-sanitizer $tool $G" FAIL "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY\|error' "$OUTDIR/san-$tool.log")"
         fi
     done
 fi
