@@ -31,6 +31,7 @@
  * here: a bad one is recorded as a fault, and the token's output is zeros.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include <cuda_fp16.h>
 
@@ -44,12 +45,23 @@
 #define FA_THREADS (FA_WARPS * WARP_SIZE)
 #define FA_MAX_HEAD_DIM 256
 #define FA_MAX_GROUP 8       /* q heads per block (registers: q and acc are [G][dims]) */
-#define FA_MIN_SPLIT 64      /* positions: no split is shorter */
+#define FA_MIN_SPLIT 32      /* positions: no split is shorter (TPINFER_ATTN_MIN_SPLIT) */
 #define FA_MAX_SPLITS 1024
-#define FA_BLOCKS_PER_SM 6   /* target blocks per SM when splitting: ~2 waves of ~3 resident */
+#define FA_BLOCKS_PER_SM 16  /* target blocks per SM when splitting (TPINFER_ATTN_BLOCKS_PER_SM): the
+                              * loop over positions is latency-bound, more blocks hide it */
 #define FA_COMBINE_THREADS 128
 
 static int force_simple; /* tp_cuda_attention_force_simple(): benchmarks compare the two */
+
+/* The split tuning, from the environment once (bench/gpu_attention sweeps it). */
+static int env_int(const char *name, int fallback, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < lo || x > hi ? fallback : (int)x;
+}
 
 // ----------------------------------------------------------------------------
 // shared by both kernels
@@ -183,6 +195,7 @@ struct fa_params {
     int32_t q_heads, group; /* q heads in all; per KV head */
     int32_t gb, nhg;        /* q heads per block; blocks per KV head (gb * nhg >= group) */
     int32_t splits;         /* S: gridDim.y */
+    int32_t min_split;      /* positions: no split of a token is shorter */
     int32_t lp_log2;        /* lanes per position: 1 << lp_log2 */
     float qscale;           /* scale * log2(e): scores in the log2 domain */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
@@ -226,7 +239,7 @@ template <> struct kv_vec<f16_t> {
 
 /* The splits a token of np positions uses: none shorter than FA_MIN_SPLIT (the host's S
  * is capped by max_pos, which may be a loose bound; this caps it by the token's length). */
-__device__ __forceinline__ int token_splits(int np, int S) { return max(1, min(S, np / FA_MIN_SPLIT)); }
+__device__ __forceinline__ int token_splits(int np, int S, int min_split) { return max(1, min(S, np / min_split)); }
 
 /* Block (token i, KV head kh, q-head group hg, split s): grid (n_tokens * kv_heads * nhg, S),
  * FA_THREADS threads, dynamic shared memory FA_WARPS * GMAX * (head_dim + 2) floats.
@@ -263,7 +276,7 @@ __global__ void __launch_bounds__(FA_THREADS)
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * hd + e, 0.0f);
         return;
     }
-    const int np = pos + 1, se = token_splits(np, S);
+    const int np = pos + 1, se = token_splits(np, S, P.min_split);
     if (s >= se) return; /* a split this token does not use: the combine reads se splits */
     const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
     const int64_t pbase = (i * P.q_heads + h0) * S + s; /* partial of head h0 + g: pbase + g * S */
@@ -474,7 +487,7 @@ __global__ void __launch_bounds__(FA_COMBINE_THREADS)
     const int64_t pbase = (i * P.q_heads + h) * S;
     float M = -INFINITY;
     if (!zero) {
-        se = token_splits(pos + 1, S);
+        se = token_splits(pos + 1, S, P.min_split);
         if (se == 1) return;
         for (int s = 0; s < se; s++) {
             if (P.part_l[pbase + s] < 0.0f) zero = true;
@@ -558,11 +571,16 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         return tp_error(TP_ERR_UNSUPPORTED, "attention: %lld (token, KV head) blocks is too many", (long long)base);
 
     /* splits: enough blocks for ~2 waves, none under FA_MIN_SPLIT positions, partials that fit */
+    static int min_split = 0, blocks_per_sm = 0;
+    if (!min_split) {
+        min_split = env_int("TPINFER_ATTN_MIN_SPLIT", FA_MIN_SPLIT, 8, 1 << 20);
+        blocks_per_sm = env_int("TPINFER_ATTN_BLOCKS_PER_SM", FA_BLOCKS_PER_SM, 1, 1024);
+    }
     int64_t S = 1;
-    const int64_t target = (int64_t)FA_BLOCKS_PER_SM * (scratch.sm_count > 0 ? scratch.sm_count : 1);
+    const int64_t target = (int64_t)blocks_per_sm * (scratch.sm_count > 0 ? scratch.sm_count : 1);
     if (scratch.data && base < target) {
         S = CEIL_DIV(target, base);
-        S = S < batch.max_pos / FA_MIN_SPLIT ? S : batch.max_pos / FA_MIN_SPLIT;
+        S = S < batch.max_pos / min_split ? S : batch.max_pos / min_split;
         S = S < FA_MAX_SPLITS ? S : FA_MAX_SPLITS;
         const int64_t per_split = n * q_heads * (hd + 2) * (int64_t)sizeof(float);
         const int64_t fit = (int64_t)(scratch.bytes / (size_t)per_split);
@@ -576,6 +594,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.gb = gb;
     P.nhg = nhg;
     P.splits = (int32_t)S;
+    P.min_split = min_split;
     P.lp_log2 = lp_log2;
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
     P.part_acc = (float *)scratch.data;

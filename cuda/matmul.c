@@ -14,9 +14,11 @@
  *    never rounded to the narrower type, so the result is the CPU backend's up to order;
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
- * For n <= 8 rows (decode) the time is that of reading w once, and cuBLASLt's kernels
- * for such shapes fall short of the memory bandwidth: gemv.cu's kernel takes them where
- * its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
+ * For n <= 8 rows (decode) the time is that of reading w once. cuBLASLt reads it at 3.4 to
+ * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so plain products
+ * stay with cuBLASLt; the MLP's gate|up product with SwiGLU uses the GEMV kernel, which
+ * writes silu(gate) * up directly and saves the round trip through gate_up (1.6x at n = 1),
+ * where its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
  * TPINFER_GEMV=0 was set when the state was created (to compare the two).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
@@ -259,7 +261,6 @@ tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w
     const float beta = bias ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (g->gemv && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;

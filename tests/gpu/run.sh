@@ -17,7 +17,8 @@ DP=${3:-1}
 NP=$((TP * PP * DP))
 G="tp$TP pp$PP dp$DP"
 OUTDIR=${OUT:-/tmp/tpinfer-gpu-out}
-mkdir -p "$OUTDIR"
+W=${GPU_WORK:-/tmp/tpinfer-gpu-work} # outputs and logit dumps; $OUTDIR keeps logs and results
+mkdir -p "$OUTDIR" "$W"
 root=$(pwd)
 SHARED=${TPINFER_SHARED:-$( [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared")}
 MODELS=$SHARED/models
@@ -50,24 +51,28 @@ else
     record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
 fi
 
-# ---- 2. models against Hugging Face
+# ---- 2. models against Hugging Face (GPU_MODELS=0 skips)
 for dir in "$MODELS"/*/; do
+    [ "${GPU_MODELS:-1}" = 1 ] || break
     ref=$dir/reference/logits.safetensors
     [ -f "$ref" ] || continue
     name=$(basename "$dir")
     if ! launch "$B/tpinfer" --model "$dir" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
         record "$name $G" SKIP "shapes do not split"; continue
     fi
-    "$B/tests/compare_logits" --make-input "$ref" "$OUTDIR/$name.jsonl"
+    "$B/tests/compare_logits" --make-input "$ref" "$W/$name.jsonl"
     for dt in float32 bfloat16; do
-        d=$OUTDIR/$name-$dt
+        d=$W/$name-$dt
         rm -rf "$d" "$d.jsonl"
         if ! launch "$B/tpinfer" --model "$dir" --backend cuda --dtype $dt --tp "$TP" --pp "$PP" \
-            --input "$OUTDIR/$name.jsonl" --output "$d.jsonl" --dump-logits "$d" >"$d.log" 2>&1; then
+            --input "$W/$name.jsonl" --output "$d.jsonl" --dump-logits "$d" >"$d.log" 2>&1; then
             record "$name $dt $G" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"; continue
         fi
         if [ $dt = float32 ]; then args="1e-2 1e-9"; else args="1 0.05"; fi
-        if "$B/tests/compare_logits" "$ref" "$d" $args >"$d.cmp" 2>&1; then
+        "$B/tests/compare_logits" "$ref" "$d" $args >"$d.cmp" 2>&1
+        rc=$?
+        cp "$d.cmp" "$OUTDIR/"
+        if [ $rc -eq 0 ]; then
             record "$name $dt $G" PASS "$(awk -F'greedy steps max\\|d\\| ' '{split($2,a,","); if (a[1]>m) m=a[1]} END {print "step max|d| " m}' "$d.cmp")"
         else
             record "$name $dt $G" FAIL "$(grep -m1 FAIL "$d.cmp")"
@@ -80,6 +85,7 @@ st=$MODELS/stories260K-hf
 printf 'Once upon a time\n' >"$OUTDIR/story.txt"
 want=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["greedy"][0]["new_ids"]))' "$st/reference/tokens.json")
 for dt in float32:128 bfloat16:64; do
+    [ "${GPU_MODELS:-1}" = 1 ] || break
     t=${dt%%:*}; n=${dt##*:}
     rm -f "$OUTDIR/story-$t.jsonl"
     launch "$B/tpinfer" --model "$st" --backend cuda --dtype "$t" --tp "$TP" --pp "$PP" --input "$OUTDIR/story.txt" \
@@ -103,10 +109,10 @@ fi
 if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8}\n' >"$OUTDIR/san.jsonl"
     for tool in memcheck racecheck; do
-        rm -f "$OUTDIR/san-$tool.jsonl"
+        rm -f "$W/san-$tool.jsonl"
         if launch compute-sanitizer --tool $tool --error-exitcode 99 "$B/tpinfer" --model "$MODELS/tiny-llama3" \
             --backend cuda --tp "$TP" --pp "$PP" \
-            --input "$OUTDIR/san.jsonl" --output "$OUTDIR/san-$tool.jsonl" --max-model-len 128 --max-num-seqs 4 \
+            --input "$OUTDIR/san.jsonl" --output "$W/san-$tool.jsonl" --max-model-len 128 --max-num-seqs 4 \
             >"$OUTDIR/san-$tool.log" 2>&1; then
             record "compute-sanitizer $tool $G" PASS "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUTDIR/san-$tool.log")"
         else

@@ -1,0 +1,41 @@
+#!/bin/bash
+# bench/profile_decode.sh TPINFER MODEL PROMPTS SKIP COUNT [tpinfer options...]: where a
+# decode step's GPU time goes. Runs tpinfer under Nsight Compute (ncu, --clock-control none:
+# the card's clocks are left alone) timing COUNT kernels after the first SKIP (skip the
+# prefill), then sums each kernel's time per decode step (a step has one argmax) and prints a
+# table, largest first. Kernels run one at a time under ncu, so the sum is the GPU time of a
+# step without the launch gaps; compare with the step time of an unprofiled run.
+set -u
+T=$1 MODEL=$2 PROMPTS=$3 SKIP=$4 COUNT=$5
+shift 5
+OUTDIR=${OUT:-/tmp/tpinfer-profile}
+mkdir -p "$OUTDIR"
+csv=$OUTDIR/ncu-$(basename "$PROMPTS" .jsonl).csv
+rm -f "$OUTDIR/profile-out.jsonl"*
+ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
+    "$T" --model "$MODEL" --input "$PROMPTS" --output "$OUTDIR/profile-out.jsonl" "$@" >"$csv" 2>"$csv.err" ||
+    { tail -5 "$csv.err"; exit 1; }
+python3 - "$csv" <<'PY'
+import csv, re, sys
+from collections import defaultdict
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+total, count = defaultdict(float), defaultdict(int)
+for r in csv.DictReader(rows):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    name = r["Kernel Name"]
+    name = re.sub(r"^(void )?", "", name)
+    name = re.split(r"[<(]", name)[0]
+    v = float(r["Metric Value"].replace(",", ""))
+    unit = r.get("Metric Unit", "ns")
+    v *= {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1e-3)
+    total[name] += v
+    count[name] += 1
+steps = max(1, count.get("argmax_kernel", 1))
+all_us = sum(total.values())
+print("decode steps profiled: %d (argmax kernels); GPU time per step: %.1f us" % (steps, all_us / steps))
+print("| kernel | launches per step | us per step | share |")
+print("| --- | ---: | ---: | ---: |")
+for k in sorted(total, key=total.get, reverse=True):
+    print("| %s | %.1f | %.1f | %.1f%% |" % (k[:60], count[k] / steps, total[k] / steps, 100 * total[k] / all_us))
+PY
