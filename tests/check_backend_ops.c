@@ -699,7 +699,9 @@ static void add_rmsnorm_case(tp_dtype wdt, int64_t n, int64_t d, int with_delta,
 
 START_TEST(add_rmsnorm_shapes)
 {
-    static const int64_t shapes[][2] = {{1, 1}, {3, 17}, {17, 64}, {2, 130}, {5, 1000}, {3, 4099}};
+    /* d picks the kernel: rows in registers K = 1, 2, 4, 8 per thread, or the loop past 8192 */
+    static const int64_t shapes[][2] = {{1, 1},    {3, 17},   {17, 64},  {2, 130},  {5, 1000},
+                                        {2, 2048}, {1, 4096}, {3, 4099}, {2, 8192}, {1, 8193}};
     FOR_EACH_GPU {
         seed(4);
         for (int d = 0; d < 3; d++)
