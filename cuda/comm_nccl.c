@@ -221,6 +221,28 @@ tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, 
         nccl_destroy(c);
         return st;
     }
+    /* NCCL connects its peers at the first collective, about a second on two H200s: do it
+     * here, at start-up, not inside the first step (where it was the first token's wait) */
+    if (bootstrap->size > 1) {
+        float *one = NULL;
+        tp_status st = TP_OK;
+        if (cudaMalloc((void **)&one, sizeof *one) != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = tp_error(TP_ERR_OOM, "nccl:%s: no GPU memory for the warm-up all-reduce", name);
+        } else {
+            (void)cudaMemset(one, 0, sizeof *one);
+            st = nccl_all_reduce_sum(c, one, one, 1, TP_DTYPE_F32, NULL);
+            if (st == TP_OK && cudaDeviceSynchronize() != cudaSuccess) {
+                (void)cudaGetLastError();
+                st = tp_error(TP_ERR_NCCL, "nccl:%s: the warm-up all-reduce failed", name);
+            }
+            cudaFree(one);
+        }
+        if (st != TP_OK) {
+            nccl_destroy(c);
+            return st;
+        }
+    }
     *out = c;
     return TP_OK;
 }

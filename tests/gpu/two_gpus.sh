@@ -26,7 +26,7 @@ export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 T=$root/build-gpu/tpinfer
 {
     echo "## tpinfer --check (2 ranks)"
-    timeout 60 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np 2 "$T" --check 2>&1 | tail -40
+    timeout 60 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np 2 "$T" --check --tp 2 2>&1 | tail -40
 } >>"$R/results.md"
 bench() { # bench NAME TP PP DP RUNS [env...]
     local name=$1 tp=$2 pp=$3 dp=$4 runs=$5
