@@ -1,25 +1,28 @@
 /*
  * swiglu.cu: out = silu(gate) * up with silu(g) = g / (1 + expf(-g)) (PyTorch's
- * formula, the CPU backend's), one block per row, f32 arithmetic rounded once to out's
- * dtype. gate and up are usually column views of one gate|up matrix; out may alias
+ * formula, the CPU backend's), one thread per element, f32 arithmetic rounded once to
+ * out's dtype. gate and up are usually column views of one gate|up matrix; out may alias
  * either (each element is read before it is written, by the same thread).
  */
 #include "common.cuh"
 
+#define SWIGLU_THREADS 256
+
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
+/* One element per thread, block (row, chunk of SWIGLU_THREADS columns): with no loop there is
+ * no chain of loads behind stores (out may alias gate or up, so a per-row loop could not run
+ * ahead), and a batch of rows fills the GPU (a loop over one row per block took ~40 us at
+ * 128 rows of 14336 on an H200). */
 template <typename GT, typename UT, typename OT>
 __global__ void swiglu_kernel(tp_tensor gate, tp_tensor up, tp_tensor out)
 {
-    const int64_t i = blockIdx.x;
-    const GT *g = row_of<const GT>(gate, i);
-    const UT *u = row_of<const UT>(up, i);
-    OT *o = row_of<OT>(out, i);
-    for (int64_t j = threadIdx.x; j < out.cols; j += blockDim.x) {
-        const float gv = to_f32(g[j]);
-        o[j] = from_f32<OT>(gv / (1.0f + expf(-gv)) * to_f32(u[j]));
-    }
+    const int64_t i = blockIdx.x, j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= out.cols) return;
+    const float gv = to_f32(row_of<const GT>(gate, i)[j]);
+    const float uv = to_f32(row_of<const UT>(up, i)[j]);
+    row_of<OT>(out, i)[j] = from_f32<OT>(gv / (1.0f + expf(-gv)) * uv);
 }
 
 // ----------------------------------------------------------------------------
@@ -30,12 +33,17 @@ extern "C" tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out,
     if (out.rows == 0 || out.cols == 0) return TP_OK;
     if (!is_float_dtype(gate.dtype) || !is_float_dtype(up.dtype) || !is_float_dtype(out.dtype))
         return TP_CUDA_BAD_DTYPE("swiglu");
-    const int threads = row_threads(out.cols);
+    const int threads = SWIGLU_THREADS;
+    const int64_t chunks = CEIL_DIV(out.cols, (int64_t)threads);
+    if (chunks > 65535 || out.rows > INT32_MAX)
+        return tp_error(TP_ERR_UNSUPPORTED, "swiglu: [%lld, %lld] is larger than the kernel's grid",
+                        (long long)out.rows, (long long)out.cols);
+    const dim3 grid((unsigned)out.rows, (unsigned)chunks);
     dispatch_float(gate.dtype, [&](auto gt) {
         dispatch_float(up.dtype, [&](auto ut) {
             dispatch_float(out.dtype, [&](auto ot) {
                 swiglu_kernel<decltype(gt), decltype(ut), decltype(ot)>
-                    <<<(unsigned)out.rows, threads, 0, stream>>>(gate, up, out);
+                    <<<grid, threads, 0, stream>>>(gate, up, out);
             });
         });
     });
