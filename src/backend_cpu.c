@@ -49,6 +49,9 @@ static int thread_id(void)
 typedef struct cpu_ctx {
     float *scratch;
     size_t scratch_floats;
+    void *stage[2]; /* staging(): two host buffers, as the CUDA backend's pinned pair */
+    size_t stage_cap[2];
+    int stage_next;
 } cpu_ctx;
 
 /* At least n floats of 64-byte aligned scratch, or NULL (out of memory). */
@@ -857,11 +860,45 @@ static tp_status cpu_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, co
     return cpu_kv_store(b, k, v, cache, batch);
 }
 
+/* ---- staging: the CUDA backend's pair of buffers, so that the loader takes the same path
+ * (and its chunking is tested) on the CPU; an upload is a copy, finished at return ---- */
+
+static tp_status cpu_staging(tp_backend *b, size_t bytes, void **host)
+{
+    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
+    cpu_ctx *ctx = b->ctx;
+    const int s = ctx->stage_next;
+    ctx->stage_next ^= 1;
+    if (ctx->stage_cap[s] < bytes) {
+        void *p = realloc(ctx->stage[s], bytes ? bytes : 1);
+        if (!p) return tp_error(TP_ERR_OOM, "staging: out of memory for %zu bytes", bytes);
+        ctx->stage[s] = p;
+        ctx->stage_cap[s] = bytes;
+    }
+    *host = ctx->stage[s];
+    return TP_OK;
+}
+
+static tp_status cpu_upload_staged(tp_backend *b, void *dst, const void *host, size_t bytes)
+{
+    cpu_ctx *ctx = b->ctx;
+    int inside = 0;
+    for (int i = 0; i < 2; i++)
+        inside |= ctx->stage[i] && (const char *)host >= (const char *)ctx->stage[i] &&
+                  (const char *)host + bytes <= (const char *)ctx->stage[i] + ctx->stage_cap[i];
+    if (!inside) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
+    return cpu_copy("upload_staged", dst, host, bytes);
+}
+
 static void cpu_destroy(tp_backend *b)
 {
     if (!b) return;
     cpu_ctx *ctx = b->ctx;
-    if (ctx) free(ctx->scratch);
+    if (ctx) {
+        free(ctx->scratch);
+        free(ctx->stage[0]);
+        free(ctx->stage[1]);
+    }
     free(ctx);
     free(b);
 }
@@ -890,8 +927,8 @@ static const struct tp_backend_ops cpu_ops = {
     /* .graph_end    = */ NULL,
     /* .graph_launch = */ NULL,
     /* .graph_free   = */ NULL,
-    /* .staging      = */ NULL,
-    /* .upload_staged= */ NULL,
+    /* .staging      = */ cpu_staging,
+    /* .upload_staged= */ cpu_upload_staged,
     /* .destroy      = */ cpu_destroy,
 };
 

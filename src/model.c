@@ -84,6 +84,14 @@ static tp_status alloc_tensor(tp_model *m, tp_dtype dt, int64_t rows, int64_t co
 
 #define STAGING_CHUNK ((size_t)64 << 20) /* bytes of one pinned staging buffer's fill */
 
+/* TPINFER_LOAD_CHUNK=BYTES: a smaller fill, for the tests of the chunked upload. */
+static size_t staging_chunk(void)
+{
+    const char *v = getenv("TPINFER_LOAD_CHUNK");
+    long long n = v ? atoll(v) : 0;
+    return n > 0 ? (size_t)n : STAGING_CHUNK;
+}
+
 typedef struct placement {
     tp_tensor *dst;
     int64_t row0; /* first row of dst the slice fills */
@@ -190,7 +198,7 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         /* chunks of rows through the two pinned buffers: reading (and converting) the next
          * chunk from the mapped shard overlaps the copy of this one */
         const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
-        int64_t rows_per = row_bytes ? (int64_t)(STAGING_CHUNK / row_bytes) : s->nrows;
+        int64_t rows_per = row_bytes ? (int64_t)(staging_chunk() / row_bytes) : s->nrows;
         if (rows_per < 1) rows_per = 1;
         for (int64_t r = 0; r < s->nrows; r += rows_per) {
             const int64_t nr = s->nrows - r < rows_per ? s->nrows - r : rows_per;

@@ -205,7 +205,7 @@ START_TEST(create_fields)
     ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
     ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
     ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
-    ck_assert(o->argmax);
+    ck_assert(o->argmax && o->matmul_swiglu && o->qk_rope_store && o->staging && o->upload_staged);
     ck_assert_int_eq(tp_backend_cpu_create(NULL), TP_ERR_INVALID_ARG);
     tp_backend_destroy(NULL);
 }
@@ -1184,6 +1184,83 @@ START_TEST(cache_errors)
 }
 END_TEST
 
+/* ---- the fused operations are their compositions, bit for bit --------------------------- */
+
+START_TEST(fused_ops)
+{
+    seed(12);
+    /* matmul_swiglu = matmul into gate_up, then swiglu of its halves */
+    const int64_t n = 5, k = 24, m = 7;
+    mat x = mat_new(TP_DTYPE_F32, n, k, 0, -1, 1), w = mat_new(TP_DTYPE_BF16, 2 * m, k, 0, -1, 1);
+    mat bias = mat_new(TP_DTYPE_F32, 1, 2 * m, 0, -1, 1);
+    mat gu = mat_new(TP_DTYPE_F32, n, 2 * m, 0, 0, 1), gu2 = mat_new(TP_DTYPE_F32, n, 2 * m, 0, 0, 1);
+    mat fused = mat_new(TP_DTYPE_F32, n, m, 2, 0, 1), plain = mat_new(TP_DTYPE_F32, n, m, 2, 0, 1);
+    ck_assert_int_eq(be->ops->matmul_swiglu(be, &x.t, &w.t, &bias.t, &gu.t, &fused.t), TP_OK);
+    ck_assert_int_eq(be->ops->matmul(be, &x.t, &w.t, &bias.t, &gu2.t), TP_OK);
+    tp_tensor g = tp_tensor_cols(&gu2.t, 0, m), u = tp_tensor_cols(&gu2.t, m, m);
+    ck_assert_int_eq(be->ops->swiglu(be, &g, &u, &plain.t), TP_OK);
+    ck_assert_mem_eq(mat_get(&fused), mat_get(&plain), (size_t)(n * m) * sizeof(float));
+    assert_guards(&fused);
+    mat odd = mat_new(TP_DTYPE_BF16, 2 * m + 1, k, 0, -1, 1);
+    EXPECT_INVALID(be->ops->matmul_swiglu(be, &x.t, &odd.t, NULL, &gu.t, &fused.t), "gate and up need an even count");
+
+    /* qk_rope_store = head_rmsnorm of q and k, rope of both, kv_store */
+    const int32_t hq = 4, hk = 2, hd = 8, T = 3, width = (hq + 2 * hk) * hd;
+    float inv[4] = {1.0f, 0.1f, 0.01f, 0.001f};
+    int32_t pos[3] = {0, 5, 9}, slot[3] = {3, -1, 6};
+    const float *dinv = dev_copy(inv, sizeof inv);
+    const int32_t *dpos = dev_copy(pos, sizeof pos), *dslot = dev_copy(slot, sizeof slot);
+    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0};
+    mat qn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f), kn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f);
+    mat qkv[2];
+    tp_kv_layer cache[2];
+    qkv[0] = mat_new(TP_DTYPE_F32, T, width, 0, -2, 2);
+    qkv[1] = qkv[0];
+    qkv[1].t.data = dev_copy(mat_get(&qkv[0]), (size_t)(T * width) * sizeof(float));
+    const size_t cb = (size_t)2 * 4 * hk * hd * sizeof(float); /* 2 blocks of 4 */
+    for (int c = 0; c < 2; c++) {
+        tp_kv_layer L = {dev_alloc(cb), dev_alloc(cb), TP_DTYPE_F32, 2, 4, hk, hd};
+        ck_assert_int_eq(be->ops->memset0(be, L.k, cb), TP_OK);
+        ck_assert_int_eq(be->ops->memset0(be, L.v, cb), TP_OK);
+        cache[c] = L;
+    }
+    for (int c = 0; c < 2; c++) {
+        tp_tensor q = tp_tensor_cols(&qkv[c].t, 0, hq * hd), kk = tp_tensor_cols(&qkv[c].t, hq * hd, hk * hd);
+        tp_tensor v = tp_tensor_cols(&qkv[c].t, (hq + hk) * hd, hk * hd);
+        if (c == 0) {
+            ck_assert_int_eq(be->ops->qk_rope_store(be, &q, &kk, &v, &qn.t, &kn.t, 1e-6f, hd, dinv, &cache[0], &b),
+                             TP_OK);
+        } else {
+            ck_assert_int_eq(be->ops->head_rmsnorm(be, &q, hd, &qn.t, 1e-6f), TP_OK);
+            ck_assert_int_eq(be->ops->head_rmsnorm(be, &kk, hd, &kn.t, 1e-6f), TP_OK);
+            ck_assert_int_eq(be->ops->rope(be, &q, hd, dpos, dinv), TP_OK);
+            ck_assert_int_eq(be->ops->rope(be, &kk, hd, dpos, dinv), TP_OK);
+            ck_assert_int_eq(be->ops->kv_store(be, &kk, &v, &cache[1], &b), TP_OK);
+        }
+    }
+    ck_assert_mem_eq(qkv[0].t.data, qkv[1].t.data, (size_t)(T * width) * sizeof(float));
+    ck_assert_mem_eq(cache[0].k, cache[1].k, cb);
+    ck_assert_mem_eq(cache[0].v, cache[1].v, cb);
+    tp_tensor q = tp_tensor_cols(&qkv[0].t, 0, hq * hd), kk = tp_tensor_cols(&qkv[0].t, hq * hd, hk * hd);
+    EXPECT_INVALID(be->ops->qk_rope_store(be, &q, &kk, &kk, &qn.t, NULL, 1e-6f, hd, dinv, &cache[0], &b),
+                   "qk_rope_store: q_norm without k_norm");
+
+    /* staging: two buffers; an upload from anywhere else is refused */
+    void *s1 = NULL, *s2 = NULL;
+    ck_assert_int_eq(be->ops->staging(be, 64, &s1), TP_OK);
+    ck_assert_int_eq(be->ops->staging(be, 64, &s2), TP_OK);
+    ck_assert_ptr_ne(s1, s2);
+    memset(s1, 7, 64);
+    void *d = dev_alloc(64);
+    ck_assert_int_eq(be->ops->upload_staged(be, d, s1, 64), TP_OK);
+    ck_assert_mem_eq(d, s1, 64);
+    char elsewhere[64] = {0};
+    EXPECT_INVALID(be->ops->upload_staged(be, d, elsewhere, 64), "not inside a staging buffer");
+    /* no graphs on the CPU: the forward runs every step eagerly */
+    ck_assert_ptr_null(be->ops->graph_begin);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_cpu");
@@ -1198,6 +1275,7 @@ int main(void)
         {"rope", {rope_shapes}},
         {"attention", {attention_cases, kv_store_padding_slot}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
+        {"fused", {fused_ops}},
         {"argmax", {argmax_cases, argmax_limits, argmax_errors}},
         {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant,
                         argmax_invariant}},

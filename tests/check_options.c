@@ -48,6 +48,10 @@ START_TEST(defaults)
     ck_assert_uint_eq(opts.seed, 0);
     ck_assert_str_eq(opts.dtype, "auto");
     ck_assert_str_eq(opts.backend, "auto");
+    ck_assert_int_eq(opts.enforce_eager, 0); /* decode steps as CUDA graphs */
+    ck_assert_int_eq(parse("--model", "m", "--input", "p.txt", "--enforce-eager", NULL), TP_OK);
+    ck_assert_int_eq(opts.enforce_eager, 1);
+    ck_assert_int_ne(parse("--model", "m", "--input", "p.txt", "--enforce-eager=1", NULL), TP_OK);
 }
 END_TEST
 

@@ -30,5 +30,15 @@ for dir in "$MODELS"/*/; do
     done
 done
 [ $n -gt 0 ] || fail "no model with reference/logits.safetensors in $MODELS"
+# weights uploaded in chunks of 1000 bytes through the two staging buffers (64 MiB on a GPU):
+# every slice split across many chunks, rows longer than a chunk one at a time
+for m in stories260K-hf-bf16-sharded tiny-qwen3; do
+    dir="$MODELS/$m"
+    out="$TMP/$m-chunked"
+    TPINFER_LOAD_CHUNK=1000 mpi 2 "$TPINFER" --model "$dir" --tp 2 --backend cpu --input "$TMP/$m.jsonl" \
+        --output "$out.jsonl" --dump-logits "$out" 2>"$TMP/err" || { cat "$TMP/err"; fail "$m chunked load"; }
+    "$cmp" "$dir/reference/logits.safetensors" "$out" >/dev/null || fail "$m: chunked weight upload changed the logits"
+    echo "== $m tp 2, weights in chunks of 1000 bytes: match"
+done
 echo "$n model x grid runs match"
 exit 0
