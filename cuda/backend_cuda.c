@@ -454,8 +454,17 @@ static void cuda_graph_free(tp_backend *b, void *graph)
 
 static tp_status cuda_staging(tp_backend *b, size_t bytes, void **host)
 {
-    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
     cuda_ctx *ctx = ctx_of(b);
+    if (!host && bytes == 0) { /* release, once their copies are done */
+        for (int i = 0; i < 2; i++) {
+            if (ctx->stage_done[i]) TP_CUDA_CHECK(cudaEventSynchronize(ctx->stage_done[i]));
+            if (ctx->stage[i]) cudaFreeHost(ctx->stage[i]);
+            ctx->stage[i] = NULL;
+            ctx->stage_cap[i] = 0;
+        }
+        return TP_OK;
+    }
+    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
     const int s = ctx->stage_next;
     ctx->stage_next ^= 1;
     if (!ctx->stage_done[s]) TP_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->stage_done[s], cudaEventDisableTiming));

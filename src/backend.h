@@ -149,7 +149,7 @@ struct tp_backend_ops {
                                const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch);
 
-    /* ---- optional: NULL where the backend has none ---- */
+    /* ---- graphs are optional (NULL where the backend has none); staging is not ---- */
     /* Graphs: what is enqueued between graph_begin and graph_end is recorded, not run (no
      * download, upload or synchronize in between); graph_launch replays it on the stream
      * with the pointers and sizes it was recorded with. */
@@ -157,10 +157,11 @@ struct tp_backend_ops {
     tp_status (*graph_end)(tp_backend *b, void **graph);
     tp_status (*graph_launch)(tp_backend *b, void *graph);
     void (*graph_free)(tp_backend *b, void *graph); /* accepts NULL */
-    /* Pinned staging for bulk uploads (weights): staging() hands out one of two host
-     * buffers of at least bytes, first waiting until the upload last made from it is done;
-     * upload_staged() copies from such a buffer without waiting, so the caller fills the
-     * other one while this one travels. synchronize() waits for them all. */
+    /* Staging for bulk uploads (weights; pinned memory on a GPU): staging() hands out one
+     * of two host buffers of at least bytes, first waiting until the upload last made from
+     * it is done; upload_staged() copies from such a buffer without waiting, so the caller
+     * fills the other one while this one travels. synchronize() waits for them all;
+     * staging(b, 0, NULL) waits and releases both buffers. */
     tp_status (*staging)(tp_backend *b, size_t bytes, void **host);
     tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 

@@ -865,8 +865,16 @@ static tp_status cpu_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, co
 
 static tp_status cpu_staging(tp_backend *b, size_t bytes, void **host)
 {
-    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
     cpu_ctx *ctx = b->ctx;
+    if (!host && bytes == 0) { /* release */
+        for (int i = 0; i < 2; i++) {
+            free(ctx->stage[i]);
+            ctx->stage[i] = NULL;
+            ctx->stage_cap[i] = 0;
+        }
+        return TP_OK;
+    }
+    if (!host) return tp_error(TP_ERR_INVALID_ARG, "staging: host is NULL");
     const int s = ctx->stage_next;
     ctx->stage_next ^= 1;
     if (ctx->stage_cap[s] < bytes) {

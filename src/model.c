@@ -165,8 +165,9 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
     return tp_error(TP_ERR_INTERNAL, "no place for weight %s", s->name);
 }
 
-static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_slice *s,
-                            void **staging, size_t *staging_cap)
+/* Slice s, in chunks of rows through the backend's two staging buffers: reading (and
+ * converting) the next chunk from the mapped shard overlaps the copy of this one. */
+static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_slice *s)
 {
     placement p = {NULL, 0};
     int is_vector = 0;
@@ -176,12 +177,6 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
     if (!p.dst->data) { /* whole-tensor destinations: embedding, head, final norm */
         if (is_vector) TP_CHECK(alloc_tensor(m, dt, 1, s->nrows, p.dst));
         else TP_CHECK(alloc_tensor(m, dt, s->nrows, s->ncols, p.dst));
-    }
-    if (bytes > *staging_cap && !m->backend->ops->staging) {
-        void *q = realloc(*staging, bytes);
-        if (!q) return tp_error(TP_ERR_OOM, "out of memory staging %s (%zu bytes)", s->name, bytes);
-        *staging = q;
-        *staging_cap = bytes;
     }
     /* a vector slice fills columns [row0, row0 + n) of a [1, n] tensor; a matrix slice
      * fills rows [row0, row0 + nrows) of a matrix whose width is the slice's */
@@ -194,26 +189,19 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
     char *dst = (char *)p.dst->data + (size_t)elem_offset * tp_dtype_size(dt);
     tp_backend *b = m->backend;
     m->weight_bytes += (int64_t)bytes;
-    if (b->ops->staging) {
-        /* chunks of rows through the two pinned buffers: reading (and converting) the next
-         * chunk from the mapped shard overlaps the copy of this one */
-        const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
-        int64_t rows_per = row_bytes ? (int64_t)(staging_chunk() / row_bytes) : s->nrows;
-        if (rows_per < 1) rows_per = 1;
-        for (int64_t r = 0; r < s->nrows; r += rows_per) {
-            const int64_t nr = s->nrows - r < rows_per ? s->nrows - r : rows_per;
-            const size_t chunk = (size_t)nr * row_bytes;
-            void *host = NULL;
-            TP_CHECK(b->ops->staging(b, chunk, &host));
-            tp_slice part = {s->row0 + r, nr, s->col0, s->ncols};
-            TP_CHECK(tp_weights_read_slice(w, s->name, part, dt, host));
-            TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
-        }
-        return TP_OK;
+    const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
+    int64_t rows_per = row_bytes ? (int64_t)(staging_chunk() / row_bytes) : s->nrows;
+    if (rows_per < 1) rows_per = 1;
+    for (int64_t r = 0; r < s->nrows; r += rows_per) {
+        const int64_t nr = s->nrows - r < rows_per ? s->nrows - r : rows_per;
+        const size_t chunk = (size_t)nr * row_bytes;
+        void *host = NULL;
+        TP_CHECK(b->ops->staging(b, chunk, &host));
+        tp_slice part = {s->row0 + r, nr, s->col0, s->ncols};
+        TP_CHECK(tp_weights_read_slice(w, s->name, part, dt, host));
+        TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
     }
-    tp_slice sl = {s->row0, s->nrows, s->col0, s->ncols};
-    TP_CHECK(tp_weights_read_slice(w, s->name, sl, dt, *staging));
-    return b->ops->upload(b, dst, *staging, bytes);
+    return TP_OK;
 }
 
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
@@ -237,8 +225,6 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
 
     tp_weight_slice *slices = NULL;
     int n = 0;
-    void *staging = NULL;
-    size_t staging_cap = 0;
     tp_status st;
     m->layers = calloc((size_t)(d->n_layers ? d->n_layers : 1), sizeof *m->layers);
     if (!m->layers) return tp_error(TP_ERR_OOM, "out of memory");
@@ -250,7 +236,7 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
             m->lm_head = m->embed;
             continue;
         }
-        TP_CHECK_GOTO(load_slice(m, w, &slices[i], &staging, &staging_cap), st, fail);
+        TP_CHECK_GOTO(load_slice(m, w, &slices[i]), st, fail);
     }
     float *inv = malloc((size_t)(d->hd / 2 > 0 ? d->hd / 2 : 1) * sizeof *inv);
     if (!inv) {
@@ -264,11 +250,10 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
     if (st != TP_OK) goto fail;
     TP_CHECK_GOTO(b->ops->synchronize(b), st, fail);
     free(slices);
-    free(staging);
-    return TP_OK;
+    return b->ops->staging(b, 0, NULL); /* the staging buffers are not needed again */
 fail:
     free(slices);
-    free(staging);
+    (void)b->ops->staging(b, 0, NULL);
     tp_model_free(m);
     return st;
 }
@@ -304,9 +289,11 @@ tp_status tp_kv_cache_create(tp_model *m, int32_t n_blocks, int32_t block_size, 
         L->head_dim = (int32_t)d->hd;
         TP_CHECK(model_alloc(m, per, &L->k));
         TP_CHECK(model_alloc(m, per, &L->v));
-        /* zeroed: a padded graph row reads block 0, which must hold finite numbers */
-        TP_CHECK(m->backend->ops->memset0(m->backend, L->k, per));
-        TP_CHECK(m->backend->ops->memset0(m->backend, L->v, per));
+        /* block 0 zeroed: a padded row of a graph step reads its first position, which must
+         * hold finite numbers before any sequence has written there */
+        const size_t block0 = (size_t)block_size * (size_t)(d->hk * d->hd) * tp_dtype_size(dtype);
+        TP_CHECK(m->backend->ops->memset0(m->backend, L->k, block0 < per ? block0 : per));
+        TP_CHECK(m->backend->ops->memset0(m->backend, L->v, block0 < per ? block0 : per));
     }
     return TP_OK;
 }

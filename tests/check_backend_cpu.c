@@ -1256,6 +1256,10 @@ START_TEST(fused_ops)
     ck_assert_mem_eq(d, s1, 64);
     char elsewhere[64] = {0};
     EXPECT_INVALID(be->ops->upload_staged(be, d, elsewhere, 64), "not inside a staging buffer");
+    ck_assert_int_eq(be->ops->staging(be, 0, NULL), TP_OK); /* released */
+    EXPECT_INVALID(be->ops->upload_staged(be, d, s1, 64), "not inside a staging buffer");
+    ck_assert_int_eq(be->ops->staging(be, 16, &s1), TP_OK); /* and made again on demand */
+    ck_assert_int_eq(be->ops->upload_staged(be, d, s1, 16), TP_OK);
     /* no graphs on the CPU: the forward runs every step eagerly */
     ck_assert_ptr_null(be->ops->graph_begin);
 }
