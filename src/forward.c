@@ -204,19 +204,24 @@ static tp_status ids_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t 
     }
     TP_CHECK(b->ops->download(b, buf->pair_host, buf->argmax_all, (size_t)n_tp * 2 * (size_t)L * sizeof(int32_t)));
     TP_CHECK(b->ops->synchronize(b));
+    tp_argmax_merge(buf->pair_host, n_tp, L, n, m->dims.vocab_pad, ids_host);
+    return TP_OK;
+}
+
+void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
+{
     for (int32_t i = 0; i < n; i++) {
-        int32_t best = buf->pair_host[i];
+        int32_t best = pairs[i];
         float best_v;
-        memcpy(&best_v, buf->pair_host + L + i, sizeof best_v);
+        memcpy(&best_v, pairs + L + i, sizeof best_v);
         for (int r = 1; r < n_tp; r++) {
-            const int32_t *pr = buf->pair_host + (size_t)r * 2 * (size_t)L;
+            const int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
             float v;
             memcpy(&v, pr + L + i, sizeof v);
-            if (v > best_v) best_v = v, best = (int32_t)(r * m->dims.vocab_pad) + pr[i];
+            if (v > best_v) best_v = v, best = (int32_t)(r * vocab_pad) + pr[i];
         }
-        ids_host[i] = best;
+        ids[i] = best;
     }
-    return TP_OK;
 }
 
 /* Everything of a step after its upload, enqueued without a wait (so it can be recorded

@@ -140,6 +140,11 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
  * vocabulary slice on every TP rank (their winners are compared, not their logits). */
 int tp_model_can_argmax(const tp_model *m);
 
+/* The greedy ids of rows 0..n-1 from every TP rank's winners: pairs is [n_tp][L ids | L f32
+ * values] (argmax of each rank's vocabulary slice, columns from r * vocab_pad); the largest
+ * value wins, the lower rank on ties, so the lowest column as argmax's rule wants. */
+void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids);
+
 #ifdef __cplusplus
 }
 #endif

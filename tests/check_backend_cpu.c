@@ -18,6 +18,7 @@
 #endif
 
 #include "backend.h"
+#include "model.h"
 
 static const tp_dtype weight_dtypes[] = {TP_DTYPE_F32, TP_DTYPE_F16, TP_DTYPE_BF16};
 #define N_WEIGHT_DTYPES 3
@@ -1184,6 +1185,39 @@ START_TEST(cache_errors)
 }
 END_TEST
 
+/* ---- greedy over TP ranks: each slice's winner and value, merged, is the row's argmax ------ */
+
+START_TEST(argmax_merge_over_slices)
+{
+    seed(13);
+    const int32_t L = 6, n = 5; /* L rows computed (a padded step), the first n read */
+    const int64_t V = 103;
+    float *v = host_alloc((size_t)(L * V) * sizeof(float));
+    for (int tp = 1; tp <= 8; tp++) {
+        const int64_t P = (V + tp - 1) / tp; /* vocab_pad: rank r holds [r P, min(V, (r+1) P)) */
+        for (int64_t i = 0; i < L * V; i++) v[i] = (float)(rand_int(9) - 4); /* many ties */
+        for (int64_t j = 0; j < V; j++) v[1 * V + j] = -INFINITY;           /* a row all -inf */
+        v[2 * V + 0] = v[2 * V + V - 1] = 50.0f;                            /* first and last column tie */
+        if (tp > 1) v[3 * V + P] = v[3 * V + P - 1] = 60.0f;                /* a tie across ranks 0 and 1 */
+        int32_t *pairs = host_alloc((size_t)tp * 2 * (size_t)L * sizeof(int32_t));
+        for (int r = 0; r < tp; r++) {
+            const int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
+            if (nc <= 0) continue; /* tp_model_can_argmax refuses such a split; skip it here too */
+            tp_tensor slice = {v + c0, TP_DTYPE_F32, L, nc, V};
+            int32_t *ids = pairs + (size_t)r * 2 * (size_t)L;
+            ck_assert_int_eq(be->ops->argmax(be, &slice, ids, NULL, (float *)(ids + L)), TP_OK);
+        }
+        if ((int64_t)(tp - 1) * P >= V) continue;
+        int32_t got[6], want[6];
+        tp_argmax_merge(pairs, tp, L, n, P, got);
+        tp_tensor whole = {v, TP_DTYPE_F32, n, V, V};
+        ck_assert_int_eq(be->ops->argmax(be, &whole, want, NULL, NULL), TP_OK);
+        for (int32_t i = 0; i < n; i++)
+            ck_assert_msg(got[i] == want[i], "tp %d row %d: merged %d, argmax of the row %d", tp, i, got[i], want[i]);
+    }
+}
+END_TEST
+
 /* ---- the fused operations are their compositions, bit for bit --------------------------- */
 
 START_TEST(fused_ops)
@@ -1280,7 +1314,7 @@ int main(void)
         {"attention", {attention_cases, kv_store_padding_slot}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
         {"fused", {fused_ops}},
-        {"argmax", {argmax_cases, argmax_limits, argmax_errors}},
+        {"argmax", {argmax_cases, argmax_limits, argmax_errors, argmax_merge_over_slices}},
         {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant,
                         argmax_invariant}},
         {"errors", {matmul_errors, other_errors, cache_errors}},
