@@ -488,12 +488,8 @@ static tp_status cuda_staging(tp_backend *b, size_t bytes, void **host)
 static tp_status cuda_upload_staged(tp_backend *b, void *dst, const void *host, size_t bytes)
 {
     cuda_ctx *ctx = ctx_of(b);
-    int s = -1;
-    for (int i = 0; i < 2; i++)
-        if (ctx->stage[i] && (const char *)host >= (const char *)ctx->stage[i] &&
-            (const char *)host + bytes <= (const char *)ctx->stage[i] + ctx->stage_cap[i])
-            s = i;
-    if (s < 0) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
+    const int s = tp_staging_slot(ctx->stage, ctx->stage_cap, host, bytes);
+    if (s < 0) return TP_ERR_INVALID_ARG;
     if (bytes == 0) return TP_OK;
     if (!dst) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: dst is NULL");
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx->stream));

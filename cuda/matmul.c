@@ -19,7 +19,8 @@
  * stay with cuBLASLt; the MLP's gate|up product with SwiGLU uses the GEMV kernel, which
  * writes silu(gate) * up directly and saves the round trip through gate_up (1.6x at n = 1),
  * where its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
- * TPINFER_GEMV=0 was set when the state was created (to compare the two).
+ * TPINFER_GEMV=0 was set when the state was created; TPINFER_GEMV=all sends plain products
+ * of up to 8 rows to it too (bench/gpu_matmul compares the two; another GPU may prefer it).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -75,7 +76,8 @@ struct tp_cuda_gemm {
     algo_entry algos[ALGO_CACHE];
     int next; /* the entry the next new algorithm replaces */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* the GEMV takes the shapes it fits (TPINFER_GEMV=0: off) */
+    int gemv; /* 1: the GEMV takes the fused gate/up+SwiGLU shapes it fits; 0 (TPINFER_GEMV=0): none;
+               * 2 (TPINFER_GEMV=all): plain products too (what bench/gpu_matmul compares) */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -135,7 +137,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = !(env && strcmp(env, "0") == 0);
+    g->gemv = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "all") ? 2 : 1;
     *out = g;
     return TP_OK;
 fail:
@@ -261,6 +263,7 @@ tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w
     const float beta = bias ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
+    if (g->gemv == 2 && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;

@@ -53,3 +53,14 @@ tp_status tp_check_cache(const char *op, const tp_kv_layer *c)
     if (!c->k || !c->v) return tp_error(TP_ERR_INVALID_ARG, "%s: cache has no k or v memory", op);
     return TP_OK;
 }
+
+int tp_staging_slot(void *const stage[2], const size_t cap[2], const void *host, size_t bytes)
+{
+    const char *h = host;
+    for (int i = 0; i < 2; i++)
+        if (stage[i] && h >= (const char *)stage[i] && bytes <= cap[i] &&
+            (size_t)(h - (const char *)stage[i]) <= cap[i] - bytes)
+            return i;
+    tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
+    return -1;
+}

@@ -890,11 +890,7 @@ static tp_status cpu_staging(tp_backend *b, size_t bytes, void **host)
 static tp_status cpu_upload_staged(tp_backend *b, void *dst, const void *host, size_t bytes)
 {
     cpu_ctx *ctx = b->ctx;
-    int inside = 0;
-    for (int i = 0; i < 2; i++)
-        inside |= ctx->stage[i] && (const char *)host >= (const char *)ctx->stage[i] &&
-                  (const char *)host + bytes <= (const char *)ctx->stage[i] + ctx->stage_cap[i];
-    if (!inside) return tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
+    if (tp_staging_slot(ctx->stage, ctx->stage_cap, host, bytes) < 0) return TP_ERR_INVALID_ARG;
     return cpu_copy("upload_staged", dst, host, bytes);
 }
 

@@ -264,6 +264,15 @@ static int32_t bucket_size(int i, int32_t cap)
     return v < cap ? v : cap;
 }
 
+/* The largest padded batch: what every step buffer holds. */
+static int32_t graph_cap(const tp_step_buffers *buf)
+{
+    int32_t cap = buf->max_tokens;
+    if (buf->max_seqs < cap) cap = buf->max_seqs;
+    if (buf->max_logits < cap) cap = buf->max_logits;
+    return cap;
+}
+
 /* The bucket of a step that may run as a graph, or -1: the whole model on this rank's
  * stage (pp 1), only decode tokens (token i is sequence i's one new token, its logit row
  * i), and buffers that hold the padded batch. */
@@ -274,9 +283,7 @@ static int graph_bucket(const tp_model *m, const tp_step_buffers *buf, const tp_
     if (s->n_seqs != n || s->n_logits != n || s->max_blocks != buf->max_blocks) return -1;
     for (int32_t i = 0; i < n; i++)
         if (s->seq[i] != i || s->logit_rows[i] != i) return -1;
-    int32_t cap = buf->max_tokens;
-    if (buf->max_seqs < cap) cap = buf->max_seqs;
-    if (buf->max_logits < cap) cap = buf->max_logits;
+    const int32_t cap = graph_cap(buf);
     for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
         int32_t v = bucket_size(i, cap);
         if (n <= v) return i;
@@ -344,10 +351,7 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     const int bucket = graph_bucket(m, buf, s);
     int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
     if (bucket >= 0) {
-        int32_t cap = buf->max_tokens;
-        if (buf->max_seqs < cap) cap = buf->max_seqs;
-        if (buf->max_logits < cap) cap = buf->max_logits;
-        const int32_t B = bucket_size(bucket, cap);
+        const int32_t B = bucket_size(bucket, graph_cap(buf));
         tp_step padded = pad_step(buf, s, B);
         TP_CHECK(upload_step(m, buf, &padded));
         /* positions bounded by the table's capacity, so one recording serves every step */

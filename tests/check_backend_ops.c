@@ -449,9 +449,10 @@ static double err_of(const char *op, const char *shape, const float *got, const 
     return err;
 }
 
-/* y = x @ w^T (+ bias) for n = 1..9 rows of one x [9, k] (n <= 8: the GEMV where the layout
- * and dtypes allow; 9: cuBLASLt), with and without a bias, y alternating between f32 and
- * the activation dtype, against the CPU's 9 rows. Frees the block's memory at the end. */
+/* y = x @ w^T (+ bias) for n = 1..9 rows of one x [9, k], through matmul (cuBLASLt) and,
+ * where the layout and dtypes allow (n <= 8), through the GEMV kernel directly; with and
+ * without a bias, y alternating between f32 and the activation dtype, against the CPU's 9
+ * rows. Frees the block's memory at the end. */
 static void gemv_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
 {
     const tp_dtype A = gb->act_dtype;
@@ -484,6 +485,17 @@ static void gemv_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             const double e = err_of("matmul", shape, pt_get(&y, 1), r, (size_t)(n * m), b);
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul y", &y);
+#ifdef HAVE_CUDA
+            if (expected) { /* the plain GEMV itself (matmul takes it only under TPINFER_GEMV=all) */
+                pt yg = pt_poison(ydt, n, m, 5);
+                tp_tensor none = {0};
+                ck_assert_msg(tp_cuda_gemv(xg, w.g, with_bias ? bias.g : none, yg.g, 0, 132,
+                                           (cudaStream_t)gb->stream) == TP_OK, "gemv [%s]: %s", shape,
+                              tp_error_message());
+                err_of("gemv", shape, pt_get(&yg, 1), r, (size_t)(n * m), b);
+                pt_guards("gemv y", &yg);
+            }
+#endif
         }
     }
     snprintf(shape, sizeof shape, "n 1..9 x [n,%lld] w %s [%lld,%lld] +-bias, %s, %d of 18 gemv", (long long)k,
