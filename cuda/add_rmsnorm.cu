@@ -18,6 +18,7 @@ template <typename DT, typename WT, typename OT>
 __global__ void add_rmsnorm_kernel(tp_tensor residual, tp_tensor delta, tp_tensor weight, float eps,
                                    tp_tensor out)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x, d = residual.cols;
     float *r = row_of<float>(residual, i);
     const DT *dl = delta.data ? row_of<const DT>(delta, i) : nullptr;
@@ -42,6 +43,7 @@ template <typename DT, typename WT, typename OT, int K>
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_regs_kernel(tp_tensor residual, tp_tensor delta, tp_tensor weight, float eps, tp_tensor out)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x;
     const int d = (int)residual.cols, t = threadIdx.x, step = blockDim.x;
     float *r = row_of<float>(residual, i);
@@ -88,15 +90,15 @@ static void launch_add_rmsnorm(int64_t n, tp_tensor residual, tp_tensor delta, t
     const int64_t d = residual.cols;
     const int K = d <= 1024 ? 1 : d <= 2048 ? 2 : d <= 4096 ? 4 : d <= 8192 ? 8 : 0;
     if (K == 0) {
-        add_rmsnorm_kernel<DT, WT, OT><<<(unsigned)n, row_threads(d), 0, stream>>>(residual, delta, weight, eps, out);
+        tp_launch(add_rmsnorm_kernel<DT, WT, OT>, (unsigned)n, row_threads(d), 0, stream, residual, delta, weight, eps, out);
         return;
     }
     const int threads = (int)CEIL_DIV(CEIL_DIV(d, (int64_t)K), (int64_t)WARP_SIZE) * WARP_SIZE;
     switch (K) {
-    case 1: add_rmsnorm_regs_kernel<DT, WT, OT, 1><<<(unsigned)n, threads, 0, stream>>>(residual, delta, weight, eps, out); break;
-    case 2: add_rmsnorm_regs_kernel<DT, WT, OT, 2><<<(unsigned)n, threads, 0, stream>>>(residual, delta, weight, eps, out); break;
-    case 4: add_rmsnorm_regs_kernel<DT, WT, OT, 4><<<(unsigned)n, threads, 0, stream>>>(residual, delta, weight, eps, out); break;
-    default: add_rmsnorm_regs_kernel<DT, WT, OT, 8><<<(unsigned)n, threads, 0, stream>>>(residual, delta, weight, eps, out); break;
+    case 1: tp_launch(add_rmsnorm_regs_kernel<DT, WT, OT, 1>, (unsigned)n, threads, 0, stream, residual, delta, weight, eps, out); break;
+    case 2: tp_launch(add_rmsnorm_regs_kernel<DT, WT, OT, 2>, (unsigned)n, threads, 0, stream, residual, delta, weight, eps, out); break;
+    case 4: tp_launch(add_rmsnorm_regs_kernel<DT, WT, OT, 4>, (unsigned)n, threads, 0, stream, residual, delta, weight, eps, out); break;
+    default: tp_launch(add_rmsnorm_regs_kernel<DT, WT, OT, 8>, (unsigned)n, threads, 0, stream, residual, delta, weight, eps, out); break;
     }
 }
 

@@ -81,6 +81,7 @@ __device__ __forceinline__ argmax_state warp_argmax(argmax_state v)
 __global__ void __launch_bounds__(ARGMAX_THREADS)
 argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, float *value, tp_cuda_fault *fault)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     __shared__ argmax_state partial[ARGMAX_THREADS / WARP_SIZE];
     const int64_t row = blockIdx.x, V = logits.cols, step = blockDim.x;
     const float *__restrict__ x = row_of<const float>(logits, row);
@@ -131,7 +132,7 @@ extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logpr
     const int threads = logits.cols >= ARGMAX_THREADS
                             ? ARGMAX_THREADS
                             : (int)CEIL_DIV(logits.cols, (int64_t)WARP_SIZE) * WARP_SIZE;
-    argmax_kernel<<<(unsigned)logits.rows, threads, 0, stream>>>(logits, ids, logprob, value, fault);
+    tp_launch(argmax_kernel, (unsigned)logits.rows, threads, 0, stream, logits, ids, logprob, value, fault);
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;
 }

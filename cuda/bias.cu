@@ -11,6 +11,7 @@
 template <typename YT, typename BT>
 __global__ void bias_fill_kernel(tp_tensor y, tp_tensor bias)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x;
     const BT *b = (const BT *)bias.data;
     YT *o = row_of<YT>(y, i);
@@ -29,7 +30,7 @@ extern "C" tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t
     const int threads = row_threads(y.cols);
     dispatch_float(y.dtype, [&](auto yt) {
         dispatch_float(bdt, [&](auto bt) {
-            bias_fill_kernel<decltype(yt), decltype(bt)><<<(unsigned)y.rows, threads, 0, stream>>>(y, bias);
+            tp_launch(bias_fill_kernel<decltype(yt), decltype(bt)>, (unsigned)y.rows, threads, 0, stream, y, bias);
         });
     });
     TP_CUDA_CHECK_LAUNCH();

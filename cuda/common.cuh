@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include <utility>
+
 #include <cuda_runtime.h>
 
 #include "backend.h"
@@ -154,6 +156,59 @@ static inline int row_threads(int64_t cols)
     if (cols >= 256) return 256;
     int t = (int)CEIL_DIV(cols, (int64_t)WARP_SIZE) * WARP_SIZE;
     return t < WARP_SIZE ? WARP_SIZE : t;
+}
+
+// ----------------------------------------------------------------------------
+// programmatic dependent launch (Hopper): a decode step is hundreds of short kernels, and
+// the gap between two of them (the next one's launch and block scheduling) is a sizeable
+// part of a batch-1 step. A kernel launched by tp_launch may start while its predecessor in
+// the stream is still running; it calls pdl_wait() before it reads anything an earlier
+// kernel wrote (or writes anything one reads), and pdl_wait() returns only when the
+// predecessor has finished and its writes are visible, so results are those of plain
+// stream order. pdl_trigger() lets the next kernel launch early. TPINFER_PDL=0 turns it off
+// (then both instructions are no-ops); so does a GPU older than sm_90.
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Both, at the top of a kernel with nothing to do before its inputs are ready. */
+__device__ __forceinline__ void pdl_begin()
+{
+    pdl_trigger();
+    pdl_wait();
+}
+
+/* Whether tp_launch asks for early launch (TPINFER_PDL, read once; cuda/pdl.c). */
+extern "C" int tp_cuda_pdl_enabled(void);
+
+/* kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
+ * when tp_cuda_pdl_enabled(). A launch error is left for TP_CUDA_CHECK_LAUNCH(). */
+template <typename... KArgs, typename... Args>
+static inline void tp_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args &&...args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = tp_cuda_pdl_enabled() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 /* The launch just enqueued, as a tp_status. */

@@ -10,6 +10,7 @@
 template <typename ST, typename DT>
 __global__ void convert_kernel(tp_tensor src, tp_tensor dst)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x;
     const ST *s = row_of<const ST>(src, i);
     DT *d = row_of<DT>(dst, i);
@@ -27,7 +28,7 @@ extern "C" tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t 
     const int threads = row_threads(dst.cols);
     dispatch_float(src.dtype, [&](auto st) {
         dispatch_float(dst.dtype, [&](auto dt) {
-            convert_kernel<decltype(st), decltype(dt)><<<(unsigned)dst.rows, threads, 0, stream>>>(src, dst);
+            tp_launch(convert_kernel<decltype(st), decltype(dt)>, (unsigned)dst.rows, threads, 0, stream, src, dst);
         });
     });
     TP_CUDA_CHECK_LAUNCH();

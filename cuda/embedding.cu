@@ -11,6 +11,7 @@
 template <typename TT, typename OT>
 __global__ void embedding_kernel(const int32_t *ids, tp_tensor table, int64_t vocab_begin, tp_tensor out)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x, r = (int64_t)ids[i] - vocab_begin;
     OT *o = row_of<OT>(out, i);
     if (r >= 0 && r < table.rows) {
@@ -32,7 +33,7 @@ extern "C" tp_status tp_cuda_embedding(const int32_t *ids, int32_t n, tp_tensor 
     if (!is_float_dtype(table.dtype) || !is_float_dtype(out.dtype)) return TP_CUDA_BAD_DTYPE("embedding");
     dispatch_float(table.dtype, [&](auto tt) {
         dispatch_float(out.dtype, [&](auto ot) {
-            embedding_kernel<decltype(tt), decltype(ot)><<<(unsigned)n, threads, 0, stream>>>(ids, table, vocab_begin, out);
+            tp_launch(embedding_kernel<decltype(tt), decltype(ot)>, (unsigned)n, threads, 0, stream, ids, table, vocab_begin, out);
         });
     });
     TP_CUDA_CHECK_LAUNCH();

@@ -11,6 +11,7 @@
 template <typename XT, typename OT>
 __global__ void gather_rows_kernel(tp_tensor x, const int32_t *rows, tp_tensor out, tp_cuda_fault *fault)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x, r = rows[i];
     OT *o = row_of<OT>(out, i);
     if (r < 0 || r >= x.rows) {
@@ -33,7 +34,7 @@ extern "C" tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32
     const int threads = row_threads(out.cols);
     dispatch_float(x.dtype, [&](auto xt) {
         dispatch_float(out.dtype, [&](auto ot) {
-            gather_rows_kernel<decltype(xt), decltype(ot)><<<(unsigned)n, threads, 0, stream>>>(x, rows, out, fault);
+            tp_launch(gather_rows_kernel<decltype(xt), decltype(ot)>, (unsigned)n, threads, 0, stream, x, rows, out, fault);
         });
     });
     TP_CUDA_CHECK_LAUNCH();

@@ -177,6 +177,21 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
 #pragma unroll
         for (int i = 0; i < N; i++) acc[r][i] = 0.0f;
 
+    /* The weights are not the previous kernel's output: while it finishes (programmatic
+     * dependent launch, common.cuh), pull this thread's first chunks into L2. */
+    pdl_trigger();
+    if (j0 < mo) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t j = j0 + (SWIGLU && r >= P ? r - P : r);
+            const int64_t row = (SWIGLU && r >= P ? mo : 0) + (j < mo ? j : mo - 1);
+            const char *p = (const char *)w.data + row * w.stride * (int64_t)sizeof(WT);
+            for (int64_t c = gt; c < nchunks && c < gt + (int64_t)GT * 2 * U; c += GT)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + c * 16));
+        }
+    }
+    pdl_wait(); /* x (and y, which the previous kernel may still read) from here on */
+
     if (j0 < mo) { /* a group past the end only joins the __syncthreads below */
         const char *wrow[R];
 #pragma unroll
@@ -280,7 +295,7 @@ static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor 
     int G = 1;
     while (G < GEMV_WARPS && groups * G < (int64_t)GEMV_WARPS_PER_SM * sms && nchunks >= 2 * WARP_SIZE * G) G *= 2;
     const int64_t blocks = CEIL_DIV(groups, (int64_t)(GEMV_WARPS / G));
-    gemv_kernel<XT, WT, N, SWIGLU><<<(unsigned)blocks, GEMV_THREADS, 0, stream>>>(x, w, bias, y, G);
+    tp_launch(gemv_kernel<XT, WT, N, SWIGLU>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G);
 }
 
 template <typename XT, typename WT, bool SWIGLU>

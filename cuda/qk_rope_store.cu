@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
                          int32_t head_dim, const int32_t *pos, const float *inv_freq, tp_kv_layer cache,
                          const int32_t *slot, tp_cuda_fault *fault)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     extern __shared__ float cs_s[]; /* [half] cos, then [half] sin */
     const int64_t i = blockIdx.x;
     const int half = head_dim / 2, lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -133,7 +134,7 @@ extern "C" tp_status tp_cuda_qk_rope_store(tp_tensor q, tp_tensor k, tp_tensor v
     const size_t shared = (size_t)head_dim * sizeof(float);
     dispatch_float(q.dtype, [&](auto xt) {
         dispatch_float(cache.dtype, [&](auto ct) {
-            qk_rope_store_kernel<decltype(xt), decltype(ct)><<<grid, QKR_WARPS * WARP_SIZE, shared, stream>>>(
+            tp_launch(qk_rope_store_kernel<decltype(xt), decltype(ct)>, grid, QKR_WARPS * WARP_SIZE, shared, stream, 
                 q, k, v, q_norm, k_norm, eps, head_dim, pos, inv_freq, cache, slot, fault);
         });
     });

@@ -18,6 +18,7 @@
 template <typename GT, typename UT, typename OT>
 __global__ void swiglu_kernel(tp_tensor gate, tp_tensor up, tp_tensor out)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x, j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= out.cols) return;
     const float gv = to_f32(row_of<const GT>(gate, i)[j]);
@@ -42,8 +43,7 @@ extern "C" tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out,
     dispatch_float(gate.dtype, [&](auto gt) {
         dispatch_float(up.dtype, [&](auto ut) {
             dispatch_float(out.dtype, [&](auto ot) {
-                swiglu_kernel<decltype(gt), decltype(ut), decltype(ot)>
-                    <<<grid, threads, 0, stream>>>(gate, up, out);
+                tp_launch(swiglu_kernel<decltype(gt), decltype(ut), decltype(ot)>, grid, threads, 0, stream, gate, up, out);
             });
         });
     });

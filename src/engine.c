@@ -126,6 +126,8 @@ typedef struct engine {
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
     double t0;
+    double forward_seconds; /* in run_stage: the forward step, GPU wait included */
+    int64_t forward_steps;
     double load_seconds;    /* reading and placing this rank's weights */
 } engine;
 
@@ -909,7 +911,12 @@ static tp_status loop(engine *e)
             if (e->inflight[p0]) note_scheduled(e, &e->B[p0]);
         }
         int mine = stage_engine(e, tick, e->g->pp_rank);
-        if (mine >= 0) TP_CHECK(run_stage(e, mine, &step));
+        if (mine >= 0) {
+            double t = now_s();
+            TP_CHECK(run_stage(e, mine, &step));
+            e->forward_seconds += now_s() - t;
+            e->forward_steps++;
+        }
         if (e->P > 1) TP_CHECK(exchange(e, tick, mine, &step));
         int last = stage_engine(e, tick, e->P - 1);
         if (last >= 0) {
@@ -1149,6 +1156,13 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                      "%" PRId64 " steps, %" PRId64 " preempted",
                      e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
                      preempted);
+        /* what the loop spends outside forward steps (scheduling, sampling, output) is time
+         * the GPU waits: per step, so a change to the host path shows in any run */
+        if (e.forward_steps > 0 && dt > 0)
+            tp_log_info0("rank 0: %.1f%% of the loop in forward steps (%.3f ms each, GPU wait included); "
+                         "%.3f ms of host work per step besides", 100.0 * e.forward_seconds / dt,
+                         1e3 * e.forward_seconds / (double)e.forward_steps,
+                         1e3 * (dt - e.forward_seconds) / (double)e.forward_steps);
     }
     engine_free(&e);
     signal(SIGTERM, SIG_DFL);
