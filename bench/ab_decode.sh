@@ -15,6 +15,7 @@ export BENCH_RUNS=${BENCH_RUNS:-b1 b128} BENCH_SWEEP=${BENCH_SWEEP-} BENCH_HF=0 
 export BENCH_SHAPES=${BENCH_SHAPES:-llama-3-8b:4096:32:32:8:14336:128256}
 table="| variant | run | ITL p50 ms | generated tok/s | forward ms / host ms per step |"$'\n'"| --- | --- | ---: | ---: | --- |"
 i=0
+profiles=
 for v in "$@"; do
     i=$((i + 1))
     d=$OUTDIR/ab-$i
@@ -29,8 +30,13 @@ for v in "$@"; do
         host=$(grep -o 'forward steps ([0-9.]* ms each[^;]*; [0-9.]* ms of host' "$log" |
                sed 's/forward steps (\([0-9.]*\) ms each[^;]*; \([0-9.]*\) ms of host/\1 \/ \2/')
         table+=$'\n'"| ${v:-defaults} | ${run#llama-3-8b-} | ${itl:-?} | ${tps:-?} | ${host:-?} |"
+        # TPINFER_PROFILE_OPS=1: the per-operation table, its 16 largest rows
+        if grep -q "TPINFER_PROFILE_OPS: GPU time" "$log"; then
+            profiles+=$'\n'"#### ${v} ${run#llama-3-8b-}"$'\n'"$(grep -A17 'TPINFER_PROFILE_OPS: GPU time' "$log" | sed 's/^.*info: //')"
+        fi
     done
 done
+table+=${profiles:-}
 tar -C "$OUTDIR" -czf "$OUTDIR/ab-logs.tar.gz" $(cd "$OUTDIR" && ls -d ab-*/ 2>/dev/null) 2>/dev/null &&
     rm -rf "$OUTDIR"/ab-*/
 echo "$table" | tee "$OUTDIR/ab-results.md"

@@ -11,7 +11,15 @@
  * Columns: the simple kernel (the fallback, forced), the flash kernel with max_pos the
  * context (tight), and with max_pos 131072 (a CUDA graph's bound: splits planned for the
  * capacity, used for the context); "diff" is the largest |flash - simple| over the
- * outputs, relative to the largest |simple|.
+ * outputs, relative to the largest |simple|. These three run with the prefill kernel off;
+ * "+prefill" is the tight flash run with it forced on (it takes nothing from decode
+ * tokens, one per sequence: what an eager decode step of 64 tokens or more pays for it).
+ *
+ * Then prefill: batch prompts of ctx tokens each, every token of a prompt in one step
+ * (positions 0 .. ctx - 1, a sequence's tokens together, its keys already in the cache):
+ * the flash kernel alone (prefill off) against the prefill kernel (tensor cores, forced
+ * on). TFLOPS counts the causal attention's products: 4 * ctx^2 / 2 * q heads * head_dim
+ * per prompt (q . k and p . V, 2 FLOPs a multiply-add, half the square).
  *
  * usage: gpu_attention [runs per shape, default 25]
  */
@@ -24,7 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
-#include "kernels.h" /* tp_cuda_attention_force_simple */
+#include "kernels.h" /* tp_cuda_attention_force_simple, tp_cuda_attention_force_prefill */
 
 #define QH 32
 #define KVH 8
@@ -88,6 +96,59 @@ typedef struct shape {
     int batch, ctx;
 } shape;
 
+/* The median over runs of one attention call in microseconds, L2 flushed before each. */
+static double time_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache, const tp_attn_batch *ab,
+                             tp_tensor *o, void *flush, int runs, float *times)
+{
+    cudaStream_t stream = (cudaStream_t)b->stream;
+    static cudaEvent_t ev0, ev1;
+    cudaError_t ce;
+    if (!ev0 && ((ce = cudaEventCreate(&ev0)) != cudaSuccess || (ce = cudaEventCreate(&ev1)) != cudaSuccess))
+        cuda_die("cudaEventCreate", ce);
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int w = 0; w < 3; w++)
+        if (b->ops->attention(b, q, cache, ab, QH, scale, o) != TP_OK) die("attention");
+    if (b->ops->synchronize(b) != TP_OK) die("attention (warm-up)");
+    for (int r = 0; r < runs; r++) {
+        if (b->ops->memset0(b, flush, FLUSH_BYTES) != TP_OK) die("memset0");
+        if ((ce = cudaEventRecord(ev0, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
+        if (b->ops->attention(b, q, cache, ab, QH, scale, o) != TP_OK) die("attention");
+        if ((ce = cudaEventRecord(ev1, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
+        if ((ce = cudaEventSynchronize(ev1)) != cudaSuccess) cuda_die("cudaEventSynchronize", ce);
+        if ((ce = cudaEventElapsedTime(&times[r], ev0, ev1)) != cudaSuccess) cuda_die("cudaEventElapsedTime", ce);
+    }
+    if (b->ops->synchronize(b) != TP_OK) die("attention");
+    qsort(times, (size_t)runs, sizeof(float), cmp_float);
+    return 1e3 * (runs % 2 ? times[runs / 2] : 0.5 * (times[runs / 2 - 1] + times[runs / 2]));
+}
+
+/* The largest |got - ref| over n bf16 values of backend memory, relative to the largest |ref|
+ * (NaN sticks). */
+static double rel_diff(tp_backend *b, const void *got, const void *ref, size_t n)
+{
+    uint16_t *h[2] = {malloc(n * 2), malloc(n * 2)};
+    float *f[2] = {malloc(n * 4), malloc(n * 4)};
+    if (!h[0] || !h[1] || !f[0] || !f[1]) {
+        fprintf(stderr, "gpu_attention: out of host memory\n");
+        exit(1);
+    }
+    if (b->ops->download(b, h[0], ref, n * 2) != TP_OK || b->ops->download(b, h[1], got, n * 2) != TP_OK)
+        die("download");
+    if (b->ops->synchronize(b) != TP_OK) die("synchronize");
+    double diff = 0.0, big = 0.0;
+    for (int k = 0; k < 2; k++) tp_convert(f[k], TP_DTYPE_F32, h[k], TP_DTYPE_BF16, n);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)f[1][i] - (double)f[0][i]);
+        if (!(d <= diff)) diff = d;
+        if (fabs((double)f[0][i]) > big) big = fabs((double)f[0][i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(h[k]);
+        free(f[k]);
+    }
+    return diff / (big > 0 ? big : 1.0);
+}
+
 int main(int argc, char **argv)
 {
     int runs = argc > 1 ? atoi(argv[1]) : 25;
@@ -97,7 +158,6 @@ int main(int argc, char **argv)
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     tp_backend *b = NULL;
     if (tp_backend_cuda_create(0, TP_DTYPE_BF16, &b) != TP_OK) die("tp_backend_cuda_create");
-    cudaStream_t stream = (cudaStream_t)b->stream;
 
     /* one cache big enough for the largest shape, blocks handed out in a shuffled order */
     int64_t max_positions = 0;
@@ -120,16 +180,12 @@ int main(int argc, char **argv)
         perm[j] = t;
     }
 
-    cudaEvent_t ev0, ev1;
-    cudaError_t ce;
-    if ((ce = cudaEventCreate(&ev0)) != cudaSuccess || (ce = cudaEventCreate(&ev1)) != cudaSuccess)
-        cuda_die("cudaEventCreate", ce);
     float *times = malloc((size_t)runs * sizeof(float));
 
     printf("# cuda backend attention: %d q heads, %d KV heads, head_dim %d, bf16 cache and q/out, block %d, "
            "median of %d runs, L2 flushed\n", QH, KVH, HD, BS, runs);
-    printf("%5s %7s | %11s %8s | %11s %8s | %11s %8s | %8s %8s\n", "batch", "context", "simple us", "GB/s",
-           "flash us", "GB/s", "graph us", "GB/s", "speedup", "diff");
+    printf("%5s %7s | %11s %8s | %11s %8s | %11s %8s | %11s | %8s %8s\n", "batch", "context", "simple us", "GB/s",
+           "flash us", "GB/s", "graph us", "GB/s", "+prefill us", "speedup", "diff");
     for (int s = 0; s < nshapes; s++) {
         const int n = shapes[s].batch, ctx = shapes[s].ctx, max_blocks = ctx / BS;
         int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4);
@@ -154,51 +210,22 @@ int main(int argc, char **argv)
         tp_tensor q = tp_tensor_make(dq, TP_DTYPE_BF16, n, QH * HD);
         tp_tensor out[2] = {tp_tensor_make(dout[0], TP_DTYPE_BF16, n, QH * HD),
                             tp_tensor_make(dout[1], TP_DTYPE_BF16, n, QH * HD)};
-        const float scale = 1.0f / sqrtf((float)HD);
-        double med[3];
-        for (int k = 0; k < 3; k++) { /* simple, flash (tight max_pos), flash (loose max_pos) */
+        double med[4];
+        for (int k = 0; k < 4; k++) { /* simple, flash (tight max_pos), flash (loose max_pos), flash + prefill */
             tp_attn_batch ab = {n, dseq, dpos, dslot, dtable, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx};
             tp_cuda_attention_force_simple(k == 0);
-            tp_tensor *o = &out[k == 0 ? 0 : 1];
-            for (int w = 0; w < 3; w++)
-                if (b->ops->attention(b, &q, &cache, &ab, QH, scale, o) != TP_OK) die("attention");
-            if (b->ops->synchronize(b) != TP_OK) die("attention (warm-up)");
-            for (int r = 0; r < runs; r++) {
-                if (b->ops->memset0(b, flush, FLUSH_BYTES) != TP_OK) die("memset0");
-                if ((ce = cudaEventRecord(ev0, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
-                if (b->ops->attention(b, &q, &cache, &ab, QH, scale, o) != TP_OK) die("attention");
-                if ((ce = cudaEventRecord(ev1, stream)) != cudaSuccess) cuda_die("cudaEventRecord", ce);
-                if ((ce = cudaEventSynchronize(ev1)) != cudaSuccess) cuda_die("cudaEventSynchronize", ce);
-                if ((ce = cudaEventElapsedTime(&times[r], ev0, ev1)) != cudaSuccess) cuda_die("cudaEventElapsedTime", ce);
-            }
-            if (b->ops->synchronize(b) != TP_OK) die("attention");
-            qsort(times, (size_t)runs, sizeof(float), cmp_float);
-            med[k] = 1e3 * (runs % 2 ? times[runs / 2] : 0.5 * (times[runs / 2 - 1] + times[runs / 2]));
+            tp_cuda_attention_force_prefill(k == 3 ? 1 : 0);
+            med[k] = time_attention(b, &q, &cache, &ab, &out[k == 0 ? 0 : 1], flush, runs, times);
         }
         tp_cuda_attention_force_simple(0);
-        /* the two kernels' outputs, bf16 */
-        uint16_t *h[2] = {malloc(act), malloc(act)};
-        float *f[2] = {malloc(act * 2), malloc(act * 2)};
-        for (int k = 0; k < 2; k++)
-            if (b->ops->download(b, h[k], dout[k], act) != TP_OK) die("download");
-        if (b->ops->synchronize(b) != TP_OK) die("synchronize");
-        double diff = 0.0, big = 0.0;
-        for (int k = 0; k < 2; k++) tp_convert(f[k], TP_DTYPE_F32, h[k], TP_DTYPE_BF16, act / 2);
-        for (size_t i = 0; i < act / 2; i++) {
-            double d = fabs((double)f[1][i] - (double)f[0][i]);
-            if (!(d <= diff)) diff = d; /* NaN sticks */
-            if (fabs((double)f[0][i]) > big) big = fabs((double)f[0][i]);
-        }
+        tp_cuda_attention_force_prefill(-1);
+        const double diff = rel_diff(b, dout[1], dout[0], act / 2);
         const double kv_bytes = 2.0 * n * (double)ctx * KVH * HD * 2;
-        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e\n", n, ctx, med[0],
-               kv_bytes / med[0] * 1e-3, med[1], kv_bytes / med[1] * 1e-3, med[2], kv_bytes / med[2] * 1e-3,
-               med[0] / med[1], diff / (big > 0 ? big : 1.0));
+        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %11.1f %8.1f | %11.1f | %7.1fx %8.1e\n", n, ctx, med[0],
+               kv_bytes / med[0] * 1e-3, med[1], kv_bytes / med[1] * 1e-3, med[2], kv_bytes / med[2] * 1e-3, med[3],
+               med[0] / med[1], diff);
         fflush(stdout);
-        for (int k = 0; k < 2; k++) {
-            free(h[k]);
-            free(f[k]);
-            b->ops->free(b, dout[k]);
-        }
+        for (int k = 0; k < 2; k++) b->ops->free(b, dout[k]);
         b->ops->free(b, dseq);
         b->ops->free(b, dpos);
         b->ops->free(b, dslot);
@@ -209,8 +236,61 @@ int main(int argc, char **argv)
         free(slot);
         free(table);
     }
-    cudaEventDestroy(ev0);
-    cudaEventDestroy(ev1);
+
+    /* prefill: every prompt's ctx tokens in one step, keys already in the cache */
+    static const shape pshapes[] = {{1, 2048}, {4, 2048}, {1, 8192}};
+    printf("\n# prefill: batch prompts of context tokens in one step (positions 0 .. context - 1), same heads "
+           "and cache\n");
+    printf("%5s %7s | %11s %8s | %11s %8s | %8s %8s\n", "batch", "context", "flash us", "TFLOPS", "prefill us",
+           "TFLOPS", "speedup", "diff");
+    for (size_t s = 0; s < sizeof pshapes / sizeof pshapes[0]; s++) {
+        const int nb = pshapes[s].batch, ctx = pshapes[s].ctx, max_blocks = ctx / BS, n = nb * ctx;
+        if ((int64_t)nb * max_blocks > n_blocks) continue; /* the cache is sized by the decode shapes */
+        int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4);
+        int32_t *table = malloc((size_t)nb * max_blocks * 4);
+        for (int i = 0; i < n; i++) {
+            seq[i] = i / ctx;
+            pos[i] = i % ctx;
+            slot[i] = -1;
+        }
+        for (int i = 0; i < nb * max_blocks; i++) table[i] = perm[i];
+        void *dseq, *dpos, *dslot, *dtable, *dq, *dout[2];
+        const size_t act = (size_t)n * QH * HD * 2;
+        if (b->ops->alloc(b, (size_t)n * 4, &dseq) || b->ops->alloc(b, (size_t)n * 4, &dpos) ||
+            b->ops->alloc(b, (size_t)n * 4, &dslot) || b->ops->alloc(b, (size_t)nb * max_blocks * 4, &dtable) ||
+            b->ops->alloc(b, act, &dq) || b->ops->alloc(b, act, &dout[0]) || b->ops->alloc(b, act, &dout[1]))
+            die("alloc");
+        if (b->ops->upload(b, dseq, seq, (size_t)n * 4) || b->ops->upload(b, dpos, pos, (size_t)n * 4) ||
+            b->ops->upload(b, dslot, slot, (size_t)n * 4) ||
+            b->ops->upload(b, dtable, table, (size_t)nb * max_blocks * 4))
+            die("upload");
+        fill_random(b, dq, act);
+        tp_tensor q = tp_tensor_make(dq, TP_DTYPE_BF16, n, QH * HD);
+        tp_tensor out[2] = {tp_tensor_make(dout[0], TP_DTYPE_BF16, n, QH * HD),
+                            tp_tensor_make(dout[1], TP_DTYPE_BF16, n, QH * HD)};
+        tp_attn_batch ab = {n, dseq, dpos, dslot, dtable, max_blocks, ctx};
+        double med[2];
+        for (int k = 0; k < 2; k++) { /* the flash kernel alone, the prefill kernel */
+            tp_cuda_attention_force_prefill(k);
+            med[k] = time_attention(b, &q, &cache, &ab, &out[k], flush, runs, times);
+        }
+        tp_cuda_attention_force_prefill(-1);
+        const double diff = rel_diff(b, dout[1], dout[0], act / 2);
+        const double flops = 4.0 * (double)ctx * ctx / 2 * QH * HD * nb;
+        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e\n", nb, ctx, med[0], flops / med[0] * 1e-6,
+               med[1], flops / med[1] * 1e-6, med[0] / med[1], diff);
+        fflush(stdout);
+        for (int k = 0; k < 2; k++) b->ops->free(b, dout[k]);
+        b->ops->free(b, dseq);
+        b->ops->free(b, dpos);
+        b->ops->free(b, dslot);
+        b->ops->free(b, dtable);
+        b->ops->free(b, dq);
+        free(seq);
+        free(pos);
+        free(slot);
+        free(table);
+    }
     b->ops->free(b, flush);
     b->ops->free(b, cache.k);
     b->ops->free(b, cache.v);

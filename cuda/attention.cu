@@ -27,6 +27,27 @@
  * caches not 16-byte aligned): one block per (token, q head), positions in chunks of
  * ATTN_CHUNK, one warp per position for the score.
  *
+ * prefill (FlashAttention-2 on tensor cores, for steps of many tokens): the batch is cut
+ * into tiles of PF_BM = 64 tokens at fixed places (token i is in tile i / 64), so that
+ * every kernel can tell, from seq and pos alone, which tokens the prefill kernel takes: in
+ * a tile, a run of consecutive tokens of one sequence at consecutive positions (a prefill
+ * chunk, or the part of it in this tile), at least PF_MIN_RUN long, none of whose tokens
+ * is faulty. One block per (tile, q head), 4 warps of 16 query rows; for each run of its
+ * tile the block walks keys 0 .. the run's last position in tiles of PF_BN = 64 (so a
+ * chunk's prefix already in the paged cache is read like its own keys), loaded from the
+ * block table into shared memory by cp.async (16 bytes a thread, zeros past the run and
+ * for bad blocks), double buffered. Each warp computes S = Q K^T with mma.sync m16n8k16
+ * (bf16 or f16 in, f32 out; q and K fragments by ldmatrix), masks the causal part,
+ * updates its rows' online softmax in registers in the log2 domain, and adds P V with P
+ * rounded to the cache dtype as the A operand straight from the S registers (V by
+ * ldmatrix.trans); S is never stored. A warp skips key tiles past its last row's
+ * position. Only bf16/f16 caches with q of the same dtype, head_dim 64 or 128; out in
+ * any float dtype. The flash kernel (and its combine) then runs with pf_skip: its blocks
+ * for tokens the prefill kernel took return at once, the rest (decode tokens, short
+ * runs, faulty tokens) are computed as without it. Steps of fewer than PF_MIN_TOKENS
+ * tokens, steps recorded into a CUDA graph (decode steps) and TPINFER_ATTN_PREFILL=0
+ * keep the flash kernel alone.
+ *
  * What only the device can check (sequence, position, block-table entries) is checked
  * here: a bad one is recorded as a fault, and the token's output is zeros.
  */
@@ -51,7 +72,16 @@
                               * loop over positions is latency-bound, more blocks hide it */
 #define FA_COMBINE_THREADS 128
 
-static int force_simple; /* tp_cuda_attention_force_simple(): benchmarks compare the two */
+#define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
+#define PF_BN 64         /* keys per K/V tile in shared memory */
+#define PF_WARPS 4
+#define PF_THREADS (PF_WARPS * WARP_SIZE)
+#define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
+#define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
+#define PF_PAD 8         /* elements past each shared-memory row: ldmatrix's 8 rows in distinct banks */
+
+static int force_simple;     /* tp_cuda_attention_force_simple(): benchmarks compare the two */
+static int force_prefill = -1; /* tp_cuda_attention_force_prefill(): < 0 the default, 0 off, > 0 on */
 
 /* The split tuning, from the environment once (bench/gpu_attention sweeps it). */
 static int env_int(const char *name, int fallback, int lo, int hi)
@@ -92,6 +122,65 @@ __device__ __forceinline__ void store_act(void *p, int dt, int64_t idx, float v)
     else ((f16_t *)p)[idx] = from_f32<f16_t>(v);
 }
 
+/* Bits [0, r) of a tile's 64 rows (r in 0..64). */
+__device__ __forceinline__ uint64_t pf_below(int r) { return r >= 64 ? ~0ull : (1ull << r) - 1; }
+
+/* The runs of the tile of cnt tokens from t0 (the prefill kernel's unit): bit r of the
+ * result is set where row r (token t0 + r) starts a run (a sequence change, a position
+ * that does not follow the previous row's, and every row past cnt); *ok: the rows whose
+ * token passes token_fault. Called by a whole warp, the same answer in every lane; the
+ * prefill kernel and the flash and combine kernels (pf_skip) call it alike, so they agree
+ * on which tokens the prefill kernel takes. */
+__device__ __forceinline__ uint64_t pf_tile_scan(const tp_attn_batch &batch, int64_t t0, int cnt, int bs,
+                                                 uint64_t *ok)
+{
+    const int lane = threadIdx.x % WARP_SIZE;
+    int32_t sq[2], ps[2];
+    bool good[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int r = hf * WARP_SIZE + lane;
+        sq[hf] = -1, ps[hf] = -1, good[hf] = false;
+        if (r < cnt) {
+            sq[hf] = __ldg(batch.seq + t0 + r);
+            ps[hf] = __ldg(batch.pos + t0 + r);
+            int32_t value, limit;
+            good[hf] = token_fault(sq[hf], ps[hf], batch, bs, &value, &limit) == TP_CUDA_FAULT_NONE;
+        }
+    }
+    /* the previous row's token: the lane below, or lane 31 of the first half */
+    int32_t qs0 = __shfl_up_sync(0xffffffffu, sq[0], 1), qp0 = __shfl_up_sync(0xffffffffu, ps[0], 1);
+    int32_t qs1 = __shfl_up_sync(0xffffffffu, sq[1], 1), qp1 = __shfl_up_sync(0xffffffffu, ps[1], 1);
+    const int32_t ls = __shfl_sync(0xffffffffu, sq[0], WARP_SIZE - 1), lp = __shfl_sync(0xffffffffu, ps[0], WARP_SIZE - 1);
+    if (lane == 0) qs1 = ls, qp1 = lp;
+    const bool st0 = lane == 0 || lane >= cnt || sq[0] != qs0 || (int64_t)ps[0] != (int64_t)qp0 + 1;
+    const bool st1 = WARP_SIZE + lane >= cnt || sq[1] != qs1 || (int64_t)ps[1] != (int64_t)qp1 + 1;
+    *ok = (uint64_t)__ballot_sync(0xffffffffu, good[0]) | ((uint64_t)__ballot_sync(0xffffffffu, good[1]) << 32);
+    return (uint64_t)__ballot_sync(0xffffffffu, st0) | ((uint64_t)__ballot_sync(0xffffffffu, st1) << 32);
+}
+
+/* The run [*r0, *r1) holding row r; whether the prefill kernel takes it. */
+__device__ __forceinline__ bool pf_run(uint64_t starts, uint64_t ok, int r, int *r0, int *r1)
+{
+    *r0 = 63 - __clzll(starts & pf_below(r + 1)); /* row 0 always starts one */
+    const uint64_t above = starts & ~pf_below(r + 1);
+    *r1 = above ? __ffsll(above) - 1 : 64;
+    const uint64_t rows = pf_below(*r1) & ~pf_below(*r0);
+    return *r1 - *r0 >= PF_MIN_RUN && (ok & rows) == rows;
+}
+
+/* Whether the prefill kernel computed token i (flash and combine under pf_skip; every
+ * warp of the block calls it, so a return on it is uniform). */
+__device__ __forceinline__ bool pf_took(const tp_attn_batch &batch, int64_t i, int bs)
+{
+    const int64_t t0 = i / PF_BM * PF_BM;
+    const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
+    uint64_t ok;
+    const uint64_t starts = pf_tile_scan(batch, t0, cnt, bs, &ok);
+    int r0, r1;
+    return pf_run(starts, ok, (int)(i - t0), &r0, &r1);
+}
+
 // ----------------------------------------------------------------------------
 // the simple kernel: one block per (token, q head)
 
@@ -100,6 +189,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     attention_simple_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads, float scale,
                             tp_tensor out, tp_cuda_fault *fault)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     extern __shared__ float smem[];
     __shared__ int64_t row_s[ATTN_CHUNK]; /* element offset of each position's K/V row; -1: bad */
     __shared__ int bad_s;
@@ -198,6 +288,7 @@ struct fa_params {
     int32_t min_split;      /* positions: no split of a token is shorter */
     int32_t lp_log2;        /* lanes per position: 1 << lp_log2 */
     float qscale;           /* scale * log2(e): scores in the log2 domain */
+    int32_t pf_skip;        /* the prefill kernel ran: skip the tokens it took (pf_took) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
 };
@@ -247,10 +338,13 @@ __device__ __forceinline__ int token_splits(int np, int S, int min_split) { retu
  * not written); VPL: 16-byte vectors per lane (2 only for f32 at head_dim 256).
  * head_dim == (1 << lp_log2) * VPL * VE. */
 template <typename CT, int GMAX, int VPL>
-__global__ void __launch_bounds__(FA_THREADS)
+/* at least 4 blocks per SM up to 4 heads a block (128 registers, no spills): the loop is latency-bound,
+ * and 167 registers left 3 */
+__global__ void __launch_bounds__(FA_THREADS, GMAX >= 8 ? 2 : 4)
     attention_flash_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
                            tp_cuda_fault *fault)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     constexpr int VE = kv_vec<CT>::VE, D = VE * VPL; /* D: head dims per lane */
     constexpr int R = GMAX >= 8 ? 2 : 4;              /* positions per group per step (registers) */
     extern __shared__ float fa_smem[];
@@ -264,6 +358,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     const int LP = 1 << P.lp_log2, j = lane & (LP - 1);      /* lane j of its position group */
     const int PPW = WARP_SIZE >> P.lp_log2, NG = FA_WARPS * PPW; /* groups per warp, per block */
     const int grp = warp * PPW + (lane >> P.lp_log2);
+    if (P.pf_skip && pf_took(batch, i, bs)) return; /* the prefill kernel wrote it */
 
     /* the token's own indices: uniform over the block, so an early return is safe */
     const int32_t seq = batch.seq[i], pos = batch.pos[i];
@@ -477,9 +572,11 @@ __global__ void __launch_bounds__(FA_THREADS)
 __global__ void __launch_bounds__(FA_COMBINE_THREADS)
     attention_combine_kernel(tp_attn_batch batch, int32_t block_size, int32_t head_dim, fa_params P, tp_tensor out)
 {
+    pdl_begin(); /* inputs come from the previous kernel */
     const int64_t i = blockIdx.x / P.q_heads;
     const int h = (int)(blockIdx.x % P.q_heads), hd = head_dim, S = P.splits;
     const int64_t o = i * out.stride + (int64_t)h * hd;
+    if (P.pf_skip && pf_took(batch, i, block_size)) return; /* the prefill kernel wrote it, no partials */
     int32_t value = 0, limit = 0;
     const int32_t pos = batch.pos[i];
     bool zero = token_fault(batch.seq[i], pos, batch, block_size, &value, &limit) != TP_CUDA_FAULT_NONE;
@@ -515,9 +612,304 @@ __global__ void __launch_bounds__(FA_COMBINE_THREADS)
 }
 
 // ----------------------------------------------------------------------------
+// the prefill kernel (tensor cores)
+
+/* What the host decided, passed by value. */
+struct pf_params {
+    int32_t group;    /* q heads per KV head */
+    int32_t n_tiles;  /* gridDim.y: CEIL_DIV(n_tokens, PF_BM) */
+    int32_t bs_shift; /* log2(block_size) when it is a power of two, else -1 (a division) */
+    float qscale;     /* scale * log2(e): scores in the log2 domain */
+};
+
+/* 16 bytes global -> shared without the registers; src_bytes 0 writes zeros (src unread) */
+__device__ __forceinline__ void pf_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void pf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void pf_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* four 8x8 b16 matrices; lanes 8m .. 8m+7 give matrix m's row addresses */
+__device__ __forceinline__ void pf_ldmatrix_x4(uint32_t (&r)[4], const void *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+__device__ __forceinline__ void pf_ldmatrix_x4_trans(uint32_t (&r)[4], const void *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* d += a (16x16, row) * b (16x8, col), f32 accumulate; and two f32 packed as the element
+ * type (lo in the low half), round to nearest even */
+template <typename T> struct pf_mma;
+template <> struct pf_mma<bf16_t> {
+    static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+    {
+        uint32_t r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+template <> struct pf_mma<f16_t> {
+    static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+    {
+        uint32_t r;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+/* The shared memory of one block: K and V tiles, two buffers each. */
+template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
+
+/* Block (q head h, tile): grid (q_heads, n_tiles), PF_THREADS threads, pf_smem_bytes<D>()
+ * dynamic shared memory: K and V [2 buffers][PF_BN keys][D + PF_PAD] of T. T: the cache's
+ * and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's element type.
+ * Warp w owns the tile's rows 16w .. 16w + 15; in mma's fragment layout, lane owns rows
+ * 16w + lane / 4 (a) and + 8 (b), and of each 8-column group columns 2 (lane % 4), + 1. */
+template <typename T, int D, typename OT>
+__global__ void __launch_bounds__(PF_THREADS)
+    attention_prefill_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, pf_params P, tp_tensor out,
+                             tp_cuda_fault *fault)
+{
+    pdl_begin(); /* inputs come from the previous kernel */
+    constexpr int LD = D + PF_PAD;     /* shared row pitch (elements) */
+    constexpr int CPR = D / 8;         /* 16-byte chunks per K or V row */
+    constexpr int KS = D / 16;         /* k steps of Q K^T */
+    constexpr int NT = D / 8;          /* 8-column tiles of the output */
+    constexpr int NS = PF_BN / 8;      /* 8-key tiles of S */
+    constexpr int LOADS = PF_BN * CPR / PF_THREADS; /* chunks per thread per K (or V) tile */
+    static_assert(PF_BN * CPR % PF_THREADS == 0, "tile loads must divide over the threads");
+    extern __shared__ __align__(16) unsigned char pf_smem[];
+    T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * PF_BN * LD;
+    __shared__ int bad_from_s; /* the first position whose block-table entry is bad (INT32_MAX: none) */
+
+    const int h = blockIdx.x, kh = h / P.group;
+    const int64_t t0 = (int64_t)(P.n_tiles - 1 - (int)blockIdx.y) * PF_BM; /* the longest contexts first */
+    const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    const int g = lane >> 2, tig = lane & 3;
+    const int ra = warp * 16 + g, rb = ra + 8;
+    const int bs = cache.block_size;
+
+    uint64_t ok;
+    const uint64_t starts = pf_tile_scan(batch, t0, cnt, bs, &ok);
+    uint64_t take = 0; /* the rows this kernel computes: uniform over the block */
+    for (int r = 0, r0, r1; r < cnt; r = r1)
+        if (pf_run(starts, ok, r, &r0, &r1)) take |= pf_below(r1) & ~pf_below(r0);
+    if (!take) return; /* decode tokens, short runs: the flash kernel's */
+
+    /* q fragments of the warp's rows (16-bit loads: q's rows need not be 4-byte aligned);
+     * rows past the step are zeros */
+    uint32_t qf[KS][4];
+    {
+        const uint16_t *qa = (const uint16_t *)q.data + (t0 + ra) * q.stride + (int64_t)h * D;
+        const uint16_t *qb = (const uint16_t *)q.data + (t0 + rb) * q.stride + (int64_t)h * D;
+        const bool ha = ra < cnt, hb = rb < cnt;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const int c = k * 16 + 2 * tig;
+            qf[k][0] = ha ? (uint32_t)qa[c] | (uint32_t)qa[c + 1] << 16 : 0u;
+            qf[k][1] = hb ? (uint32_t)qb[c] | (uint32_t)qb[c + 1] << 16 : 0u;
+            qf[k][2] = ha ? (uint32_t)qa[c + 8] | (uint32_t)qa[c + 9] << 16 : 0u;
+            qf[k][3] = hb ? (uint32_t)qb[c + 8] | (uint32_t)qb[c + 9] << 16 : 0u;
+        }
+    }
+
+    const int64_t width = (int64_t)cache.n_kv_heads * D;
+    const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
+    for (int r = 0, r0, r1; r < cnt; r = r1) { /* each run the block takes (usually the whole tile) */
+        if (!pf_run(starts, ok, r, &r0, &r1)) continue;
+        const int32_t seq = __ldg(batch.seq + t0 + r0), pos0 = __ldg(batch.pos + t0 + r0);
+        const int kend = pos0 + (r1 - r0); /* keys 0 .. kend - 1: the run's last position */
+        const int nkt = CEIL_DIV(kend, PF_BN);
+        const int pa = ra >= r0 && ra < r1 ? pos0 + ra - r0 : -1; /* -1: not in the run, every key masked */
+        const int pb = rb >= r0 && rb < r1 ? pos0 + rb - r0 : -1;
+        const int wlo = max(warp * 16, r0), whi = min(warp * 16 + 16, r1) - 1;
+        const int wmax = wlo <= whi ? pos0 + whi - r0 : -1;       /* the warp's last position */
+        const int wmin = wlo <= whi ? pos0 + wlo - r0 : INT32_MAX; /* its first */
+        const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
+
+        __syncthreads(); /* the previous run is done with the buffers and bad_from_s */
+        if (tid == 0) bad_from_s = INT32_MAX;
+        __syncthreads();
+
+        /* K and V rows of keys kt * PF_BN .. + PF_BN - 1 into buffer b: thread tid takes chunk
+         * column tid % CPR of keys tid / CPR + j * (PF_THREADS / CPR), so a row's chunks are
+         * consecutive threads (coalesced); zeros past kend and for a bad block */
+        auto load = [&](int kt, int b) {
+            T *kd = kbuf + b * PF_BN * LD, *vd = vbuf + b * PF_BN * LD;
+            const int col = tid % CPR;
+#pragma unroll
+            for (int j = 0; j < LOADS; j++) {
+                const int key = tid / CPR + j * (PF_THREADS / CPR), p = kt * PF_BN + key;
+                const T *ksrc = kc, *vsrc = vc;
+                int bytes = 0;
+                if (p < kend) {
+                    const int lb = P.bs_shift >= 0 ? p >> P.bs_shift : p / bs;
+                    const int off = p - lb * bs;
+                    const int32_t blk = __ldg(bt + lb);
+                    if (blk < 0 || blk >= cache.n_blocks) {
+                        if (col == 0) { /* the run's first token that reads position p */
+                            fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, t0 + r0 + max(0, p - pos0), blk,
+                                         cache.n_blocks);
+                            atomicMin(&bad_from_s, p);
+                        }
+                    } else {
+                        const int64_t at = ((int64_t)blk * bs + off) * width + col * 8;
+                        ksrc = kc + at, vsrc = vc + at, bytes = 16;
+                    }
+                }
+                pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
+                pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
+            }
+        };
+
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+        load(0, 0);
+        pf_cp_async_commit();
+        for (int kt = 0; kt < nkt; kt++) {
+            if (kt + 1 < nkt) load(kt + 1, (kt + 1) & 1); /* the next tile travels while this one is used */
+            pf_cp_async_commit();                        /* (an empty group at the end: the wait stays 1) */
+            pf_cp_async_wait<1>();
+            __syncthreads();
+            const int k0 = kt * PF_BN;
+            if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
+                const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
+                /* S = Q K^T: 16 rows x PF_BN keys; B fragments of two 8-key tiles per ldmatrix.x4
+                 * (matrices: keys +0..7 dims +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15) */
+                float s[NS][4];
+#pragma unroll
+                for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < KS; k++)
+#pragma unroll
+                    for (int n2 = 0; n2 < NS / 2; n2++) {
+                        uint32_t b[4];
+                        pf_ldmatrix_x4(b, kt_s + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
+                                              ((lane >> 3) & 1) * 8);
+                        pf_mma<T>::mma(s[2 * n2], qf[k], b[0], b[1]);
+                        pf_mma<T>::mma(s[2 * n2 + 1], qf[k], b[2], b[3]);
+                    }
+                /* scale to the log2 domain; causal mask where a key may pass a row's position */
+                const bool mask = k0 + PF_BN - 1 > wmin;
+                float mx[2] = {m[0], m[1]};
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[n][e] * P.qscale;
+                        if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa : pb)) x = -INFINITY;
+                        s[n][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                    }
+                /* online softmax per row: the 4 lanes of a row hold its 64 scores */
+                float corr[2], mref[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+                    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+                    mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e]; /* nothing seen yet: every p is 0 */
+                    corr[e] = exp2f(m[e] - mref[e]);             /* 0 while m is -inf */
+                    m[e] = mx[e];
+                    l[e] *= corr[e]; /* this lane's part of the sum; the quad's added at the end */
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    o[n][0] *= corr[0], o[n][1] *= corr[0];
+                    o[n][2] *= corr[1], o[n][3] *= corr[1];
+                }
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
+                        l[e >> 1] += s[n][e];
+                    }
+                /* O += P V: P's A fragment of keys 16k .. 16k + 15 is S tiles 2k and 2k + 1 as
+                 * they lie in the registers; V's B fragments by ldmatrix.trans, two 8-dim tiles
+                 * each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7 +8..15, +8..15 +8..15) */
+#pragma unroll
+                for (int k = 0; k < PF_BN / 16; k++) {
+                    const uint32_t a[4] = {pf_mma<T>::pack(s[2 * k][0], s[2 * k][1]),
+                                           pf_mma<T>::pack(s[2 * k][2], s[2 * k][3]),
+                                           pf_mma<T>::pack(s[2 * k + 1][0], s[2 * k + 1][1]),
+                                           pf_mma<T>::pack(s[2 * k + 1][2], s[2 * k + 1][3])};
+#pragma unroll
+                    for (int n2 = 0; n2 < NT / 2; n2++) {
+                        uint32_t b[4];
+                        pf_ldmatrix_x4_trans(b, vt_s + (k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                                    (2 * n2 + (lane >> 4)) * 8);
+                        pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
+                        pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
+                    }
+                }
+            }
+            __syncthreads(); /* every warp is done with this buffer before it is refilled */
+        }
+        const int bad_from = bad_from_s; /* read before the next run's reset (its first __syncthreads) */
+
+        /* out = O / l; rows from a bad block's first position on are zeros, as in the flash kernel */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int pr = e ? pb : pa;
+            if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
+            const bool zero = pr >= bad_from;
+            const float inv = 1.0f / l[e];
+            OT *dst = row_of<OT>(out, t0 + (e ? rb : ra)) + (int64_t)h * D + 2 * tig;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[n][2 * e] * inv);
+                dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[n][2 * e + 1] * inv);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 extern "C" void tp_cuda_attention_force_simple(int on) { force_simple = on; }
+
+extern "C" void tp_cuda_attention_force_prefill(int mode) { force_prefill = mode < 0 ? -1 : mode > 0; }
 
 /* log2 of the lanes per position when the flash kernel takes this cache, else -1 (vpl:
  * 16-byte vectors per lane). */
@@ -542,7 +934,7 @@ template <typename CT, int GMAX, int VPL>
 static void launch_flash(dim3 grid, size_t smem, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
                          const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    attention_flash_kernel<CT, GMAX, VPL><<<grid, FA_THREADS, smem, stream>>>(q, cache, batch, P, out, fault);
+    tp_launch(attention_flash_kernel<CT, GMAX, VPL>, grid, FA_THREADS, smem, stream, q, cache, batch, P, out, fault);
 }
 
 template <typename CT, int VPL>
@@ -559,7 +951,7 @@ static void launch_flash_g(int gmax, dim3 grid, size_t smem, tp_tensor q, tp_kv_
 
 static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
                                  float scale, tp_tensor out, tp_cuda_attn_scratch scratch, int lp_log2, int vpl,
-                                 tp_cuda_fault *fault, cudaStream_t stream)
+                                 int pf_skip, tp_cuda_fault *fault, cudaStream_t stream)
 {
     const int64_t n = batch.n_tokens, kvh = cache.n_kv_heads, hd = cache.head_dim;
     const int group = q_heads / (int)kvh;
@@ -597,6 +989,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.min_split = min_split;
     P.lp_log2 = lp_log2;
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
+    P.pf_skip = pf_skip;
     P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
@@ -614,11 +1007,84 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     }
     TP_CUDA_CHECK_LAUNCH();
     if (S > 1) {
-        attention_combine_kernel<<<(unsigned)(n * q_heads), FA_COMBINE_THREADS, 0, stream>>>(
-            batch, cache.block_size, cache.head_dim, P, out);
+        tp_launch(attention_combine_kernel, (unsigned)(n * q_heads), FA_COMBINE_THREADS, 0, stream, batch,
+                  cache.block_size, cache.head_dim, P, out);
         TP_CUDA_CHECK_LAUNCH();
     }
     return TP_OK;
+}
+
+template <typename T, int D, typename OT>
+static tp_status launch_prefill(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const pf_params &P,
+                                tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    const size_t smem = pf_smem_bytes<D>();
+    /* over 48 KiB of dynamic shared memory must be asked for, per device: every launch (prefill
+     * steps are eager and long, the call is cheap) */
+    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+    tp_launch(attention_prefill_kernel<T, D, OT>, grid, PF_THREADS, smem, stream, q, cache, batch, P, out, fault);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
+}
+
+template <typename T, int D>
+static tp_status launch_prefill_o(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
+                                  const pf_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    switch (out.dtype) {
+    case TP_DTYPE_F32: return launch_prefill<T, D, float>(grid, q, cache, batch, P, out, fault, stream);
+    case TP_DTYPE_BF16: return launch_prefill<T, D, bf16_t>(grid, q, cache, batch, P, out, fault, stream);
+    case TP_DTYPE_F16: return launch_prefill<T, D, f16_t>(grid, q, cache, batch, P, out, fault, stream);
+    default: return TP_CUDA_BAD_DTYPE("attention");
+    }
+}
+
+/* Whether the prefill kernel runs before the flash kernel (then with pf_skip): a 16-bit
+ * cache with q of its dtype, head_dim 64 or 128, and (unless forced on) a step of at least
+ * PF_MIN_TOKENS tokens that is not being recorded into a CUDA graph (graphs are decode steps,
+ * one token per sequence: nothing for it to take) and TPINFER_ATTN_PREFILL not 0. */
+static int prefill_wanted(const tp_tensor &q, const tp_kv_layer &cache, const tp_attn_batch &batch,
+                          int32_t q_heads, cudaStream_t stream)
+{
+    if (force_prefill == 0) return 0;
+    if (cache.dtype != TP_DTYPE_BF16 && cache.dtype != TP_DTYPE_F16) return 0; /* f32 keeps the flash kernel */
+    if (q.dtype != cache.dtype || (cache.head_dim != 64 && cache.head_dim != 128)) return 0;
+    if ((uintptr_t)cache.k % 16 != 0 || (uintptr_t)cache.v % 16 != 0) return 0; /* cp.async of 16 bytes */
+    if (CEIL_DIV((int64_t)batch.n_tokens, PF_BM) > 65535 || q_heads > 65535) return 0; /* grid y, x */
+    if (force_prefill > 0) return 1;
+    static int env = -1;
+    if (env < 0) env = env_int("TPINFER_ATTN_PREFILL", 1, 0, 1);
+    if (!env || batch.n_tokens < PF_MIN_TOKENS) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cs == cudaStreamCaptureStatusNone;
+}
+
+static tp_status attention_prefill(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
+                                   float scale, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    pf_params P;
+    P.group = q_heads / cache.n_kv_heads;
+    P.n_tiles = (int32_t)CEIL_DIV((int64_t)batch.n_tokens, PF_BM);
+    const int bs = cache.block_size;
+    P.bs_shift = -1;
+    if ((bs & (bs - 1)) == 0) {
+        P.bs_shift = 0;
+        while ((1 << P.bs_shift) < bs) P.bs_shift++;
+    }
+    P.qscale = scale * 1.4426950408889634f; /* log2(e) */
+    /* q heads fastest: the heads of one KV head run together and share its K/V through L2 */
+    const dim3 grid((unsigned)q_heads, (unsigned)P.n_tiles);
+    const bool bf = cache.dtype == TP_DTYPE_BF16;
+    if (cache.head_dim == 64)
+        return bf ? launch_prefill_o<bf16_t, 64>(grid, q, cache, batch, P, out, fault, stream)
+                  : launch_prefill_o<f16_t, 64>(grid, q, cache, batch, P, out, fault, stream);
+    return bf ? launch_prefill_o<bf16_t, 128>(grid, q, cache, batch, P, out, fault, stream)
+              : launch_prefill_o<f16_t, 128>(grid, q, cache, batch, P, out, fault, stream);
 }
 
 static tp_status attention_simple(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
@@ -634,8 +1100,8 @@ static tp_status attention_simple(tp_tensor q, tp_kv_layer cache, tp_attn_batch 
     dispatch_float(q.dtype, [&](auto qt) {
         dispatch_float(cache.dtype, [&](auto ct) {
             dispatch_float(out.dtype, [&](auto ot) {
-                attention_simple_kernel<decltype(qt), decltype(ct), decltype(ot)>
-                    <<<(unsigned)tasks, ATTN_THREADS, smem, stream>>>(q, cache, batch, q_heads, scale, out, fault);
+                tp_launch(attention_simple_kernel<decltype(qt), decltype(ct), decltype(ot)>, (unsigned)tasks,
+                          ATTN_THREADS, smem, stream, q, cache, batch, q_heads, scale, out, fault);
             });
         });
     });
@@ -652,6 +1118,9 @@ extern "C" tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_b
         return TP_CUDA_BAD_DTYPE("attention");
     int vpl = 1;
     const int lp_log2 = force_simple ? -1 : flash_lanes_log2(cache, &vpl);
-    if (lp_log2 >= 0) return attention_flash(q, cache, batch, q_heads, scale, out, scratch, lp_log2, vpl, fault, stream);
-    return attention_simple(q, cache, batch, q_heads, scale, out, fault, stream);
+    if (lp_log2 < 0) return attention_simple(q, cache, batch, q_heads, scale, out, fault, stream);
+    /* prefill chunks on tensor cores first; the flash kernel then does the tokens it left */
+    const int pf = prefill_wanted(q, cache, batch, q_heads, stream);
+    if (pf) TP_CHECK(attention_prefill(q, cache, batch, q_heads, scale, out, fault, stream));
+    return attention_flash(q, cache, batch, q_heads, scale, out, scratch, lp_log2, vpl, pf, fault, stream);
 }

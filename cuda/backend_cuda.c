@@ -6,7 +6,8 @@
  * block-table entries) are checked by the kernels themselves: a bad one never reads or
  * writes out of bounds, it is recorded in a device fault word that synchronize() reads
  * back and reports as TP_ERR_INVALID_ARG, naming the operation and the token. argmax's
- * NaN logits are reported the same way, naming the row.
+ * NaN logits, and sample's NaN/+Inf logits, bad tokens and parameters, are reported the
+ * same way, naming the row.
  *
  * Dtypes: activations may be any of f32/f16/bf16 (forward.c passes f32 for the residual
  * stream and the logits and act_dtype elsewhere), weights and the KV cache likewise; the
@@ -25,10 +26,12 @@
 #include "cuda_check.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "op_profile.h"
 
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's workspace */
 #define SCRATCH_BYTES ((size_t)64 << 20)   /* matmul's dtype conversions */
 #define ATTN_SCRATCH_BYTES ((size_t)64 << 20) /* attention's split-KV partials */
+#define SMALL_UPLOAD_BYTES ((size_t)256 << 10) /* a step's metadata: one upload that need not wait */
 
 typedef struct cuda_ctx {
     int device;
@@ -41,6 +44,11 @@ typedef struct cuda_ctx {
     size_t stage_cap[2];
     cudaEvent_t stage_done[2]; /* recorded after the last copy out of each */
     int stage_next;
+    void *small[2];            /* pinned: upload()s of up to SMALL_UPLOAD_BYTES, alternately */
+    cudaEvent_t small_done[2]; /* recorded after the copy out of each */
+    int small_next;
+    unsigned int *sample_flags; /* sample(): one zeroed flag word per column per block */
+    size_t sample_flags_words;
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(tp_backend *b) { return (cuda_ctx *)b->ctx; }
@@ -91,6 +99,17 @@ static tp_status report_fault(cuda_ctx *ctx)
     case TP_CUDA_FAULT_ARGMAX_NAN:
         return tp_error(TP_ERR_INVALID_ARG, "argmax: row %d of logits has NaN at column %d %s", f.index, f.value,
                         later);
+    case TP_CUDA_FAULT_SAMPLE_NAN:
+    case TP_CUDA_FAULT_SAMPLE_INF:
+        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d of logits has %s at column %d %s", f.index,
+                        f.code == TP_CUDA_FAULT_SAMPLE_NAN ? "NaN" : "+Inf", f.value, later);
+    case TP_CUDA_FAULT_SAMPLE_TOKEN:
+        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a penalty or banned token %d outside the "
+                        "vocabulary [0, %d) %s", f.index, f.value, f.limit, later);
+    case TP_CUDA_FAULT_SAMPLE_PARAM:
+        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a sampling parameter outside its range (see "
+                        "tp_sampling_params_validate), n_logprobs outside [0, %d] or a negative token offset or "
+                        "count %s", f.index, TP_SAMPLE_MAX_LOGPROBS, later);
     default:
         return tp_error(TP_ERR_INTERNAL, "a CUDA kernel recorded fault code %d (token %d, value %d)", f.code,
                         f.index, f.value);
@@ -122,15 +141,24 @@ static void cuda_free(tp_backend *b, void *p)
     if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); /* cudaFree waits for the device */
 }
 
-/* Copy, then wait: the contract lets the caller reuse the host buffer at once, and an
- * asynchronous copy from pinned (or, in some drivers, pageable) memory would still be
- * reading it. Known cost for later: one stream sync per upload (forward.c uploads five
- * small arrays per step); a pinned staging ring would remove it. */
+/* The contract lets the caller reuse the host buffer at once. Small uploads (a step's
+ * metadata) go through one of two pinned buffers and are not waited for: the buffer is
+ * reused only after its previous copy is done (its event), by which time the step that
+ * copy fed has long been synchronised. Larger ones copy, then wait. */
 static tp_status cuda_upload(tp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0) return TP_OK;
     if (!dst || !src) return tp_error(TP_ERR_INVALID_ARG, "upload: NULL pointer for %zu bytes", bytes);
     cuda_ctx *ctx = ctx_of(b);
+    if (bytes <= SMALL_UPLOAD_BYTES && ctx->small[0] && ctx->small[1]) {
+        const int s = ctx->small_next;
+        ctx->small_next ^= 1;
+        TP_CUDA_CHECK(cudaEventSynchronize(ctx->small_done[s]));
+        memcpy(ctx->small[s], src, bytes);
+        TP_CUDA_CHECK(cudaMemcpyAsync(dst, ctx->small[s], bytes, cudaMemcpyHostToDevice, ctx->stream));
+        TP_CUDA_CHECK(cudaEventRecord(ctx->small_done[s], ctx->stream));
+        return TP_OK;
+    }
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
     TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     return TP_OK;
@@ -329,6 +357,37 @@ static tp_status cuda_argmax(tp_backend *b, const tp_tensor *logits, int32_t *id
     return tp_cuda_argmax(*logits, ids, logprob, value, ctx->fault_dev, ctx->stream);
 }
 
+/* Sampling: host-visible checks shared with the CPU backend; the rows' parameters, tokens
+ * and NaN/+Inf logits are device faults. The flag scratch (blocks x V words, kept zeroed by
+ * the kernel) is allocated at the first call, or when V grows, outside graph capture. */
+static tp_status cuda_sample(tp_backend *b, const tp_tensor *logits, int32_t L, const tp_sample_row *rows,
+                             const int32_t *tokens, tp_sample_out *out)
+{
+    TP_CHECK(tp_check_sample(logits, L, rows, out));
+    if (L == 0) return TP_OK;
+    if (logits->cols > TP_CUDA_SAMPLE_MAX_VOCAB)
+        return tp_error(TP_ERR_UNSUPPORTED, "sample: logits has %lld columns; the CUDA kernel takes at most %d",
+                        (long long)logits->cols, TP_CUDA_SAMPLE_MAX_VOCAB);
+    cuda_ctx *ctx = ctx_of(b);
+    const int blocks = ctx->attn.sm_count > 0 ? ctx->attn.sm_count : 1;
+    const size_t words = (size_t)blocks * (size_t)logits->cols;
+    if (ctx->sample_flags_words < words) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        TP_CUDA_CHECK(cudaStreamIsCapturing(ctx->stream, &cs));
+        if (cs != cudaStreamCaptureStatusNone)
+            return tp_error(TP_ERR_UNSUPPORTED, "sample: its scratch is allocated at the first call, which must "
+                            "not be inside graph capture (call sample in an eager step first)");
+        TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* no kernel still uses the old scratch */
+        if (ctx->sample_flags) TP_CUDA_CHECK(cudaFree(ctx->sample_flags));
+        ctx->sample_flags = NULL;
+        ctx->sample_flags_words = 0;
+        TP_CHECK(cuda_alloc(b, words * sizeof(unsigned int), (void **)&ctx->sample_flags));
+        TP_CUDA_CHECK(cudaMemsetAsync(ctx->sample_flags, 0, words * sizeof(unsigned int), ctx->stream));
+        ctx->sample_flags_words = words;
+    }
+    return tp_cuda_sample(*logits, L, rows, tokens, out, ctx->sample_flags, blocks, ctx->fault_dev, ctx->stream);
+}
+
 /* matmul's and swiglu's checks under one name; then the fused GEMV for small n (gate_up
  * untouched), else matmul into gate_up and swiglu (matmul.c). */
 static tp_status cuda_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
@@ -510,6 +569,11 @@ static void cuda_destroy(tp_backend *b)
         if (ctx->fault_dev) cudaFree(ctx->fault_dev);
         if (ctx->fault_host) cudaFreeHost(ctx->fault_host);
         if (ctx->attn.data) cudaFree(ctx->attn.data);
+        if (ctx->sample_flags) cudaFree(ctx->sample_flags);
+        for (int i = 0; i < 2; i++) {
+            if (ctx->small[i]) cudaFreeHost(ctx->small[i]);
+            if (ctx->small_done[i]) cudaEventDestroy(ctx->small_done[i]);
+        }
         for (int i = 0; i < 2; i++) {
             if (ctx->stage[i]) cudaFreeHost(ctx->stage[i]);
             if (ctx->stage_done[i]) cudaEventDestroy(ctx->stage_done[i]);
@@ -539,6 +603,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .gather_rows  = */ cuda_gather_rows,
     /* .convert      = */ cuda_convert,
     /* .argmax       = */ cuda_argmax,
+    /* .sample       = */ cuda_sample,
     /* .matmul_swiglu= */ cuda_matmul_swiglu,
     /* .qk_rope_store= */ cuda_qk_rope_store,
     /* .graph_begin  = */ cuda_graph_begin,
@@ -587,6 +652,10 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
     TP_CUDA_CHECK_GOTO(cudaMemset(ctx->fault_dev, 0, sizeof *ctx->fault_dev), st, fail);
     TP_CUDA_CHECK_GOTO(cudaMallocHost((void **)&ctx->fault_host, sizeof *ctx->fault_host), st, fail);
     memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
+    for (int i = 0; i < 2; i++) {
+        TP_CUDA_CHECK_GOTO(cudaMallocHost(&ctx->small[i], SMALL_UPLOAD_BYTES), st, fail);
+        TP_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&ctx->small_done[i], cudaEventDisableTiming), st, fail);
+    }
     TP_CHECK_GOTO(tp_cuda_gemm_create(WORKSPACE_BYTES, SCRATCH_BYTES, &ctx->gemm), st, fail);
     TP_CUDA_CHECK_GOTO(cudaMalloc(&ctx->attn.data, ATTN_SCRATCH_BYTES), st, fail);
     ctx->attn.bytes = ATTN_SCRATCH_BYTES;
@@ -594,6 +663,7 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
                        fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceSynchronize(), st, fail); /* the memset, before the first kernel */
     b->stream = ctx->stream;
+    tp_cuda_op_profile_wrap(b); /* TPINFER_PROFILE_OPS=1 only */
     *out = b;
     return TP_OK;
 fail:

@@ -6,6 +6,11 @@
  * surfaces as TP_ERR_NCCL at the next operation instead of a silent hang later. After
  * any failure the communicator is marked failed: further operations refuse at once, and
  * destroy aborts it (ncclCommDestroy could block on peers that are gone).
+ *
+ * Small all-reduces take the custom one-shot kernel over CUDA IPC when the group has it
+ * (cuda/custom_ar.cu, set up here after NCCL's warm-up); the rest, and every other
+ * collective, are NCCL's. The choice depends on the byte count and dtype only, so every
+ * rank of the group takes the same path for the same call.
  */
 #include "comm_nccl.h"
 
@@ -22,6 +27,7 @@
 #pragma GCC diagnostic pop
 
 #include "cuda_check.h"
+#include "custom_ar.h"
 
 #define ID_WORDS ((int)(sizeof(ncclUniqueId) / sizeof(int32_t)))
 _Static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId is whole int32 words");
@@ -31,8 +37,14 @@ typedef struct nccl_ctx {
     tp_comm *bootstrap; /* borrowed: the host barrier */
     int device;
     int failed;         /* an error or an abort happened: refuse, and abort on destroy */
+    tp_car *car;        /* the custom all-reduce for small messages, NULL when none */
+    int car_reason;     /* TP_CUSTOM_AR_* */
     char name[40];
 } nccl_ctx;
+
+/* The custom all-reduce of the communicator this process made last (tpinfer --check). */
+static int last_car_reason = TP_CUSTOM_AR_NONE;
+static size_t last_car_max = 0;
 
 static const struct tp_comm_ops nccl_ops;
 
@@ -95,7 +107,15 @@ static tp_status nccl_all_reduce_sum(tp_comm *c, const void *send, void *recv, s
     nccl_ctx *ctx = ctx_of(c);
     ncclDataType_t t;
     TP_CHECK(begin(ctx, "all-reduce", dt, &t));
-    TP_NCCL_CHECK(ctx, ncclAllReduce(send, recv, count, t, ncclSum, ctx->comm, (cudaStream_t)stream));
+    if (tp_car_takes(ctx->car, count, dt)) {
+        tp_status st = tp_car_all_reduce(ctx->car, send, recv, count, dt, stream);
+        if (st != TP_OK) {
+            ctx->failed = 1; /* peers may be waiting at the barrier of a call this rank never made */
+            return st;
+        }
+    } else {
+        TP_NCCL_CHECK(ctx, ncclAllReduce(send, recv, count, t, ncclSum, ctx->comm, (cudaStream_t)stream));
+    }
     return async_check(ctx, "all-reduce");
 }
 
@@ -146,9 +166,11 @@ static void nccl_destroy(tp_comm *c)
 {
     if (!c) return;
     nccl_ctx *ctx = ctx_of(c);
+    if (ctx && ctx->failed) tp_car_abort(ctx->car); /* kernels waiting at its barrier give up */
     if (ctx && ctx->comm) {
         if (ctx->failed || ncclCommDestroy(ctx->comm) != ncclSuccess) ncclCommAbort(ctx->comm);
     }
+    if (ctx) tp_car_destroy(ctx->car);
     free(ctx);
     free(c);
 }
@@ -167,9 +189,41 @@ void tp_comm_nccl_abort(tp_comm *c)
 {
     if (!c || c->ops != &nccl_ops) return;
     nccl_ctx *ctx = ctx_of(c);
+    tp_car_abort(ctx->car);
     if (ctx->comm) ncclCommAbort(ctx->comm);
     ctx->comm = NULL;
     ctx->failed = 1;
+}
+
+int tp_comm_nccl_custom_ar(const tp_comm *c, size_t *max_bytes)
+{
+    int reason = last_car_reason;
+    size_t max = last_car_max;
+    if (c) {
+        if (c->ops != &nccl_ops) {
+            reason = TP_CUSTOM_AR_NONE;
+            max = 0;
+        } else {
+            const nccl_ctx *ctx = (const nccl_ctx *)c->ctx;
+            reason = ctx->car_reason;
+            max = tp_car_max_bytes(ctx->car);
+        }
+    }
+    if (max_bytes) *max_bytes = reason == TP_CUSTOM_AR_ON ? max : 0;
+    return reason;
+}
+
+const char *tp_comm_nccl_custom_ar_why(int reason)
+{
+    switch (reason) {
+    case TP_CUSTOM_AR_ON: return "on";
+    case TP_CUSTOM_AR_OFF_ENV: return "TPINFER_CUSTOM_AR=0";
+    case TP_CUSTOM_AR_GROUP_SIZE: return "a group of 1 or more than 8 ranks";
+    case TP_CUSTOM_AR_HOSTS: return "ranks on several hosts";
+    case TP_CUSTOM_AR_NO_P2P: return "no peer access between two of the GPUs";
+    case TP_CUSTOM_AR_SETUP: return "its set-up failed (CUDA IPC)";
+    default: return "not an NCCL communicator";
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -209,6 +263,7 @@ tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, 
     snprintf(ctx->name, sizeof ctx->name, "nccl:%s", name);
     ctx->bootstrap = bootstrap;
     ctx->device = device;
+    ctx->car_reason = TP_CUSTOM_AR_NONE;
     c->ops = &nccl_ops;
     c->ctx = ctx;
     c->rank = bootstrap->rank;
@@ -243,6 +298,15 @@ tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, 
             return st;
         }
     }
+    /* the custom all-reduce: NULL and a reason when unavailable (not an error); only a
+     * failed bootstrap collective is one */
+    tp_status st = tp_car_create(bootstrap, device, ctx->name, &ctx->car, &ctx->car_reason);
+    if (st != TP_OK) {
+        nccl_destroy(c);
+        return st;
+    }
+    last_car_reason = ctx->car_reason;
+    last_car_max = tp_car_max_bytes(ctx->car);
     *out = c;
     return TP_OK;
 }

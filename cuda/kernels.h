@@ -31,7 +31,11 @@ typedef enum tp_cuda_fault_code {
     TP_CUDA_FAULT_ATTN_POS,     /* attention: token index has position value outside [0, limit) */
     TP_CUDA_FAULT_ATTN_TABLE,   /* attention: token index at position value needs more than limit columns */
     TP_CUDA_FAULT_ATTN_BLOCK,   /* attention: token index maps to physical block value outside [0, limit) */
-    TP_CUDA_FAULT_ARGMAX_NAN    /* argmax: row index of logits has NaN at column value (of limit) */
+    TP_CUDA_FAULT_ARGMAX_NAN,   /* argmax: row index of logits has NaN at column value (of limit) */
+    TP_CUDA_FAULT_SAMPLE_NAN,   /* sample: row index of logits has NaN at column value (of limit) */
+    TP_CUDA_FAULT_SAMPLE_INF,   /* sample: row index of logits has +Inf at column value (of limit) */
+    TP_CUDA_FAULT_SAMPLE_TOKEN, /* sample: row index has a penalty or banned token value outside [0, limit) */
+    TP_CUDA_FAULT_SAMPLE_PARAM  /* sample: row index has a parameter out of range */
 } tp_cuda_fault_code;
 
 typedef struct tp_cuda_fault {
@@ -88,6 +92,12 @@ tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
 /* on != 0: attention always runs the simple kernel (benchmarks compare the two) */
 void tp_cuda_attention_force_simple(int on);
 
+/* the prefill kernel (tensor cores, for prompt chunks): mode > 0 runs it whenever the
+ * dtypes and head_dim allow, whatever the step's size; 0 never (the flash kernel alone, as
+ * TPINFER_ATTN_PREFILL=0); < 0 the default (steps of 64 tokens or more, outside CUDA graphs).
+ * Tests and benchmarks compare the two. */
+void tp_cuda_attention_force_prefill(int mode);
+
 /* out = silu(gate) * up */
 tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
 
@@ -103,6 +113,17 @@ tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);
  * value is not NULL) = the largest value. A row with NaN is recorded as a fault. */
 tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, float *value, tp_cuda_fault *fault,
                          cudaStream_t stream);
+
+/* The sample op (sample.cu): rows [0, L) of logits (f32, cols <= 2^22) by rows[i] into
+ * out[i], with the penalty and banned ids in tokens; flags: blocks x cols zeroed uint32 of
+ * device scratch (left zeroed), blocks: the most blocks to run (one per SM is enough).
+ * NaN/+Inf logits, bad tokens and parameters are recorded as faults. */
+tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int32_t *tokens,
+                         tp_sample_out *out, unsigned int *flags, int blocks, tp_cuda_fault *fault,
+                         cudaStream_t stream);
+
+/* the most columns tp_cuda_sample takes (its weight sums are sized for it) */
+#define TP_CUDA_SAMPLE_MAX_VOCAB (1 << 22)
 
 /* y[i][j] = bias[j], or 0 where bias.data is NULL (bias [1, y.cols]) */
 tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t stream);

@@ -134,8 +134,8 @@ extern "C" tp_status tp_cuda_qk_rope_store(tp_tensor q, tp_tensor k, tp_tensor v
     const size_t shared = (size_t)head_dim * sizeof(float);
     dispatch_float(q.dtype, [&](auto xt) {
         dispatch_float(cache.dtype, [&](auto ct) {
-            tp_launch(qk_rope_store_kernel<decltype(xt), decltype(ct)>, grid, QKR_WARPS * WARP_SIZE, shared, stream, 
-                q, k, v, q_norm, k_norm, eps, head_dim, pos, inv_freq, cache, slot, fault);
+            tp_launch(qk_rope_store_kernel<decltype(xt), decltype(ct)>, grid, QKR_WARPS * WARP_SIZE, shared, stream,
+                      q, k, v, q_norm, k_norm, eps, head_dim, pos, inv_freq, cache, slot, fault);
         });
     });
     TP_CUDA_CHECK_LAUNCH();

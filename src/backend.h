@@ -76,6 +76,30 @@ typedef struct tp_kv_layer {
     int32_t n_blocks, block_size, n_kv_heads, head_dim;
 } tp_kv_layer;
 
+/* ---- the sample op's rows and results (see tp_backend_ops.sample) ---- */
+#define TP_SAMPLE_MAX_LOGPROBS 20 /* sampler.c's limit on params.logprobs */
+
+/* One row's rule for the sample op: tp_sampling_params flattened, plus where its tokens are. */
+typedef struct tp_sample_row {
+    double temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    uint64_t seed;      /* the stream (tp_sampler_request_seed, choice-adjusted by the caller) */
+    uint64_t step;      /* the draw's step (tokens generated so far) */
+    int32_t top_k;
+    int32_t n_logprobs; /* 0..TP_SAMPLE_MAX_LOGPROBS */
+    /* penalties: tokens[tokens .. +n_prompt) the prompt, then n_output output tokens (right
+     * after the prompt); read only when a penalty is on */
+    int32_t tokens, n_prompt, n_output;
+    int32_t banned, n_banned; /* tokens[banned .. +n_banned): ids set to -inf before anything else (min_tokens' end tokens) */
+} tp_sample_row;
+
+typedef struct tp_sample_out {
+    int32_t token;
+    float logprob; /* chosen token's log-softmax of the (banned-applied) raw logits, as tp_sampler_sample */
+    int32_t n_top;
+    int32_t top_id[TP_SAMPLE_MAX_LOGPROBS];
+    float top_logprob[TP_SAMPLE_MAX_LOGPROBS];
+} tp_sample_out;
+
 typedef struct tp_backend tp_backend;
 
 struct tp_backend_ops {
@@ -134,6 +158,18 @@ struct tp_backend_ops {
      * holding vocabulary slices can pick the global winner from their local ones). Rows with NaN: the op fails with TP_ERR_INVALID_ARG naming the row (on a
      * GPU, at the next synchronize(), like the other index checks). */
     tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value);
+    /* Sampling on the device, so that a step returns L results instead of L x V logits: per
+     * row r of logits [L, V] (f32, stride honoured) the rule rows[r] (backend memory), with
+     * tokens (backend memory, int32) holding the rows' penalty and banned ids; results into
+     * out [L] (backend memory). Exactly tp_sampler_sample's rule (penalties, temperature,
+     * top-k, top-p, min-p, the counter-based draw, greedy when temperature < 1e-5 or
+     * top_k == 1), with the row's banned ids at -inf first. A row with NaN/+Inf logits (not
+     * counting banned ids), a parameter out of range or a token outside [0, V): the op fails
+     * with TP_ERR_INVALID_ARG naming the row (on a GPU at the next synchronize(), through the
+     * fault word as argmax); such a row gets token -1 (the bad column for NaN/+Inf), logprob
+     * NaN and n_top 0, the other rows their results. NULL in a backend that lacks it. */
+    tp_status (*sample)(tp_backend *b, const tp_tensor *logits, int32_t L, const tp_sample_row *rows,
+                        const int32_t *tokens, tp_sample_out *out);
 
     /* ---- fused operations: the forward's hot paths (on the CPU, compositions of the above) ---- */
     /* out = silu(gate) * up where [gate | up] = x @ w^T + bias: x [n, k], w [2m, k] (gate rows,

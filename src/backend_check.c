@@ -54,6 +54,25 @@ tp_status tp_check_cache(const char *op, const tp_kv_layer *c)
     return TP_OK;
 }
 
+tp_status tp_check_sample(const tp_tensor *logits, int32_t L, const void *rows, const void *out)
+{
+    TP_CHECK(tp_check_tensor("sample", "logits", logits));
+    if (logits->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "sample: logits is %s; sample reads float32 logits",
+                        tp_dtype_name(logits->dtype));
+    if (L < 0 || L > logits->rows)
+        return tp_error(TP_ERR_INVALID_ARG, "sample: L is %d; logits has %lld rows", (int)L,
+                        (long long)logits->rows);
+    if (L == 0) return TP_OK;
+    if (logits->cols == 0)
+        return tp_error(TP_ERR_INVALID_ARG, "sample: logits has %d rows to sample but no columns", (int)L);
+    if (logits->cols > INT32_MAX)
+        return tp_error(TP_ERR_INVALID_ARG, "sample: logits has %lld columns, more than int32 ids reach",
+                        (long long)logits->cols);
+    if (!rows || !out) return tp_error(TP_ERR_INVALID_ARG, "sample: rows or out is NULL for %d rows", (int)L);
+    return TP_OK;
+}
+
 int tp_staging_slot(void *const stage[2], const size_t cap[2], const void *host, size_t bytes)
 {
     const char *h = host;

@@ -19,6 +19,9 @@ tp_status tp_check_tensor(const char *op, const char *name, const tp_tensor *t);
 tp_status tp_check_shape(const char *op, const char *name, const tp_tensor *t, int64_t rows, int64_t cols);
 /* A usable KV cache layer. */
 tp_status tp_check_cache(const char *op, const tp_kv_layer *c);
+/* The sample op's host-visible arguments: f32 logits with columns for int32 ids, L <= its
+ * rows, rows and out present when L > 0 (tokens is checked where a row reads it). */
+tp_status tp_check_sample(const tp_tensor *logits, int32_t L, const void *rows, const void *out);
 /* Which of a backend's two staging buffers (stage[i] of cap[i] bytes, NULL when none) holds
  * [host, host + bytes); -1: neither, and the error names upload_staged. */
 int tp_staging_slot(void *const stage[2], const size_t cap[2], const void *host, size_t bytes);

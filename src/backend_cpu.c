@@ -12,8 +12,10 @@
  */
 #include "backend.h"
 #include "backend_check.h"
+#include "sampler.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +54,9 @@ typedef struct cpu_ctx {
     void *stage[2]; /* staging(): two host buffers, as the CUDA backend's pinned pair */
     size_t stage_cap[2];
     int stage_next;
+    tp_sampler *sampler;  /* sample(): made for the vocabulary of the first call, remade if it changes */
+    int32_t sampler_vocab;
+    float *sample_row;    /* [sampler_vocab]: a row with its banned ids at -inf */
 } cpu_ctx;
 
 /* At least n floats of 64-byte aligned scratch, or NULL (out of memory). */
@@ -828,6 +833,125 @@ static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids
     return TP_OK;
 }
 
+/* ---- sampling: tp_sampler_sample row by row (the reference for the CUDA kernel) ---- */
+
+/* Record "sample: row r: <the message already recorded>" (the sampler's message names the
+ * field or token; this names the row). */
+static tp_status sample_row_error(tp_status st, int32_t r)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tp_error_message());
+    tp_error_clear();
+    return tp_error(st, "sample: row %d: %s", (int)r, msg);
+}
+
+/* One row: the row's checks, banned ids to -inf in a copy, then tp_sampler_sample. When the
+ * failure is NaN/+Inf logits, *bad is its column (banned columns do not count, as the
+ * sampler sees -inf there); else -1. */
+static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sample_row *row,
+                            const int32_t *tokens, tp_sample_out *o, int32_t *bad)
+{
+    *bad = -1;
+    if (row->n_logprobs < 0 || row->n_logprobs > TP_SAMPLE_MAX_LOGPROBS)
+        return tp_error(TP_ERR_INVALID_ARG, "n_logprobs %d is outside [0, %d]", (int)row->n_logprobs,
+                        TP_SAMPLE_MAX_LOGPROBS);
+    if (row->tokens < 0 || row->n_prompt < 0 || row->n_output < 0 || row->banned < 0 || row->n_banned < 0)
+        return tp_error(TP_ERR_INVALID_ARG, "token offsets or counts are negative (tokens %d, n_prompt %d, "
+                        "n_output %d, banned %d, n_banned %d)", (int)row->tokens, (int)row->n_prompt,
+                        (int)row->n_output, (int)row->banned, (int)row->n_banned);
+    if ((row->n_prompt + (int64_t)row->n_output > 0 || row->n_banned > 0) && !tokens)
+        return tp_error(TP_ERR_INVALID_ARG, "the row has tokens but the tokens array is NULL");
+    if (row->n_banned > 0) {
+        memcpy(ctx->sample_row, x, (size_t)V * sizeof(float));
+        for (int32_t k = 0; k < row->n_banned; k++) {
+            const int32_t t = tokens[row->banned + k];
+            if (t < 0 || t >= V)
+                return tp_error(TP_ERR_INVALID_ARG, "banned token %d at position %d is outside the vocabulary "
+                                "[0, %d)", (int)t, (int)k, (int)V);
+            ctx->sample_row[t] = -INFINITY;
+        }
+        x = ctx->sample_row;
+    }
+    tp_sampling_params p;
+    tp_sampling_params_default(&p);
+    p.temperature = row->temperature;
+    p.top_k = row->top_k;
+    p.top_p = row->top_p;
+    p.min_p = row->min_p;
+    p.repetition_penalty = row->repetition_penalty;
+    p.presence_penalty = row->presence_penalty;
+    p.frequency_penalty = row->frequency_penalty;
+    p.seed = row->seed;
+    p.logprobs = row->n_logprobs;
+    tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
+    tp_sample_result res = {0, 0.0f, 0, top};
+    const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
+    tp_status st = tp_sampler_sample(ctx->sampler, &p, row->step, x, prompt, row->n_prompt,
+                                     prompt ? prompt + row->n_prompt : NULL, row->n_output, &res);
+    if (st != TP_OK) {
+        /* The sampler checks the parameters, then (penalized) the tokens, then the logits;
+         * its message may be dropped (an earlier row's is kept), so the cause is found here. */
+        int tokens_ok = 1;
+        if (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
+            for (int32_t k = 0; k < row->n_prompt + row->n_output; k++)
+                if (prompt[k] < 0 || prompt[k] >= V) tokens_ok = 0;
+        /* (a message is recorded already, so validate's own is dropped) */
+        if (tokens_ok && tp_sampling_params_validate(&p) == TP_OK)
+            for (int32_t j = 0; j < V && *bad < 0; j++)
+                if (isnan(x[j]) || x[j] == INFINITY) *bad = j;
+        return st;
+    }
+    o->token = res.token;
+    o->logprob = res.logprob;
+    o->n_top = res.n_top;
+    for (int32_t k = 0; k < res.n_top; k++) {
+        o->top_id[k] = top[k].id;
+        o->top_logprob[k] = top[k].logprob;
+    }
+    return TP_OK;
+}
+
+/* Rows one after another on this thread (the sampler is one scratch object). Every row is
+ * answered; a failing row gets token -1 (NaN/+Inf: the bad column), logprob NaN and no top
+ * entries, and the call fails naming the lowest such row, as the CUDA backend's fault does. */
+static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, const tp_sample_row *rows,
+                            const int32_t *tokens, tp_sample_out *out)
+{
+    TP_CHECK(tp_check_sample(logits, L, rows, out));
+    if (L == 0) return TP_OK;
+    cpu_ctx *ctx = b->ctx;
+    const int32_t V = (int32_t)logits->cols;
+    if (!ctx->sampler || ctx->sampler_vocab != V) {
+        tp_sampler_destroy(ctx->sampler);
+        ctx->sampler = NULL;
+        ctx->sampler_vocab = 0;
+        free(ctx->sample_row);
+        ctx->sample_row = malloc((size_t)V * sizeof(float));
+        if (!ctx->sample_row) return tp_error(TP_ERR_OOM, "sample: out of memory for a row of %d logits", (int)V);
+        TP_CHECK(tp_sampler_create(V, &ctx->sampler));
+        ctx->sampler_vocab = V;
+    }
+    tp_status first = TP_OK;
+    for (int32_t r = 0; r < L; r++) {
+        const float *x = row_f32(logits, r);
+        int32_t bad;
+        const tp_status st = sample_one(ctx, x, V, &rows[r], tokens, &out[r], &bad);
+        if (st == TP_OK) continue;
+        out[r].token = bad; /* -1 unless NaN/+Inf */
+        out[r].logprob = NAN;
+        out[r].n_top = 0;
+        if (first != TP_OK) continue; /* the lowest row's message stands (tp_error keeps the first) */
+        if (bad >= 0) {
+            tp_error_clear();
+            first = tp_error(TP_ERR_INVALID_ARG, "sample: row %d of logits has %s at column %d", (int)r,
+                             isnan(x[bad]) ? "NaN" : "+Inf", (int)bad);
+        } else {
+            first = sample_row_error(st, r);
+        }
+    }
+    return first;
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 /* ---- fused operations: compositions, so the CPU stays the reference ---- */
@@ -902,6 +1026,8 @@ static void cpu_destroy(tp_backend *b)
         free(ctx->scratch);
         free(ctx->stage[0]);
         free(ctx->stage[1]);
+        tp_sampler_destroy(ctx->sampler);
+        free(ctx->sample_row);
     }
     free(ctx);
     free(b);
@@ -925,6 +1051,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .gather_rows  = */ cpu_gather_rows,
     /* .convert      = */ cpu_convert,
     /* .argmax       = */ cpu_argmax,
+    /* .sample       = */ cpu_sample,
     /* .matmul_swiglu= */ cpu_matmul_swiglu,
     /* .qk_rope_store= */ cpu_qk_rope_store,
     /* .graph_begin  = */ NULL,

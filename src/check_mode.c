@@ -9,9 +9,14 @@
  *      once (as during inference): NCCL on device buffers (cuda) or MPI on host buffers
  *      (cpu). Each rank times its own loop; rank 0 prints per group the slowest rank's
  *      mean time per call, algbw, busbw and the wrong elements, as all_reduce_perf does.
+ *      On cuda the NCCL communicator sends the small sizes through its custom one-shot
+ *      all-reduce over CUDA IPC when the group has it (cuda/custom_ar.cu): each table
+ *      says up to which size (TPINFER_CUSTOM_AR=0 measures NCCL alone).
  * Phases 1 and 2 end in an agreement (a failure is reported, the job ends cleanly); a
  * failure inside the sweep may leave peers waiting in a collective, so it aborts.
  */
+#include "config.h"
+
 #include "check_mode.h"
 
 #include <inttypes.h>
@@ -21,6 +26,9 @@
 #include <unistd.h>
 
 #include "util.h"
+#ifdef HAVE_NCCL
+#include "../cuda/comm_nccl.h" /* the custom all-reduce's state; no CUDA or NCCL header in it */
+#endif
 
 #define MIN_BYTES 4096
 #define MAX_SIZES 24
@@ -317,8 +325,43 @@ done:
     return st;
 }
 
+/* The all-reduce path of each rank's sweep: [0] a TP_CUSTOM_AR_ reason (-1: MPI, on host
+ * memory), [1] the largest size the custom all-reduce took (0: none). */
+static void sweep_path(int use_cuda, int32_t path[2])
+{
+    path[0] = -1;
+    path[1] = 0;
+#ifdef HAVE_NCCL
+    if (use_cuda) {
+        size_t max = 0;
+        path[0] = tp_comm_nccl_custom_ar(NULL, &max); /* the sweep's communicator */
+        path[1] = max > INT32_MAX ? INT32_MAX : (int32_t)max;
+    }
+#else
+    (void)use_cuda;
+#endif
+}
+
+/* "  all-reduce: ..." under a group's header; nothing for MPI. */
+static void print_path(FILE *out, const int32_t path[2])
+{
+    if (path[0] < 0) return;
+#ifdef HAVE_NCCL
+    if (path[1] > 0) {
+        char b[32];
+        tp_format_bytes(path[1], b, sizeof b);
+        fprintf(out, "  all-reduce: custom one-shot (CUDA IPC) up to %s, NCCL above\n", b);
+    } else {
+        fprintf(out, "  all-reduce: NCCL for every size (no custom one-shot: %s)\n",
+                tp_comm_nccl_custom_ar_why(path[0]));
+    }
+#else
+    (void)out;
+#endif
+}
+
 static int64_t print_sweep(FILE *out, const tp_grid *g, const rank_rec *all, const int64_t *sizes,
-                           int n_sizes, const size_res *res, const char *how)
+                           int n_sizes, const size_res *res, const int32_t *paths, const char *how)
 {
     int n_groups = g->world / g->tp;
     int64_t wrong_total = 0;
@@ -334,6 +377,7 @@ static int64_t print_sweep(FILE *out, const tp_grid *g, const rank_rec *all, con
         const rank_rec *gr = &all[grp * g->tp];
         fprintf(out, "TP group %d (dp %d, pp %d; world ranks %d-%d):\n", grp, gr->dp_rank,
                 gr->pp_rank, grp * g->tp, grp * g->tp + g->tp - 1);
+        print_path(out, &paths[(size_t)grp * g->tp * 2]); /* the group agreed: its first rank's */
         fprintf(out, "%12s %10s %6s %6s %11s %12s %12s %8s\n", "size(B)", "count", "type", "iters",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
         double small_us = 0, large_bus = 0;
@@ -371,6 +415,7 @@ tp_status tp_check(const tp_options *o, tp_mpi_world *world, const tp_device_inf
     rank_rec mine_rec, *all = NULL;
     int32_t *row = NULL, *rows = NULL;
     size_res *res = NULL, *all_res = NULL;
+    int32_t path[2], *all_paths = NULL;
     tp_status st = TP_OK, mine;
     int n_usage = 0;
     *n_failed = 0;
@@ -389,7 +434,8 @@ tp_status tp_check(const tp_options *o, tp_mpi_world *world, const tp_device_inf
     rows = calloc((size_t)g->world * (size_t)g->tp, sizeof *rows);
     res = calloc(MAX_SIZES, sizeof *res);
     all_res = calloc((size_t)g->world * MAX_SIZES, sizeof *all_res);
-    mine = all && row && rows && res && all_res ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    all_paths = calloc((size_t)g->world * 2, sizeof *all_paths);
+    mine = all && row && rows && res && all_res && all_paths ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
     TP_CHECK_GOTO(tp_mpi_agree(world->world, mine, n_failed, &n_usage), st, done);
     if (*n_failed) {
         st = mine != TP_OK ? mine : TP_ERR_OOM;
@@ -438,7 +484,7 @@ tp_status tp_check(const tp_options *o, tp_mpi_world *world, const tp_device_inf
     if (use_cuda) {
         char v[16];
         nccl_version_str(mine_rec.nccl, v, sizeof v);
-        snprintf(how, sizeof how, "NCCL %s on GPU memory", v);
+        snprintf(how, sizeof how, "NCCL %s on GPU memory (small sizes: see each group's all-reduce line)", v);
     } else {
         snprintf(how, sizeof how, "MPI on host memory%s",
                  !strcmp(o->backend, "cpu") ? " (--backend cpu)"
@@ -479,8 +525,10 @@ tp_status tp_check(const tp_options *o, tp_mpi_world *world, const tp_device_inf
         }
         TP_CHECK_GOTO(tp_comm_all_gather(world->world, res, all_res, MAX_SIZES * sizeof *res / 4,
                                          TP_DTYPE_I32, NULL), st, done);
+        sweep_path(use_cuda, path);
+        TP_CHECK_GOTO(tp_comm_all_gather(world->world, path, all_paths, 2, TP_DTYPE_I32, NULL), st, done);
         for (size_t i = 0; i < (size_t)g->world * MAX_SIZES; i++) *n_wrong += all_res[i].wrong;
-        if (g->rank == 0) print_sweep(out, g, all, sizes, n_sizes, all_res, how);
+        if (g->rank == 0) print_sweep(out, g, all, sizes, n_sizes, all_res, all_paths, how);
     }
     if (g->rank == 0) {
         if (*n_wrong)
@@ -494,6 +542,7 @@ tp_status tp_check(const tp_options *o, tp_mpi_world *world, const tp_device_inf
         fflush(out);
     }
 done:
+    free(all_paths);
     free(all_res);
     free(res);
     free(rows);

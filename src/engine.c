@@ -117,6 +117,12 @@ typedef struct engine {
 
     int is_sampler;
     int greedy_on_device;   /* this step's tokens are chosen by the backend's argmax */
+    int sample_on_device;   /* sampler rank: this step's rows were sampled by the backend's sample op */
+    tp_sample_row *srows;   /* [max_rows] their rules */
+    tp_sample_out *sout;    /* [max_rows] their results */
+    int32_t *stokens;       /* their penalty and banned ids */
+    size_t stokens_cap;
+    int64_t steps_by_path[3]; /* sampler rank: steps chosen by device argmax, device sample op, host sampler */
     tp_sampler *sampler;
     float *logits_host, *row;
     int32_t max_rows;
@@ -594,7 +600,9 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
         e->logits_host = malloc((size_t)e->max_rows * (size_t)e->cfg.vocab_size * sizeof(float));
         e->row = malloc((size_t)e->cfg.vocab_size * sizeof(float));
         e->top = malloc(32 * sizeof *e->top);
-        if (!e->logits_host || !e->row || !e->top)
+        e->srows = malloc((size_t)e->max_rows * sizeof *e->srows);
+        e->sout = malloc((size_t)e->max_rows * sizeof *e->sout);
+        if (!e->logits_host || !e->row || !e->top || !e->srows || !e->sout)
             return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", e->max_rows);
     }
     return TP_OK;
@@ -712,6 +720,86 @@ static int device_greedy(const engine *e, const tp_sched_batch *b)
     return 1;
 }
 
+/* Sampler rank: a step whose rows need no logits on the host (no prompt rows or dumps) is
+ * sampled by the backend's sample op; TPINFER_SAMPLE_ON_HOST=1 keeps the host sampler. */
+static int device_sample(const engine *e, const tp_sched_batch *b)
+{
+    static int on_host = -1;
+    if (on_host < 0) {
+        const char *v = getenv("TPINFER_SAMPLE_ON_HOST");
+        on_host = v && !strcmp(v, "1");
+    }
+    (void)b;
+    return !on_host && !e->n_extra && !e->o->dump_logits && tp_model_can_sample(&e->model);
+}
+
+static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out);
+
+/* Room for n more ids in e->stokens. */
+static tp_status stokens_reserve(engine *e, size_t used, size_t n)
+{
+    if (used + n <= e->stokens_cap) return TP_OK;
+    size_t cap = 2 * (used + n);
+    int32_t *p = realloc(e->stokens, cap * sizeof *p);
+    if (!p) return tp_error(TP_ERR_OOM, "out of memory for the sampling tokens of a step");
+    e->stokens = p;
+    e->stokens_cap = cap;
+    return TP_OK;
+}
+
+/* Sampler rank: the sample op's rule for each logit row, as sample_one would apply it on the
+ * host: the choice's stream and step, the penalty tokens (prompt, then output) where a
+ * penalty is on, and min_tokens' end tokens banned. */
+static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_request *rq)
+{
+    size_t used = 0;
+    for (int32_t i = 0; i < b->n_logits; i++) {
+        const seq *q = &e->S_[b->seq_key[b->logit_seq[i]]];
+        req *r = &e->R[q->req];
+        tp_choice *c;
+        TP_CHECK(choice_of(e, r, q->choice, &c));
+        const tp_sampling_params *p = &r->sp;
+        const int32_t n_out = (int32_t)c->out.n;
+        tp_sample_row *w = &e->srows[i];
+        memset(w, 0, sizeof *w);
+        w->temperature = p->temperature;
+        w->top_p = p->top_p;
+        w->min_p = p->min_p;
+        w->repetition_penalty = p->repetition_penalty;
+        w->presence_penalty = p->presence_penalty;
+        w->frequency_penalty = p->frequency_penalty;
+        w->seed = q->choice ? tp_sampler_request_seed(p->seed, "choice") + (uint64_t)q->choice : p->seed;
+        w->step = (uint64_t)n_out;
+        w->top_k = p->top_k;
+        w->n_logprobs = p->logprobs;
+        if (p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0) {
+            TP_CHECK(stokens_reserve(e, used, (size_t)r->n_prompt + (size_t)n_out));
+            w->tokens = (int32_t)used;
+            w->n_prompt = r->n_prompt;
+            w->n_output = n_out;
+            memcpy(e->stokens + used, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+            memcpy(e->stokens + used + r->n_prompt, c->out.v, (size_t)n_out * sizeof(int32_t));
+            used += (size_t)r->n_prompt + (size_t)n_out;
+        }
+        if (n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
+            const int32_t n_ban = e->n_eos + r->in->p.n_stop_token_ids;
+            TP_CHECK(stokens_reserve(e, used, (size_t)n_ban));
+            w->banned = (int32_t)used;
+            w->n_banned = n_ban;
+            memcpy(e->stokens + used, e->eos, (size_t)e->n_eos * sizeof(int32_t));
+            memcpy(e->stokens + used + e->n_eos, r->in->p.stop_token_ids,
+                   (size_t)r->in->p.n_stop_token_ids * sizeof(int32_t));
+            used += (size_t)n_ban;
+        }
+    }
+    if (used > INT32_MAX) return tp_error(TP_ERR_UNSUPPORTED, "a step's sampling tokens exceed 2^31");
+    rq->rows = e->srows;
+    rq->tokens = e->stokens;
+    rq->n_tokens = (int32_t)used;
+    rq->out = e->sout;
+    return TP_OK;
+}
+
 /* Sampler rank: a request whose choices have all finished becomes its output line. */
 static tp_status complete_request(engine *e, req *r)
 {
@@ -754,16 +842,18 @@ static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out)
     return TP_OK;
 }
 
-/* Sampler rank: choose one sequence's next token (lg; or, when lg is NULL, the token the
- * device chose greedily) and whether it ends there. */
-static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *token, int *ends)
+/* Sampler rank: choose one sequence's next token (from lg; or dev, what the device's sample
+ * op chose; or, when both are NULL, the token the device chose greedily) and whether it
+ * ends there. */
+static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_sample_out *dev, int32_t *token,
+                            int *ends)
 {
     req *r = &e->R[q->req];
     tp_choice *c;
     TP_CHECK(choice_of(e, r, q->choice, &c));
     const int64_t V = e->cfg.vocab_size;
     int32_t n_out = (int32_t)c->out.n;
-    if (n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
+    if (lg && n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
         /* min_tokens: the end tokens cannot be drawn yet */
         memcpy(e->row, lg, (size_t)V * sizeof(float));
         for (int i = 0; i < e->n_eos; i++) e->row[e->eos[i]] = -INFINITY;
@@ -777,6 +867,15 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, int32_t *t
         sp.seed = q->choice ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)q->choice : r->sp.seed;
         TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out,
                                    &res));
+        TP_CHECK(tp_choice_keep_logprobs(c, &res));
+    } else if (dev) {
+        res.token = dev->token;
+        res.logprob = dev->logprob;
+        res.n_top = dev->n_top;
+        for (int32_t k = 0; k < dev->n_top; k++) {
+            e->top[k].id = dev->top_id[k];
+            e->top[k].logprob = dev->top_logprob[k];
+        }
         TP_CHECK(tp_choice_keep_logprobs(c, &res));
     } else {
         res.token = *token;
@@ -821,11 +920,13 @@ static tp_status sample_and_commit(engine *e, int p)
     int32_t n = b->n_logits;
     if (e->is_sampler) {
         TP_CHECK(keep_prompt_rows(e, b));
-        int on_device = e->greedy_on_device; /* the step's forward left the ids in e->sync */
+        /* the step's forward left greedy ids in e->sync, or sampled results in e->sout */
+        int on_device = e->greedy_on_device || e->sample_on_device;
         for (int32_t i = 0; i < n; i++) {
             int ends = 0;
             TP_CHECK(sample_one(e, &e->S_[b->seq_key[b->logit_seq[i]]],
-                                on_device ? NULL : e->logits_host + (size_t)i * (size_t)V, &e->sync[i], &ends));
+                                on_device ? NULL : e->logits_host + (size_t)i * (size_t)V,
+                                e->sample_on_device ? &e->sout[i] : NULL, &e->sync[i], &ends));
             e->sync[n + i] = ends;
         }
         e->sync[2 * n] = stop_signal != 0;
@@ -859,9 +960,16 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
         in_delta = &rd;
     }
     e->greedy_on_device = device_greedy(e, &e->B[p]);
+    e->sample_on_device = 0;
+    tp_sample_request rq;
+    if (e->is_sampler && !e->greedy_on_device && device_sample(e, &e->B[p])) {
+        TP_CHECK(sample_rows(e, &e->B[p], &rq));
+        e->sample_on_device = 1;
+    }
+    if (e->is_sampler) e->steps_by_path[e->greedy_on_device ? 0 : e->sample_on_device ? 1 : 2]++;
     return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
-                            e->is_sampler && !e->greedy_on_device ? e->logits_host : NULL,
-                            e->greedy_on_device ? e->sync : NULL);
+                            e->is_sampler && !e->greedy_on_device && !e->sample_on_device ? e->logits_host : NULL,
+                            e->greedy_on_device ? e->sync : NULL, e->sample_on_device ? &rq : NULL);
 }
 
 /* After every stage computed: stage s receives what s-1 produced (for its next tick),
@@ -1024,6 +1132,9 @@ static void engine_free(engine *e)
     tp_sampler_destroy(e->sampler);
     tp_collector_destroy(e->collector);
     free(e->logits_host);
+    free(e->srows);
+    free(e->sout);
+    free(e->stokens);
     free(e->row);
     free(e->top);
     free(e->slot);
@@ -1164,6 +1275,9 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                          1e3 * e.forward_seconds / (double)e.forward_steps,
                          1e3 * (dt - e.forward_seconds) / (double)e.forward_steps);
     }
+    if (e.is_sampler)
+        tp_log(TP_LOG_DEBUG, "tokens chosen in %" PRId64 " steps by the device's argmax, %" PRId64 " by its sample op, "
+               "%" PRId64 " by the host sampler", e.steps_by_path[0], e.steps_by_path[1], e.steps_by_path[2]);
     engine_free(&e);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);

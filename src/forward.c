@@ -208,6 +208,53 @@ static tp_status ids_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t 
     return TP_OK;
 }
 
+/* Sampling on the device: the first n of the step's L logit rows as [n, vocab] (over tp,
+ * the gathered blocks [tp][L][vocab_pad] re-laid out, one convert per rank's block), the
+ * rules and tokens uploaded, the sample op, and only its n results downloaded. */
+static tp_status sample_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t n, const tp_sample_request *rq)
+{
+    tp_backend *b = m->backend;
+    const int64_t V = m->cfg.vocab_size, P = m->dims.vocab_pad;
+    const int n_tp = m->plan.tp;
+    if (n == 0) return TP_OK;
+    if (!buf->sample_rows) {
+        TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * sizeof(tp_sample_row), (void **)&buf->sample_rows));
+        TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * sizeof(tp_sample_out), (void **)&buf->sample_out));
+    }
+    if ((size_t)rq->n_tokens > buf->sample_tokens_cap) {
+        size_t cap = (size_t)rq->n_tokens * 2;
+        b->ops->free(b, buf->sample_tokens);
+        buf->sample_tokens = NULL;
+        buf->sample_tokens_cap = 0;
+        TP_CHECK(b->ops->alloc(b, cap * sizeof(int32_t), (void **)&buf->sample_tokens));
+        buf->sample_tokens_cap = cap;
+    }
+    tp_tensor full;
+    if (n_tp == 1) {
+        full = tp_tensor_rows(&buf->logits, 0, n);
+        full.cols = V; /* the padding columns past the vocabulary are not candidates */
+    } else {
+        if (!buf->sample_logits)
+            TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * (size_t)V * sizeof(float), (void **)&buf->sample_logits));
+        full = tp_tensor_make(buf->sample_logits, TP_DTYPE_F32, n, V);
+        tp_tensor all = tp_tensor_make(buf->gathered.data, TP_DTYPE_F32, (int64_t)n_tp * L, P);
+        for (int r = 0; r < n_tp; r++) {
+            const int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
+            if (nc <= 0) break;
+            tp_tensor src = tp_tensor_rows(&all, (int64_t)r * L, n);
+            src = tp_tensor_cols(&src, 0, nc);
+            tp_tensor dst = tp_tensor_cols(&full, c0, nc);
+            TP_CHECK(b->ops->convert(b, &src, &dst));
+        }
+    }
+    TP_CHECK(b->ops->upload(b, buf->sample_rows, rq->rows, (size_t)n * sizeof(tp_sample_row)));
+    if (rq->n_tokens > 0)
+        TP_CHECK(b->ops->upload(b, buf->sample_tokens, rq->tokens, (size_t)rq->n_tokens * sizeof(int32_t)));
+    TP_CHECK(b->ops->sample(b, &full, n, buf->sample_rows, buf->sample_tokens, buf->sample_out));
+    TP_CHECK(b->ops->download(b, rq->out, buf->sample_out, (size_t)n * sizeof(tp_sample_out)));
+    return b->ops->synchronize(b);
+}
+
 void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
 {
     for (int32_t i = 0; i < n; i++) {
@@ -341,14 +388,17 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
 
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
-                           float *logits_host, int32_t *ids_host)
+                           float *logits_host, int32_t *ids_host, const tp_sample_request *sample)
 {
     const int32_t T = s->n_tokens;
     if (T == 0) return TP_OK;
     if (ids_host && !tp_model_can_argmax(m))
         return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs the last stage, a vocabulary slice "
                         "on every TP rank and a backend with argmax");
-    const int bucket = graph_bucket(m, buf, s);
+    if (sample && !tp_model_can_sample(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "sampling on the device needs the last stage and a backend with the "
+                        "sample op");
+    const int bucket = sample ? -1 : graph_bucket(m, buf, s);
     int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
     if (bucket >= 0) {
         const int32_t B = bucket_size(bucket, graph_cap(buf));
@@ -367,7 +417,13 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     if (!m->plan.has_lm_head) return TP_OK;
     if (ids_host) return ids_read(m, buf, L, s->n_logits, ids_host);
     if (logits_host) return logits_read(m, buf, L, s->n_logits, logits_host);
+    if (sample) return sample_read(m, buf, L, s->n_logits, sample);
     return TP_OK;
+}
+
+int tp_model_can_sample(const tp_model *m)
+{
+    return m->plan.has_lm_head && m->backend->ops->sample != NULL;
 }
 
 int tp_model_can_argmax(const tp_model *m)

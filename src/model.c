@@ -349,6 +349,13 @@ void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
         for (int i = 0; i < TP_GRAPH_BUCKETS; i++)
             if (s->graphs[k][i] && m && m->backend && m->backend->ops->graph_free)
                 m->backend->ops->graph_free(m->backend, s->graphs[k][i]);
+    if (m && m->backend) { /* forward.c's, allocated at first use */
+        tp_backend *b = m->backend;
+        b->ops->free(b, s->sample_rows);
+        b->ops->free(b, s->sample_out);
+        b->ops->free(b, s->sample_tokens);
+        b->ops->free(b, s->sample_logits);
+    }
     free(s->pad_host);
     free(s->pair_host);
     free(s->host);

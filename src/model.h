@@ -108,6 +108,12 @@ typedef struct tp_step_buffers {
     int use_graphs;
     void *graphs[2][TP_GRAPH_BUCKETS];
     int32_t *pad_host;    /* a padded step's host arrays */
+    /* sampling on the device (forward.c, allocated at first use) */
+    tp_sample_row *sample_rows; /* [max_logits] */
+    tp_sample_out *sample_out;  /* [max_logits] */
+    int32_t *sample_tokens;     /* penalty and banned ids of a step */
+    size_t sample_tokens_cap;
+    float *sample_logits;       /* [max_logits, vocab] over tp: the gathered blocks re-laid out */
 } tp_step_buffers;
 
 tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
@@ -124,17 +130,31 @@ typedef struct tp_step {
     const int32_t *logit_rows;             /* [n_logits] token indices */
 } tp_step;
 
+/* A step's sampling on the device (the backend's sample op) for its first n_logits rows:
+ * only the results come back. */
+typedef struct tp_sample_request {
+    const tp_sample_row *rows; /* [n_logits] host */
+    const int32_t *tokens;     /* [n_tokens] host: the rows' penalty and banned ids */
+    int32_t n_tokens;
+    tp_sample_out *out;        /* [n_logits] host: filled */
+} tp_sample_request;
+
 /* Run this stage's layers on the step. The first stage embeds step->ids; a later stage
  * starts from in_x / in_delta ([n_tokens, d], the previous stage's buf->x and
  * buf->delta, which the caller received). A stage that is not the last leaves its output
  * in buf->x and buf->delta for the caller to send on. On the last stage: with ids_host,
  * the greedy choice of each of the n_logits rows is made on the device and only the ids
  * come back (needs tp_model_can_argmax); else with logits_host, the logits [n_logits,
- * vocab] (f32, the full vocabulary gathered over tp) come back. A decode-only step runs as
- * a recorded graph when buf->use_graphs is set and the backend has graphs. */
+ * vocab] (f32, the full vocabulary gathered over tp) come back; else with sample, each row is
+ * sampled on the device by its rule (tp_model_can_sample) and only the results come back.
+ * A decode-only step runs as a recorded graph when buf->use_graphs is set and the backend
+ * has graphs (not with sample: those steps run eagerly). */
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
-                           float *logits_host, int32_t *ids_host);
+                           float *logits_host, int32_t *ids_host, const tp_sample_request *sample);
+
+/* Sampling on the device is possible: the last stage and a backend with the sample op. */
+int tp_model_can_sample(const tp_model *m);
 
 /* Greedy choice on the device is possible: the last stage, a backend with argmax, and a
  * vocabulary slice on every TP rank (their winners are compared, not their logits). */

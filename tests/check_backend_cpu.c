@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "sampler.h"
 
 static const tp_dtype weight_dtypes[] = {TP_DTYPE_F32, TP_DTYPE_F16, TP_DTYPE_BF16};
 #define N_WEIGHT_DTYPES 3
@@ -207,6 +208,7 @@ START_TEST(create_fields)
     ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
     ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
     ck_assert(o->argmax && o->matmul_swiglu && o->qk_rope_store && o->staging && o->upload_staged);
+    ck_assert(o->sample);
     ck_assert_int_eq(tp_backend_cpu_create(NULL), TP_ERR_INVALID_ARG);
     tp_backend_destroy(NULL);
 }
@@ -1218,6 +1220,171 @@ START_TEST(argmax_merge_over_slices)
 }
 END_TEST
 
+/* ---- sampling: the op is tp_sampler_sample row by row, banned ids at -inf ------------------ */
+
+/* Row r's rule: a mix of greedy, temperature, top-k, top-p, min-p, penalties, banned ids and
+ * logprobs; its tokens (prompt, output, banned) appended to toks. */
+static tp_sample_row sample_rule(int r, int32_t V, int32_t *toks, int32_t *n_toks)
+{
+    tp_sample_row row;
+    memset(&row, 0, sizeof row);
+    row.temperature = (double[]){0.0, 0.7, 1.0, 1.3}[r % 4];
+    row.top_p = (double[]){1.0, 0.9, 0.5, 1.0, 0.999}[r % 5];
+    row.min_p = r % 6 == 5 ? 0.05 : 0.0;
+    row.top_k = (int32_t[]){0, 5, 0, 50, -1, 1, 0}[r % 7];
+    row.repetition_penalty = r % 3 == 1 ? 1.3 : 1.0;
+    row.presence_penalty = r % 5 == 2 ? 0.5 : 0.0;
+    row.frequency_penalty = r % 4 == 3 ? -0.7 : 0.0;
+    row.seed = 1000u + (uint64_t)r * 77u;
+    row.step = (uint64_t)r;
+    row.n_logprobs = (int32_t[]){0, 1, 5, 20}[r % 4];
+    row.tokens = *n_toks;
+    row.n_prompt = 3 + r % 5;
+    row.n_output = r % 4;
+    for (int32_t k = 0; k < row.n_prompt + row.n_output; k++) toks[(*n_toks)++] = rand_int(k % 3 ? V : 8); /* repeats */
+    row.banned = *n_toks;
+    row.n_banned = r % 3 == 2 ? 2 : 0;
+    for (int32_t k = 0; k < row.n_banned; k++) toks[(*n_toks)++] = rand_int(4); /* among the likely winners */
+    return row;
+}
+
+START_TEST(sample_matches_sampler)
+{
+    seed(21);
+    const int32_t L = 24, V = 300, stride = 307;
+    float *x = host_alloc((size_t)L * stride * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)L * stride; i++) x[i] = uniform(-4.0f, 4.0f);
+    for (int32_t j = 0; j < 4; j++) x[5 * stride + j] = x[6 * stride + j] = 6.0f; /* ties at the top */
+    for (int32_t j = 0; j < V; j++) x[7 * stride + j] = (float)(rand_int(3)); /* heavy ties */
+    for (int32_t j = 0; j < V; j++) x[8 * stride + j] = -INFINITY;           /* all -inf */
+    for (int32_t j = 0; j < V; j++) x[9 * stride + j] = j == 77 ? 1.0f : -INFINITY; /* one finite */
+    int32_t *toks = host_alloc(4096 * sizeof(int32_t)), n_toks = 0;
+    tp_sample_row *rows = host_alloc((size_t)L * sizeof *rows);
+    for (int32_t r = 0; r < L; r++) rows[r] = sample_rule(r, V, toks, &n_toks);
+    tp_sample_out *out = host_alloc((size_t)(L + 1) * sizeof *out);
+    out[L].token = 12345; /* past L: untouched */
+    tp_tensor t = {x, TP_DTYPE_F32, L + 0, V, stride};
+    tp_error_clear();
+    ck_assert_msg(be->ops->sample(be, &t, L, rows, toks, out) == TP_OK, "%s", tp_error_message());
+    ck_assert_int_eq(out[L].token, 12345);
+
+    tp_sampler *smp = NULL;
+    ck_assert_int_eq(tp_sampler_create(V, &smp), TP_OK);
+    float *copy = host_alloc((size_t)V * sizeof(float));
+    int drew = 0;
+    for (int32_t r = 0; r < L; r++) {
+        const tp_sample_row *w = &rows[r];
+        memcpy(copy, x + (size_t)r * stride, (size_t)V * sizeof(float));
+        for (int32_t k = 0; k < w->n_banned; k++) copy[toks[w->banned + k]] = -INFINITY;
+        tp_sampling_params p;
+        tp_sampling_params_default(&p);
+        p.temperature = w->temperature;
+        p.top_k = w->top_k;
+        p.top_p = w->top_p;
+        p.min_p = w->min_p;
+        p.repetition_penalty = w->repetition_penalty;
+        p.presence_penalty = w->presence_penalty;
+        p.frequency_penalty = w->frequency_penalty;
+        p.seed = w->seed;
+        p.logprobs = w->n_logprobs;
+        tp_token_logprob top[20];
+        tp_sample_result res = {0, 0.0f, 0, top};
+        ck_assert_int_eq(tp_sampler_sample(smp, &p, w->step, copy, toks + w->tokens, w->n_prompt,
+                                           toks + w->tokens + w->n_prompt, w->n_output, &res), TP_OK);
+        ck_assert_msg(out[r].token == res.token, "row %d: op %d, sampler %d", r, out[r].token, res.token);
+        ck_assert(memcmp(&out[r].logprob, &res.logprob, sizeof(float)) == 0);
+        ck_assert_int_eq(out[r].n_top, res.n_top);
+        for (int32_t k = 0; k < res.n_top; k++) {
+            ck_assert_int_eq(out[r].top_id[k], top[k].id);
+            ck_assert(memcmp(&out[r].top_logprob[k], &top[k].logprob, sizeof(float)) == 0);
+        }
+        for (int32_t k = 0; k < w->n_banned; k++)
+            if (x[(size_t)r * stride + 8] != -INFINITY) /* a live row never draws a banned id */
+                ck_assert_int_ne(out[r].token, toks[w->banned + k]);
+        drew += w->temperature > 0.0 && w->top_k != 1;
+    }
+    ck_assert_int_gt(drew, 10);
+    ck_assert_int_eq(out[8].token, 0);  /* all -inf: the greedy rule's token 0 */
+    ck_assert_int_eq(out[9].token, 77); /* one finite value */
+    tp_sampler_destroy(smp);
+
+    /* a different vocabulary remakes the op's sampler */
+    tp_tensor narrow = {x, TP_DTYPE_F32, 2, 40, stride};
+    tp_sample_row plain[2] = {rows[0], rows[1]};
+    for (int i = 0; i < 2; i++) plain[i].n_prompt = plain[i].n_output = plain[i].n_banned = 0;
+    ck_assert_int_eq(be->ops->sample(be, &narrow, 2, plain, NULL, out), TP_OK);
+    ck_assert(out[0].token >= 0 && out[0].token < 40 && out[1].token >= 0 && out[1].token < 40);
+    ck_assert_int_eq(be->ops->sample(be, &narrow, 0, NULL, NULL, NULL), TP_OK);
+}
+END_TEST
+
+START_TEST(sample_errors)
+{
+    seed(22);
+    const int32_t L = 4, V = 50;
+    float *x = host_alloc((size_t)L * V * sizeof(float));
+    for (int32_t i = 0; i < L * V; i++) x[i] = uniform(-1.0f, 1.0f);
+    tp_sample_row rows[4];
+    memset(rows, 0, sizeof rows);
+    for (int r = 0; r < L; r++) {
+        rows[r].temperature = 1.0;
+        rows[r].top_p = 1.0;
+        rows[r].repetition_penalty = 1.0;
+        rows[r].seed = (uint64_t)r;
+        rows[r].n_logprobs = 2;
+    }
+    int32_t toks[4] = {3, 9, 60, 1};
+    tp_sample_out out[4];
+    tp_tensor t = {x, TP_DTYPE_F32, L, V, V};
+
+    /* NaN in row 2 at columns 30 and 7, +Inf in row 3; a banned NaN does not count */
+    x[2 * V + 30] = NAN;
+    x[2 * V + 7] = NAN;
+    x[3 * V + 11] = INFINITY;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 2 of logits has NaN at column 7");
+    ck_assert(out[2].token == 7 && isnan(out[2].logprob) && out[2].n_top == 0);
+    ck_assert(out[3].token == 11 && isnan(out[3].logprob));
+    ck_assert(out[0].token >= 0 && out[1].token >= 0 && out[0].n_top == 2); /* the others answered */
+    x[2 * V + 30] = x[2 * V + 7] = 0.0f;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 3 of logits has +Inf at column 11");
+    rows[3].banned = 3;
+    rows[3].n_banned = 1;
+    toks[3] = 11;
+    ck_assert_int_eq(be->ops->sample(be, &t, L, rows, toks, out), TP_OK);
+    ck_assert_int_ne(out[3].token, 11);
+
+    /* a banned id or a penalty token outside the vocabulary; a parameter out of range */
+    rows[1].banned = 2;
+    rows[1].n_banned = 1;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: banned token 60");
+    ck_assert(out[1].token == -1 && isnan(out[1].logprob));
+    rows[1].n_banned = 0;
+    rows[0].repetition_penalty = 1.2;
+    rows[0].tokens = 0;
+    rows[0].n_prompt = 3;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 0: prompt token 60 at position 2");
+    rows[0].n_prompt = 2;
+    ck_assert_int_eq(be->ops->sample(be, &t, L, rows, toks, out), TP_OK);
+    rows[1].top_p = 1.5;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: top_p 1.5 is outside (0, 1]");
+    rows[1].top_p = 1.0;
+    rows[1].n_logprobs = 21;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: n_logprobs 21 is outside [0, 20]");
+    rows[1].n_logprobs = 0;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, NULL, out), "sample: row 0: the row has tokens but the tokens array is NULL");
+
+    /* the shared checks */
+    EXPECT_INVALID(be->ops->sample(be, &t, 5, rows, toks, out), "sample: L is 5; logits has 4 rows");
+    EXPECT_INVALID(be->ops->sample(be, &t, L, NULL, toks, out), "sample: rows or out is NULL");
+    EXPECT_INVALID(be->ops->sample(be, NULL, L, rows, toks, out), "sample: logits is NULL");
+    tp_tensor bf = t;
+    bf.dtype = TP_DTYPE_BF16;
+    EXPECT_INVALID(be->ops->sample(be, &bf, L, rows, toks, out), "sample: logits is bfloat16");
+    tp_tensor empty = {x, TP_DTYPE_F32, L, 0, 0};
+    EXPECT_INVALID(be->ops->sample(be, &empty, 2, rows, toks, out), "sample: logits has 2 rows to sample but no columns");
+}
+END_TEST
+
 /* ---- the fused operations are their compositions, bit for bit --------------------------- */
 
 START_TEST(fused_ops)
@@ -1315,6 +1482,7 @@ int main(void)
         {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
         {"fused", {fused_ops}},
         {"argmax", {argmax_cases, argmax_limits, argmax_errors, argmax_merge_over_slices}},
+        {"sample", {sample_matches_sampler, sample_errors}},
         {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant,
                         argmax_invariant}},
         {"errors", {matmul_errors, other_errors, cache_errors}},

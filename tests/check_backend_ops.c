@@ -277,6 +277,7 @@ START_TEST(create_fields)
         ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
         ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
         ck_assert(o->argmax);
+        ck_assert(o->sample);
         ck_assert(o->qk_rope_store);
     }
 #ifdef HAVE_CUDA
@@ -779,7 +780,8 @@ END_TEST
 /* ---- KV cache and attention ------------------------------------------------------------------ */
 
 /* One step: sequence s has hist[s] positions stored by an earlier kv_store and chunk[s]
- * new tokens in this step (interleaved across sequences); physical blocks are a random
+ * new tokens in this step (interleaved across sequences, or each sequence's together in
+ * order when contiguous, as the engine lays a step out); physical blocks are a random
  * permutation, and the block table has a spare column of -1. pad_token: the step's last
  * token is padding for kv_store (slot -1). max_pos_extra: added to the batch's max_pos,
  * a loose bound as a CUDA graph's (the whole context capacity). */
@@ -788,27 +790,39 @@ typedef struct attn_case {
     int hist[8], chunk[8];
     int pad_token;
     int max_pos_extra;
+    int contiguous;
 } attn_case;
+
+/* The CUDA prefill kernel: mode > 0 on wherever it fits, 0 off, < 0 the default. */
+static void force_prefill_attention(int mode)
+{
+#ifdef HAVE_CUDA
+    tp_cuda_attention_force_prefill(mode);
+#else
+    (void)mode;
+#endif
+}
 
 static const attn_case attn_cases[] = {
     /* one sequence, a prefill chunk from scratch */
-    {1, 1, 17, 4, 1, {0}, {13}, 0, 0},
+    {1, 1, 17, 4, 1, {0}, {13}, 0, 0, 0},
     /* three sequences: a chunk after history, a decode step, a first token; GQA 2 */
-    {2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0, 0},
+    {2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0, 0, 0},
     /* GQA 4, block size 1, head dim 3 */
-    {2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 1, 0},
+    {2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 1, 0, 0},
     /* positions over many blocks and several softmax chunks */
-    {1, 4, 64, 8, 2, {70, 140}, {2, 30}, 0, 0},
+    {1, 4, 64, 8, 2, {70, 140}, {2, 30}, 0, 0, 0},
     /* head dim 130, block size 16, GQA 1 across four sequences */
-    {3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 1, 0},
+    {3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 1, 0, 0},
     /* decode only, long contexts, Llama's head dim */
-    {4, 2, 128, 16, 4, {300, 3, 47, 64}, {1, 1, 1, 1}, 0, 0},
+    {4, 2, 128, 16, 4, {300, 3, 47, 64}, {1, 1, 1, 1}, 0, 0, 0},
     /* a long prefill chunk */
-    {2, 4, 128, 16, 2, {0, 150}, {200, 40}, 0, 0},
+    {2, 4, 128, 16, 2, {0, 150}, {200, 40}, 0, 0, 0},
 };
 
-/* qodt: the dtype of q and out (the activation dtype in the engine) */
-static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s)
+/* qodt: the dtype of q and out (the activation dtype in the engine). both_paths: the GPU
+ * runs twice against the one CPU result, the prefill kernel forced on, then off. */
+static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s, int both_paths)
 {
     seed(s);
     const tp_dtype A = gb->act_dtype;
@@ -867,15 +881,25 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     /* this step: tokens interleaved across sequences */
     int32_t *seq = host_alloc((size_t)n * 4), *pos = host_alloc((size_t)n * 4), *slot = host_alloc((size_t)n * 4);
     int max_pos = 1;
-    for (int r = 0, i = 0; i < n; r++)
-        for (int q = 0; q < c->n_seqs; q++)
-            if (r < c->chunk[q]) {
+    if (c->contiguous) {
+        for (int q = 0, i = 0; q < c->n_seqs; q++)
+            for (int r = 0; r < c->chunk[q]; r++, i++) {
                 seq[i] = q;
                 pos[i] = c->hist[q] + r;
                 slot[i] = SLOT(q, pos[i]);
                 if (pos[i] + 1 > max_pos) max_pos = pos[i] + 1;
-                i++;
             }
+    } else {
+        for (int r = 0, i = 0; i < n; r++)
+            for (int q = 0; q < c->n_seqs; q++)
+                if (r < c->chunk[q]) {
+                    seq[i] = q;
+                    pos[i] = c->hist[q] + r;
+                    slot[i] = SLOT(q, pos[i]);
+                    if (pos[i] + 1 > max_pos) max_pos = pos[i] + 1;
+                    i++;
+                }
+    }
     if (c->pad_token) slot[n - 1] = -1;
     max_pos += c->max_pos_extra;
     int32_t *sc, *sg, *pc, *pg, *lc, *lg;
@@ -890,9 +914,10 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     RUN_BOTH(cpu->ops->kv_store(cpu, &k_c, &v_c, &kc, &bc), gb->ops->kv_store(gb, &k_g, &v_g, &kg, &bg));
 #undef SLOT
 
-    char shape[128];
-    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s", dn(cdt), kvh,
-             c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "");
+    char shape[160];
+    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s", dn(cdt),
+             kvh, c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "",
+             c->contiguous ? " contig" : "");
     /* the caches are the same bytes (the values are the same, the conversion too) */
     ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
                   "kv_store [%s]: the K caches differ", shape);
@@ -914,10 +939,27 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     }
     pt out = pt_poison(qodt, n, qh * hd, 3);
     const float scale = 1.0f / sqrtf((float)hd);
-    RUN_BOTH(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c),
-             gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g));
-    compare("attention", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * qh * hd), REDUCTION, qodt);
+    tp_error_clear();
+    ck_assert_msg(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c) == TP_OK, "cpu: %s", tp_error_message());
+    if (both_paths) force_prefill_attention(1);
+    tp_status gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g);
+    force_prefill_attention(-1);
+    ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
+    const float *want = pt_get(&out, 0);
+    char label[200];
+    snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
+    compare("attention", label, pt_get(&out, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
+    if (both_paths) { /* the same against the flash kernel alone */
+        pt off = pt_poison(qodt, n, qh * hd, 3);
+        force_prefill_attention(0);
+        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &off.g);
+        force_prefill_attention(-1);
+        ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
+        snprintf(label, sizeof label, "%s prefill off", shape);
+        compare("attention", label, pt_get(&off, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
+        pt_guards("attention out (prefill off)", &off);
+    }
     pt_guards("kv_store qkv (read only)", &qkv);
 }
 
@@ -925,8 +967,8 @@ START_TEST(attention_cases)
 {
     FOR_EACH_GPU {
         for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i);
-            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i);
+            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i, 0);
+            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i, 0);
         }
     }
 }
@@ -938,34 +980,34 @@ END_TEST
  * short and long sequences, prefill, and graph-mode max_pos far past every position. */
 static const attn_case attn_long_cases[] = {
     /* one long decode: many splits */
-    {2, 4, 128, 16, 1, {3000}, {1}, 0, 0},
+    {2, 4, 128, 16, 1, {3000}, {1}, 0, 0, 0},
     /* Llama-3-8B's shape: 8 KV heads, GQA 4; short and long sequences in one batch */
-    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 0},
+    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 0, 0},
     /* the same batch as a CUDA graph sees it: max_pos the whole capacity */
-    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 131072},
+    {8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 131072, 0},
     /* a short decode under a graph's bound: many splits planned, one used */
-    {8, 4, 128, 16, 1, {100}, {1}, 0, 65536},
+    {8, 4, 128, 16, 1, {100}, {1}, 0, 65536, 0},
     /* GQA 8, head dim 64, block size 32 */
-    {1, 8, 64, 32, 4, {2500, 5, 700, 63}, {1, 1, 1, 1}, 0, 0},
+    {1, 8, 64, 32, 4, {2500, 5, 700, 63}, {1, 1, 1, 1}, 0, 0, 0},
     /* GQA 1, head dim 256 (f32: two vectors per lane) */
-    {4, 1, 256, 16, 2, {1500, 300}, {1, 1}, 0, 0},
+    {4, 1, 256, 16, 2, {1500, 300}, {1, 1}, 0, 0, 0},
     /* GQA 16: two blocks of 8 q heads per KV head */
-    {1, 16, 128, 16, 1, {900}, {2}, 0, 0},
+    {1, 16, 128, 16, 1, {900}, {2}, 0, 0, 0},
     /* GQA 6 (padded to 8) and 12 (two blocks of 6) */
-    {2, 6, 64, 16, 2, {400, 129}, {1, 3}, 0, 0},
-    {1, 12, 64, 16, 1, {700}, {1}, 0, 4096},
+    {2, 6, 64, 16, 2, {400, 129}, {1, 3}, 0, 0, 0},
+    {1, 12, 64, 16, 1, {700}, {1}, 0, 4096, 0},
     /* GQA 3 (padded to 4) and 2; the tiny models' head dims 32, 8, 16 */
-    {2, 3, 32, 16, 2, {300, 2}, {1, 5}, 0, 0},
-    {4, 2, 8, 16, 2, {300, 2}, {1, 5}, 0, 0},
-    {2, 4, 16, 8, 3, {500, 0, 33}, {1, 4, 1}, 1, 0},
+    {2, 3, 32, 16, 2, {300, 2}, {1, 5}, 0, 0, 0},
+    {4, 2, 8, 16, 2, {300, 2}, {1, 5}, 0, 0, 0},
+    {2, 4, 16, 8, 3, {500, 0, 33}, {1, 4, 1}, 1, 0, 0},
     /* block sizes 1 and 64 over long contexts */
-    {2, 4, 128, 1, 2, {700, 3}, {1, 1}, 0, 0},
-    {2, 4, 128, 64, 2, {1900, 65}, {1, 1}, 0, 0},
+    {2, 4, 128, 1, 2, {700, 3}, {1, 1}, 0, 0, 0},
+    {2, 4, 128, 64, 2, {1900, 65}, {1, 1}, 0, 0, 0},
     /* prefill: a 600-token prompt (blocks enough without splits); a chunk after a long history */
-    {2, 4, 128, 16, 1, {0}, {600}, 0, 0},
-    {2, 4, 128, 16, 1, {1000}, {64}, 0, 0},
+    {2, 4, 128, 16, 1, {0}, {600}, 0, 0, 0},
+    {2, 4, 128, 16, 1, {1000}, {64}, 0, 0, 0},
     /* head dim 96: the simple kernel, long */
-    {2, 4, 96, 16, 2, {1000, 10}, {1, 1}, 0, 0},
+    {2, 4, 96, 16, 2, {1000, 10}, {1, 1}, 0, 0, 0},
 };
 
 START_TEST(attention_long)
@@ -974,10 +1016,52 @@ START_TEST(attention_long)
         const tp_dtype A = gb->act_dtype, other = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : TP_DTYPE_F32;
         for (size_t i = 0; i < sizeof attn_long_cases / sizeof attn_long_cases[0]; i++) {
             for (int d = 0; d < 3; d++) {
-                attention_case(&attn_long_cases[i], float_dtypes[d], A, 300 + 10 * i + d);
+                attention_case(&attn_long_cases[i], float_dtypes[d], A, 300 + 10 * i + d, 0);
                 teardown(); /* the caches are large: free each case's allocations */
             }
-            attention_case(&attn_long_cases[i], A, other, 400 + i); /* q and out unlike the activations */
+            attention_case(&attn_long_cases[i], A, other, 400 + i, 0); /* q and out unlike the activations */
+            teardown();
+        }
+    }
+}
+END_TEST
+
+/* The prefill kernel (cuda/attention.cu: tiles of 64 tokens on tensor cores, the flash kernel
+ * for what it leaves), each case with it forced on and off: prompts from position 0 of 128,
+ * 257 (a partial last tile), 1000 and 2048 tokens; a 200-token chunk after 300 cached
+ * positions; several prompts with decode tokens in one step (runs across tile boundaries,
+ * runs shorter than a tile, tiles mixing decode and prefill); GQA 1, 4, 8 (32 q heads over
+ * 32, 8, 4 KV heads), head dims 64 and 128, block sizes 16 and 32. The kernel takes 16-bit
+ * caches with q of the same dtype: on the f32 backend the cases run with a bf16 cache and
+ * bf16 q/out. */
+static const attn_case attn_prefill_cases[] = {
+    {8, 4, 128, 16, 1, {0}, {128}, 0, 0, 1},
+    {32, 1, 64, 32, 1, {0}, {257}, 0, 0, 1},
+    {4, 8, 128, 16, 1, {0}, {1000}, 0, 0, 1},
+    {8, 4, 128, 16, 1, {0}, {2048}, 0, 0, 1},
+    /* chunked prefill: the prefix in the cache, the chunk's own keys stored this step */
+    {8, 4, 64, 32, 1, {300}, {200}, 0, 0, 1},
+    {32, 1, 128, 16, 1, {300}, {200}, 0, 0, 1},
+    /* 3 prompts of 70, 130, 64 and 2 decode tokens; the same with chunks and GQA 8 */
+    {8, 4, 128, 16, 5, {0, 0, 0, 40, 500}, {70, 130, 64, 1, 1}, 0, 0, 1},
+    {4, 8, 64, 32, 5, {75, 0, 0, 300, 17}, {1, 70, 130, 1, 64}, 0, 0, 1},
+    {32, 1, 128, 32, 6, {0, 1, 0, 64, 2, 0}, {20, 1, 100, 15, 1, 90}, 1, 0, 1},
+    /* a graph-sized max_pos; an interleaved step (nothing for the prefill kernel) */
+    {8, 4, 128, 16, 2, {0, 33}, {150, 80}, 0, 65536, 1},
+    {8, 4, 128, 16, 3, {0, 100, 0}, {100, 100, 100}, 0, 0, 0},
+};
+
+START_TEST(attention_prefill)
+{
+    FOR_EACH_GPU {
+        const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A;
+        for (size_t i = 0; i < sizeof attn_prefill_cases / sizeof attn_prefill_cases[0]; i++) {
+            attention_case(&attn_prefill_cases[i], C, C, 500 + i, 1);
+            teardown();
+        }
+        /* the small cases of attention_cases with it forced on (short runs and fallbacks) */
+        for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+            attention_case(&attn_cases[i], C, C, 600 + i, 1);
             teardown();
         }
     }
@@ -1327,6 +1411,319 @@ START_TEST(argmax_cases)
 }
 END_TEST
 
+/* ---- sampling on the device ------------------------------------------------------------------ */
+
+/* The rows, tokens and results of one sample call, on both backends. */
+typedef struct sample_io {
+    tp_sample_row *rows;
+    int32_t *toks, n_toks;
+    tp_sample_out *oc, *og; /* results on each backend */
+    tp_sample_out *hc, *hg; /* and on the host, after run */
+} sample_io;
+
+static tp_sample_row sample_row_plain(uint64_t s)
+{
+    tp_sample_row row;
+    memset(&row, 0, sizeof row);
+    row.temperature = 1.0;
+    row.top_p = 1.0;
+    row.repetition_penalty = 1.0;
+    row.seed = 0x5eedULL + s * 7919ULL;
+    return row;
+}
+
+/* Row r's rule: greedy, temperature 0.7/1.0/1.3, top-k 1/5/50/V, top-p 0.1/0.9/0.999,
+ * min-p 0.05, penalties over prompt and output tokens that repeat, banned ids among the
+ * likely winners, logprobs 0/1/5/20, cycling with different periods so that they mix. */
+static tp_sample_row sample_rule_of(int r, int32_t V, int32_t *toks, int32_t *n_toks)
+{
+    tp_sample_row row = sample_row_plain((uint64_t)r);
+    row.step = (uint64_t)r * 3u;
+    row.temperature = (double[]){0.0, 0.7, 1.0, 1.3, 1.0}[r % 5];
+    row.top_k = (int32_t[]){0, 5, 0, 50, -1, 1, 0, V, 0}[r % 9];
+    row.top_p = (double[]){1.0, 0.9, 1.0, 0.1, 0.999, 1.0, 0.9}[r % 7];
+    row.min_p = r % 4 == 2 ? 0.05 : 0.0;
+    row.repetition_penalty = r % 3 == 1 ? 1.3 : r % 11 == 4 ? 0.8 : 1.0;
+    row.presence_penalty = r % 5 == 3 ? 0.5 : 0.0;
+    row.frequency_penalty = r % 6 == 1 ? 0.7 : r % 6 == 4 ? -0.4 : 0.0;
+    row.n_logprobs = (int32_t[]){0, 1, 5, 20}[r % 4];
+    row.tokens = *n_toks;
+    row.n_prompt = 5 + r % 9;
+    row.n_output = r % 6;
+    for (int32_t k = 0; k < row.n_prompt + row.n_output; k++)
+        toks[(*n_toks)++] = k % 2 ? rand_int(V) : rand_int(V < 16 ? V : 16); /* repeats */
+    row.banned = *n_toks;
+    row.n_banned = r % 4 == 3 ? 3 : 0;
+    for (int32_t k = 0; k < row.n_banned; k++) toks[(*n_toks)++] = rand_int(V);
+    return row;
+}
+
+static void sample_upload(sample_io *io, int32_t L, const tp_sample_row *rows, const int32_t *toks, int32_t n_toks,
+                          const tp_sample_row **rc, const tp_sample_row **rg, const int32_t **tc, const int32_t **tg)
+{
+    const size_t rb = (size_t)(L > 0 ? L : 1) * sizeof(tp_sample_row), ob = (size_t)(L > 0 ? L : 1) * sizeof(tp_sample_out);
+    *rc = dev_copy(cpu, rows, rb);
+    *rg = dev_copy(gb, rows, rb);
+    int32_t *c, *g;
+    ints_both(toks, n_toks, &c, &g);
+    *tc = c;
+    *tg = g;
+    unsigned char *poison = host_alloc(ob);
+    memset(poison, 0xff, ob);
+    io->oc = dev_copy(cpu, poison, ob);
+    io->og = dev_copy(gb, poison, ob);
+}
+
+/* Both backends' results agree: tokens, top ids, counts equal; logprobs within 1e-5. */
+static void sample_compare(const char *shape, int32_t L, const tp_sample_out *hc, const tp_sample_out *hg,
+                           const tp_sample_row *rows)
+{
+    int32_t bad = -1;
+    double err = 0.0;
+    for (int32_t r = 0; r < L; r++) {
+        int same = hc[r].token == hg[r].token && hc[r].n_top == hg[r].n_top;
+        /* a failed row: NaN on both */
+        double d = isnan(hc[r].logprob) && isnan(hg[r].logprob) ? 0.0 : fabs((double)hc[r].logprob - (double)hg[r].logprob);
+        for (int32_t k = 0; same && k < hc[r].n_top; k++) {
+            same = hc[r].top_id[k] == hg[r].top_id[k];
+            const double e = fabs((double)hc[r].top_logprob[k] - (double)hg[r].top_logprob[k]);
+            if (!(e <= d)) d = e; /* NaN propagates */
+        }
+        if (!(d <= 1e-5)) same = 0;
+        if (d > err) err = d;
+        if (!same && bad < 0) bad = r;
+    }
+    printf("  %-13s %-9s %-58s tokens %s, logprob |err| %8.2e  bound 1e-05  %s\n", "sample",
+           tp_dtype_name(gb->act_dtype), shape, bad < 0 ? "equal" : "DIFFER", err, bad < 0 ? "ok" : "FAIL");
+    fflush(stdout);
+    if (bad >= 0) {
+        const tp_sample_row *w = &rows[bad];
+        ck_abort_msg("sample [%s] row %d (T %g, top_k %d, top_p %g, min_p %g, rep %g, pres %g, freq %g, n_logprobs %d, "
+                     "banned %d): cuda token %d (n_top %d, logprob %.9g), cpu %d (n_top %d, logprob %.9g)",
+                     shape, bad, w->temperature, w->top_k, w->top_p, w->min_p, w->repetition_penalty,
+                     w->presence_penalty, w->frequency_penalty, w->n_logprobs, w->n_banned, hg[bad].token,
+                     hg[bad].n_top, (double)hg[bad].logprob, hc[bad].token, hc[bad].n_top, (double)hc[bad].logprob);
+    }
+}
+
+/* L rows of [L, V] logits in a [L, V + pad] matrix: kind 0 uniform in [-10, 10), 1 quantised
+ * to 5 values (ties everywhere), 2 uniform with 20 tokens well above the rest; row 1 all -inf
+ * and row 2 one finite value when L >= 3. Each row's rule from sample_rule_of (row offset
+ * rule0, so the cases cover different rules). */
+static void sample_case(int32_t L, int32_t V, int32_t pad, int kind, int rule0)
+{
+    const int64_t width = V + pad, col0 = pad / 2;
+    float *v = host_alloc((size_t)(L * width) * sizeof(float) + 1);
+    for (int64_t i = 0; i < L * width; i++)
+        v[i] = kind == 1 ? (float)rand_int(5) * 0.75f - 2.0f : uniform(-10.0f, 10.0f);
+    for (int32_t r = 0; r < L; r++) {
+        float *x = v + r * width + col0;
+        if (kind == 2)
+            for (int k = 0; k < 20; k++) x[rand_int(V)] = uniform(12.0f, 16.0f);
+        if (L >= 3 && r == 1)
+            for (int32_t j = 0; j < V; j++) x[j] = -INFINITY;
+        if (L >= 3 && r == 2) {
+            for (int32_t j = 0; j < V; j++) x[j] = -INFINITY;
+            x[V / 3] = 0.5f;
+        }
+    }
+    pt x = pt_from(TP_DTYPE_F32, ACT, L, V, pad, v);
+    int32_t *toks = host_alloc((size_t)L * 40 * sizeof(int32_t) + 4), n_toks = 0;
+    tp_sample_row *rows = host_alloc((size_t)L * sizeof *rows);
+    for (int32_t r = 0; r < L; r++) rows[r] = sample_rule_of(r + rule0, V, toks, &n_toks);
+    sample_io io;
+    const tp_sample_row *rc, *rg;
+    const int32_t *tc, *tg;
+    sample_upload(&io, L, rows, toks, n_toks, &rc, &rg, &tc, &tg);
+    RUN_BOTH(cpu->ops->sample(cpu, &x.c, L, rc, tc, io.oc), gb->ops->sample(gb, &x.g, L, rg, tg, io.og));
+    const size_t ob = (size_t)L * sizeof(tp_sample_out);
+    const tp_sample_out *hc = dev_bytes(cpu, io.oc, ob), *hg = dev_bytes(gb, io.og, ob);
+    char shape[96];
+    snprintf(shape, sizeof shape, "[%d,%d]%s %s, rules from %d", (int)L, (int)V, pad ? " view" : "",
+             kind == 0 ? "uniform" : kind == 1 ? "5 values (ties)" : "20 peaks", rule0);
+    sample_compare(shape, L, hc, hg, rows);
+    if (L >= 3) {
+        ck_assert_int_eq(hg[1].token, 0); /* all -inf: token 0, as the sampler */
+        ck_assert_int_eq(hg[2].token, V / 3);
+    }
+}
+
+START_TEST(sample_cases)
+{
+    static const int32_t vocabs[] = {1000, 32000, 128256, 151936};
+    static const int32_t lens[] = {1, 3, 37};
+    gb = gpus[0]; /* the op reads f32 logits whatever the activations: one backend is enough */
+    {
+        seed(31);
+        int rule0 = 0;
+        for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (int kind = 0; kind < 3; kind++) {
+                    sample_case(lens[li], vocabs[vi], li == 2 ? 5 : 0, kind, rule0);
+                    rule0 += lens[li];
+                }
+        /* more rows than blocks: a block's flags serve several rows, cleared in between */
+        sample_case(300, 1000, 3, 0, 7);
+        sample_case(300, 1000, 0, 1, 11);
+        sample_case(1, 1, 0, 0, 0);
+        sample_case(2, 2, 1, 1, 5);
+    }
+}
+END_TEST
+
+/* 2000 draws (steps 0..1999 of one stream) from one distribution over V = 5000: 10 tokens
+ * carrying most of the mass and a tail; the counts of the 10 and of the tail against the
+ * probabilities (chi-square, 10 degrees of freedom, bound 45: far past the 1e-5 quantile),
+ * and every draw the CPU's. rule: 0 temperature 1 alone, 1 temperature 0.8 with top-p 0.9. */
+static void sample_draws(int rule)
+{
+    enum { N = 2000, V = 5000, HEAVY = 10 };
+    float *row = host_alloc(V * sizeof(float));
+    for (int j = 0; j < V; j++) row[j] = uniform(-6.0f, 0.0f);
+    int heavy[HEAVY];
+    for (int k = 0; k < HEAVY; k++) {
+        heavy[k] = 100 + 397 * k;
+        row[heavy[k]] = 6.0f + 0.35f * (float)k;
+    }
+    float *v = host_alloc((size_t)N * V * sizeof(float));
+    for (int r = 0; r < N; r++) memcpy(v + (size_t)r * V, row, V * sizeof(float));
+    pt x = pt_from(TP_DTYPE_F32, ACT, N, V, 0, v);
+    tp_sample_row *rows = host_alloc(N * sizeof *rows);
+    for (int r = 0; r < N; r++) {
+        rows[r] = sample_row_plain(42);
+        rows[r].step = (uint64_t)r;
+        if (rule == 1) {
+            rows[r].temperature = 0.8;
+            rows[r].top_p = 0.9;
+        }
+    }
+    sample_io io;
+    const tp_sample_row *rc, *rg;
+    const int32_t *tc, *tg;
+    sample_upload(&io, N, rows, NULL, 0, &rc, &rg, &tc, &tg);
+    RUN_BOTH(cpu->ops->sample(cpu, &x.c, N, rc, tc, io.oc), gb->ops->sample(gb, &x.g, N, rg, tg, io.og));
+    const tp_sample_out *hc = dev_bytes(cpu, io.oc, N * sizeof(tp_sample_out));
+    const tp_sample_out *hg = dev_bytes(gb, io.og, N * sizeof(tp_sample_out));
+    /* the probabilities, in double, from the rule */
+    const double T = rule == 1 ? 0.8 : 1.0;
+    double *w = host_alloc(V * sizeof(double)), z = 0.0, mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = fmax(mx, row[j]);
+    for (int j = 0; j < V; j++) z += w[j] = exp(((double)row[j] - mx) / T);
+    if (rule == 1) { /* top-p 0.9: the heavy ones in rank order until 0.9 of the mass */
+        double acc = 0.0, nz = 0.0;
+        int keep[HEAVY], nk = 0;
+        for (int k = HEAVY - 1; k >= 0 && acc < 0.9 * z; k--) {
+            acc += w[heavy[k]];
+            keep[nk++] = heavy[k];
+        }
+        ck_assert_msg(acc >= 0.9 * z, "the top-p cut falls in the tail: pick other logits");
+        for (int k = 0; k < nk; k++) nz += w[keep[k]];
+        for (int j = 0; j < V; j++) {
+            int kept = 0;
+            for (int k = 0; k < nk; k++) kept |= keep[k] == j;
+            if (!kept) w[j] = 0.0;
+        }
+        z = nz;
+    }
+    double p[HEAVY + 1], chi = 0.0;
+    int count[HEAVY + 1] = {0}, same = 0;
+    p[HEAVY] = 1.0;
+    for (int k = 0; k < HEAVY; k++) {
+        p[k] = w[heavy[k]] / z;
+        p[HEAVY] -= p[k];
+    }
+    for (int r = 0; r < N; r++) {
+        int c = HEAVY;
+        for (int k = 0; k < HEAVY; k++)
+            if (hg[r].token == heavy[k]) c = k;
+        count[c]++;
+        same += hg[r].token == hc[r].token;
+    }
+    for (int c = 0; c <= HEAVY; c++) {
+        const double e = p[c] * N;
+        if (e > 0.0) chi += ((double)count[c] - e) * ((double)count[c] - e) / e;
+        else ck_assert_msg(count[c] == 0, "category %d has probability 0 but %d draws", c, count[c]);
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "%d draws, V %d, %s: chi2 %.1f (10 dof)", N, V,
+             rule ? "T 0.8, top-p 0.9" : "T 1", chi);
+    const int ok = chi < 45.0 && same == N;
+    printf("  %-13s %-9s %-58s same as cpu %d/%d  %s\n", "sample", "-", shape, same, N, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    ck_assert_msg(chi < 45.0, "sample draws: chi-square %g over 11 categories", chi);
+    ck_assert_msg(same == N, "sample draws: %d of %d differ from the cpu's", N - same, N);
+}
+
+START_TEST(sample_draw_frequencies)
+{
+    gb = gpus[0];
+    seed(32);
+    sample_draws(0);
+    sample_draws(1);
+}
+END_TEST
+
+/* Faults: NaN in row 1 (lowest at column 9), a banned NaN that does not count, +Inf, a
+ * penalty token outside the vocabulary, a parameter out of range; each names its row at
+ * synchronize, once, and the other rows are the CPU's. */
+START_TEST(sample_faults)
+{
+    gb = gpus[0];
+    seed(33);
+    enum { L = 3, V = 2000 };
+    float *lv = host_alloc(L * V * sizeof(float));
+    for (int i = 0; i < L * V; i++) lv[i] = uniform(-5.0f, 5.0f);
+    lv[V + 1500] = NAN;
+    lv[V + 9] = NAN;
+    lv[V + 4] = NAN; /* banned below */
+    tp_sample_row rows[L];
+    for (int r = 0; r < L; r++) {
+        rows[r] = sample_row_plain((uint64_t)r);
+        rows[r].n_logprobs = 3;
+    }
+    int32_t toks[4] = {4, 7, 7, 5000};
+    rows[1].banned = 0;
+    rows[1].n_banned = 1;
+    rows[2].repetition_penalty = 1.5;
+    rows[2].tokens = 1;
+    rows[2].n_prompt = 2;
+    struct {
+        int what;
+        const char *needle;
+    } cases[] = {{0, "sample: row 1 of logits has NaN at column 9"},
+                 {1, "sample: row 2 has a penalty or banned token 5000 outside the vocabulary [0, 2000)"},
+                 {2, "sample: row 0 has a sampling parameter outside its range"},
+                 {3, "sample: row 1 of logits has +Inf at column 1500"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tp_sample_row rr[L];
+        memcpy(rr, rows, sizeof rr);
+        if (cases[c].what == 1) {
+            lv[V + 1500] = lv[V + 9] = 0.0f;
+            rr[2].n_prompt = 3;
+        }
+        if (cases[c].what == 2) rr[0].top_p = 1.5;
+        if (cases[c].what == 3) lv[V + 1500] = INFINITY;
+        pt l2 = pt_from(TP_DTYPE_F32, ACT, L, V, 0, lv);
+        sample_io io;
+        const tp_sample_row *rc, *rg;
+        const int32_t *tc, *tg;
+        sample_upload(&io, L, rr, toks, 4, &rc, &rg, &tc, &tg);
+        EXPECT_INVALID(cpu->ops->sample(cpu, &l2.c, L, rc, tc, io.oc), cases[c].what == 1 ? "sample: row 2: prompt token 5000" :
+                       cases[c].what == 2 ? "sample: row 0: top_p 1.5" : cases[c].needle);
+        ck_assert_int_eq(gb->ops->sample(gb, &l2.g, L, rg, tg, io.og), TP_OK);
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), cases[c].needle), "message \"%s\" lacks \"%s\"", tp_error_message(),
+                      cases[c].needle);
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        const tp_sample_out *hc = dev_bytes(cpu, io.oc, sizeof(tp_sample_out) * L);
+        const tp_sample_out *hg = dev_bytes(gb, io.og, sizeof(tp_sample_out) * L);
+        sample_compare(cases[c].needle, L, hc, hg, rr); /* the failed row too: token -1 or the column, NaN */
+    }
+    printf("  %-13s %-9s %-58s ok\n", "device faults", "-", "sample: NaN, +Inf, token, parameter");
+}
+END_TEST
+
 /* ---- argument errors, and faults only the GPU sees ------------------------------------------ */
 
 START_TEST(bad_shapes)
@@ -1630,6 +2027,100 @@ static void attention_fault_case(int hd, int simple, int kind)
     pt_guards("attention out (fault)", &out);
 }
 
+/* The same on a 128-token prompt, with the prefill kernel forced on (prefill) or off: kind 0
+ * a bad block at positions 48..63, so every token from position 48 on is zeros; 1 token 40
+ * has sequence -1, 2 token 100 a position past max_pos: that token is zeros, the runs on
+ * either side are still the prefill kernel's (at least 16 tokens of a tile) and right.
+ * The bad block's token is whichever read it first: the message is checked without it. */
+static void attention_prefill_fault_case(int kind, int prefill)
+{
+    const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A; /* a 16-bit cache */
+    enum { N = 128, BS = 16, MAX_BLOCKS = N / BS + 1, N_BLOCKS = MAX_BLOCKS + 3 };
+    const int kvh = 2, qh = 8, hd = 128, width = kvh * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    pt kcache = pt_rand(C, WEIGHT, (int64_t)N_BLOCKS * BS, width, 0, -1, 1);
+    pt vcache = pt_rand(C, WEIGHT, (int64_t)N_BLOCKS * BS, width, 0, -1, 1);
+    tp_kv_layer kc = {kcache.cwhole.data, vcache.cwhole.data, C, N_BLOCKS, BS, kvh, hd};
+    tp_kv_layer kg = {kcache.gwhole.data, vcache.gwhole.data, C, N_BLOCKS, BS, kvh, hd};
+    int32_t perm[N_BLOCKS], table[MAX_BLOCKS], seq[N], pos[N], slot[N];
+    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
+    for (int i = N_BLOCKS - 1; i > 0; i--) {
+        int j = rand_int(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int lb = 0; lb < MAX_BLOCKS; lb++) table[lb] = lb < N / BS ? perm[lb] : -1;
+    for (int i = 0; i < N; i++) seq[i] = 0, pos[i] = i, slot[i] = -1;
+    int32_t *sc, *sg, *pc, *pg, *tc, *tg, *lc, *lg;
+    ints_both(seq, N, &sc, &sg);
+    ints_both(pos, N, &pc, &pg);
+    ints_both(slot, N, &lc, &lg);
+    ints_both(table, MAX_BLOCKS, &tc, &tg);
+    pt q = pt_rand(C, ACT, N, qh * hd, 3, -2, 2), ref = pt_poison(C, N, qh * hd, 0);
+    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N};
+    ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
+    const float *want = pt_get(&ref, 0);
+
+    int z0, z1, max_pos = N; /* tokens z0 .. z1 - 1 are zeros */
+    char needle[160];
+    switch (kind) {
+    case 0:
+        table[3] = 99999;
+        z0 = 3 * BS, z1 = N;
+        snprintf(needle, sizeof needle, "maps a logical block to physical block 99999, outside the cache's %d",
+                 N_BLOCKS);
+        break;
+    case 1:
+        seq[40] = -1;
+        z0 = 40, z1 = 41;
+        snprintf(needle, sizeof needle, "attention: token 40 has sequence -1");
+        break;
+    default:
+        pos[100] = 5000;
+        max_pos = 4096;
+        z0 = 100, z1 = 101;
+        snprintf(needle, sizeof needle, "attention: token 100 has position 5000, outside [0, max_pos 4096)");
+        break;
+    }
+    tp_attn_batch bg = {N, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
+                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos};
+    pt out = pt_poison(C, N, qh * hd, 3);
+    force_prefill_attention(prefill);
+    const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
+    force_prefill_attention(-1);
+    ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
+    tp_error_clear();
+    ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(tp_error_message(), needle), "message \"%s\" lacks \"%s\"", tp_error_message(), needle);
+    ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* reported once */
+    const float *got = pt_get(&out, 1);
+    const int row = qh * hd;
+    for (int t = z0; t < z1; t++)
+        for (int j = 0; j < row; j++)
+            ck_assert_msg(got[t * row + j] == 0.0f, "prefill fault %d (prefill %s): token %d element %d is %g, not 0",
+                          kind, prefill ? "on" : "off", t, j, (double)got[t * row + j]);
+    char shape[96];
+    snprintf(shape, sizeof shape, "prefill fault %d: tokens %d..%d zeros, prefill %s, before", kind, z0, z1 - 1,
+             prefill ? "on" : "off");
+    compare("attention", shape, got, want, (size_t)(z0 * row), REDUCTION, C);
+    if (z1 < N) {
+        snprintf(shape, sizeof shape, "prefill fault %d: tokens %d..%d zeros, prefill %s, after", kind, z0, z1 - 1,
+                 prefill ? "on" : "off");
+        compare("attention", shape, got + z1 * row, want + z1 * row, (size_t)((N - z1) * row), REDUCTION, C);
+    }
+    pt_guards("attention out (prefill fault)", &out);
+}
+
+START_TEST(attention_prefill_faults)
+{
+    FOR_EACH_GPU {
+        seed(17);
+        for (int prefill = 1; prefill >= 0; prefill--)
+            for (int kind = 0; kind < 3; kind++) attention_prefill_fault_case(kind, prefill);
+    }
+}
+END_TEST
+
 START_TEST(attention_faults)
 {
     FOR_EACH_GPU {
@@ -1719,10 +2210,11 @@ static Suite *make_suite(void)
         {"memory", {create_fields, memory}},
         {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
-        {"attention", {attention_cases, qk_rope_store_cases, attention_long}},
+        {"attention", {attention_cases, qk_rope_store_cases, attention_long, attention_prefill}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
         {"argmax", {argmax_cases}},
-        {"errors", {bad_shapes, device_faults, attention_faults}},
+        {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},
+        {"errors", {bad_shapes, device_faults, attention_faults, attention_prefill_faults}},
         {"nccl", {nccl_one_rank}},
     };
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {

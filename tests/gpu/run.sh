@@ -42,7 +42,15 @@ mkdir -p build-gpu
 B=$root/build-gpu
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 [ "$NP" -gt 1 ] && nvidia-smi topo -m | tee "$OUTDIR/topo.txt"
-launch() { if [ "$NP" -gt 1 ]; then mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$NP" "$@"; else "$@"; fi; }
+launch() {
+    if [ "$NP" -gt 1 ]; then
+        local x=(-x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH) v
+        for v in TPINFER_SAMPLE_ON_HOST TPINFER_LOG; do [ -n "${!v:-}" ] && x+=(-x "$v"); done
+        mpirun --allow-run-as-root "${x[@]}" -np "$NP" "$@"
+    else
+        "$@"
+    fi
+}
 
 # ---- 1. operations against the CPU backend
 if [ "${GPU_OPS:-1}" != 1 ]; then
@@ -100,6 +108,29 @@ for dt in float32:128 bfloat16:64; do
     fi
 done
 
+# sampling on the device (the sample op) against the host sampler: the same completions and
+# logprobs from the same logits (float32, eager steps on both sides so that the logits match)
+if [ "${GPU_MODELS:-1}" = 1 ]; then
+    cat >"$OUTDIR/sample.jsonl" <<'JSONL'
+{"id":"topk-rep","prompt":"Once upon a time","max_tokens":40,"temperature":0.9,"top_k":20,"repetition_penalty":1.3,"logprobs":3,"seed":5}
+{"id":"minp-pen-n2","prompt":"The cat","max_tokens":30,"temperature":1.2,"min_p":0.05,"presence_penalty":0.5,"frequency_penalty":0.4,"n":2,"seed":7}
+{"id":"min-tokens","prompt":"Lily","max_tokens":30,"temperature":0.7,"min_tokens":20,"logprobs":5}
+{"id":"greedy-logprobs","prompt":"Tom went","max_tokens":20,"temperature":0,"logprobs":2}
+{"id":"topp","prompt":"One day","max_tokens":25,"temperature":1.0,"top_p":0.8,"seed":11}
+JSONL
+    for h in 0 1; do
+        rm -f "$W/sample-$h.jsonl"
+        TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug launch "$B/tpinfer" --model "$st" --backend cuda --dtype float32 \
+            --tp "$TP" --pp "$PP" --enforce-eager --input "$OUTDIR/sample.jsonl" --output "$W/sample-$h.jsonl" \
+            >"$OUTDIR/sample-$h.log" 2>&1
+    done
+    if cmp -s "$W/sample-0.jsonl" "$W/sample-1.jsonl" && grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/sample-0.log"; then
+        record "sampling on the device = host sampler $G" PASS "$(grep -m1 -o 'tokens chosen.*' "$OUTDIR/sample-0.log")"
+    else
+        record "sampling on the device = host sampler $G" FAIL "$(diff "$W/sample-0.jsonl" "$W/sample-1.jsonl" | head -2 | cut -c1-150)"
+    fi
+fi
+
 # Hugging Face itself in bfloat16 on this GPU, against the same float32 references: the
 # yardstick for the bfloat16 rows above (informational; recorded in tests/gpu/RESULTS.md)
 if [ "$NP" -eq 1 ] && [ "${GPU_HF_BF16:-1}" = 1 ]; then
@@ -109,7 +140,7 @@ fi
 
 # ---- 3. compute-sanitizer on a tiny-model run (every rank under it; GPU_SANITIZER=0 skips)
 if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8}\n' >"$OUTDIR/san.jsonl"
+    printf '{"id": "a", "prompt": "Hello there", "max_tokens": 8}\n{"id": "b", "prompt": "Once upon a time in a land", "max_tokens": 8, "temperature": 0.8, "top_p": 0.9, "logprobs": 2}\n' >"$OUTDIR/san.jsonl"
     for tool in memcheck racecheck; do
         rm -f "$W/san-$tool.jsonl"
         # NCCL probes its kernels with cudaFuncGetAttributes and gets "no kernel image" for
@@ -127,7 +158,7 @@ if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; the
 fi
 
 {
-    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit $(git rev-parse --short HEAD 2>/dev/null || echo "${BENCH_COMMIT:-?}")"
     echo
     echo "| check | result | detail |"
     echo "| --- | --- | --- |"

@@ -1,0 +1,842 @@
+/*
+ * sample.cu: tp_sampler_sample's rule on the GPU (src/sampler.c is the definition and
+ * backend_cpu.c's sample op the reference), so that a sampling step downloads L small
+ * results instead of L x V logits. One block of 1024 threads per row (a grid of at most
+ * one block per SM walks the rows), vocabularies up to 2^22.
+ *
+ * Per row, with every selection a prefix of the rank order (penalized value v descending,
+ * id ascending), so a set of candidates is a boundary (key T, id c): key > T, or key == T
+ * and id <= c, where key is an order-preserving 64-bit image of the double v (-0 as +0):
+ *   0. the row's penalty and banned ids go into the block's flag array in device memory
+ *      (banned bit, seen bit, output count), cleared again at the end of the row;
+ *   1. one pass: NaN/+Inf (the lowest column is a fault, reported at synchronize()),
+ *      log-sum-exp of the raw logits in double, the argmax of v (lowest id on ties: the
+ *      greedy answer and rank 1) and the number of live (v != -inf) candidates;
+ *   2. top-N raw logprobs: a radix select of the N-th by (raw desc, id asc), then the N
+ *      gathered into shared memory and sorted;
+ *   3. unless greedy (temperature < 1e-5, top_k == 1, or at most one live): when the top-k
+ *      set (or all live) has at most LIST_CAP candidates, it is gathered and sorted in
+ *      shared memory and weights, top-p, min-p and the draw run on that list; otherwise on
+ *      the whole row: top-k by a counting radix select, then top-p and the draw by radix
+ *      selects on mass (per-digit counts and per-digit weight sums), min-p as the filter
+ *      w >= min_p (a rank prefix too, as w never grows along the ranks).
+ * A radix select walks 11-bit digits of the key from the top (6 digits at most), keeping
+ * the candidates whose key matches the digits chosen so far; it stops when the chosen digit
+ * holds at most LIST_CAP candidates (they are gathered, sorted and walked in rank order)
+ * or when the candidates left share every lower bit (a tie group: equal v, equal weights;
+ * the answer is its j-th lowest id, found by a scan in id order).
+ *
+ * Weights w = exp((v - max) / temperature) are doubles as on the CPU; their sums are exact:
+ * each w is held as a 128-bit fixed-point number (2^-104 resolution; w <= 1 and V <= 2^22
+ * keep sums below 2^62 units of 2^-40), added with integer atomics, so the order of the
+ * threads never changes a sum and a row gives the same token on every run and in any
+ * batch. Targets (top_p * mass, u * mass with mass rounded once to double) are compared
+ * exactly against those sums. The CPU sums in double in its own order, and the device exp
+ * may differ from glibc's in the last bit, so a draw (or a top-p / min-p cut) can differ
+ * from the CPU's only when u * mass (top_p * mass, min_p) falls within rounding of a
+ * boundary between two ranks. Ranks, top-k, top-N and greedy are exact (the penalties are
+ * computed with sampler.c's operations, without FMA contraction).
+ *
+ * Cost at V = 128256 (estimate; one block per row): each full pass reads the row once
+ * (plus the flags when a penalty or banned id is on); a typical sampling row (temperature,
+ * top-p, a few logprobs) takes about 10 passes (1 + 3 for top-N + 3 per mass select), the
+ * mass passes with a double exp per candidate in their first digit: roughly 50-150 us a row,
+ * rows in parallel over the SMs. With top-k <= 2048 the weights stage runs in shared memory
+ * after 2-3 passes.
+ */
+#include <float.h>
+#include <math.h>
+
+#include "common.cuh"
+
+#define SAMPLE_THREADS 1024
+#define SAMPLE_WARPS (SAMPLE_THREADS / WARP_SIZE)
+#define RADIX_BITS 11
+#define RADIX_BINS (1 << RADIX_BITS)
+#define LIST_CAP 2048           /* candidates a select finishes in shared memory */
+#define GREEDY_TEMPERATURE 1e-5 /* sampler.c's */
+
+#define F_BANNED 0x80000000u
+#define F_SEEN 0x40000000u
+#define F_COUNT 0x3fffffffu
+
+typedef unsigned long long u64;
+
+// ----------------------------------------------------------------------------
+// the frozen random stream: sampler.c's mix64 and stream_unit, bit for bit
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+
+__device__ __forceinline__ u64 mix64(u64 x)
+{
+    u64 z = x + GOLDEN;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ double stream_unit(u64 seed, u64 step)
+{
+    return __dmul_rn((double)(mix64(seed + step * GOLDEN) >> 11), 0x1.0p-53);
+}
+
+// ----------------------------------------------------------------------------
+// keys: doubles as order-preserving unsigned integers (-0 and +0 share one)
+
+__device__ __forceinline__ u64 key_of(double v)
+{
+    if (v == 0.0) v = 0.0;
+    const u64 u = (u64)__double_as_longlong(v);
+    return (u >> 63) ? ~u : (u | 0x8000000000000000ULL);
+}
+
+__device__ __forceinline__ double value_of(u64 k)
+{
+    return __longlong_as_double((long long)((k >> 63) ? (k & 0x7fffffffffffffffULL) : ~k));
+}
+
+#define KEY_NEG_INF 0x000fffffffffffffULL /* key_of(-inf); every other value's key is larger */
+
+// ----------------------------------------------------------------------------
+// exact sums of weights: value = hi * 2^-40 + lo * 2^-104
+
+struct fix128 {
+    u64 hi, lo;
+};
+
+__device__ __forceinline__ fix128 fix_zero()
+{
+    fix128 r = {0, 0};
+    return r;
+}
+
+/* w in [0, 1] (targets up to 2^22): exact down to 2^-104 */
+__device__ __forceinline__ fix128 fix_of(double w)
+{
+    const double t = w * 0x1p40, h = floor(t);
+    fix128 r;
+    r.hi = (u64)h;
+    r.lo = __double2ull_rz((t - h) * 0x1p64);
+    return r;
+}
+
+__device__ __forceinline__ fix128 fix_add(fix128 a, fix128 b)
+{
+    fix128 r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1 : 0);
+    return r;
+}
+
+__device__ __forceinline__ fix128 fix_sub(fix128 a, fix128 b)
+{
+    fix128 r;
+    r.lo = a.lo - b.lo;
+    r.hi = a.hi - b.hi - (a.lo < b.lo ? 1 : 0);
+    return r;
+}
+
+__device__ __forceinline__ fix128 fix_mul(fix128 a, u64 j)
+{
+    fix128 r;
+    r.lo = a.lo * j;
+    r.hi = a.hi * j + __umul64hi(a.lo, j);
+    return r;
+}
+
+__device__ __forceinline__ bool fix_ge(fix128 a, fix128 b) { return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo); }
+__device__ __forceinline__ bool fix_gt(fix128 a, fix128 b) { return a.hi > b.hi || (a.hi == b.hi && a.lo > b.lo); }
+
+__device__ __forceinline__ double fix_double(fix128 a)
+{
+    return __dadd_rn(__dmul_rn((double)a.hi, 0x1p-40), __dmul_rn((double)a.lo, 0x1p-104));
+}
+
+__device__ __forceinline__ fix128 shfl_up_fix(fix128 a, int d)
+{
+    fix128 r;
+    r.hi = __shfl_up_sync(0xffffffffu, a.hi, d);
+    r.lo = __shfl_up_sync(0xffffffffu, a.lo, d);
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// shared memory: the digit histogram and the candidate list are never live together
+
+struct sample_smem {
+    union {
+        struct {
+            unsigned int count[RADIX_BINS];
+            u64 hi[RADIX_BINS], lo[RADIX_BINS];
+        } h;
+        struct {
+            u64 key[LIST_CAP];
+            double w[LIST_CAP];
+            int32_t id[LIST_CAP];
+        } l;
+    } u;
+    /* reductions and broadcasts */
+    double red_m[SAMPLE_WARPS], red_s[SAMPLE_WARPS], red_best[SAMPLE_WARPS];
+    int32_t red_arg[SAMPLE_WARPS], red_live[SAMPLE_WARPS], red_bad[SAMPLE_WARPS];
+    int32_t warp_count[SAMPLE_WARPS];
+    int32_t n_list;
+    int32_t found;
+    /* the select's state, written by warp 0 */
+    u64 sel_key;
+    int32_t sel_id, sel_pos, sel_digit, sel_bin_count, sel_done;
+    int32_t sel_count_before;
+    fix128 sel_mass_before, sel_target;
+    /* the row's summary */
+    double m, s, best;
+    int32_t arg, n_live, bad;
+    int32_t top_id[TP_SAMPLE_MAX_LOGPROBS];
+    float top_x[TP_SAMPLE_MAX_LOGPROBS];
+};
+
+// ----------------------------------------------------------------------------
+// one row, and the candidate sets of its selections
+
+struct row_ctx {
+    const float *x;
+    const unsigned int *flags; /* NULL when the row has no penalty and no banned id */
+    int32_t V;
+    bool pen;
+    double rep, freq, pres, temperature, best;
+};
+
+/* A rank prefix: key > T, or key == T and id <= c; raw: keys of the raw logits, else of
+ * the penalized values; weights: also w > 0 and w >= wmin (w computed for mass). */
+struct cand_set {
+    u64 T;
+    int32_t c;
+    bool raw, weights;
+    double wmin;
+};
+
+/* sampler.c's penalize(), operation for operation (no contraction into FMA) */
+__device__ __forceinline__ double penalize(double x, const row_ctx &r, unsigned int count)
+{
+    double v = x > 0.0 ? __ddiv_rn(x, r.rep) : __dmul_rn(x, r.rep);
+    v = __dsub_rn(v, __dmul_rn((double)count, r.freq));
+    if (count > 0) v = __dsub_rn(v, r.pres);
+    if (isinf(v) && isfinite(x)) v = copysign(DBL_MAX, v);
+    return v;
+}
+
+/* Column i's raw logit (banned: -inf) and its flags */
+__device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned int &f)
+{
+    float x = __ldg(r.x + i);
+    f = r.flags ? r.flags[i] : 0u;
+    if (f & F_BANNED) x = -INFINITY;
+    return x;
+}
+
+__device__ __forceinline__ double value_at(const row_ctx &r, float x, unsigned int f)
+{
+    return r.pen && (f & F_SEEN) ? penalize((double)x, r, f & F_COUNT) : (double)x;
+}
+
+__device__ __forceinline__ double weight_of(const row_ctx &r, double v)
+{
+    return exp(__ddiv_rn(__dsub_rn(v, r.best), r.temperature));
+}
+
+/* Whether column i is in set s with (key & mask) == P; its key and (weights) w. */
+__device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_t i, u64 mask, u64 P, u64 &key,
+                                     double &w)
+{
+    unsigned int f;
+    const float x = raw_at(r, i, f);
+    const double v = s.raw ? (double)x : value_at(r, x, f);
+    key = key_of(v);
+    if (!(key > s.T || (key == s.T && i <= s.c)) || (key & mask) != P) return false;
+    w = 0.0;
+    if (s.weights) {
+        w = weight_of(r, v);
+        if (!(w > 0.0 && w >= s.wmin)) return false;
+    }
+    return true;
+}
+
+/* a ranks before b: larger key, or the same key and the lower id */
+__device__ __forceinline__ bool ranks_before(u64 ka, int32_t ia, u64 kb, int32_t ib)
+{
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+// ----------------------------------------------------------------------------
+// the candidate list in shared memory: gathered, sorted, walked
+
+/* Gather the members of s with (key & mask) == P into the list (at most LIST_CAP; the
+ * caller knows the count) and sort them in rank order. */
+__device__ void list_gather_sort(sample_smem &sm, const row_ctx &r, const cand_set &s, u64 mask, u64 P)
+{
+    if (threadIdx.x == 0) sm.n_list = 0;
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
+        u64 key;
+        double w;
+        if (eval(r, s, i, mask, P, key, w)) {
+            const int32_t at = atomicAdd(&sm.n_list, 1);
+            if (at < LIST_CAP) {
+                sm.u.l.key[at] = key;
+                sm.u.l.id[at] = i;
+                sm.u.l.w[at] = w;
+            }
+        }
+    }
+    __syncthreads();
+    const int32_t n = min(sm.n_list, LIST_CAP);
+    int32_t n2 = 1;
+    while (n2 < n) n2 <<= 1;
+    for (int32_t t = n + threadIdx.x; t < n2; t += blockDim.x) { /* padding ranks last */
+        sm.u.l.key[t] = 0;
+        sm.u.l.id[t] = INT32_MAX;
+        sm.u.l.w[t] = 0.0;
+    }
+    __syncthreads();
+    /* bitonic sort into rank order */
+    for (int32_t k = 2; k <= n2; k <<= 1)
+        for (int32_t j = k >> 1; j > 0; j >>= 1) {
+            for (int32_t t = threadIdx.x; t < n2; t += blockDim.x) {
+                const int32_t o = t ^ j;
+                if (o <= t) continue;
+                const bool up = (t & k) == 0;
+                const u64 ka = sm.u.l.key[t], kb = sm.u.l.key[o];
+                const int32_t ia = sm.u.l.id[t], ib = sm.u.l.id[o];
+                if (up ? ranks_before(kb, ib, ka, ia) : ranks_before(ka, ia, kb, ib)) {
+                    sm.u.l.key[t] = kb;
+                    sm.u.l.key[o] = ka;
+                    sm.u.l.id[t] = ib;
+                    sm.u.l.id[o] = ia;
+                    const double wt = sm.u.l.w[t];
+                    sm.u.l.w[t] = sm.u.l.w[o];
+                    sm.u.l.w[o] = wt;
+                }
+            }
+            __syncthreads();
+        }
+    if (threadIdx.x == 0) sm.n_list = n;
+    __syncthreads();
+}
+
+/* Warp 0: the first list position p < n whose running amount (before + the amounts of
+ * positions 0..p; an amount is 1, or the fixed-point weight when by_mass) reaches target
+ * (> when strict, else >=); n - 1 when none does. Returned to lane 0 of warp 0. */
+__device__ int32_t list_find(const sample_smem &sm, int32_t n, fix128 before, fix128 target, bool by_mass,
+                             bool strict)
+{
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int32_t per = (n + WARP_SIZE - 1) / WARP_SIZE, lo = lane * per, hi = min(n, lo + per);
+    fix128 sum = fix_zero();
+    for (int32_t p = lo; p < hi; p++) sum = fix_add(sum, by_mass ? fix_of(sm.u.l.w[p]) : fix128{0, 1});
+    fix128 incl = sum; /* inclusive scan over the lanes (exact, so order-free) */
+    for (int d = 1; d < WARP_SIZE; d <<= 1) {
+        const fix128 o = shfl_up_fix(incl, d);
+        if (lane >= d) incl = fix_add(incl, o);
+    }
+    const fix128 upto = fix_add(before, incl);
+    const bool hit = hi > lo && (strict ? fix_gt(upto, target) : fix_ge(upto, target));
+    const unsigned int ballot = __ballot_sync(0xffffffffu, hit);
+    int32_t pos = n - 1;
+    if (ballot) {
+        const int first = __ffs(ballot) - 1;
+        int32_t found = -1;
+        if (lane == first) {
+            fix128 acc = fix_add(before, fix_sub(incl, sum));
+            for (int32_t p = lo; p < hi; p++) {
+                acc = fix_add(acc, by_mass ? fix_of(sm.u.l.w[p]) : fix128{0, 1});
+                if (strict ? fix_gt(acc, target) : fix_ge(acc, target)) {
+                    found = p;
+                    break;
+                }
+            }
+            if (found < 0) found = hi - 1;
+        }
+        pos = __shfl_sync(0xffffffffu, found, first);
+    }
+    return pos;
+}
+
+/* Warp 0: the exact sum of the first n list weights, to every lane. */
+__device__ fix128 list_mass(const sample_smem &sm, int32_t n)
+{
+    const int lane = threadIdx.x % WARP_SIZE;
+    fix128 sum = fix_zero();
+    for (int32_t p = lane; p < n; p += WARP_SIZE) sum = fix_add(sum, fix_of(sm.u.l.w[p]));
+    for (int d = 1; d < WARP_SIZE; d <<= 1) {
+        fix128 o = shfl_up_fix(sum, d);
+        if (lane >= d) sum = fix_add(sum, o);
+    }
+    fix128 r;
+    r.hi = __shfl_sync(0xffffffffu, sum.hi, WARP_SIZE - 1);
+    r.lo = __shfl_sync(0xffffffffu, sum.lo, WARP_SIZE - 1);
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// ties: the j-th lowest id (1-based) among the members of s whose key is K
+
+__device__ int32_t nth_id_with_key(sample_smem &sm, const row_ctx &r, const cand_set &s, u64 K, int32_t j)
+{
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (threadIdx.x == 0) sm.found = -1;
+    int32_t seen = 0; /* members before this chunk (same in every thread) */
+    for (int32_t base = 0; base < r.V; base += blockDim.x) {
+        const int32_t i = base + threadIdx.x;
+        u64 key;
+        double w;
+        const bool in = i < r.V && eval(r, s, i, ~0ULL, K, key, w);
+        const unsigned int ballot = __ballot_sync(0xffffffffu, in);
+        if (lane == 0) sm.warp_count[warp] = __popc(ballot);
+        __syncthreads();
+        int32_t before = seen, total = 0;
+        for (int q = 0; q < (int)(blockDim.x / WARP_SIZE); q++) {
+            if (q < warp) before += sm.warp_count[q];
+            total += sm.warp_count[q];
+        }
+        before += __popc(ballot & ((1u << lane) - 1));
+        if (in && before + 1 == j) sm.found = i;
+        seen += total;
+        __syncthreads();
+        if (sm.found >= 0) break;
+    }
+    return sm.found;
+}
+
+// ----------------------------------------------------------------------------
+// radix select
+
+struct sel_result {
+    u64 key;
+    int32_t id;
+    int32_t pos; /* 1-based rank position in the set */
+};
+
+/* The first rank position of set s (non-empty) whose running amount reaches the target:
+ * by count, position n (1 <= n <= |s|); by mass, the first whose running weight reaches
+ * frac * (the set's mass rounded to double), > when strict, else >=, and the last member
+ * when rounding leaves it unreached. Call from all threads; the result goes to all. */
+__device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand_set &s, bool by_mass, int32_t n,
+                                   double frac, bool strict)
+{
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (!by_mass) strict = false; /* position n: the first whose count is >= n */
+    u64 P = 0, mask = 0;
+    if (threadIdx.x == 0) {
+        sm.sel_count_before = 0;
+        sm.sel_mass_before = fix_zero();
+        sm.sel_target = fix128{0, (u64)n}; /* by count: n units */
+    }
+    /* sel_mass_before holds the amount (count or mass) of the members ranked before the
+     * current digit's candidates, sel_count_before their number */
+    sel_result res;
+    for (int level = 0;; level++) {
+        const int shift = level < 5 ? 53 - RADIX_BITS * level : 0;
+        const int nb = 1 << (level < 5 ? RADIX_BITS : 9);
+        const u64 low = shift ? (1ULL << shift) - 1 : 0;
+        for (int d = threadIdx.x; d < nb; d += blockDim.x) {
+            sm.u.h.count[d] = 0;
+            sm.u.h.hi[d] = 0;
+            sm.u.h.lo[d] = 0;
+        }
+        __syncthreads();
+        u64 low_or = 0;
+        for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
+            u64 key;
+            double w;
+            if (!eval(r, s, i, mask, P, key, w)) continue;
+            const int d = (int)((key >> shift) & (u64)(nb - 1));
+            atomicAdd(&sm.u.h.count[d], 1u);
+            if (by_mass) {
+                const fix128 f = fix_of(w);
+                const u64 old = atomicAdd(&sm.u.h.lo[d], f.lo);
+                atomicAdd(&sm.u.h.hi[d], f.hi + (old + f.lo < old ? 1 : 0));
+            }
+            low_or |= key & low;
+        }
+        const bool any_low = __syncthreads_or(low_or != 0) != 0;
+        if (warp == 0) {
+            /* digits from the largest down; lane l takes rank-order bins [l per, (l+1) per) */
+            const int per = nb / WARP_SIZE;
+            fix128 sum = fix_zero();
+            uint32_t cnt = 0;
+            for (int q = lane * per; q < (lane + 1) * per; q++) {
+                const int d = nb - 1 - q;
+                cnt += sm.u.h.count[d];
+                if (by_mass) sum = fix_add(sum, fix128{sm.u.h.hi[d], sm.u.h.lo[d]});
+            }
+            if (!by_mass) sum = fix128{0, cnt};
+            fix128 incl = sum;
+            uint32_t cincl = cnt;
+            for (int d = 1; d < WARP_SIZE; d <<= 1) {
+                const fix128 o = shfl_up_fix(incl, d);
+                const uint32_t co = __shfl_up_sync(0xffffffffu, cincl, d);
+                if (lane >= d) {
+                    incl = fix_add(incl, o);
+                    cincl += co;
+                }
+            }
+            fix128 target = sm.sel_target;
+            if (level == 0 && by_mass) {
+                const fix128 total = {__shfl_sync(0xffffffffu, incl.hi, WARP_SIZE - 1),
+                                      __shfl_sync(0xffffffffu, incl.lo, WARP_SIZE - 1)};
+                target = fix_of(__dmul_rn(frac, fix_double(total)));
+            }
+            const fix128 before = sm.sel_mass_before;
+            const int32_t cbefore = sm.sel_count_before;
+            const fix128 upto = fix_add(before, incl);
+            const bool hit = cnt > 0 && (strict ? fix_gt(upto, target) : fix_ge(upto, target));
+            const unsigned int reached = __ballot_sync(0xffffffffu, hit);
+            const unsigned int nonempty = __ballot_sync(0xffffffffu, cnt > 0);
+            /* the lane of the answer: the first that reaches; when rounding leaves the target
+             * unreached, the lane of the last non-empty bin */
+            const int who = reached ? __ffs(reached) - 1 : 31 - __clz(nonempty);
+            if (lane == who) {
+                fix128 acc = fix_add(before, fix_sub(incl, sum)), acc_last = acc;
+                int32_t cacc = cbefore + (int32_t)(cincl - cnt), cacc_last = cacc;
+                int pick = -1, last = -1;
+                for (int q = lane * per; q < (lane + 1) * per; q++) {
+                    const int d = nb - 1 - q;
+                    const uint32_t c = sm.u.h.count[d];
+                    if (c == 0) continue;
+                    const fix128 a2 = fix_add(acc, by_mass ? fix128{sm.u.h.hi[d], sm.u.h.lo[d]} : fix128{0, c});
+                    if (reached && (strict ? fix_gt(a2, target) : fix_ge(a2, target))) {
+                        pick = d;
+                        break;
+                    }
+                    last = d;
+                    acc_last = acc;
+                    cacc_last = cacc;
+                    acc = a2;
+                    cacc += (int32_t)c;
+                }
+                if (pick < 0) {
+                    pick = last;
+                    acc = acc_last;
+                    cacc = cacc_last;
+                }
+                sm.sel_digit = pick;
+                sm.sel_bin_count = (int32_t)sm.u.h.count[pick];
+                sm.sel_mass_before = acc;
+                sm.sel_count_before = cacc;
+                sm.sel_target = target;
+            }
+        }
+        __syncthreads();
+        const int32_t bin_count = sm.sel_bin_count;
+        P |= (u64)sm.sel_digit << shift;
+        mask |= (u64)(nb - 1) << shift;
+        if (bin_count <= LIST_CAP) { /* few enough: finish in shared memory, in rank order */
+            list_gather_sort(sm, r, s, mask, P);
+            if (warp == 0) {
+                const int32_t p = list_find(sm, sm.n_list, sm.sel_mass_before, sm.sel_target, by_mass, strict);
+                if (lane == 0) {
+                    sm.sel_key = sm.u.l.key[p];
+                    sm.sel_id = sm.u.l.id[p];
+                    sm.sel_pos = sm.sel_count_before + p + 1;
+                }
+            }
+            __syncthreads();
+            res.key = sm.sel_key;
+            res.id = sm.sel_id;
+            res.pos = sm.sel_pos;
+            __syncthreads();
+            return res;
+        }
+        if (!any_low || shift == 0) { /* a tie group: every candidate left has key P */
+            if (threadIdx.x == 0) {
+                int32_t j = bin_count; /* the smallest j whose running amount reaches; the last if none */
+                const fix128 unit = by_mass ? fix_of(weight_of(r, value_of(P))) : fix128{0, 1};
+                int32_t lo = 1, hi = bin_count;
+                while (lo < hi) {
+                    const int32_t mid = lo + (hi - lo) / 2;
+                    const fix128 a = fix_add(sm.sel_mass_before, fix_mul(unit, (u64)mid));
+                    if (strict ? fix_gt(a, sm.sel_target) : fix_ge(a, sm.sel_target)) hi = mid;
+                    else lo = mid + 1;
+                }
+                j = lo;
+                sm.sel_pos = j;
+            }
+            __syncthreads();
+            const int32_t j = sm.sel_pos;
+            res.id = nth_id_with_key(sm, r, s, P, j);
+            res.key = P;
+            res.pos = sm.sel_count_before + j;
+            __syncthreads();
+            return res;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernel: block b samples rows b, b + gridDim.x, ...
+
+/* The range checks of tp_sampling_params_validate, plus the row's own fields. */
+__device__ __forceinline__ bool row_valid(const tp_sample_row &R, const int32_t *tokens)
+{
+    const bool ok = R.temperature >= 0.0 && isfinite(R.temperature) && R.top_k >= -1 && R.top_p > 0.0 &&
+                    R.top_p <= 1.0 && R.min_p >= 0.0 && R.min_p <= 1.0 && R.repetition_penalty > 0.0 &&
+                    isfinite(R.repetition_penalty) && R.presence_penalty >= -2.0 && R.presence_penalty <= 2.0 &&
+                    R.frequency_penalty >= -2.0 && R.frequency_penalty <= 2.0 && R.n_logprobs >= 0 &&
+                    R.n_logprobs <= TP_SAMPLE_MAX_LOGPROBS && R.tokens >= 0 && R.n_prompt >= 0 &&
+                    R.n_output >= 0 && R.n_output <= (int32_t)F_COUNT && R.banned >= 0 && R.n_banned >= 0;
+    return ok && (tokens || ((int64_t)R.n_prompt + R.n_output == 0 && R.n_banned == 0));
+}
+
+/* Mark (on) or clear the row's penalty and banned ids in the flags; on: a token outside
+ * [0, V) is a fault (and skipped). Returns, to every thread, whether one was. */
+__device__ bool row_flags(unsigned int *fl, const tp_sample_row &R, const int32_t *tokens, bool pen, int32_t V,
+                          bool on, int32_t row, tp_cuda_fault *fault)
+{
+    int bad = 0;
+    const int32_t n_pen = pen ? R.n_prompt + R.n_output : 0;
+    for (int32_t k = threadIdx.x; k < n_pen + R.n_banned; k += blockDim.x) {
+        const int32_t t = k < n_pen ? tokens[R.tokens + k] : tokens[R.banned + (k - n_pen)];
+        if (t < 0 || t >= V) {
+            if (on) fault_record(fault, TP_CUDA_FAULT_SAMPLE_TOKEN, row, t, V);
+            bad = 1;
+            continue;
+        }
+        if (!on) fl[t] = 0u;
+        else if (k >= n_pen) atomicOr(&fl[t], F_BANNED);
+        else if (k >= R.n_prompt) {
+            atomicAdd(&fl[t], 1u); /* the count never reaches the flag bits: n_output <= F_COUNT */
+            atomicOr(&fl[t], F_SEEN);
+        }
+        else atomicOr(&fl[t], F_SEEN);
+    }
+    return __syncthreads_or(bad) != 0;
+}
+
+__device__ __forceinline__ void write_failed(tp_sample_out *o, int32_t token)
+{
+    o->token = token;
+    o->logprob = __int_as_float(0x7fc00000);
+    o->n_top = 0;
+}
+
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int32_t *tokens, tp_sample_out *out,
+              unsigned int *flags, tp_cuda_fault *fault)
+{
+    __shared__ sample_smem sm;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
+    const int32_t V = (int32_t)logits.cols;
+    unsigned int *fl = flags + (size_t)blockIdx.x * (size_t)V;
+    for (int32_t row = blockIdx.x; row < L; row += gridDim.x) {
+        __syncthreads(); /* the previous row's shared memory and flags are done with */
+        const tp_sample_row R = rows[row];
+        if (!row_valid(R, tokens)) {
+            if (threadIdx.x == 0) {
+                fault_record(fault, TP_CUDA_FAULT_SAMPLE_PARAM, row, 0, 0);
+                write_failed(out + row, -1);
+            }
+            continue;
+        }
+        const bool pen = R.repetition_penalty != 1.0 || R.frequency_penalty != 0.0 || R.presence_penalty != 0.0;
+        const bool use_flags = pen || R.n_banned > 0;
+        if (use_flags && row_flags(fl, R, tokens, pen, V, true, row, fault)) {
+            row_flags(fl, R, tokens, pen, V, false, row, fault);
+            if (threadIdx.x == 0) write_failed(out + row, -1);
+            continue;
+        }
+        row_ctx rc;
+        rc.x = row_of<const float>(logits, row);
+        rc.flags = use_flags ? fl : NULL;
+        rc.V = V;
+        rc.pen = pen;
+        rc.rep = R.repetition_penalty;
+        rc.freq = R.frequency_penalty;
+        rc.pres = R.presence_penalty;
+        rc.temperature = R.temperature;
+        rc.best = 0.0;
+
+        /* 1. NaN/+Inf, raw log-sum-exp, argmax of v, live count: one pass */
+        double m = -INFINITY, s = 0.0, best = -INFINITY;
+        int32_t arg = INT32_MAX, live = 0, bad = INT32_MAX;
+        for (int32_t i = threadIdx.x; i < V; i += blockDim.x) {
+            unsigned int f;
+            const float x = raw_at(rc, i, f);
+            if (isnan(x) || x == INFINITY) {
+                if (bad == INT32_MAX) bad = i;
+                continue;
+            }
+            const double rr = x;
+            if (rr > m) {
+                s = s * exp(m - rr) + 1.0;
+                m = rr;
+            } else if (rr != -INFINITY) {
+                s += exp(rr - m);
+            }
+            const double v = value_at(rc, x, f);
+            if (v > best) {
+                best = v;
+                arg = i;
+            }
+            if (v != -INFINITY) live++;
+        }
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
+            const double m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            const double b2 = __shfl_xor_sync(0xffffffffu, best, o);
+            const int32_t a2 = __shfl_xor_sync(0xffffffffu, arg, o);
+            const double M = fmax(m, m2);
+            s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (m2 == -INFINITY ? 0.0 : s2 * exp(m2 - M));
+            m = M;
+            if (b2 > best || (b2 == best && a2 < arg)) {
+                best = b2;
+                arg = a2;
+            }
+            live += __shfl_xor_sync(0xffffffffu, live, o);
+            bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, o));
+        }
+        if (lane == 0) {
+            sm.red_m[warp] = m;
+            sm.red_s[warp] = s;
+            sm.red_best[warp] = best;
+            sm.red_arg[warp] = arg;
+            sm.red_live[warp] = live;
+            sm.red_bad[warp] = bad;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) { /* in warp order: the same sums whatever the timing */
+            m = -INFINITY, s = 0.0, best = -INFINITY, arg = INT32_MAX, live = 0, bad = INT32_MAX;
+            for (int q = 0; q < nw; q++) {
+                const double M = fmax(m, sm.red_m[q]);
+                s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (sm.red_m[q] == -INFINITY ? 0.0 : sm.red_s[q] * exp(sm.red_m[q] - M));
+                m = M;
+                if (sm.red_best[q] > best || (sm.red_best[q] == best && sm.red_arg[q] < arg)) {
+                    best = sm.red_best[q];
+                    arg = sm.red_arg[q];
+                }
+                live += sm.red_live[q];
+                bad = min(bad, sm.red_bad[q]);
+            }
+            sm.m = m;
+            sm.s = s;
+            sm.best = best;
+            sm.arg = arg == INT32_MAX ? 0 : arg; /* all -inf: token 0, as the sampler */
+            sm.n_live = live;
+            sm.bad = bad;
+        }
+        __syncthreads();
+        if (sm.bad != INT32_MAX) {
+            if (threadIdx.x == 0) {
+                unsigned int f;
+                const float x = raw_at(rc, sm.bad, f);
+                fault_record(fault, isnan(x) ? TP_CUDA_FAULT_SAMPLE_NAN : TP_CUDA_FAULT_SAMPLE_INF, row, sm.bad, V);
+                write_failed(out + row, sm.bad);
+            }
+            if (use_flags) row_flags(fl, R, tokens, pen, V, false, row, fault);
+            continue;
+        }
+        rc.best = sm.best;
+        const int32_t n_live = sm.n_live;
+
+        /* 2. top-N raw logprobs: the N-th by (raw desc, id asc), then the N in rank order */
+        const int32_t n_top = min(R.n_logprobs, V);
+        if (n_top > 0) {
+            const cand_set all_raw = {0, INT32_MAX, true, false, 0.0};
+            const sel_result t = radix_select(sm, rc, all_raw, false, n_top, 0.0, false);
+            const cand_set first = {t.key, t.id, true, false, 0.0};
+            list_gather_sort(sm, rc, first, 0, 0);
+            if (threadIdx.x < n_top) {
+                sm.top_id[threadIdx.x] = sm.u.l.id[threadIdx.x];
+                sm.top_x[threadIdx.x] = (float)value_of(sm.u.l.key[threadIdx.x]);
+            }
+            __syncthreads();
+        }
+
+        /* 3. the token */
+        int32_t token = sm.arg;
+        const bool greedy = R.temperature < GREEDY_TEMPERATURE || R.top_k == 1;
+        if (!greedy && n_live > 1) {
+            const cand_set live_set = {KEY_NEG_INF, -1, false, false, 0.0};
+            const bool cut = R.top_k > 0 && R.top_k < n_live;
+            const int32_t nk = cut ? R.top_k : n_live;
+            cand_set ks = live_set;
+            if (cut) { /* top-k ranks v, which temperature does not reorder */
+                const sel_result k = radix_select(sm, rc, live_set, false, nk, 0.0, false);
+                ks.T = k.key;
+                ks.c = k.id;
+            }
+            const double u = stream_unit(R.seed, R.step);
+            if (nk <= LIST_CAP) { /* the rest on the sorted list */
+                list_gather_sort(sm, rc, ks, 0, 0);
+                for (int32_t p = threadIdx.x; p < nk; p += blockDim.x)
+                    sm.u.l.w[p] = weight_of(rc, value_of(sm.u.l.key[p]));
+                __syncthreads();
+                if (warp == 0) {
+                    int32_t keep = 0; /* weights never grow along the list: w > 0 is a prefix */
+                    for (int32_t p = lane; p < nk; p += WARP_SIZE) keep += sm.u.l.w[p] > 0.0;
+                    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) keep += __shfl_xor_sync(0xffffffffu, keep, o);
+                    if (R.top_p < 1.0 && keep > 1) {
+                        const fix128 z = list_mass(sm, keep);
+                        keep = list_find(sm, keep, fix_zero(), fix_of(__dmul_rn(R.top_p, fix_double(z))), true, false) + 1;
+                    }
+                    if (R.min_p > 0.0 && keep > 1) {
+                        int32_t k2 = 0;
+                        for (int32_t p = lane; p < keep; p += WARP_SIZE) k2 += sm.u.l.w[p] >= R.min_p;
+                        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) k2 += __shfl_xor_sync(0xffffffffu, k2, o);
+                        keep = k2;
+                    }
+                    int32_t p = 0;
+                    if (keep > 1) {
+                        const fix128 z = list_mass(sm, keep);
+                        p = list_find(sm, keep, fix_zero(), fix_of(__dmul_rn(u, fix_double(z))), true, true);
+                    }
+                    if (lane == 0) sm.sel_id = sm.u.l.id[p];
+                }
+                __syncthreads();
+                token = sm.sel_id;
+            } else { /* the whole row: selects by mass */
+                cand_set ws = ks;
+                ws.weights = true;
+                if (R.top_p < 1.0) {
+                    const sel_result t = radix_select(sm, rc, ws, true, 0, R.top_p, false);
+                    ws.T = t.key;
+                    ws.c = t.id;
+                }
+                ws.wmin = R.min_p; /* the best weighs 1 >= min_p: never empties the set */
+                token = radix_select(sm, rc, ws, true, 0, u, true).id;
+            }
+        }
+
+        /* 4. the result: raw logprobs, as vLLM's default logprobs_mode */
+        if (threadIdx.x == 0) {
+            const bool none_live = sm.m == -INFINITY;
+            const double lse = none_live ? 0.0 : sm.m + log(sm.s);
+            const double uniform = -log((double)V);
+            unsigned int f;
+            const float xt = raw_at(rc, token, f);
+            tp_sample_out *o = out + row;
+            o->token = token;
+            o->logprob = (float)(none_live ? uniform : (double)xt - lse);
+            o->n_top = n_top;
+            for (int32_t k = 0; k < n_top; k++) {
+                o->top_id[k] = sm.top_id[k];
+                o->top_logprob[k] = (float)(none_live ? uniform : (double)sm.top_x[k] - lse);
+            }
+        }
+        if (use_flags) row_flags(fl, R, tokens, pen, V, false, row, fault);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// launcher
+
+extern "C" tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int32_t *tokens,
+                                    tp_sample_out *out, unsigned int *flags, int blocks, tp_cuda_fault *fault,
+                                    cudaStream_t stream)
+{
+    if (L <= 0) return TP_OK;
+    if (logits.dtype != TP_DTYPE_F32 || logits.cols <= 0 || logits.cols > TP_CUDA_SAMPLE_MAX_VOCAB || logits.rows < L ||
+        blocks <= 0 || !flags)
+        return tp_error(TP_ERR_INTERNAL, "sample: logits [%lld, %lld] of %s (%d rows, %d blocks) reached the CUDA kernel",
+                        (long long)logits.rows, (long long)logits.cols, tp_dtype_name(logits.dtype), (int)L, blocks);
+    const int grid = L < blocks ? (int)L : blocks;
+    sample_kernel<<<grid, SAMPLE_THREADS, 0, stream>>>(logits, L, rows, tokens, out, flags, fault);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
+}
