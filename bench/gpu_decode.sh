@@ -158,11 +158,13 @@ PY
 )
     echo "copy bandwidth: ${bw:-?} B/s"
 fi
-# the checkout's commit (+dirty with local changes); where the tree came without .git, BENCH_COMMIT
-if commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
+# BENCH_COMMIT (a tree copied without its .git), else the checkout's commit (+dirty with local changes)
+if [ -n "${BENCH_COMMIT:-}" ]; then
+    commit=$BENCH_COMMIT
+elif commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
     [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
 else
-    commit=${BENCH_COMMIT:-?}
+    commit=?
 fi
 command=
 for v in "${!BENCH_@}"; do # the BENCH_ settings, quoted where they need it, then the call

@@ -1474,6 +1474,12 @@ static void sample_upload(sample_io *io, int32_t L, const tp_sample_row *rows, c
     io->og = dev_copy(gb, poison, ob);
 }
 
+/* |a - b|, 0 for equal values (the -inf logprobs of impossible tokens included), NaN for NaN */
+static double lp_diff(float a, float b)
+{
+    return a == b ? 0.0 : fabs((double)a - (double)b);
+}
+
 /* Both backends' results agree: tokens, top ids, counts equal; logprobs within 1e-5. */
 static void sample_compare(const char *shape, int32_t L, const tp_sample_out *hc, const tp_sample_out *hg,
                            const tp_sample_row *rows)
@@ -1483,10 +1489,10 @@ static void sample_compare(const char *shape, int32_t L, const tp_sample_out *hc
     for (int32_t r = 0; r < L; r++) {
         int same = hc[r].token == hg[r].token && hc[r].n_top == hg[r].n_top;
         /* a failed row: NaN on both */
-        double d = isnan(hc[r].logprob) && isnan(hg[r].logprob) ? 0.0 : fabs((double)hc[r].logprob - (double)hg[r].logprob);
+        double d = isnan(hc[r].logprob) && isnan(hg[r].logprob) ? 0.0 : lp_diff(hc[r].logprob, hg[r].logprob);
         for (int32_t k = 0; same && k < hc[r].n_top; k++) {
             same = hc[r].top_id[k] == hg[r].top_id[k];
-            const double e = fabs((double)hc[r].top_logprob[k] - (double)hg[r].top_logprob[k]);
+            const double e = lp_diff(hc[r].top_logprob[k], hg[r].top_logprob[k]);
             if (!(e <= d)) d = e; /* NaN propagates */
         }
         if (!(d <= 1e-5)) same = 0;

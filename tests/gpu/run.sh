@@ -158,7 +158,7 @@ if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; the
 fi
 
 {
-    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit $(git rev-parse --short HEAD 2>/dev/null || echo "${BENCH_COMMIT:-?}")"
+    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit ${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo ?)}"
     echo
     echo "| check | result | detail |"
     echo "| --- | --- | --- |"
