@@ -493,6 +493,7 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
             /* the lane of the answer: the first that reaches; when rounding leaves the target
              * unreached, the lane of the last non-empty bin */
             const int who = reached ? __ffs(reached) - 1 : 31 - __clz(nonempty);
+            __syncwarp(); /* every lane has read sm.sel_* above before lane who rewrites them */
             if (lane == who) {
                 fix128 acc = fix_add(before, fix_sub(incl, sum)), acc_last = acc;
                 int32_t cacc = cbefore + (int32_t)(cincl - cnt), cacc_last = cacc;
