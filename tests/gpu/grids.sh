@@ -5,7 +5,8 @@
 #      split, compute-sanitizer on every rank at the first grid):
 #        2 GPUs: tp=2, pp=2, dp=2      4 GPUs: tp=4, tp=2 x pp=2, dp=2 x tp=2
 #        8 GPUs: tp=8, tp=4 x pp=2
-#   2. tpinfer --check at the largest tp (P2P matrix, all-reduce sweep);
+#   2. tests/gpu/custom_ar.sh on all GPUs (the one-shot all-reduce against NCCL), tpinfer
+#      --check at the largest tp (P2P matrix, all-reduce sweep);
 #   3. bench/gpu_decode.sh at each grid: Llama-3-8B's shape on 2 and 4 GPUs (and at the first
 #      grid again without the layers' all-reduces, for their share of a decode step), a
 #      Llama-3-70B shape on 8 GPUs (BENCH_SHAPES overrides).
@@ -43,6 +44,8 @@ export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 T=$root/build-gpu/tpinfer
 read -r tp0 _ _ <<<"${grids[0]}"
 {
+    echo "## tests/gpu/custom_ar.sh ($GPUS ranks): the one-shot all-reduce against NCCL"
+    timeout 150 bash tests/gpu/custom_ar.sh "$root/build-gpu" "$GPUS" 2>&1 | tail -8
     echo "## tpinfer --check --tp $tp0 ($GPUS ranks)"
     timeout 90 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$GPUS" "$T" --check --tp "$tp0" 2>&1 |
         tail -45
