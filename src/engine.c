@@ -722,14 +722,13 @@ static int device_greedy(const engine *e, const tp_sched_batch *b)
 
 /* Sampler rank: a step whose rows need no logits on the host (no prompt rows or dumps) is
  * sampled by the backend's sample op; TPINFER_SAMPLE_ON_HOST=1 keeps the host sampler. */
-static int device_sample(const engine *e, const tp_sched_batch *b)
+static int device_sample(const engine *e)
 {
     static int on_host = -1;
     if (on_host < 0) {
         const char *v = getenv("TPINFER_SAMPLE_ON_HOST");
         on_host = v && !strcmp(v, "1");
     }
-    (void)b;
     return !on_host && !e->n_extra && !e->o->dump_logits && tp_model_can_sample(&e->model);
 }
 
@@ -777,8 +776,8 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_reque
             w->tokens = (int32_t)used;
             w->n_prompt = r->n_prompt;
             w->n_output = n_out;
-            memcpy(e->stokens + used, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-            memcpy(e->stokens + used + r->n_prompt, c->out.v, (size_t)n_out * sizeof(int32_t));
+            if (r->n_prompt) memcpy(e->stokens + used, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+            if (n_out) memcpy(e->stokens + used + r->n_prompt, c->out.v, (size_t)n_out * sizeof(int32_t));
             used += (size_t)r->n_prompt + (size_t)n_out;
         }
         if (n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
@@ -786,9 +785,10 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_reque
             TP_CHECK(stokens_reserve(e, used, (size_t)n_ban));
             w->banned = (int32_t)used;
             w->n_banned = n_ban;
-            memcpy(e->stokens + used, e->eos, (size_t)e->n_eos * sizeof(int32_t));
-            memcpy(e->stokens + used + e->n_eos, r->in->p.stop_token_ids,
-                   (size_t)r->in->p.n_stop_token_ids * sizeof(int32_t));
+            if (e->n_eos) memcpy(e->stokens + used, e->eos, (size_t)e->n_eos * sizeof(int32_t));
+            if (r->in->p.n_stop_token_ids)
+                memcpy(e->stokens + used + e->n_eos, r->in->p.stop_token_ids,
+                       (size_t)r->in->p.n_stop_token_ids * sizeof(int32_t));
             used += (size_t)n_ban;
         }
     }
@@ -962,7 +962,7 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
     e->greedy_on_device = device_greedy(e, &e->B[p]);
     e->sample_on_device = 0;
     tp_sample_request rq;
-    if (e->is_sampler && !e->greedy_on_device && device_sample(e, &e->B[p])) {
+    if (e->is_sampler && !e->greedy_on_device && device_sample(e)) {
         TP_CHECK(sample_rows(e, &e->B[p], &rq));
         e->sample_on_device = 1;
     }

@@ -26,6 +26,12 @@ static int skip_all_reduce(void)
     return skip;
 }
 
+/* What the last stage's logits become on the device: copied whole to the host, the greedy
+ * ids (argmax), or the sample op's choices. */
+enum step_out { OUT_LOGITS, OUT_IDS, OUT_SAMPLE };
+
+static tp_status sample_enqueue(tp_model *m, tp_step_buffers *buf, int32_t L);
+
 /* The optional parts of a layer are tensors whose data is NULL. */
 static const tp_tensor *opt(const tp_tensor *t) { return t->data ? t : NULL; }
 
@@ -121,11 +127,11 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
     return TP_OK;
 }
 
-/* Final norm of the rows that sample, this rank's vocab slice of their logits, the
- * all-gather that gives every TP rank the whole vocabulary, and (ids) the greedy choice on
- * the device. T tokens, L logit rows. */
+/* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
+ * greedy choice on the device (OUT_IDS), or the all-gather that gives every TP rank the
+ * whole vocabulary (and, OUT_SAMPLE, the sample op). T tokens, L logit rows. */
 static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, int32_t L, tp_comm *tp,
-                                tp_tensor *x, tp_tensor *delta, int ids)
+                                tp_tensor *x, tp_tensor *delta, int out)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
@@ -141,7 +147,7 @@ static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, in
         tp_tensor part = tp_tensor_cols(&lg, 0, d->vocab);
         TP_CHECK(b->ops->matmul(b, &rows, &m->lm_head, NULL, &part));
     }
-    if (ids) {
+    if (out == OUT_IDS) {
         /* each rank's winner of its slice and its value, [L ids | L values]; over tp the
          * ranks swap those pairs instead of whole rows of logits */
         tp_tensor mine = tp_tensor_cols(&lg, 0, d->vocab);
@@ -149,9 +155,11 @@ static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, in
         TP_CHECK(b->ops->argmax(b, &mine, buf->argmax_ids, NULL, n_tp > 1 ? (float *)(buf->argmax_ids + L) : NULL));
         if (n_tp > 1)
             TP_CHECK(tp_comm_all_gather(tp, buf->argmax_ids, buf->argmax_all, (size_t)(2 * L), TP_DTYPE_I32, b->stream));
-    } else if (m->plan.tp > 1) {
-        TP_CHECK(tp_comm_all_gather(tp, lg.data, buf->gathered.data, (size_t)(L * d->vocab_pad), TP_DTYPE_F32,
-                                    b->stream));
+    } else {
+        if (m->plan.tp > 1)
+            TP_CHECK(tp_comm_all_gather(tp, lg.data, buf->gathered.data, (size_t)(L * d->vocab_pad), TP_DTYPE_F32,
+                                        b->stream));
+        if (out == OUT_SAMPLE) TP_CHECK(sample_enqueue(m, buf, L));
     }
     return TP_OK;
 }
@@ -208,51 +216,82 @@ static tp_status ids_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t 
     return TP_OK;
 }
 
-/* Sampling on the device: the first n of the step's L logit rows as [n, vocab] (over tp,
- * the gathered blocks [tp][L][vocab_pad] re-laid out, one convert per rank's block), the
- * rules and tokens uploaded, the sample op, and only its n results downloaded. */
-static tp_status sample_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t n, const tp_sample_request *rq)
+/* Sampling on the device, before the step is enqueued: the rules of the step's n rows and
+ * of L - n padding rows (greedy) and the rows' tokens go up to buffers at fixed addresses, so
+ * that a recorded graph reads each step's. A larger token buffer moves, and the graphs that
+ * sample are dropped with the old one. */
+static tp_status sample_prepare(tp_model *m, tp_step_buffers *buf, int32_t n, int32_t L, const tp_sample_request *rq)
 {
     tp_backend *b = m->backend;
-    const int64_t V = m->cfg.vocab_size, P = m->dims.vocab_pad;
-    const int n_tp = m->plan.tp;
-    if (n == 0) return TP_OK;
     if (!buf->sample_rows) {
-        TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * sizeof(tp_sample_row), (void **)&buf->sample_rows));
-        TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * sizeof(tp_sample_out), (void **)&buf->sample_out));
+        const size_t rows = (size_t)buf->max_logits;
+        TP_CHECK(b->ops->alloc(b, rows * sizeof(tp_sample_row), (void **)&buf->sample_rows));
+        TP_CHECK(b->ops->alloc(b, rows * sizeof(tp_sample_out), (void **)&buf->sample_out));
+        buf->sample_rows_host = malloc(rows * sizeof(tp_sample_row));
+        if (!buf->sample_rows_host) return tp_error(TP_ERR_OOM, "out of memory for the sampling rules of a step");
+        if (m->plan.tp > 1)
+            TP_CHECK(b->ops->alloc(b, rows * (size_t)m->cfg.vocab_size * sizeof(float), (void **)&buf->sample_logits));
     }
-    if ((size_t)rq->n_tokens > buf->sample_tokens_cap) {
-        size_t cap = (size_t)rq->n_tokens * 2;
+    if ((size_t)rq->n_tokens > buf->sample_tokens_cap || !buf->sample_tokens) {
+        const size_t cap = 2 * (size_t)rq->n_tokens + 1024;
+        for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
+            if (b->ops->graph_free) b->ops->graph_free(b, buf->graphs[OUT_SAMPLE][i]);
+            buf->graphs[OUT_SAMPLE][i] = NULL;
+        }
+        TP_CHECK(b->ops->synchronize(b)); /* nothing still reads the old buffer */
         b->ops->free(b, buf->sample_tokens);
         buf->sample_tokens = NULL;
         buf->sample_tokens_cap = 0;
         TP_CHECK(b->ops->alloc(b, cap * sizeof(int32_t), (void **)&buf->sample_tokens));
         buf->sample_tokens_cap = cap;
     }
+    tp_sample_row pad;
+    memset(&pad, 0, sizeof pad);
+    pad.top_p = 1.0; /* greedy, everything off */
+    pad.repetition_penalty = 1.0;
+    memcpy(buf->sample_rows_host, rq->rows, (size_t)n * sizeof(tp_sample_row));
+    for (int32_t i = n; i < L; i++) buf->sample_rows_host[i] = pad;
+    TP_CHECK(b->ops->upload(b, buf->sample_rows, buf->sample_rows_host, (size_t)L * sizeof(tp_sample_row)));
+    if (rq->n_tokens > 0)
+        TP_CHECK(b->ops->upload(b, buf->sample_tokens, rq->tokens, (size_t)rq->n_tokens * sizeof(int32_t)));
+    return TP_OK;
+}
+
+/* The sample op on the step's L logit rows as [L, vocab]: over tp the gathered blocks
+ * [tp][L][vocab_pad] re-laid out first, one convert per rank's block. */
+static tp_status sample_enqueue(tp_model *m, tp_step_buffers *buf, int32_t L)
+{
+    tp_backend *b = m->backend;
+    const int64_t V = m->cfg.vocab_size, P = m->dims.vocab_pad;
+    const int n_tp = m->plan.tp;
     tp_tensor full;
     if (n_tp == 1) {
-        full = tp_tensor_rows(&buf->logits, 0, n);
+        full = tp_tensor_rows(&buf->logits, 0, L);
         full.cols = V; /* the padding columns past the vocabulary are not candidates */
     } else {
-        if (!buf->sample_logits)
-            TP_CHECK(b->ops->alloc(b, (size_t)buf->max_logits * (size_t)V * sizeof(float), (void **)&buf->sample_logits));
-        full = tp_tensor_make(buf->sample_logits, TP_DTYPE_F32, n, V);
+        full = tp_tensor_make(buf->sample_logits, TP_DTYPE_F32, L, V);
         tp_tensor all = tp_tensor_make(buf->gathered.data, TP_DTYPE_F32, (int64_t)n_tp * L, P);
         for (int r = 0; r < n_tp; r++) {
             const int64_t c0 = r * P, nc = V - c0 < P ? V - c0 : P;
             if (nc <= 0) break;
-            tp_tensor src = tp_tensor_rows(&all, (int64_t)r * L, n);
+            tp_tensor src = tp_tensor_rows(&all, (int64_t)r * L, L);
             src = tp_tensor_cols(&src, 0, nc);
             tp_tensor dst = tp_tensor_cols(&full, c0, nc);
             TP_CHECK(b->ops->convert(b, &src, &dst));
         }
     }
-    TP_CHECK(b->ops->upload(b, buf->sample_rows, rq->rows, (size_t)n * sizeof(tp_sample_row)));
-    if (rq->n_tokens > 0)
-        TP_CHECK(b->ops->upload(b, buf->sample_tokens, rq->tokens, (size_t)rq->n_tokens * sizeof(int32_t)));
-    TP_CHECK(b->ops->sample(b, &full, n, buf->sample_rows, buf->sample_tokens, buf->sample_out));
+    return b->ops->sample(b, &full, L, buf->sample_rows, buf->sample_tokens, buf->sample_out);
+}
+
+/* The results of the step's first n rows. */
+static tp_status sample_read(tp_model *m, tp_step_buffers *buf, int32_t n, const tp_sample_request *rq)
+{
+    tp_backend *b = m->backend;
+    if (n == 0) return TP_OK; /* no row sampled (a prefill chunk inside its prompt) */
     TP_CHECK(b->ops->download(b, rq->out, buf->sample_out, (size_t)n * sizeof(tp_sample_out)));
-    return b->ops->synchronize(b);
+    TP_CHECK(b->ops->synchronize(b));
+    buf->sample_ready = 1;
+    return TP_OK;
 }
 
 void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
@@ -274,7 +313,7 @@ void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64
 /* Everything of a step after its upload, enqueued without a wait (so it can be recorded
  * as a graph): the layers of this stage and, on the last, the logits of L rows. */
 static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_attn_batch *ab,
-                              int32_t L, tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta, int ids)
+                              int32_t L, tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta, int out)
 {
     tp_backend *b = m->backend;
     const int32_t T = ab->n_tokens;
@@ -293,7 +332,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
         first = 0;
         TP_CHECK(mlp_block(m, Lw, buf, T, tp, &x, &delta));
     }
-    if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, T, L, tp, &x, &delta, ids));
+    if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, T, L, tp, &x, &delta, out));
     return TP_OK;
 }
 
@@ -365,22 +404,22 @@ static tp_step pad_step(tp_step_buffers *buf, const tp_step *s, int32_t B)
 /* Replay the bucket's graph, recording it first if this is its first use. A step that
  * cannot be recorded runs eagerly, and graphs stay off from then on. */
 static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_attn_batch *ab,
-                           int bucket, tp_comm *tp, int ids)
+                           int bucket, tp_comm *tp, int out)
 {
     tp_backend *b = m->backend;
     if (!b->ops->graph_begin) /* padded but eager: the CPU backend under TPINFER_PAD_DECODE */
-        return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
-    void **g = &buf->graphs[ids ? 1 : 0][bucket];
+        return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
+    void **g = &buf->graphs[out][bucket];
     if (!*g) {
         TP_CHECK(b->ops->graph_begin(b));
-        tp_status st = enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
+        tp_status st = enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
         tp_status end = b->ops->graph_end(b, st == TP_OK ? g : NULL);
         if (st != TP_OK || end != TP_OK) {
             tp_log(TP_LOG_WARN, "cannot record a decode step of %d tokens as a CUDA graph (%s); running every "
                    "step eagerly from now on", ab->n_tokens, tp_error_message());
             tp_error_clear();
             buf->use_graphs = 0;
-            return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, ids);
+            return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
         }
     }
     return b->ops->graph_launch(b, *g);
@@ -398,26 +437,30 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     if (sample && !tp_model_can_sample(m))
         return tp_error(TP_ERR_UNAVAILABLE, "sampling on the device needs the last stage and a backend with the "
                         "sample op");
-    const int bucket = sample ? -1 : graph_bucket(m, buf, s);
+    const int out = ids_host ? OUT_IDS : sample ? OUT_SAMPLE : OUT_LOGITS;
+    /* the backend's sample scratch is made at its first call, which must not be recorded */
+    const int bucket = out == OUT_SAMPLE && !buf->sample_ready ? -1 : graph_bucket(m, buf, s);
     int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
     if (bucket >= 0) {
         const int32_t B = bucket_size(bucket, graph_cap(buf));
+        if (out == OUT_SAMPLE) TP_CHECK(sample_prepare(m, buf, s->n_logits, B, sample));
         tp_step padded = pad_step(buf, s, B);
         TP_CHECK(upload_step(m, buf, &padded));
         /* positions bounded by the table's capacity, so one recording serves every step */
         tp_attn_batch ab = {B, buf->seq, buf->pos, buf->slot, buf->block_table, padded.max_blocks,
                             padded.max_blocks * kv->block_size};
-        TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, ids_host != NULL));
+        TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, out));
         L = B;
     } else {
+        if (out == OUT_SAMPLE) TP_CHECK(sample_prepare(m, buf, L, L, sample));
         TP_CHECK(upload_step(m, buf, s));
         tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos};
-        TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, ids_host != NULL));
+        TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out));
     }
     if (!m->plan.has_lm_head) return TP_OK;
     if (ids_host) return ids_read(m, buf, L, s->n_logits, ids_host);
     if (logits_host) return logits_read(m, buf, L, s->n_logits, logits_host);
-    if (sample) return sample_read(m, buf, L, s->n_logits, sample);
+    if (sample) return sample_read(m, buf, s->n_logits, sample);
     return TP_OK;
 }
 

@@ -345,7 +345,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
 void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
 {
     /* the backend buffers are the model's */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (int i = 0; i < TP_GRAPH_BUCKETS; i++)
             if (s->graphs[k][i] && m && m->backend && m->backend->ops->graph_free)
                 m->backend->ops->graph_free(m->backend, s->graphs[k][i]);
@@ -356,6 +356,7 @@ void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)
         b->ops->free(b, s->sample_tokens);
         b->ops->free(b, s->sample_logits);
     }
+    free(s->sample_rows_host);
     free(s->pad_host);
     free(s->pair_host);
     free(s->host);

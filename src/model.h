@@ -103,13 +103,15 @@ typedef struct tp_step_buffers {
     tp_tensor gathered;   /* [tp, L, vocab_pad] all TP ranks' logits */
     float *host;          /* host copy of gathered, re-laid out into logits_host */
     size_t host_cap;
-    /* decode steps as graphs (forward.c): one per padded batch size, without and with the
-     * device argmax; recorded on first use */
+    /* decode steps as graphs (forward.c): one per padded batch size and per what the logits
+     * become (copied out, argmax, sample op); recorded on first use */
     int use_graphs;
-    void *graphs[2][TP_GRAPH_BUCKETS];
+    void *graphs[3][TP_GRAPH_BUCKETS];
     int32_t *pad_host;    /* a padded step's host arrays */
     /* sampling on the device (forward.c, allocated at first use) */
     tp_sample_row *sample_rows; /* [max_logits] */
+    tp_sample_row *sample_rows_host; /* [max_logits] a step's rules, padding rows included */
+    int sample_ready;           /* an eager step has sampled: the backend's scratch exists */
     tp_sample_out *sample_out;  /* [max_logits] */
     int32_t *sample_tokens;     /* penalty and banned ids of a step */
     size_t sample_tokens_cap;
@@ -148,7 +150,8 @@ typedef struct tp_sample_request {
  * vocab] (f32, the full vocabulary gathered over tp) come back; else with sample, each row is
  * sampled on the device by its rule (tp_model_can_sample) and only the results come back.
  * A decode-only step runs as a recorded graph when buf->use_graphs is set and the backend
- * has graphs (not with sample: those steps run eagerly). */
+ * has graphs (with sample, once an eager step has sampled: the backend's sample scratch is
+ * made at its first call). */
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
                            float *logits_host, int32_t *ids_host, const tp_sample_request *sample);

@@ -111,17 +111,10 @@ done
 # sampling on the device (the sample op) against the host sampler: the same completions and
 # logprobs from the same logits (float32, eager steps on both sides so that the logits match)
 if [ "${GPU_MODELS:-1}" = 1 ]; then
-    cat >"$OUTDIR/sample.jsonl" <<'JSONL'
-{"id":"topk-rep","prompt":"Once upon a time","max_tokens":40,"temperature":0.9,"top_k":20,"repetition_penalty":1.3,"logprobs":3,"seed":5}
-{"id":"minp-pen-n2","prompt":"The cat","max_tokens":30,"temperature":1.2,"min_p":0.05,"presence_penalty":0.5,"frequency_penalty":0.4,"n":2,"seed":7}
-{"id":"min-tokens","prompt":"Lily","max_tokens":30,"temperature":0.7,"min_tokens":20,"logprobs":5}
-{"id":"greedy-logprobs","prompt":"Tom went","max_tokens":20,"temperature":0,"logprobs":2}
-{"id":"topp","prompt":"One day","max_tokens":25,"temperature":1.0,"top_p":0.8,"seed":11}
-JSONL
     for h in 0 1; do
         rm -f "$W/sample-$h.jsonl"
         TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug launch "$B/tpinfer" --model "$st" --backend cuda --dtype float32 \
-            --tp "$TP" --pp "$PP" --enforce-eager --input "$OUTDIR/sample.jsonl" --output "$W/sample-$h.jsonl" \
+            --tp "$TP" --pp "$PP" --enforce-eager --input "$root/tests/sample_prompts.jsonl" --output "$W/sample-$h.jsonl" \
             >"$OUTDIR/sample-$h.log" 2>&1
     done
     if cmp -s "$W/sample-0.jsonl" "$W/sample-1.jsonl" && grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/sample-0.log"; then
