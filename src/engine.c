@@ -734,6 +734,19 @@ static int device_sample(const engine *e)
 
 static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out);
 
+/* The random stream of choice j of a request: choice 0 has the request's own, so n = 1 draws
+ * what a single-choice request draws. */
+static uint64_t choice_seed(const req *r, int32_t j)
+{
+    return j ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)j : r->sp.seed;
+}
+
+/* min_tokens: before n_out tokens reach it, the end tokens cannot be drawn. */
+static int bans_end_tokens(const engine *e, const req *r, int32_t n_out)
+{
+    return n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids);
+}
+
 /* Room for n more ids in e->stokens. */
 static tp_status stokens_reserve(engine *e, size_t used, size_t n)
 {
@@ -767,7 +780,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_reque
         w->repetition_penalty = p->repetition_penalty;
         w->presence_penalty = p->presence_penalty;
         w->frequency_penalty = p->frequency_penalty;
-        w->seed = q->choice ? tp_sampler_request_seed(p->seed, "choice") + (uint64_t)q->choice : p->seed;
+        w->seed = choice_seed(r, q->choice);
         w->step = (uint64_t)n_out;
         w->top_k = p->top_k;
         w->n_logprobs = p->logprobs;
@@ -780,7 +793,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_reque
             if (n_out) memcpy(e->stokens + used + r->n_prompt, c->out.v, (size_t)n_out * sizeof(int32_t));
             used += (size_t)r->n_prompt + (size_t)n_out;
         }
-        if (n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
+        if (bans_end_tokens(e, r, n_out)) {
             const int32_t n_ban = e->n_eos + r->in->p.n_stop_token_ids;
             TP_CHECK(stokens_reserve(e, used, (size_t)n_ban));
             w->banned = (int32_t)used;
@@ -853,8 +866,7 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     TP_CHECK(choice_of(e, r, q->choice, &c));
     const int64_t V = e->cfg.vocab_size;
     int32_t n_out = (int32_t)c->out.n;
-    if (lg && n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids)) {
-        /* min_tokens: the end tokens cannot be drawn yet */
+    if (lg && bans_end_tokens(e, r, n_out)) {
         memcpy(e->row, lg, (size_t)V * sizeof(float));
         for (int i = 0; i < e->n_eos; i++) e->row[e->eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->in->p.n_stop_token_ids; i++) e->row[r->in->p.stop_token_ids[i]] = -INFINITY;
@@ -864,7 +876,7 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     res.top = e->top;
     if (lg) {
         tp_sampling_params sp = r->sp;
-        sp.seed = q->choice ? tp_sampler_request_seed(r->sp.seed, "choice") + (uint64_t)q->choice : r->sp.seed;
+        sp.seed = choice_seed(r, q->choice);
         TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out,
                                    &res));
         TP_CHECK(tp_choice_keep_logprobs(c, &res));
