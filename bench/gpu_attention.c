@@ -149,6 +149,35 @@ static double rel_diff(tp_backend *b, const void *got, const void *ref, size_t n
     return diff / (big > 0 ? big : 1.0);
 }
 
+/* A step on the device: its batch arrays (n tokens, n_table block-table entries), random q
+ * and two outputs, [n, QH * HD] bf16 each. */
+typedef struct bench_step {
+    void *seq, *pos, *slot, *table, *q, *out[2];
+    size_t act; /* bytes of q and of each output */
+} bench_step;
+
+static bench_step step_create(tp_backend *b, int n, const int32_t *seq, const int32_t *pos, const int32_t *slot,
+                              const int32_t *table, int n_table)
+{
+    bench_step st;
+    st.act = (size_t)n * QH * HD * 2;
+    if (b->ops->alloc(b, (size_t)n * 4, &st.seq) || b->ops->alloc(b, (size_t)n * 4, &st.pos) ||
+        b->ops->alloc(b, (size_t)n * 4, &st.slot) || b->ops->alloc(b, (size_t)n_table * 4, &st.table) ||
+        b->ops->alloc(b, st.act, &st.q) || b->ops->alloc(b, st.act, &st.out[0]) || b->ops->alloc(b, st.act, &st.out[1]))
+        die("alloc");
+    if (b->ops->upload(b, st.seq, seq, (size_t)n * 4) || b->ops->upload(b, st.pos, pos, (size_t)n * 4) ||
+        b->ops->upload(b, st.slot, slot, (size_t)n * 4) || b->ops->upload(b, st.table, table, (size_t)n_table * 4))
+        die("upload");
+    fill_random(b, st.q, st.act);
+    return st;
+}
+
+static void step_free(tp_backend *b, bench_step *st)
+{
+    void *p[] = {st->seq, st->pos, st->slot, st->table, st->q, st->out[0], st->out[1]};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) b->ops->free(b, p[i]);
+}
+
 int main(int argc, char **argv)
 {
     int runs = argc > 1 ? atoi(argv[1]) : 25;
@@ -196,41 +225,26 @@ int main(int argc, char **argv)
             slot[i] = -1;
             for (int lb = 0; lb < max_blocks; lb++) table[i * max_blocks + lb] = perm[i * max_blocks + lb];
         }
-        void *dseq, *dpos, *dslot, *dtable, *dq, *dout[2];
-        const size_t act = (size_t)n * QH * HD * 2;
-        if (b->ops->alloc(b, (size_t)n * 4, &dseq) || b->ops->alloc(b, (size_t)n * 4, &dpos) ||
-            b->ops->alloc(b, (size_t)n * 4, &dslot) || b->ops->alloc(b, (size_t)n * max_blocks * 4, &dtable) ||
-            b->ops->alloc(b, act, &dq) || b->ops->alloc(b, act, &dout[0]) || b->ops->alloc(b, act, &dout[1]))
-            die("alloc");
-        if (b->ops->upload(b, dseq, seq, (size_t)n * 4) || b->ops->upload(b, dpos, pos, (size_t)n * 4) ||
-            b->ops->upload(b, dslot, slot, (size_t)n * 4) ||
-            b->ops->upload(b, dtable, table, (size_t)n * max_blocks * 4))
-            die("upload");
-        fill_random(b, dq, act);
-        tp_tensor q = tp_tensor_make(dq, TP_DTYPE_BF16, n, QH * HD);
-        tp_tensor out[2] = {tp_tensor_make(dout[0], TP_DTYPE_BF16, n, QH * HD),
-                            tp_tensor_make(dout[1], TP_DTYPE_BF16, n, QH * HD)};
+        bench_step st = step_create(b, n, seq, pos, slot, table, n * max_blocks);
+        tp_tensor q = tp_tensor_make(st.q, TP_DTYPE_BF16, n, QH * HD);
+        tp_tensor out[2] = {tp_tensor_make(st.out[0], TP_DTYPE_BF16, n, QH * HD),
+                            tp_tensor_make(st.out[1], TP_DTYPE_BF16, n, QH * HD)};
         double med[4];
         for (int k = 0; k < 4; k++) { /* simple, flash (tight max_pos), flash (loose max_pos), flash + prefill */
-            tp_attn_batch ab = {n, dseq, dpos, dslot, dtable, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx};
+            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx};
             tp_cuda_attention_force_simple(k == 0);
             tp_cuda_attention_force_prefill(k == 3 ? 1 : 0);
             med[k] = time_attention(b, &q, &cache, &ab, &out[k == 0 ? 0 : 1], flush, runs, times);
         }
         tp_cuda_attention_force_simple(0);
         tp_cuda_attention_force_prefill(-1);
-        const double diff = rel_diff(b, dout[1], dout[0], act / 2);
+        const double diff = rel_diff(b, st.out[1], st.out[0], st.act / 2);
         const double kv_bytes = 2.0 * n * (double)ctx * KVH * HD * 2;
         printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %11.1f %8.1f | %11.1f | %7.1fx %8.1e\n", n, ctx, med[0],
                kv_bytes / med[0] * 1e-3, med[1], kv_bytes / med[1] * 1e-3, med[2], kv_bytes / med[2] * 1e-3, med[3],
                med[0] / med[1], diff);
         fflush(stdout);
-        for (int k = 0; k < 2; k++) b->ops->free(b, dout[k]);
-        b->ops->free(b, dseq);
-        b->ops->free(b, dpos);
-        b->ops->free(b, dslot);
-        b->ops->free(b, dtable);
-        b->ops->free(b, dq);
+        step_free(b, &st);
         free(seq);
         free(pos);
         free(slot);
@@ -254,38 +268,23 @@ int main(int argc, char **argv)
             slot[i] = -1;
         }
         for (int i = 0; i < nb * max_blocks; i++) table[i] = perm[i];
-        void *dseq, *dpos, *dslot, *dtable, *dq, *dout[2];
-        const size_t act = (size_t)n * QH * HD * 2;
-        if (b->ops->alloc(b, (size_t)n * 4, &dseq) || b->ops->alloc(b, (size_t)n * 4, &dpos) ||
-            b->ops->alloc(b, (size_t)n * 4, &dslot) || b->ops->alloc(b, (size_t)nb * max_blocks * 4, &dtable) ||
-            b->ops->alloc(b, act, &dq) || b->ops->alloc(b, act, &dout[0]) || b->ops->alloc(b, act, &dout[1]))
-            die("alloc");
-        if (b->ops->upload(b, dseq, seq, (size_t)n * 4) || b->ops->upload(b, dpos, pos, (size_t)n * 4) ||
-            b->ops->upload(b, dslot, slot, (size_t)n * 4) ||
-            b->ops->upload(b, dtable, table, (size_t)nb * max_blocks * 4))
-            die("upload");
-        fill_random(b, dq, act);
-        tp_tensor q = tp_tensor_make(dq, TP_DTYPE_BF16, n, QH * HD);
-        tp_tensor out[2] = {tp_tensor_make(dout[0], TP_DTYPE_BF16, n, QH * HD),
-                            tp_tensor_make(dout[1], TP_DTYPE_BF16, n, QH * HD)};
-        tp_attn_batch ab = {n, dseq, dpos, dslot, dtable, max_blocks, ctx};
+        bench_step st = step_create(b, n, seq, pos, slot, table, nb * max_blocks);
+        tp_tensor q = tp_tensor_make(st.q, TP_DTYPE_BF16, n, QH * HD);
+        tp_tensor out[2] = {tp_tensor_make(st.out[0], TP_DTYPE_BF16, n, QH * HD),
+                            tp_tensor_make(st.out[1], TP_DTYPE_BF16, n, QH * HD)};
+        tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx};
         double med[2];
         for (int k = 0; k < 2; k++) { /* the flash kernel alone, the prefill kernel */
             tp_cuda_attention_force_prefill(k);
             med[k] = time_attention(b, &q, &cache, &ab, &out[k], flush, runs, times);
         }
         tp_cuda_attention_force_prefill(-1);
-        const double diff = rel_diff(b, dout[1], dout[0], act / 2);
+        const double diff = rel_diff(b, st.out[1], st.out[0], st.act / 2);
         const double flops = 4.0 * (double)ctx * ctx / 2 * QH * HD * nb;
         printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e\n", nb, ctx, med[0], flops / med[0] * 1e-6,
                med[1], flops / med[1] * 1e-6, med[0] / med[1], diff);
         fflush(stdout);
-        for (int k = 0; k < 2; k++) b->ops->free(b, dout[k]);
-        b->ops->free(b, dseq);
-        b->ops->free(b, dpos);
-        b->ops->free(b, dslot);
-        b->ops->free(b, dtable);
-        b->ops->free(b, dq);
+        step_free(b, &st);
         free(seq);
         free(pos);
         free(slot);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "sampler.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -77,7 +78,7 @@ typedef struct tp_kv_layer {
 } tp_kv_layer;
 
 /* ---- the sample op's rows and results (see tp_backend_ops.sample) ---- */
-#define TP_SAMPLE_MAX_LOGPROBS 20 /* sampler.c's limit on params.logprobs */
+#define TP_SAMPLE_MAX_LOGPROBS TP_MAX_LOGPROBS /* the sampler's limit on params.logprobs */
 
 /* One row's rule for the sample op: tp_sampling_params flattened, plus where its tokens are. */
 typedef struct tp_sample_row {

@@ -599,7 +599,7 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
         TP_CHECK(tp_sampler_create((int32_t)e->cfg.vocab_size, &e->sampler));
         e->logits_host = malloc((size_t)e->max_rows * (size_t)e->cfg.vocab_size * sizeof(float));
         e->row = malloc((size_t)e->cfg.vocab_size * sizeof(float));
-        e->top = malloc(32 * sizeof *e->top);
+        e->top = malloc(TP_MAX_LOGPROBS * sizeof *e->top);
         e->srows = malloc((size_t)e->max_rows * sizeof *e->srows);
         e->sout = malloc((size_t)e->max_rows * sizeof *e->sout);
         if (!e->logits_host || !e->row || !e->top || !e->srows || !e->sout)

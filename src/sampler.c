@@ -15,7 +15,6 @@
 /* Below this temperature vLLM samples greedily (_SAMPLING_EPS in vllm/v1/sample/sampler.py):
  * dividing by a near-zero temperature would only amplify rounding. */
 #define GREEDY_TEMPERATURE 1e-5
-#define MAX_LOGPROBS 20 /* OpenAI's top_logprobs limit and vLLM's default max_logprobs */
 #define SMALL_RANGE 16  /* selections finish ranges this short with an insertion sort */
 #define BUCKETS 64      /* exponent buckets of a mass_view */
 #define BUCKET_MIN 2048 /* below this many candidates, one bucket (no regrouping) is cheaper */
@@ -83,9 +82,9 @@ tp_status tp_sampling_params_validate(const tp_sampling_params *p)
         return out_of_range("presence_penalty", p->presence_penalty, "[-2, 2]");
     if (!(p->frequency_penalty >= -2.0 && p->frequency_penalty <= 2.0))
         return out_of_range("frequency_penalty", p->frequency_penalty, "[-2, 2]");
-    if (p->logprobs < 0 || p->logprobs > MAX_LOGPROBS)
+    if (p->logprobs < 0 || p->logprobs > TP_MAX_LOGPROBS)
         return tp_error(TP_ERR_INVALID_ARG, "logprobs %d is outside [0, %d]", (int)p->logprobs,
-                        MAX_LOGPROBS);
+                        TP_MAX_LOGPROBS);
     return TP_OK;
 }
 

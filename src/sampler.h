@@ -16,6 +16,9 @@
 extern "C" {
 #endif
 
+/* The most top logprobs a token reports (OpenAI's top_logprobs limit, vLLM's default max_logprobs). */
+#define TP_MAX_LOGPROBS 20
+
 typedef struct tp_sampling_params {
     double temperature;        /* 0: greedy (argmax, ties to the lowest id) */
     int32_t top_k;             /* <= 0: off */

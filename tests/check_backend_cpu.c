@@ -1287,7 +1287,7 @@ START_TEST(sample_matches_sampler)
         p.frequency_penalty = w->frequency_penalty;
         p.seed = w->seed;
         p.logprobs = w->n_logprobs;
-        tp_token_logprob top[20];
+        tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
         tp_sample_result res = {0, 0.0f, 0, top};
         ck_assert_int_eq(tp_sampler_sample(smp, &p, w->step, copy, toks + w->tokens, w->n_prompt,
                                            toks + w->tokens + w->n_prompt, w->n_output, &res), TP_OK);

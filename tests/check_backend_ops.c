@@ -838,13 +838,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     }
     const int n_blocks = need + 3;
     int32_t *perm = host_alloc((size_t)n_blocks * sizeof(int32_t));
-    for (int i = 0; i < n_blocks; i++) perm[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
-        int j = rand_int(i + 1);
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    random_permutation(perm, n_blocks);
     int32_t *table = host_alloc((size_t)(c->n_seqs * max_blocks) * sizeof(int32_t)), *tc, *tg;
     for (int i = 0, next = 0; i < c->n_seqs; i++)
         for (int lb = 0; lb < max_blocks; lb++) table[i * max_blocks + lb] = lb * bs < total[i] ? perm[next++] : -1;
@@ -1128,13 +1122,7 @@ static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype
     /* positions and slots */
     const int bs = 16, n_blocks = (n + bs - 1) / bs + 2, n_slots = n_blocks * bs;
     int32_t *perm = host_alloc((size_t)n_slots * sizeof(int32_t));
-    for (int i = 0; i < n_slots; i++) perm[i] = i;
-    for (int i = n_slots - 1; i > 0; i--) {
-        int j = rand_int(i + 1);
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    random_permutation(perm, n_slots);
     int32_t *pos = host_alloc((size_t)n * 4), *slot = host_alloc((size_t)n * 4), *written = host_alloc((size_t)n_slots * 4);
     for (int i = 0; i < n_slots; i++) written[i] = -1; /* the token stored at each cache row */
     for (int i = 0; i < n; i++) {
@@ -1961,12 +1949,7 @@ static void attention_fault_case(int hd, int simple, int kind)
     tp_kv_layer kc = {kcache.cwhole.data, vcache.cwhole.data, A, n_blocks, bs, kvh, hd};
     tp_kv_layer kg = {kcache.gwhole.data, vcache.gwhole.data, A, n_blocks, bs, kvh, hd};
     int32_t perm[130], table[2 * 127], seq[2] = {0, 1}, pos[2] = {long_pos, short_pos}, slot[2] = {-1, -1};
-    for (int i = 0; i < n_blocks; i++) perm[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
-        int j = rand_int(i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    random_permutation(perm, n_blocks);
     for (int lb = 0; lb < max_blocks; lb++) {
         table[lb] = lb <= long_pos / bs ? perm[lb] : -1;
         table[max_blocks + lb] = lb == 0 ? perm[max_blocks - 1] : -1;
@@ -2049,12 +2032,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
     tp_kv_layer kc = {kcache.cwhole.data, vcache.cwhole.data, C, N_BLOCKS, BS, kvh, hd};
     tp_kv_layer kg = {kcache.gwhole.data, vcache.gwhole.data, C, N_BLOCKS, BS, kvh, hd};
     int32_t perm[N_BLOCKS], table[MAX_BLOCKS], seq[N], pos[N], slot[N];
-    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
-    for (int i = N_BLOCKS - 1; i > 0; i--) {
-        int j = rand_int(i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    random_permutation(perm, N_BLOCKS);
     for (int lb = 0; lb < MAX_BLOCKS; lb++) table[lb] = lb < N / BS ? perm[lb] : -1;
     for (int i = 0; i < N; i++) seq[i] = 0, pos[i] = i, slot[i] = -1;
     int32_t *sc, *sg, *pc, *pg, *tc, *tg, *lc, *lg;

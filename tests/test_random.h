@@ -26,4 +26,16 @@ static inline float uniform(float lo, float hi)
 
 static inline int rand_int(int n) /* [0, n) */ { return (int)(next_u64() % (uint64_t)n); }
 
+/* perm[0, n) = a random permutation of 0 .. n-1 (Fisher-Yates): cache blocks in no order. */
+static inline void random_permutation(int32_t *perm, int n)
+{
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = rand_int(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
 #endif
