@@ -21,7 +21,8 @@
  * on). TFLOPS counts the causal attention's products: 4 * ctx^2 / 2 * q heads * head_dim
  * per prompt (q . k and p . V, 2 FLOPs a multiply-add, half the square).
  *
- * usage: gpu_attention [runs per shape, default 25]
+ * usage: gpu_attention [runs per shape, default 25] [BATCHxCONTEXT ...: only these decode shapes,
+ * and no prefill table (what a profiler run under ncu wants)]
  */
 #include <math.h>
 #include <stdint.h>
@@ -178,6 +179,17 @@ static void step_free(tp_backend *b, bench_step *st)
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) b->ops->free(b, p[i]);
 }
 
+/* Whether the arguments after the run count name the decode shape (all when none do). */
+static int wanted(int argc, char **argv, int batch, int ctx)
+{
+    if (argc <= 2) return 1;
+    for (int i = 2; i < argc; i++) {
+        int bt = 0, c = 0;
+        if (sscanf(argv[i], "%dx%d", &bt, &c) == 2 && bt == batch && c == ctx) return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int runs = argc > 1 ? atoi(argv[1]) : 25;
@@ -217,6 +229,7 @@ int main(int argc, char **argv)
            "flash us", "GB/s", "graph us", "GB/s", "+prefill us", "speedup", "diff");
     for (int s = 0; s < nshapes; s++) {
         const int n = shapes[s].batch, ctx = shapes[s].ctx, max_blocks = ctx / BS;
+        if (!wanted(argc, argv, n, ctx)) continue;
         int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4);
         int32_t *table = malloc((size_t)n * max_blocks * 4);
         for (int i = 0; i < n; i++) {
@@ -251,6 +264,7 @@ int main(int argc, char **argv)
         free(table);
     }
 
+    if (argc > 2) return 0; /* shapes chosen: decode only */
     /* prefill: every prompt's ctx tokens in one step, keys already in the cache */
     static const shape pshapes[] = {{1, 2048}, {4, 2048}, {1, 8192}};
     printf("\n# prefill: batch prompts of context tokens in one step (positions 0 .. context - 1), same heads "
