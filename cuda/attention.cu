@@ -906,6 +906,247 @@ __global__ void __launch_bounds__(PF_THREADS)
 }
 
 // ----------------------------------------------------------------------------
+// the decode kernel on tensor cores
+
+/* Block (token i, KV head kh, split s), the flash kernel's grid and contract (partials for
+ * the combine kernel when the token uses se > 1 splits, else its output), DT_THREADS
+ * threads, dt_smem_bytes<D>() of dynamic shared memory. The group's q heads (up to 16) are
+ * the rows of one m16 tile (padded rows are zeros and never written). Keys of the split
+ * come in tiles of DT_BN, K and V by cp.async into two buffers (the next tile travels while
+ * this one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
+ * mma.sync m16n8k16, f32), online softmax in the log2 domain over its keys, O += P V with P
+ * rounded to the cache dtype. At the end the four warps' (m, l, O) merge through shared
+ * memory. Against the flash kernel: the same bytes, a tenth of the instructions (that
+ * kernel issues ~0.6 instructions a cycle per scheduler at batch 128, its limit). */
+#define DT_BN 64
+#define DT_WARPS 4
+#define DT_THREADS (DT_WARPS * WARP_SIZE)
+#define DT_MAX_GROUP 16
+
+template <int D> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * DT_BN * (D + PF_PAD) * 2; }
+
+template <typename T, int D>
+__global__ void __launch_bounds__(DT_THREADS, 3)
+    attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
+                               tp_cuda_fault *fault)
+{
+    constexpr int LD = D + PF_PAD;                  /* shared row pitch (elements) */
+    constexpr int CPR = D / 8;                      /* 16-byte chunks per K or V row */
+    constexpr int KS = D / 16;                      /* k steps of Q K^T */
+    constexpr int NT = D / 8;                       /* 8-column tiles of the output */
+    constexpr int LOADS = DT_BN * CPR / DT_THREADS; /* chunks per thread per K (or V) tile */
+    static_assert(DT_BN == 16 * DT_WARPS, "a warp takes 16 keys of a tile");
+    static_assert(DT_BN * CPR % DT_THREADS == 0, "tile loads must divide over the threads");
+    static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D>(), "the merge reuses the tile buffers");
+    extern __shared__ __align__(16) unsigned char dt_smem[];
+    T *kbuf = (T *)dt_smem, *vbuf = kbuf + 2 * DT_BN * LD;
+    __shared__ float m_s[DT_WARPS][DT_MAX_GROUP], l_s[DT_WARPS][DT_MAX_GROUP];
+    __shared__ int bad_s;
+
+    pdl_trigger();
+    const int kvh = cache.n_kv_heads, bs = cache.block_size;
+    const int64_t i = blockIdx.x / kvh;
+    const int kh = (int)(blockIdx.x % kvh), s = blockIdx.y, S = P.splits;
+    const int h0 = kh * P.group, gn = P.group; /* q heads h0 .. h0 + gn - 1 */
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    const int g = lane >> 2, tig = lane & 3;
+    pdl_wait(); /* q and the token's own K/V come from the previous kernel */
+    const int32_t seq = batch.seq[i], pos = batch.pos[i];
+    if (P.pf_skip && pf_took(batch, i, bs)) return; /* the prefill kernel wrote it */
+    int32_t value = 0, limit = 0;
+    const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
+    if (code != TP_CUDA_FAULT_NONE) {
+        if (tid == 0) fault_record(fault, code, i, value, limit);
+        if (S == 1)
+            for (int e = tid; e < gn * D; e += DT_THREADS)
+                store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
+        return;
+    }
+    const int np = pos + 1, se = token_splits(np, S, P.min_split);
+    if (s >= se) return;
+    const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
+    const int64_t pbase = (i * P.q_heads + h0) * S + s;
+    if (b0 >= b1) {
+        if (tid < gn) {
+            P.part_m[pbase + (int64_t)tid * S] = -INFINITY;
+            P.part_l[pbase + (int64_t)tid * S] = 0.0f;
+        }
+        return;
+    }
+    if (tid == 0) bad_s = 0;
+    __syncthreads(); /* before any load can set it */
+
+    /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
+    uint32_t qf[KS][4];
+    {
+        const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
+        const uint16_t *qb = qa + 8 * D;
+        const bool ha = g < gn, hb = g + 8 < gn;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const int col = k * 16 + 2 * tig;
+            qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
+            qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
+            qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
+            qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
+        }
+    }
+
+    const int64_t width = (int64_t)kvh * D;
+    const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
+    const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
+    const int nkt = CEIL_DIV(b1 - b0, DT_BN);
+
+    /* K and V rows of keys b0 + kt * DT_BN .. + DT_BN - 1 into buffer b: a row's chunks are
+     * consecutive threads; zeros past b1 and for a bad block (recorded, the output zeroed) */
+    auto load = [&](int kt, int b) {
+        T *kd = kbuf + b * DT_BN * LD, *vd = vbuf + b * DT_BN * LD;
+        const int col = tid % CPR;
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            const int key = tid / CPR + j * (DT_THREADS / CPR), p = b0 + kt * DT_BN + key;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
+            if (p < b1) {
+                const int32_t blk = __ldg(bt + p / bs);
+                if (blk < 0 || blk >= cache.n_blocks) {
+                    if (col == 0) {
+                        fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
+                        bad_s = 1;
+                    }
+                } else {
+                    const int64_t at = ((int64_t)blk * bs + p % bs) * width + col * 8;
+                    ksrc = kc + at, vsrc = vc + at, bytes = 16;
+                }
+            }
+            pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
+            pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
+        }
+    };
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    load(0, 0);
+    pf_cp_async_commit();
+    for (int kt = 0; kt < nkt; kt++) {
+        if (kt + 1 < nkt) load(kt + 1, (kt + 1) & 1);
+        pf_cp_async_commit();
+        pf_cp_async_wait<1>();
+        __syncthreads();
+        const int k0 = b0 + kt * DT_BN + warp * 16; /* the warp's first key */
+        if (k0 < b1) {
+            const T *kt_s = kbuf + (kt & 1) * DT_BN * LD, *vt_s = vbuf + (kt & 1) * DT_BN * LD;
+            /* S = Q K^T over the warp's 16 keys: two 8-key B fragments per ldmatrix.x4 */
+            float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                uint32_t b[4];
+                pf_ldmatrix_x4(b, kt_s + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
+                                      ((lane >> 3) & 1) * 8);
+                pf_mma<T>::mma(sc[0], qf[k], b[0], b[1]);
+                pf_mma<T>::mma(sc[1], qf[k], b[2], b[3]);
+            }
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = sc[n][e] * P.qscale;
+                    if (k0 + n * 8 + 2 * tig + (e & 1) >= b1) x = -INFINITY;
+                    sc[n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float corr[2], mref[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+                mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e];
+                corr[e] = exp2f(m[e] - mref[e]);
+                m[e] = mx[e];
+                l[e] *= corr[e];
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                o[n][0] *= corr[0], o[n][1] *= corr[0];
+                o[n][2] *= corr[1], o[n][3] *= corr[1];
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    sc[n][e] = exp2f(sc[n][e] - mref[e >> 1]);
+                    l[e >> 1] += sc[n][e];
+                }
+            /* O += P V: P (16 rows x the warp's 16 keys) as the A fragment, V by ldmatrix.trans */
+            const uint32_t a[4] = {pf_mma<T>::pack(sc[0][0], sc[0][1]), pf_mma<T>::pack(sc[0][2], sc[0][3]),
+                                   pf_mma<T>::pack(sc[1][0], sc[1][1]), pf_mma<T>::pack(sc[1][2], sc[1][3])};
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; n2++) {
+                uint32_t b[4];
+                pf_ldmatrix_x4_trans(b, vt_s + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                            (2 * n2 + (lane >> 4)) * 8);
+                pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
+                pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+
+    /* merge the warps: rows' sums over the quad, then (m, l, O) of each warp through shared
+     * memory (the tile buffers are free now) */
+    pf_cp_async_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+    }
+    float *sacc = (float *)dt_smem; /* [DT_WARPS][DT_MAX_GROUP][D] */
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = g + 8 * e;
+        if (r >= gn) continue;
+        if (tig == 0) {
+            m_s[warp][r] = m[e];
+            l_s[warp][r] = l[e];
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            sacc[(warp * DT_MAX_GROUP + r) * D + n * 8 + 2 * tig] = o[n][2 * e];
+            sacc[(warp * DT_MAX_GROUP + r) * D + n * 8 + 2 * tig + 1] = o[n][2 * e + 1];
+        }
+    }
+    __syncthreads();
+    const bool any_bad = bad_s != 0, direct = se == 1;
+    for (int e = tid; e < gn * D; e += DT_THREADS) {
+        const int r = e / D, d = e % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DT_WARPS; w++) M = fmaxf(M, m_s[w][r]);
+        const float mref = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f, A = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DT_WARPS; w++) {
+            const float cw = exp2f(m_s[w][r] - mref); /* 0 for a warp that saw no key */
+            L += l_s[w][r] * cw;
+            A += sacc[(w * DT_MAX_GROUP + r) * D + d] * cw;
+        }
+        if (direct) {
+            store_act(out.data, out.dtype, i * out.stride + (int64_t)(h0 + r) * D + d, any_bad ? 0.0f : A / L);
+        } else {
+            const int64_t pi = pbase + (int64_t)r * S;
+            P.part_acc[pi * D + d] = A;
+            if (d == 0) {
+                P.part_m[pi] = M;
+                P.part_l[pi] = any_bad ? -1.0f : L;
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 extern "C" void tp_cuda_attention_force_simple(int on) { force_simple = on; }
@@ -950,14 +1191,40 @@ static void launch_flash_g(int gmax, dim3 grid, size_t smem, tp_tensor q, tp_kv_
     }
 }
 
+template <typename T, int D>
+static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
+                             tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    static int attribute_set; /* over 48 KiB of dynamic shared memory is asked for once */
+    const size_t smem = dt_smem_bytes<D>();
+    if (!attribute_set &&
+        cudaFuncSetAttribute(attention_decode_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) == cudaSuccess)
+        attribute_set = 1;
+    tp_launch(attention_decode_tc_kernel<T, D>, grid, DT_THREADS, smem, stream, q, cache, batch, P, out, fault);
+}
+
+/* Whether the decode kernel on tensor cores takes the flash kernel's work: a 16-bit cache
+ * with q of its dtype, head_dim 64 or 128, at most DT_MAX_GROUP q heads per KV head, and
+ * TPINFER_ATTN_DECODE_TC not 0 (the flash kernel, what bench/gpu_attention compares). */
+static int decode_tc_wanted(const tp_tensor &q, const tp_kv_layer &cache, int group)
+{
+    static int env = -1;
+    if (env < 0) env = env_int("TPINFER_ATTN_DECODE_TC", 1, 0, 1);
+    if (!env || (cache.dtype != TP_DTYPE_BF16 && cache.dtype != TP_DTYPE_F16) || q.dtype != cache.dtype) return 0;
+    return (cache.head_dim == 64 || cache.head_dim == 128) && group <= DT_MAX_GROUP;
+}
+
 static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
                                  float scale, tp_tensor out, tp_cuda_attn_scratch scratch, int lp_log2, int vpl,
                                  int pf_skip, tp_cuda_fault *fault, cudaStream_t stream)
 {
     const int64_t n = batch.n_tokens, kvh = cache.n_kv_heads, hd = cache.head_dim;
     const int group = q_heads / (int)kvh;
-    /* q heads per block: the group, or an even share of it in blocks of at most FA_MAX_GROUP */
-    const int gb = CEIL_DIV(group, CEIL_DIV(group, FA_MAX_GROUP)), nhg = CEIL_DIV(group, gb);
+    const int tc = decode_tc_wanted(q, cache, group);
+    /* q heads per block: the group, or an even share of it in blocks of at most FA_MAX_GROUP
+     * (the tensor-core kernel: the group, up to DT_MAX_GROUP) */
+    const int gb = tc ? group : CEIL_DIV(group, CEIL_DIV(group, FA_MAX_GROUP)), nhg = CEIL_DIV(group, gb);
     const int gmax = gb <= 1 ? 1 : gb <= 2 ? 2 : gb <= 4 ? 4 : 8;
     const int64_t base = n * kvh * nhg; /* blocks without splitting */
     if (base > INT32_MAX)
@@ -997,7 +1264,16 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
 
     const dim3 grid((unsigned)base, (unsigned)S);
     const size_t smem = (size_t)FA_WARPS * gmax * (hd + 2) * sizeof(float);
-    switch (cache.dtype) {
+    if (tc) {
+        const bool bf = cache.dtype == TP_DTYPE_BF16;
+        if (hd == 64) {
+            if (bf) launch_decode_tc<bf16_t, 64>(grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc<f16_t, 64>(grid, q, cache, batch, P, out, fault, stream);
+        } else {
+            if (bf) launch_decode_tc<bf16_t, 128>(grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc<f16_t, 128>(grid, q, cache, batch, P, out, fault, stream);
+        }
+    } else switch (cache.dtype) {
     case TP_DTYPE_F32:
         if (vpl == 2) launch_flash_g<float, 2>(gmax, grid, smem, q, cache, batch, P, out, fault, stream);
         else launch_flash_g<float, 1>(gmax, grid, smem, q, cache, batch, P, out, fault, stream);
