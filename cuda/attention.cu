@@ -72,6 +72,8 @@
                               * one wave of the 4 resident blocks; at batch 128 x 200 positions, 16 (3 splits
                               * and a combine) took 8.82 ms a step where 2 (no split) took 7.77 */
 #define FA_COMBINE_THREADS 128
+#define FA_ARRIVALS 65536    /* counters at the scratch's start (zero between calls): the tensor-core kernel's
+                              * last split of a (token, KV head) combines the partials itself */
 
 #define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
 #define PF_BN 64         /* keys per K/V tile in shared memory */
@@ -290,6 +292,8 @@ struct fa_params {
     int32_t lp_log2;        /* lanes per position: 1 << lp_log2 */
     float qscale;           /* scale * log2(e): scores in the log2 domain */
     int32_t pf_skip;        /* the prefill kernel ran: skip the tokens it took (pf_took) */
+    int32_t bs_shift;       /* log2(block_size) when it is a power of two, else -1 (a division) */
+    unsigned *arrivals;     /* tensor-core kernel: [n_tokens * kv_heads] split counters (NULL: combine kernel) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
 };
@@ -925,6 +929,45 @@ __global__ void __launch_bounds__(PF_THREADS)
 
 template <int D> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * DT_BN * (D + PF_PAD) * 2; }
 
+/* After a split's partials of (token i, KV head kh) are written: the split that arrives
+ * last combines the se partials of the group's gn heads into out (as the combine kernel;
+ * a split that met a bad block gives zeros) and sets the counter back to zero. */
+template <int D>
+__device__ __forceinline__ void dt_combine_if_last(const fa_params &P, tp_tensor out, int64_t i, int kh, int h0,
+                                                   int gn, int se)
+{
+    __shared__ int last_s;
+    const int S = P.splits, tid = threadIdx.x;
+    unsigned *counter = P.arrivals + i * (P.q_heads / P.group) + kh;
+    __threadfence(); /* this block's partials before its arrival */
+    __syncthreads();
+    if (tid == 0) last_s = atomicAdd(counter, 1u) == (unsigned)(se - 1);
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence(); /* the other splits' partials are visible after their arrivals */
+    for (int e = tid; e < gn * D; e += DT_THREADS) {
+        const int r = e / D, d = e % D;
+        const int64_t pb = (i * P.q_heads + h0 + r) * S;
+        float M = -INFINITY;
+        bool zero = false;
+        for (int s = 0; s < se; s++) {
+            zero |= __ldcg(P.part_l + pb + s) < 0.0f;
+            M = fmaxf(M, __ldcg(P.part_m + pb + s));
+        }
+        const float mref = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f, A = 0.0f;
+        for (int s = 0; s < se; s++) {
+            const float ms = __ldcg(P.part_m + pb + s);
+            if (ms == -INFINITY) continue; /* an empty split: acc unwritten */
+            const float cw = exp2f(ms - mref);
+            L += __ldcg(P.part_l + pb + s) * cw;
+            A += __ldcg(P.part_acc + (pb + s) * D + d) * cw;
+        }
+        store_act(out.data, out.dtype, i * out.stride + (int64_t)(h0 + r) * D + d, zero ? 0.0f : A / L);
+    }
+    if (tid == 0) *counter = 0u;
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(DT_THREADS, 3)
     attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
@@ -950,14 +993,16 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
     const int h0 = kh * P.group, gn = P.group; /* q heads h0 .. h0 + gn - 1 */
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
     const int g = lane >> 2, tig = lane & 3;
-    pdl_wait(); /* q and the token's own K/V come from the previous kernel */
-    const int32_t seq = batch.seq[i], pos = batch.pos[i];
+    /* the step's indices come from uploads, never from a kernel: read them while the
+     * previous kernel runs */
+    const int32_t seq = __ldg(batch.seq + i), pos = __ldg(batch.pos + i);
+    pdl_wait(); /* q and the step's K/V rows come from the previous kernel */
     if (P.pf_skip && pf_took(batch, i, bs)) return; /* the prefill kernel wrote it */
     int32_t value = 0, limit = 0;
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
     if (code != TP_CUDA_FAULT_NONE) {
-        if (tid == 0) fault_record(fault, code, i, value, limit);
-        if (S == 1)
+        if (tid == 0 && s == 0) fault_record(fault, code, i, value, limit);
+        if (s == 0 && (S == 1 || P.arrivals)) /* no combine kernel to zero it */
             for (int e = tid; e < gn * D; e += DT_THREADS)
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
         return;
@@ -966,15 +1011,16 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
     if (s >= se) return;
     const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
     const int64_t pbase = (i * P.q_heads + h0) * S + s;
-    if (b0 >= b1) {
+    if (tid == 0) bad_s = 0;
+    __syncthreads(); /* before any load can set it */
+    if (b0 >= b1) { /* an empty split (only with se > 1) */
         if (tid < gn) {
             P.part_m[pbase + (int64_t)tid * S] = -INFINITY;
             P.part_l[pbase + (int64_t)tid * S] = 0.0f;
         }
+        if (P.arrivals) dt_combine_if_last<D>(P, out, i, kh, h0, gn, se);
         return;
     }
-    if (tid == 0) bad_s = 0;
-    __syncthreads(); /* before any load can set it */
 
     /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
     uint32_t qf[KS][4];
@@ -982,13 +1028,24 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
         const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
         const uint16_t *qb = qa + 8 * D;
         const bool ha = g < gn, hb = g + 8 < gn;
+        if (((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0) { /* pairs as 32-bit words */
 #pragma unroll
-        for (int k = 0; k < KS; k++) {
-            const int col = k * 16 + 2 * tig;
-            qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
-            qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
-            qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
-            qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
+            for (int k = 0; k < KS; k++) {
+                const int col = k * 16 + 2 * tig;
+                qf[k][0] = ha ? *(const uint32_t *)(qa + col) : 0u;
+                qf[k][1] = hb ? *(const uint32_t *)(qb + col) : 0u;
+                qf[k][2] = ha ? *(const uint32_t *)(qa + col + 8) : 0u;
+                qf[k][3] = hb ? *(const uint32_t *)(qb + col + 8) : 0u;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const int col = k * 16 + 2 * tig;
+                qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
+                qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
+                qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
+                qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
+            }
         }
     }
 
@@ -1008,14 +1065,15 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
             const T *ksrc = kc, *vsrc = vc;
             int bytes = 0;
             if (p < b1) {
-                const int32_t blk = __ldg(bt + p / bs);
+                const int lb = P.bs_shift >= 0 ? p >> P.bs_shift : p / bs;
+                const int32_t blk = __ldg(bt + lb);
                 if (blk < 0 || blk >= cache.n_blocks) {
                     if (col == 0) {
                         fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
                         bad_s = 1;
                     }
                 } else {
-                    const int64_t at = ((int64_t)blk * bs + p % bs) * width + col * 8;
+                    const int64_t at = ((int64_t)blk * bs + (p - lb * bs)) * width + col * 8;
                     ksrc = kc + at, vsrc = vc + at, bytes = 16;
                 }
             }
@@ -1144,6 +1202,7 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
             }
         }
     }
+    if (!direct && P.arrivals) dt_combine_if_last<D>(P, out, i, kh, h0, gn, se);
 }
 
 // ----------------------------------------------------------------------------
@@ -1243,7 +1302,8 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         S = S < batch.max_pos / min_split ? S : batch.max_pos / min_split;
         S = S < FA_MAX_SPLITS ? S : FA_MAX_SPLITS;
         const int64_t per_split = n * q_heads * (hd + 2) * (int64_t)sizeof(float);
-        const int64_t fit = (int64_t)(scratch.bytes / (size_t)per_split);
+        const size_t room = scratch.bytes > FA_ARRIVALS * sizeof(unsigned) ? scratch.bytes - FA_ARRIVALS * sizeof(unsigned) : 0;
+        const int64_t fit = (int64_t)(room / (size_t)per_split);
         S = S < fit ? S : fit;
         if (S < 1) S = 1;
     }
@@ -1258,7 +1318,13 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.lp_log2 = lp_log2;
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
     P.pf_skip = pf_skip;
-    P.part_acc = (float *)scratch.data;
+    P.bs_shift = -1;
+    if ((cache.block_size & (cache.block_size - 1)) == 0) {
+        P.bs_shift = 0;
+        while ((1 << P.bs_shift) < cache.block_size) P.bs_shift++;
+    }
+    P.arrivals = tc && scratch.data && n * kvh <= FA_ARRIVALS ? (unsigned *)scratch.data : NULL;
+    P.part_acc = scratch.data ? (float *)((char *)scratch.data + FA_ARRIVALS * sizeof(unsigned)) : NULL;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
 
@@ -1283,7 +1349,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     default: return TP_CUDA_BAD_DTYPE("attention");
     }
     TP_CUDA_CHECK_LAUNCH();
-    if (S > 1) {
+    if (S > 1 && !P.arrivals) {
         tp_launch(attention_combine_kernel, (unsigned)(n * q_heads), FA_COMBINE_THREADS, 0, stream, batch,
                   cache.block_size, cache.head_dim, P, out);
         TP_CUDA_CHECK_LAUNCH();
