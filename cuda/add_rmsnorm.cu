@@ -43,9 +43,18 @@ template <typename DT, typename WT, typename OT, int K>
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_regs_kernel(tp_tensor residual, tp_tensor delta, tp_tensor weight, float eps, tp_tensor out)
 {
-    pdl_begin(); /* inputs come from the previous kernel */
+    pdl_trigger();
     const int64_t i = blockIdx.x;
     const int d = (int)residual.cols, t = threadIdx.x, step = blockDim.x;
+    /* the norm's weights are no kernel's output: read while the previous kernel finishes */
+    const WT *w = (const WT *)weight.data;
+    float wv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int j = t + k * step;
+        wv[k] = j < d ? to_f32(w[j]) : 0.0f;
+    }
+    pdl_wait(); /* the residual and delta from the previous kernels */
     float *r = row_of<float>(residual, i);
     const DT *dl = delta.data ? row_of<const DT>(delta, i) : nullptr;
     float v[K];
@@ -74,12 +83,11 @@ __global__ void __launch_bounds__(1024)
     ss = block_sum(ss);
     const float var = d > 0 ? ss / (float)d : 0.0f;
     const float inv = 1.0f / sqrtf(var + eps);
-    const WT *w = (const WT *)weight.data;
     OT *o = row_of<OT>(out, i);
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int j = t + k * step;
-        if (j < d) o[j] = from_f32<OT>(v[k] * inv * to_f32(w[j]));
+        if (j < d) o[j] = from_f32<OT>(v[k] * inv * wv[k]);
     }
 }
 

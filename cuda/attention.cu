@@ -72,8 +72,6 @@
                               * one wave of the 4 resident blocks; at batch 128 x 200 positions, 16 (3 splits
                               * and a combine) took 8.82 ms a step where 2 (no split) took 7.77 */
 #define FA_COMBINE_THREADS 128
-#define FA_ARRIVALS 65536    /* counters at the scratch's start (zero between calls): the tensor-core kernel's
-                              * last split of a (token, KV head) combines the partials itself */
 
 #define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
 #define PF_BN 64         /* keys per K/V tile in shared memory */
@@ -293,7 +291,6 @@ struct fa_params {
     float qscale;           /* scale * log2(e): scores in the log2 domain */
     int32_t pf_skip;        /* the prefill kernel ran: skip the tokens it took (pf_took) */
     int32_t bs_shift;       /* log2(block_size) when it is a power of two, else -1 (a division) */
-    unsigned *arrivals;     /* tensor-core kernel: [n_tokens * kv_heads] split counters (NULL: combine kernel) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
 };
@@ -928,76 +925,6 @@ __global__ void __launch_bounds__(PF_THREADS)
 #define DT_MAX_GROUP 16
 
 template <int D> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * DT_BN * (D + PF_PAD) * 2; }
-template <int D> constexpr int DT_ROOM = (int)(dt_smem_bytes<D>() / sizeof(float)); /* floats for the fused combine */
-
-/* After a split's partials of (token i, KV head kh) are written: the split that arrives
- * last combines the se partials of the group's gn heads into out (as the combine kernel;
- * a split that met a bad block gives zeros) and sets the counter back to zero. Every
- * partial is loaded once, in parallel: (m, l) of each (head, split) into shared memory
- * (the free tile buffers, room words), a warp per head turns them into weights, then each
- * output is a sum of independent loads. */
-__device__ __forceinline__ float dt_warp_max(float v)
-{
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-template <int D>
-__device__ __forceinline__ void dt_combine_if_last(const fa_params &P, tp_tensor out, int64_t i, int kh, int h0,
-                                                   int gn, int se, float *room_s, int room)
-{
-    __shared__ int last_s;
-    __shared__ float scale_s[DT_MAX_GROUP]; /* 1 / L of each head, 0 to zero it */
-    const int S = P.splits, tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
-    unsigned *counter = P.arrivals + i * (P.q_heads / P.group) + kh;
-    __threadfence(); /* this block's partials before its arrival */
-    __syncthreads();
-    if (tid == 0) last_s = atomicAdd(counter, 1u) == (unsigned)(se - 1);
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence(); /* the other splits' partials are visible after their arrivals */
-    const int64_t pb0 = (i * P.q_heads + h0) * S; /* head h0 + r, split s: pb0 + r * S + s */
-    float *w_s = room_s, *l_s = room_s + gn * se;   /* [gn][se] each (the host keeps 2 gn se <= room) */
-    (void)room;
-    for (int e = tid; e < gn * se; e += DT_THREADS) {
-        const int64_t pi = pb0 + (int64_t)(e / se) * S + e % se;
-        w_s[e] = __ldcg(P.part_m + pi);
-        l_s[e] = __ldcg(P.part_l + pi);
-    }
-    __syncthreads();
-    for (int r = warp; r < gn; r += DT_WARPS) {
-        float M = -INFINITY, bad = 0.0f;
-        for (int s = lane; s < se; s += WARP_SIZE) {
-            M = fmaxf(M, w_s[r * se + s]);
-            bad = fminf(bad, l_s[r * se + s]); /* a split that met a bad block: l = -1 */
-        }
-        M = dt_warp_max(M);
-        bad = -dt_warp_max(-bad);
-        const float mref = M == -INFINITY ? 0.0f : M;
-        float L = 0.0f;
-        for (int s = lane; s < se; s += WARP_SIZE) {
-            const float ms = w_s[r * se + s];
-            const float cw = ms == -INFINITY ? 0.0f : exp2f(ms - mref); /* an empty split: acc unwritten */
-            w_s[r * se + s] = cw;
-            L += l_s[r * se + s] * cw;
-        }
-        L = warp_sum(L);
-        if (lane == 0) scale_s[r] = bad < 0.0f ? 0.0f : 1.0f / L;
-    }
-    __syncthreads();
-    for (int e = tid; e < gn * D; e += DT_THREADS) {
-        const int r = e / D, d = e % D;
-        const float *acc = P.part_acc + (pb0 + (int64_t)r * S) * D + d;
-        float A = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < se; s++) {
-            const float cw = w_s[r * se + s];
-            if (cw != 0.0f) A += __ldcg(acc + (int64_t)s * D) * cw;
-        }
-        store_act(out.data, out.dtype, i * out.stride + (int64_t)(h0 + r) * D + d, A * scale_s[r]);
-    }
-    if (tid == 0) *counter = 0u;
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(DT_THREADS, 3)
@@ -1033,7 +960,7 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
     if (code != TP_CUDA_FAULT_NONE) {
         if (tid == 0 && s == 0) fault_record(fault, code, i, value, limit);
-        if (s == 0 && (S == 1 || P.arrivals)) /* no combine kernel to zero it */
+        if (S == 1) /* no combine kernel to zero it */
             for (int e = tid; e < gn * D; e += DT_THREADS)
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
         return;
@@ -1049,7 +976,6 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
             P.part_m[pbase + (int64_t)tid * S] = -INFINITY;
             P.part_l[pbase + (int64_t)tid * S] = 0.0f;
         }
-        if (P.arrivals) dt_combine_if_last<D>(P, out, i, kh, h0, gn, se, (float *)dt_smem, DT_ROOM<D>);
         return;
     }
 
@@ -1233,10 +1159,6 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
             }
         }
     }
-    if (!direct && P.arrivals) {
-        __syncthreads(); /* the merge is done with the shared memory */
-        dt_combine_if_last<D>(P, out, i, kh, h0, gn, se, (float *)dt_smem, DT_ROOM<D>);
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -1336,8 +1258,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         S = S < batch.max_pos / min_split ? S : batch.max_pos / min_split;
         S = S < FA_MAX_SPLITS ? S : FA_MAX_SPLITS;
         const int64_t per_split = n * q_heads * (hd + 2) * (int64_t)sizeof(float);
-        const size_t room = scratch.bytes > FA_ARRIVALS * sizeof(unsigned) ? scratch.bytes - FA_ARRIVALS * sizeof(unsigned) : 0;
-        const int64_t fit = (int64_t)(room / (size_t)per_split);
+        const int64_t fit = (int64_t)(scratch.bytes / (size_t)per_split);
         S = S < fit ? S : fit;
         if (S < 1) S = 1;
     }
@@ -1357,14 +1278,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         P.bs_shift = 0;
         while ((1 << P.bs_shift) < cache.block_size) P.bs_shift++;
     }
-    /* the tensor-core kernel combines the splits itself where its counters and shared memory
-     * hold them (TPINFER_ATTN_FUSED_COMBINE=0: the combine kernel) */
-    static int fused = -1;
-    if (fused < 0) fused = env_int("TPINFER_ATTN_FUSED_COMBINE", 1, 0, 1);
-    const int room = hd == 64 ? DT_ROOM<64> : DT_ROOM<128>;
-    P.arrivals = tc && fused && scratch.data && n * kvh <= FA_ARRIVALS && 2 * group * S <= room
-                     ? (unsigned *)scratch.data : NULL;
-    P.part_acc = scratch.data ? (float *)((char *)scratch.data + FA_ARRIVALS * sizeof(unsigned)) : NULL;
+    P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
 
@@ -1389,7 +1303,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     default: return TP_CUDA_BAD_DTYPE("attention");
     }
     TP_CUDA_CHECK_LAUNCH();
-    if (S > 1 && !P.arrivals) {
+    if (S > 1) {
         tp_launch(attention_combine_kernel, (unsigned)(n * q_heads), FA_COMBINE_THREADS, 0, stream, batch,
                   cache.block_size, cache.head_dim, P, out);
         TP_CUDA_CHECK_LAUNCH();

@@ -658,7 +658,6 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
     }
     TP_CHECK_GOTO(tp_cuda_gemm_create(WORKSPACE_BYTES, SCRATCH_BYTES, &ctx->gemm), st, fail);
     TP_CUDA_CHECK_GOTO(cudaMalloc(&ctx->attn.data, ATTN_SCRATCH_BYTES), st, fail);
-    TP_CUDA_CHECK_GOTO(cudaMemset(ctx->attn.data, 0, ATTN_SCRATCH_BYTES), st, fail); /* its arrival counters */
     ctx->attn.bytes = ATTN_SCRATCH_BYTES;
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&ctx->attn.sm_count, cudaDevAttrMultiProcessorCount, device), st,
                        fail);

@@ -25,6 +25,9 @@
  * than one row. k need not be a multiple of the chunk: the k % VW last columns are read
  * one element per thread. bias and y may have any float dtype and any alignment.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include <cuda_fp16.h>
 
 #include "common.cuh"
@@ -34,10 +37,11 @@
 #define GEMV_MAX_N 8
 #define GEMV_WARPS_PER_SM 16 /* G grows until the grid has this many warps per SM */
 
-/* rows of w per group and chunks in flight per row, by n */
-template <int N> struct gemv_shape {
-    static constexpr int R = N > 4 ? 4 : 2;
-    static constexpr int U = N > 4 ? 2 : 4;
+/* rows of w per group and chunks in flight per row, by n; WIDE (n = 1 under
+ * TPINFER_GEMV_WIDE=1): 4 rows x 4 chunks, twice the loads in flight per thread */
+template <int N, bool WIDE = false> struct gemv_shape {
+    static constexpr int R = WIDE || N > 4 ? 4 : 2;
+    static constexpr int U = WIDE || N <= 4 ? 4 : 2;
 };
 
 __host__ __device__ constexpr int pow2_ceil(int v) { return v <= 1 ? 1 : 2 * pow2_ceil((v + 1) / 2); }
@@ -155,11 +159,11 @@ template <int V, int HALF = V / 2> __device__ __forceinline__ float warp_sum_tra
  * group g owns rows and outputs g*R .. g*R+R-1. SWIGLU: rows = 2 mo, group g owns outputs
  * j = g*P .. g*P+P-1 (P = R/2) and reads gate rows j and up rows mo + j. G warps per
  * group (1, 2, 4), the same for the whole grid. */
-template <typename XT, typename WT, int N, bool SWIGLU>
+template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y,
                                                             int G)
 {
-    constexpr int R = gemv_shape<N>::R, U = gemv_shape<N>::U;
+    constexpr int R = gemv_shape<N, WIDE>::R, U = gemv_shape<N, WIDE>::U;
     constexpr int P = SWIGLU ? R / 2 : R;         /* outputs per group (per row of x) */
     constexpr int VW = 16 / (int)sizeof(WT);      /* elements of w per 16-byte chunk */
     constexpr int V = pow2_ceil(R * N);           /* sums per group, padded for the reduction */
@@ -286,24 +290,32 @@ extern "C" int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w)
     return (same || widened) && aligned16(x) && aligned16(w);
 }
 
-template <typename XT, typename WT, int N, bool SWIGLU>
+template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
 static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int sms,
                         cudaStream_t stream)
 {
-    constexpr int P = SWIGLU ? gemv_shape<N>::R / 2 : gemv_shape<N>::R;
+    constexpr int P = SWIGLU ? gemv_shape<N, WIDE>::R / 2 : gemv_shape<N, WIDE>::R;
     const int64_t groups = CEIL_DIV(y.cols, (int64_t)P), nchunks = x.cols / (16 / (int64_t)sizeof(WT));
     int G = 1;
     while (G < GEMV_WARPS && groups * G < (int64_t)GEMV_WARPS_PER_SM * sms && nchunks >= 2 * WARP_SIZE * G) G *= 2;
     const int64_t blocks = CEIL_DIV(groups, (int64_t)(GEMV_WARPS / G));
-    tp_launch(gemv_kernel<XT, WT, N, SWIGLU>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G);
+    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G);
 }
 
 template <typename XT, typename WT, bool SWIGLU>
 static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y,
                             int sms, cudaStream_t stream)
 {
+    static int wide = -1;
+    if (wide < 0) {
+        const char *e = getenv("TPINFER_GEMV_WIDE");
+        wide = e && !strcmp(e, "1");
+    }
     switch (x.rows) {
-    case 1: gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, sms, stream); break;
+    case 1:
+        if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, sms, stream);
+        else gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, sms, stream);
+        break;
     case 2: gemv_launch<XT, WT, 2, SWIGLU>(x, w, bias, y, sms, stream); break;
     case 3: gemv_launch<XT, WT, 3, SWIGLU>(x, w, bias, y, sms, stream); break;
     case 4: gemv_launch<XT, WT, 4, SWIGLU>(x, w, bias, y, sms, stream); break;

@@ -78,8 +78,6 @@ tp_status tp_cuda_qk_rope_store(tp_tensor q, tp_tensor k, tp_tensor v, tp_tensor
 
 /* attention's device scratch for split-KV partials (data may be NULL: no splits) and the
  * SM count the splits are sized by; allocated once by the backend */
-/* The attention's scratch: split-KV partials, and counters that must be zero when it is
- * created (the attention leaves them zero). */
 typedef struct tp_cuda_attn_scratch {
     void *data;
     size_t bytes;

@@ -41,12 +41,13 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
                          int32_t head_dim, const int32_t *pos, const float *inv_freq, tp_kv_layer cache,
                          const int32_t *slot, tp_cuda_fault *fault)
 {
-    pdl_begin(); /* inputs come from the previous kernel */
+    pdl_trigger();
     extern __shared__ float cs_s[]; /* [half] cos, then [half] sin */
     const int64_t i = blockIdx.x;
     const int half = head_dim / 2, lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
 
-    /* rope.cu's angle: one f32 product, then sincosf */
+    /* rope.cu's angle: one f32 product, then sincosf. Positions, slots and inv_freq are
+     * uploads, never a kernel's output: done while the previous kernel finishes. */
     const float p = (float)pos[i];
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         const float f = __fmul_rn(p, inv_freq[j]);
@@ -55,10 +56,11 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
         cs_s[j] = cn;
         cs_s[half + j] = sn;
     }
+    const int64_t s = slot[i], slots = (int64_t)cache.n_blocks * cache.block_size;
+    pdl_wait(); /* q, k, v from the previous kernel */
     __syncthreads();
 
     /* the token's cache row (kv_store's rule) */
-    const int64_t s = slot[i], slots = (int64_t)cache.n_blocks * cache.block_size;
     const int64_t width = (int64_t)cache.n_kv_heads * cache.head_dim; /* == k.cols */
     const bool store = s >= 0 && s < slots;
     if (s >= slots && blockIdx.y == 0 && threadIdx.x == 0) fault_record(fault, TP_CUDA_FAULT_KV_SLOT, i, s, slots);
