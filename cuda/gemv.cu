@@ -37,8 +37,9 @@
 #define GEMV_MAX_N 8
 #define GEMV_WARPS_PER_SM 16 /* G grows until the grid has this many warps per SM */
 
-/* rows of w per group and chunks in flight per row, by n; WIDE (n = 1 under
- * TPINFER_GEMV_WIDE=1): 4 rows x 4 chunks, twice the loads in flight per thread */
+/* rows of w per group and chunks in flight per row, by n; WIDE (n = 1 unless
+ * TPINFER_GEMV_WIDE=0): 4 rows x 4 chunks, twice the loads in flight per thread (batch-1
+ * decode 5.07 against 5.11 ms on an H200, bench/RESULTS.md) */
 template <int N, bool WIDE = false> struct gemv_shape {
     static constexpr int R = WIDE || N > 4 ? 4 : 2;
     static constexpr int U = WIDE || N <= 4 ? 4 : 2;
@@ -309,7 +310,7 @@ static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_ten
     static int wide = -1;
     if (wide < 0) {
         const char *e = getenv("TPINFER_GEMV_WIDE");
-        wide = e && !strcmp(e, "1");
+        wide = !(e && !strcmp(e, "0"));
     }
     switch (x.rows) {
     case 1:
