@@ -229,6 +229,34 @@ const char *tp_comm_nccl_custom_ar_why(int reason)
 // ----------------------------------------------------------------------------
 // creation
 
+/* A send from every rank to the next and a receive from the previous, one float each:
+ * NCCL connects peer-to-peer channels at their first use (about a second for a pipeline's
+ * first step on two H200s); the pipeline's own sends then find them ready. */
+tp_status tp_comm_nccl_connect_next(tp_comm *c)
+{
+    nccl_ctx *ctx = ctx_of(c);
+    if (c->size < 2) return TP_OK;
+    float *buf = NULL;
+    if (cudaMalloc((void **)&buf, 2 * sizeof *buf) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tp_error(TP_ERR_OOM, "%s: no GPU memory for the warm-up send", ctx->name);
+    }
+    tp_status st = TP_OK;
+    (void)cudaMemset(buf, 0, 2 * sizeof *buf);
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess && c->rank + 1 < c->size) r = ncclSend(buf, 1, ncclFloat32, c->rank + 1, ctx->comm, NULL);
+    if (r == ncclSuccess && c->rank > 0) r = ncclRecv(buf + 1, 1, ncclFloat32, c->rank - 1, ctx->comm, NULL);
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+    if (r != ncclSuccess) st = nccl_fail(ctx, "the warm-up send/recv", r);
+    else if (cudaDeviceSynchronize() != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = tp_error(TP_ERR_NCCL, "%s: the warm-up send/recv failed", ctx->name);
+    }
+    cudaFree(buf);
+    return st;
+}
+
 tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, tp_comm **out)
 {
     if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_comm_nccl_create: out is NULL");

@@ -26,6 +26,9 @@ extern "C" {
  * default stream). Operations are enqueued on the stream and do not wait for it. */
 tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, tp_comm **out);
 
+/* Rank r's channel to rank r + 1 (a pipeline's sends), connected now by one small send. */
+tp_status tp_comm_nccl_connect_next(tp_comm *c);
+
 /* For the fatal path: abort the communicator (ncclCommAbort), ending any operation that
  * is in flight or hung; later operations fail with TP_ERR_NCCL. tp_comm_destroy is still
  * needed to free c. Accepts NULL and a comm that is not NCCL's (ignored). */

@@ -48,6 +48,9 @@ struct tp_comm {
  * only in a build with NCCL). tp_comm_nccl_abort ends it without waiting for peers. */
 tp_status tp_comm_nccl_create(tp_comm *bootstrap, int device, const char *name, tp_comm **out);
 void tp_comm_nccl_abort(tp_comm *c);
+/* Connects each rank's NCCL channel to the next rank (a pipeline's sends) now, at start-up,
+ * not in the first step. */
+tp_status tp_comm_nccl_connect_next(tp_comm *c);
 
 static inline tp_status tp_comm_all_reduce_sum(tp_comm *c, const void *send, void *recv,
                                                size_t count, tp_dtype dt, void *stream)

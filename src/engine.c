@@ -473,7 +473,10 @@ static tp_status make_backend(engine *e)
     /* device buffers travel through NCCL; MPI keeps the host-side agreements */
 #ifdef HAVE_NCCL
     if (e->g->tp > 1) TP_CHECK(tp_comm_nccl_create(e->w->tp, gpu, "tp", &e->nccl_tp));
-    if (e->g->pp > 1) TP_CHECK(tp_comm_nccl_create(e->w->pp, gpu, "pp", &e->nccl_pp));
+    if (e->g->pp > 1) {
+        TP_CHECK(tp_comm_nccl_create(e->w->pp, gpu, "pp", &e->nccl_pp));
+        TP_CHECK(tp_comm_nccl_connect_next(e->nccl_pp));
+    }
     if (e->nccl_tp) e->tpc = e->nccl_tp;
     if (e->nccl_pp) e->ppc = e->nccl_pp;
     return TP_OK;

@@ -153,6 +153,10 @@ typedef struct call {
 
 static const tp_dtype DTS[3] = {TP_DTYPE_F32, TP_DTYPE_BF16, TP_DTYPE_F16};
 
+/* The custom path's limit under test: 512 KiB (the default), or CHECK_CAR_MAX bytes (a
+ * power of two, given to A as TPINFER_CUSTOM_AR_MAX) */
+static size_t big_ = 524288;
+
 /* Sizes every rank draws alike (a fixed seed); placements differ per rank. */
 static size_t pick_bytes(int k, uint64_t *rng)
 {
@@ -164,11 +168,11 @@ static size_t pick_bytes(int k, uint64_t *rng)
     if (k < 3 * nf) return fixed[k / 3];
     *rng = mix(*rng);
     uint64_t h = *rng;
-    if (h % 10 == 0) return (h >> 8) % 2 ? 524288 + 16 * (1 + (h >> 16) % 32768) : 4 + 16 * ((h >> 16) % 4096);
-    /* log-uniform 16 B .. 512 KiB, a multiple of 16 */
-    double lg = 4.0 + 15.0 * (double)((h >> 11) & 0xfffff) / 1048576.0;
+    if (h % 10 == 0) return (h >> 8) % 2 ? big_ + 16 * (1 + (h >> 16) % 32768) : 4 + 16 * ((h >> 16) % 4096);
+    /* log-uniform 16 B .. the limit, a multiple of 16 */
+    double lg = 4.0 + (log2((double)big_) - 4.0) * (double)((h >> 11) & 0xfffff) / 1048576.0;
     size_t b = (size_t)pow(2.0, lg) / 16 * 16;
-    return b < 16 ? 16 : b > 524288 ? 524288 : b;
+    return b < 16 ? 16 : b > big_ ? big_ : b;
 }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -502,8 +506,18 @@ int main(int argc, char **argv)
 
     tp_comm *boot = NULL, *a = NULL, *b = NULL, *c = NULL;
     TPCK(tp_comm_mpi_create(MPI_COMM_WORLD, "world", &boot));
+    const char *big = getenv("CHECK_CAR_MAX");
+    if (big && *big) {
+        big_ = (size_t)strtoull(big, NULL, 10);
+        if (big_ < 524288 || (big_ & (big_ - 1))) {
+            if (rank_ == 0) fprintf(stderr, "check_custom_ar: CHECK_CAR_MAX=%s is not a power of two >= 524288\n", big);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        setenv("TPINFER_CUSTOM_AR_MAX", big, 1);
+    } else {
+        unsetenv("TPINFER_CUSTOM_AR_MAX");
+    }
     setenv("TPINFER_CUSTOM_AR", "1", 1);
-    unsetenv("TPINFER_CUSTOM_AR_MAX");
     TPCK(tp_comm_nccl_create(boot, dev, "custom", &a));
     setenv("TPINFER_CUSTOM_AR", "0", 1);
     TPCK(tp_comm_nccl_create(boot, dev, "nccl", &b));
@@ -529,7 +543,7 @@ int main(int argc, char **argv)
         return 2;
     }
     long bad = 0;
-    if (max_a != 524288 || why_b != TP_CUSTOM_AR_OFF_ENV || max_b != 0 || why_c != TP_CUSTOM_AR_ON || max_c != 4096) {
+    if (max_a != big_ || why_b != TP_CUSTOM_AR_OFF_ENV || max_b != 0 || why_c != TP_CUSTOM_AR_ON || max_c != 4096) {
         if (rank_ == 0) printf("FAIL: the switches: A max %zu, B %s max %zu, C max %zu\n", max_a,
                                tp_comm_nccl_custom_ar_why(why_b), max_b, max_c);
         bad++;
