@@ -20,7 +20,8 @@
  * writes silu(gate) * up directly and saves the round trip through gate_up (1.6x at n = 1),
  * where its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
  * TPINFER_GEMV=0 was set when the state was created; TPINFER_GEMV=all sends plain products
- * of up to 8 rows to it too (bench/gpu_matmul compares the two; another GPU may prefer it).
+ * of up to 8 rows to it too (bench/gpu_matmul compares the two): the engine sets it at
+ * tp > 1, where the slices are small enough that the GEMV wins (bench/RESULTS.md).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,

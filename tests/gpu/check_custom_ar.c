@@ -7,7 +7,8 @@
  * B with NCCL alone (TPINFER_CUSTOM_AR=0), C with TPINFER_CUSTOM_AR_MAX=4096 (only its
  * reported limit is checked). Then:
  *   1. eager: 1000 all-reduces in a row on A (float32, bfloat16, float16 in turn; 16 B to
- *      512 KiB, a few larger or not a multiple of 16 bytes, which A sends to NCCL), each
+ *      the limit, 4 MiB or CHECK_CAR_MAX; a few larger or not a multiple of 16 bytes, which
+ *      A sends to NCCL), each
  *      rank independently in place or out of place, 16-byte aligned or offset by an
  *      element; enqueued back to back with no host wait (slot or epoch bugs show), then the
  *      same 1000 on B. Every result of A must equal the host's sum in rank order bit for
@@ -153,17 +154,18 @@ typedef struct call {
 
 static const tp_dtype DTS[3] = {TP_DTYPE_F32, TP_DTYPE_BF16, TP_DTYPE_F16};
 
-/* The custom path's limit under test: 512 KiB (the default), or CHECK_CAR_MAX bytes (a
+/* The custom path's limit under test: 4 MiB (the default), or CHECK_CAR_MAX bytes (a
  * power of two, given to A as TPINFER_CUSTOM_AR_MAX) */
-static size_t big_ = 524288;
+static size_t big_ = 4194304;
 
 /* Sizes every rank draws alike (a fixed seed); placements differ per rank. */
 static size_t pick_bytes(int k, uint64_t *rng)
 {
-    static const size_t fixed[] = {16,    32,     48,     64,     112,    496,    512,
-                                   1008,  4096,   8192,   16384,  16400,  32768,  65536,
-                                   131072, 262128, 262144, 524272, 524288, /* custom */
-                                   20,    36,     1004,   524304, 1048576 /* NCCL */};
+    /* multiples of 16 up to the limit take the custom path; the rest (odd sizes, larger) NCCL */
+    static const size_t fixed[] = {16,     32,     48,     64,     112,    496,     512,    1008,
+                                   4096,   8192,   16384,  16400,  32768,  65536,   131072, 262128,
+                                   262144, 524272, 524288, 524304, 1048576, 2097152, 4194304,
+                                   20,     36,     1004,   4194320};
     const int nf = (int)(sizeof fixed / sizeof fixed[0]);
     if (k < 3 * nf) return fixed[k / 3];
     *rng = mix(*rng);
@@ -509,8 +511,8 @@ int main(int argc, char **argv)
     const char *big = getenv("CHECK_CAR_MAX");
     if (big && *big) {
         big_ = (size_t)strtoull(big, NULL, 10);
-        if (big_ < 524288 || (big_ & (big_ - 1))) {
-            if (rank_ == 0) fprintf(stderr, "check_custom_ar: CHECK_CAR_MAX=%s is not a power of two >= 524288\n", big);
+        if (big_ < 65536 || (big_ & (big_ - 1))) {
+            if (rank_ == 0) fprintf(stderr, "check_custom_ar: CHECK_CAR_MAX=%s is not a power of two >= 65536\n", big);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         setenv("TPINFER_CUSTOM_AR_MAX", big, 1);
