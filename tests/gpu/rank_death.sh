@@ -1,0 +1,102 @@
+#!/bin/bash
+# tests/gpu/rank_death.sh BUILD_DIR [NP]: a job's end when one rank goes, on GPUs under NCCL
+# (the CPU backend's versions, tests/rank_death.sh and tests/rank_failure.sh, run in CI):
+#   1. a rank killed (SIGKILL) in the middle of a tp=NP generation: mpirun exits non-zero
+#      within 15 s, no tpinfer process is left, and every line of the output is a whole
+#      JSON record (what finished before the kill is kept, nothing half-written);
+#   2. a failure on the pipeline's last stage only (a weight of the wrong shape that only
+#      it loads), at tp=NP/2 x pp=2 with the NCCL communicators up: every rank ends within
+#      30 s, non-zero, and the failing ranks name the tensor.
+# Run from the repository root on a machine with NP GPUs (default 2); the shared models
+# in ./.gpu-shared, ./shared or ../shared (TPINFER_SHARED). Prints a result table last.
+set -u
+B=${1:?usage: tests/gpu/rank_death.sh BUILD_DIR [NP]}
+NP=${2:-2}
+root=$(pwd)
+SHARED=${TPINFER_SHARED:-$( [ -d .gpu-shared/models ] && echo "$root/.gpu-shared" ||
+                          { [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared"; })}
+T=$B/tpinfer
+W=$(mktemp -d /tmp/rank-death.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+pass=(-x NCCL_NVLS_ENABLE)
+[ -n "${LD_LIBRARY_PATH:-}" ] && pass+=(-x LD_LIBRARY_PATH)
+results=()
+record() { results+=("| $1 | $2 | $3 |"); echo "== $1: $2 ($3)"; }
+
+# ---- 1. a rank killed mid-generation
+m=$SHARED/models/stories260K-hf
+for i in $(seq 1 2048); do echo "Once upon a time there was a girl number $i"; done >"$W/p.txt"
+args=(--model "$m" --backend cuda --tp "$NP" --input "$W/p.txt" --max-tokens 400 --ignore-eos --output "$W/out.jsonl")
+mpirun --allow-run-as-root "${pass[@]}" -np "$NP" "$T" "${args[@]}" >"$W/kill.log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 300); do # until the first completions are written (the ranks generate)
+    if [ -s "$W/out.jsonl" ]; then
+        victim=$(pgrep -x tpinfer | tail -1) # a rank (mpirun is not named tpinfer)
+        break
+    fi
+    sleep 0.1
+done
+if [ -z "$victim" ]; then
+    kill "$job" 2>/dev/null
+    wait "$job" 2>/dev/null
+    pkill -9 -x tpinfer 2>/dev/null
+    record "rank killed mid-generation, tp=$NP" FAIL "no completion within 30 s: $(tail -2 "$W/kill.log" | tr '\n' ' ')"
+else
+    kill -9 "$victim"
+    t0=$(date +%s%N)
+    rc=0
+    wait "$job" || rc=$?
+    dt=$(( ($(date +%s%N) - t0) / 1000000000 ))
+    sleep 0.5
+    left=$(pgrep -x tpinfer | tr '\n' ' ' || true)
+    lines=$(grep -c . "$W/out.jsonl" || true)
+    whole=$(python3 -c 'import json,sys
+n=0
+for l in open(sys.argv[1]):
+    json.loads(l); n+=1
+print(n)' "$W/out.jsonl" 2>/dev/null || echo broken)
+    detail="mpirun exited $rc after $dt s; $lines of 2048 records kept, $whole whole; left running: ${left:-none}"
+    if [ "$rc" -ne 0 ] && [ "$dt" -le 15 ] && [ -z "$left" ] && [ "$whole" = "$lines" ]; then
+        record "rank killed mid-generation, tp=$NP" PASS "$detail"
+    else
+        record "rank killed mid-generation, tp=$NP" FAIL "$detail"
+    fi
+fi
+
+# ---- 2. a failure on the last pipeline stage only
+if [ $((NP % 2)) -eq 0 ]; then
+    python3 "$root/tests/gen_tiny_model.py" "$W/m" >/dev/null 2>&1 &&
+    python3 - "$W/m/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h["model.layers.3.mlp.down_proj.weight"]
+t["shape"] = t["shape"][::-1]
+text = json.dumps(h, separators=(",", ":")).encode()
+text += b" " * (n - len(text))
+assert len(text) == n
+open(p, "wb").write(b[:8] + text + b[8 + n:])
+PY
+    echo "Hello" >"$W/one.txt"
+    t0=$(date +%s)
+    rc=0
+    timeout 120 mpirun --allow-run-as-root "${pass[@]}" -np "$NP" "$T" --model "$W/m" --backend cuda \
+        --tp $((NP / 2)) --pp 2 --input "$W/one.txt" --output "$W/fail.jsonl" >"$W/fail.log" 2>&1 || rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    named=$(grep -c "model.layers.3.mlp.down_proj.weight" "$W/fail.log" || true)
+    detail="exit $rc after ${dt} s; $named line(s) name the tensor"
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$dt" -le 30 ] && [ "$named" -ge 1 ]; then
+        record "failure on pp stage 1 only, tp=$((NP / 2)) pp=2" PASS "$detail"
+    else
+        record "failure on pp stage 1 only, tp=$((NP / 2)) pp=2" FAIL "$detail: $(grep -m2 -i error "$W/fail.log" | tr '\n' ' ')"
+    fi
+fi
+
+echo "| check | result | detail |"
+echo "| --- | --- | --- |"
+printf '%s\n' "${results[@]}"
+! printf '%s\n' "${results[@]}" | grep -q "| FAIL |"
