@@ -68,19 +68,7 @@ fi
 # ---- 2. a failure on the last pipeline stage only
 if [ $((NP % 2)) -eq 0 ]; then
     python3 "$root/tests/gen_tiny_model.py" "$W/m" >/dev/null 2>&1 &&
-    python3 - "$W/m/model.safetensors" <<'PY'
-import json, struct, sys
-p = sys.argv[1]
-b = open(p, "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h = json.loads(b[8:8 + n])
-t = h["model.layers.3.mlp.down_proj.weight"]
-t["shape"] = t["shape"][::-1]
-text = json.dumps(h, separators=(",", ":")).encode()
-text += b" " * (n - len(text))
-assert len(text) == n
-open(p, "wb").write(b[:8] + text + b[8 + n:])
-PY
+    python3 "$root/tests/swap_tensor_shape.py" "$W/m/model.safetensors" model.layers.3.mlp.down_proj.weight
     echo "Hello" >"$W/one.txt"
     t0=$(date +%s)
     rc=0
