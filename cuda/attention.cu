@@ -1,9 +1,10 @@
 /*
  * attention.cu: causal grouped-query attention over the paged KV cache. Token i attends
  * to positions 0..pos[i] of sequence seq[i]; q head h reads KV head h / (q_heads /
- * kv_heads). Two kernels:
+ * kv_heads). The kernels (the tensor-core decode kernel, which now does most of the flash
+ * kernel's work, is the last):
  *
- * flash (the fast path, flash-decoding): one block per (token, KV head, split) computes
+ * flash (flash-decoding on CUDA cores): one block per (token, KV head, split) computes
  * all the q heads of that KV head (up to FA_MAX_GROUP; more are split over several
  * blocks), so each K and V row is read once per token and KV head, as 16-byte vectors.
  * Inside a block, lanes are grouped: LP lanes per position, each lane owning 16 bytes
@@ -47,6 +48,13 @@
  * runs, faulty tokens) are computed as without it. Steps of fewer than PF_MIN_TOKENS
  * tokens, steps recorded into a CUDA graph (decode steps) and TPINFER_ATTN_PREFILL=0
  * keep the flash kernel alone.
+ *
+ * decode on tensor cores (attention_decode_tc_kernel): where the cache is bf16 or f16, q of
+ * its dtype, head_dim 64 or 128 and at most 16 q heads per KV head (and TPINFER_ATTN_DECODE_TC
+ * is not 0), it does the flash kernel's work under the same grid, splits, partials (the combine
+ * kernel) and faults, including pf_skip's leftovers: the group's q heads are the rows of one
+ * mma tile, so q . K and P . V run on tensor cores (the flash kernel was bound by its scalar
+ * instructions, bench/RESULTS.md). The flash kernel keeps f32 caches and other shapes.
  *
  * What only the device can check (sequence, position, block-table entries) is checked
  * here: a bad one is recorded as a fault, and the token's output is zeros.
@@ -1210,12 +1218,11 @@ template <typename T, int D>
 static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
                              tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    static int attribute_set; /* over 48 KiB of dynamic shared memory is asked for once */
+    /* over 48 KiB of dynamic shared memory is asked for per device: at every launch (a host
+     * call, no stream operation, so it may come inside a graph recording) */
     const size_t smem = dt_smem_bytes<D>();
-    if (!attribute_set &&
-        cudaFuncSetAttribute(attention_decode_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) == cudaSuccess)
-        attribute_set = 1;
+    (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem);
     tp_launch(attention_decode_tc_kernel<T, D>, grid, DT_THREADS, smem, stream, q, cache, batch, P, out, fault);
 }
 

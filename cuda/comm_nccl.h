@@ -3,7 +3,8 @@
  * bootstrap comm over the same ranks (an MPI tp_comm), which carries NCCL's unique id
  * and serves the host barrier. src/ includes this only under #ifdef HAVE_NCCL.
  *
- * Small all-reduces (float32/bfloat16/float16, a multiple of 16 bytes, up to 4 MiB or
+ * Small all-reduces (float32/bfloat16/float16, a multiple of 16 bytes, up to 4 MiB for two
+ * ranks and 512 KiB for more, or
  * TPINFER_CUSTOM_AR_MAX bytes) go through a one-shot kernel over CUDA IPC instead of NCCL
  * (cuda/custom_ar.cu) when every rank of the group is on one host with peer access
  * between every pair of GPUs; TPINFER_CUSTOM_AR=0 (read at creation) keeps them on NCCL.

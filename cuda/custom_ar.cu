@@ -85,8 +85,10 @@
 #define CAR_THREADS 512
 #define CAR_SIGNAL_BYTES 4096
 #define CAR_PROBE_OFFSET 3072 /* inside the signal area: the probe's 64 bytes (local only) */
-#define CAR_DEFAULT_MAX (4 * 1024 * 1024) /* batch-128 decode's 2 MiB too: 5.89 against 7.01 ms a step at tp=2
-                                            * on 2 x H200 with NCCL above 512 KiB (bench/RESULTS.md) */
+#define CAR_DEFAULT_MAX (512 * 1024)           /* groups of 3 or more: a batch-1 decode step's messages */
+#define CAR_DEFAULT_MAX_PAIR (4 * 1024 * 1024) /* two ranks: batch-128 decode's 2 MiB too (5.89 against 7.01 ms a
+                                                * step at tp=2 on 2 x H200 with NCCL above 512 KiB, bench/RESULTS.md);
+                                                * one-shot traffic grows with the ranks: larger groups not measured */
 #define CAR_LIMIT_MAX (256 * 1024 * 1024) /* TPINFER_CUSTOM_AR_MAX is clamped to this */
 #define CAR_PROBE_TIMEOUT_NS 20000000000ull
 
@@ -391,16 +393,17 @@ static int env_want(void)
     return !(v && !strcmp(v, "0"));
 }
 
-static int32_t env_max(const char *name)
+static int32_t env_max(const char *name, int ranks)
 {
+    const int32_t fallback = ranks == 2 ? CAR_DEFAULT_MAX_PAIR : CAR_DEFAULT_MAX;
     const char *v = getenv("TPINFER_CUSTOM_AR_MAX");
-    if (!v || !*v) return CAR_DEFAULT_MAX;
+    if (!v || !*v) return fallback;
     char *end = NULL;
     unsigned long long x = strtoull(v, &end, 10);
     if (!end || *end || x < 16) {
         tp_log(TP_LOG_WARN, "%s: TPINFER_CUSTOM_AR_MAX='%s' is not a byte count of 16 or more; using %d", name, v,
-               CAR_DEFAULT_MAX);
-        return CAR_DEFAULT_MAX;
+               fallback);
+        return fallback;
     }
     if (x > CAR_LIMIT_MAX) x = CAR_LIMIT_MAX;
     return (int32_t)(x / 16 * 16);
@@ -598,7 +601,7 @@ extern "C" tp_status tp_car_create(tp_comm *bootstrap, int device, const char *n
     }
     mine_h.pci[sizeof mine_h.pci - 1] = '\0';
     mine_h.want = env_want();
-    mine_h.max_bytes = env_max(name);
+    mine_h.max_bytes = env_max(name, n);
     TP_CHECK_GOTO(tp_comm_all_gather(bootstrap, &mine_h, hello, sizeof mine_h / 4, TP_DTYPE_I32, NULL), st, done);
     {
         int all_want = 1, one_host = 1;

@@ -15,8 +15,9 @@
  *  - G grows while the grid has fewer than 16 warps per SM, so narrow matrices (tensor-
  *    parallel slices) still keep enough loads in flight.
  * Every product is f32 (x and w widened exactly), so the result is the CPU backend's up
- * to the order of the f32 sums. R = 2, U = 4 for n <= 4; R = 4, U = 2 above (x reused
- * by more rows when n is larger, the same 8 loads in flight).
+ * to the order of the f32 sums. R = 4, U = 4 for n = 1 (16 loads in flight; TPINFER_GEMV_WIDE=0:
+ * R = 2, U = 4), R = 2, U = 4 for n = 2..4; R = 4, U = 2 above (x reused by more rows when n
+ * is larger, the same 8 loads in flight).
  *
  * The fast path's conditions (tp_cuda_gemv_fits; matmul.c sends anything else to
  * cuBLASLt): 1 <= n <= 8, k >= 1; x and w of one dtype, or f32 x with f16/bf16 w (the

@@ -994,9 +994,12 @@ static const attn_case attn_long_cases[] = {
     {2, 3, 32, 16, 2, {300, 2}, {1, 5}, 0, 0, 0},
     {4, 2, 8, 16, 2, {300, 2}, {1, 5}, 0, 0, 0},
     {2, 4, 16, 8, 3, {500, 0, 33}, {1, 4, 1}, 1, 0, 0},
-    /* block sizes 1 and 64 over long contexts */
+    /* block sizes 1 and 64 over long contexts; 24 and 12, not powers of two (the tensor-core
+     * decode kernel divides where it would shift) */
     {2, 4, 128, 1, 2, {700, 3}, {1, 1}, 0, 0, 0},
     {2, 4, 128, 64, 2, {1900, 65}, {1, 1}, 0, 0, 0},
+    {2, 4, 128, 24, 3, {700, 40, 0}, {1, 1, 1}, 0, 0, 0},
+    {1, 8, 64, 12, 2, {300, 25}, {1, 2}, 0, 0, 0},
     /* prefill: a 600-token prompt (blocks enough without splits); a chunk after a long history */
     {2, 4, 128, 16, 1, {0}, {600}, 0, 0, 0},
     {2, 4, 128, 16, 1, {1000}, {64}, 0, 0, 0},

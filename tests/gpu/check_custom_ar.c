@@ -154,8 +154,8 @@ typedef struct call {
 
 static const tp_dtype DTS[3] = {TP_DTYPE_F32, TP_DTYPE_BF16, TP_DTYPE_F16};
 
-/* The custom path's limit under test: 4 MiB (the default), or CHECK_CAR_MAX bytes (a
- * power of two, given to A as TPINFER_CUSTOM_AR_MAX) */
+/* The custom path's limit under test: the default (4 MiB for two ranks, 512 KiB for more),
+ * or CHECK_CAR_MAX bytes (a power of two, given to A as TPINFER_CUSTOM_AR_MAX) */
 static size_t big_ = 4194304;
 
 /* Sizes every rank draws alike (a fixed seed); placements differ per rank. */
@@ -393,7 +393,7 @@ static long graph(tp_comm *a, cudaStream_t s)
             c.key = 5000000 + (uint64_t)data * G_CALLS + (uint64_t)j;
             size_t bytes = c.count * tp_dtype_size(c.dt);
             /* NCCL's sum of more than two ranks is in another order: not bit for bit */
-            int exact = size_ == 2 || (bytes % 16 == 0 && bytes <= 524288);
+            int exact = size_ == 2 || (bytes % 16 == 0 && bytes <= big_);
             char what[96];
             snprintf(what, sizeof what, "graph %s %d, call %d (%s)", r < G_REPLAYS ? "replay" : "tail", r, j,
                      c.in_place ? "in place" : "out of place");
@@ -511,12 +511,14 @@ int main(int argc, char **argv)
     const char *big = getenv("CHECK_CAR_MAX");
     if (big && *big) {
         big_ = (size_t)strtoull(big, NULL, 10);
-        if (big_ < 65536 || (big_ & (big_ - 1))) {
-            if (rank_ == 0) fprintf(stderr, "check_custom_ar: CHECK_CAR_MAX=%s is not a power of two >= 65536\n", big);
+        if (big_ < 65536 || big_ > 268435456 || (big_ & (big_ - 1))) {
+            if (rank_ == 0)
+                fprintf(stderr, "check_custom_ar: CHECK_CAR_MAX=%s is not a power of two from 65536 to 268435456\n", big);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         setenv("TPINFER_CUSTOM_AR_MAX", big, 1);
     } else {
+        big_ = size_ == 2 ? 4194304 : 524288;
         unsetenv("TPINFER_CUSTOM_AR_MAX");
     }
     setenv("TPINFER_CUSTOM_AR", "1", 1);
