@@ -434,12 +434,19 @@ for name, m in models.items():
             pct(r.get("ttft_ms")), pct(r.get("itl_ms")), "; ".join(note)))
 hf_rows = [(name, b, h, m) for name, m in models.items() for b, h in m.get("hf", {}).items()]
 if hf_rows:
-    L += ["", "| model | batch (128 in / 128 out) | Hugging Face generate() tok/s | tpinfer tok/s | tpinfer / HF |",
-          "| --- | --- | --- | --- | --- |"]
+    L += ["", "| model | batch (128 in / 128 out) | Hugging Face generate() tok/s | tpinfer tok/s | tpinfer / HF "
+          "| HF decode tok/s | tpinfer decode tok/s (batch / ITL p50) | decode: tpinfer / HF |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, b, h, m in hf_rows:
-        tpi = m.get("runs", {}).get("b" + b, {}).get("generated_tok_s")
+        run = m.get("runs", {}).get("b" + b, {})
+        tpi = run.get("generated_tok_s")
         sp = m.get("speedup_vs_hf", {}).get(b)
-        L.append("| %s | %s | %s | %s | %s |" % (name, b, n(h.get("tok_s")), n(tpi), "%.1fx" % sp if sp else "-"))
+        itl = (run.get("itl_ms") or {}).get("p50")
+        tpd = int(b) * 1e3 / itl if itl else None
+        hfd = h.get("decode_tok_s")
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, b, n(h.get("tok_s")), n(tpi), "%.1fx" % sp if sp else "-", n(hfd), n(tpd),
+            "%.1fx" % (tpd / hfd) if tpd and hfd else "-"))
 for name, m in models.items():
     e = m.get("hf_error")
     if e:

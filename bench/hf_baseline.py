@@ -10,9 +10,11 @@ batch size B runs greedy generate() on the first B prompts of FILE (tpinfer JSON
 prompt_token_ids, all of one length; without FILE, 128-token prompts made like the
 benchmark's) with min_new_tokens = max_new_tokens, after a short warm-up at the same batch.
 Prints one JSON object per line: {"event": "load", ...}, then per batch
-{"batch", "prompt_len", "new_tokens", "seconds", "tok_s", "total_tok_s", "ms_per_step"};
-tok_s counts generated tokens over the whole generate() call, prefill included, as tpinfer's
-generated tok/s does. Each line is flushed as it is measured, so a run stopped by a time
+{"batch", "prompt_len", "new_tokens", "seconds", "tok_s", "total_tok_s", "ms_per_step",
+"prefill_seconds", "decode_tok_s"}; tok_s counts generated tokens over the whole generate()
+call, prefill included, as tpinfer's generated tok/s does; prefill_seconds is a generate() of
+one token on the same prompts, and decode_tok_s the tokens after the first over the rest of
+the time (what tpinfer's batch / inter-token latency compares with). Each line is flushed as it is measured, so a run stopped by a time
 limit keeps the batches it finished.
 """
 import argparse
@@ -101,9 +103,14 @@ def main():
             sync()
             dt = time.perf_counter() - t
             new = out.shape[1] - ids.shape[1]
+            t = time.perf_counter()
+            generate(ids, 1)
+            sync()
+            pre = time.perf_counter() - t
             emit({"batch": b, "prompt_len": ids.shape[1], "new_tokens": new, "seconds": round(dt, 4),
                   "tok_s": b * new / dt, "total_tok_s": b * (ids.shape[1] + new) / dt,
-                  "ms_per_step": 1e3 * dt / new})
+                  "ms_per_step": 1e3 * dt / new, "prefill_seconds": round(pre, 4),
+                  "decode_tok_s": b * (new - 1) / (dt - pre) if new > 1 and dt > pre else None})
 
 
 if __name__ == "__main__":
