@@ -131,6 +131,18 @@ __device__ __forceinline__ void store_act(void *p, int dt, int64_t idx, float v)
     else ((f16_t *)p)[idx] = from_f32<f16_t>(v);
 }
 
+/* Element offset of position p's K/V row (KV head 0) in the paged cache, its block from the
+ * sequence's table bt (a shift where block_size is a power of two: bs_shift >= 0); -1 when
+ * that entry is outside the cache (*blk keeps it for the fault record). */
+__device__ __forceinline__ int64_t kv_row_at(const int32_t *bt, int p, int bs, int bs_shift, int32_t n_blocks,
+                                             int64_t width, int32_t *blk)
+{
+    const int lb = bs_shift >= 0 ? p >> bs_shift : p / bs;
+    *blk = __ldg(bt + lb);
+    if (*blk < 0 || *blk >= n_blocks) return -1;
+    return ((int64_t)*blk * bs + (p - lb * bs)) * width;
+}
+
 /* Bits [0, r) of a tile's 64 rows (r in 0..64). */
 __device__ __forceinline__ uint64_t pf_below(int r) { return r >= 64 ? ~0ull : (1ull << r) - 1; }
 
@@ -786,18 +798,16 @@ __global__ void __launch_bounds__(PF_THREADS)
                 const T *ksrc = kc, *vsrc = vc;
                 int bytes = 0;
                 if (p < kend) {
-                    const int lb = P.bs_shift >= 0 ? p >> P.bs_shift : p / bs;
-                    const int off = p - lb * bs;
-                    const int32_t blk = __ldg(bt + lb);
-                    if (blk < 0 || blk >= cache.n_blocks) {
+                    int32_t blk;
+                    const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
+                    if (row < 0) {
                         if (col == 0) { /* the run's first token that reads position p */
                             fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, t0 + r0 + max(0, p - pos0), blk,
                                          cache.n_blocks);
                             atomicMin(&bad_from_s, p);
                         }
                     } else {
-                        const int64_t at = ((int64_t)blk * bs + off) * width + col * 8;
-                        ksrc = kc + at, vsrc = vc + at, bytes = 16;
+                        ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                     }
                 }
                 pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
@@ -1030,16 +1040,15 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
             const T *ksrc = kc, *vsrc = vc;
             int bytes = 0;
             if (p < b1) {
-                const int lb = P.bs_shift >= 0 ? p >> P.bs_shift : p / bs;
-                const int32_t blk = __ldg(bt + lb);
-                if (blk < 0 || blk >= cache.n_blocks) {
+                int32_t blk;
+                const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
+                if (row < 0) {
                     if (col == 0) {
                         fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
                         bad_s = 1;
                     }
                 } else {
-                    const int64_t at = ((int64_t)blk * bs + (p - lb * bs)) * width + col * 8;
-                    ksrc = kc + at, vsrc = vc + at, bytes = 16;
+                    ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                 }
             }
             pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
@@ -1172,6 +1181,15 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
 // ----------------------------------------------------------------------------
 // launchers
 
+/* log2(block_size) when it is a power of two (the kernels shift), else -1 (they divide) */
+static int32_t block_shift(int bs)
+{
+    if (bs <= 0 || (bs & (bs - 1))) return -1;
+    int32_t sh = 0;
+    while ((1 << sh) < bs) sh++;
+    return sh;
+}
+
 extern "C" void tp_cuda_attention_force_simple(int on) { force_simple = on; }
 
 extern "C" void tp_cuda_attention_force_prefill(int mode) { force_prefill = mode < 0 ? -1 : mode > 0; }
@@ -1280,11 +1298,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.lp_log2 = lp_log2;
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
     P.pf_skip = pf_skip;
-    P.bs_shift = -1;
-    if ((cache.block_size & (cache.block_size - 1)) == 0) {
-        P.bs_shift = 0;
-        while ((1 << P.bs_shift) < cache.block_size) P.bs_shift++;
-    }
+    P.bs_shift = block_shift(cache.block_size);
     P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
@@ -1375,11 +1389,7 @@ static tp_status attention_prefill(tp_tensor q, tp_kv_layer cache, tp_attn_batch
     P.group = q_heads / cache.n_kv_heads;
     P.n_tiles = (int32_t)CEIL_DIV((int64_t)batch.n_tokens, PF_BM);
     const int bs = cache.block_size;
-    P.bs_shift = -1;
-    if ((bs & (bs - 1)) == 0) {
-        P.bs_shift = 0;
-        while ((1 << P.bs_shift) < bs) P.bs_shift++;
-    }
+    P.bs_shift = block_shift(bs);
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
     /* q heads fastest: the heads of one KV head run together and share its K/V through L2 */
     const dim3 grid((unsigned)q_heads, (unsigned)P.n_tiles);

@@ -257,6 +257,18 @@ static void compare(const char *op, const char *shape, const float *got, const f
                       tp_error_message(), (needle));                                               \
     } while (0)
 
+/* An op that was enqueued (st: TP_OK) and failed a check only the device can make: the next
+ * synchronize reports it, naming needle, and the one after finds nothing left. */
+#define EXPECT_DEVICE_FAULT(gb, st, needle)                                                        \
+    do {                                                                                           \
+        ck_assert_msg((st) == TP_OK, "cuda: %s", tp_error_message());                              \
+        tp_error_clear();                                                                          \
+        ck_assert_int_eq((gb)->ops->synchronize(gb), TP_ERR_INVALID_ARG);                          \
+        ck_assert_msg(strstr(tp_error_message(), (needle)) != NULL, "message \"%s\" lacks \"%s\"", \
+                      tp_error_message(), (needle));                                               \
+        ck_assert_int_eq((gb)->ops->synchronize(gb), TP_OK); /* reported once */                   \
+    } while (0)
+
 static const char *dn(tp_dtype dt) /* short dtype names for the table */
 {
     return dt == TP_DTYPE_F32 ? "f32" : dt == TP_DTYPE_F16 ? "f16" : dt == TP_DTYPE_BF16 ? "bf16" : "?";
@@ -1829,11 +1841,8 @@ START_TEST(device_faults)
         pt x = pt_rand(A, ACT, 3, 16, 0, -1, 1), out = pt_poison(A, 2, 16, 0);
         int32_t rows[2] = {0, 7};
         int32_t *drows = dev_copy(gb, rows, sizeof rows);
-        ck_assert_int_eq(gb->ops->gather_rows(gb, &x.g, drows, 2, &out.g), TP_OK);
-        tp_error_clear();
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-        ck_assert_msg(strstr(tp_error_message(), "gather_rows: rows[1] is 7, outside x's 3 rows"), "%s", tp_error_message());
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->gather_rows(gb, &x.g, drows, 2, &out.g),
+                            "gather_rows: rows[1] is 7, outside x's 3 rows");
         float *got = pt_get(&out, 1);
         for (int j = 0; j < 16; j++) ck_assert(got[16 + j] == 0.0f && !isnan(got[j]));
 
@@ -1848,12 +1857,8 @@ START_TEST(device_faults)
         int32_t *dseq = dev_copy(gb, seq, 8), *dpos = dev_copy(gb, pos, 8), *dslot = dev_copy(gb, slot, 8);
         int32_t *dtable = dev_copy(gb, table, 8);
         tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8};
-        ck_assert_int_eq(gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab), TP_OK);
-        tp_error_clear();
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-        ck_assert_msg(strstr(tp_error_message(), "kv_store: token 1 has slot 8, past the cache's 8 slots"), "%s",
-                      tp_error_message());
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab),
+                            "kv_store: token 1 has slot 8, past the cache's 8 slots");
 
         /* qk_rope_store with the same slots: kv_store's fault; q and k still normed and rotated
          * in place (as the CPU's composition leaves them), and token 0 stored at slot 1 */
@@ -1895,12 +1900,8 @@ START_TEST(device_faults)
         for (int j = 0; j < 2 * hd; j++) ck_assert(!isnan(got[j]) && got[2 * hd + j] == 0.0f);
         bb = ab;
         bb.max_pos = 1;
-        ck_assert_int_eq(gb->ops->attention(gb, &q.g, &cache, &bb, 2, 0.3f, &o.g), TP_OK);
-        tp_error_clear();
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-        ck_assert_msg(strstr(tp_error_message(), "token 1 has position 1, outside [0, max_pos 1)"), "%s",
-                      tp_error_message());
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->attention(gb, &q.g, &cache, &bb, 2, 0.3f, &o.g),
+                            "token 1 has position 1, outside [0, max_pos 1)");
 
         /* argmax: NaN in row 1 (its lowest at column 9); the other rows are still answered */
         float lv[3 * 2000];
@@ -1912,11 +1913,7 @@ START_TEST(device_faults)
         int32_t *aid = dev_alloc(gb, 3 * sizeof(int32_t)), *cid = dev_alloc(cpu, 3 * sizeof(int32_t));
         float *alp = dev_alloc(gb, 3 * sizeof(float)), *clp = dev_alloc(cpu, 3 * sizeof(float));
         EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp, NULL), "argmax: row 1 of logits has NaN at column 9");
-        ck_assert_int_eq(gb->ops->argmax(gb, &lg.g, aid, alp, NULL), TP_OK);
-        tp_error_clear();
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-        ck_assert_msg(strstr(tp_error_message(), "argmax: row 1 of logits has NaN at column 9"), "%s", tp_error_message());
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->argmax(gb, &lg.g, aid, alp, NULL), "argmax: row 1 of logits has NaN at column 9");
         const int32_t *hid = dev_bytes(gb, aid, 3 * sizeof(int32_t)), *hcid = dev_bytes(cpu, cid, 3 * sizeof(int32_t));
         const float *hlp = dev_bytes(gb, alp, 3 * sizeof(float)), *hclp = dev_bytes(cpu, clp, 3 * sizeof(float));
         ck_assert(hid[0] == hcid[0] && hid[2] == hcid[2] && hid[1] == 9 && hcid[1] == 9);
@@ -2002,11 +1999,7 @@ static void attention_fault_case(int hd, int simple, int kind)
     force_simple_attention(simple);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
     force_simple_attention(0);
-    ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
-    tp_error_clear();
-    ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-    ck_assert_msg(strstr(tp_error_message(), needle), "message \"%s\" lacks \"%s\"", tp_error_message(), needle);
-    ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* reported once */
+    EXPECT_DEVICE_FAULT(gb, st, needle);
     const float *got = pt_get(&out, 1);
     const int good = 1 - bad_tok, row = qh * hd;
     for (int j = 0; j < row; j++)
@@ -2075,11 +2068,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
     force_prefill_attention(prefill);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
     force_prefill_attention(-1);
-    ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
-    tp_error_clear();
-    ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
-    ck_assert_msg(strstr(tp_error_message(), needle), "message \"%s\" lacks \"%s\"", tp_error_message(), needle);
-    ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* reported once */
+    EXPECT_DEVICE_FAULT(gb, st, needle);
     const float *got = pt_get(&out, 1);
     const int row = qh * hd;
     for (int t = z0; t < z1; t++)
