@@ -1038,10 +1038,11 @@ static tp_status loop(engine *e)
             if (e->inflight[p0]) note_scheduled(e, &e->B[p0]);
         }
         int mine = stage_engine(e, tick, e->g->pp_rank);
+        double t_tick = now_s(), t_forward = 0;
         if (mine >= 0) {
-            double t = now_s();
             TP_CHECK(run_stage(e, mine, &step));
-            e->forward_seconds += now_s() - t;
+            t_forward = now_s() - t_tick;
+            e->forward_seconds += t_forward;
             e->forward_steps++;
         }
         if (e->P > 1) TP_CHECK(exchange(e, tick, mine, &step));
@@ -1053,6 +1054,10 @@ static tp_status loop(engine *e)
             e->stopping = 1;
         }
         TP_CHECK(tp_collector_poll(e->collector));
+        if (mine >= 0 && e->g->rank == 0 && tp_log_enabled(TP_LOG_DEBUG)) /* the step timeline */
+            tp_log(TP_LOG_DEBUG, "step %" PRId64 " at %.1f ms: %" PRId32 " tokens of %" PRId32 " sequences, %" PRId32
+                   " sampled; forward %.2f ms, tick %.2f ms", tick, 1e3 * (t_tick - e->t0), e->B[mine].n_tokens,
+                   e->B[mine].n_seqs, e->B[mine].n_logits, 1e3 * t_forward, 1e3 * (now_s() - t_tick));
         int busy = 0;
         for (int p = 0; p < e->P; p++) busy |= e->inflight[p] || (!e->stopping && !tp_scheduler_idle(e->S[p]));
         if (!busy) return TP_OK;

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* TPINFER_BENCH_SKIP_ALLREDUCE=1 leaves out the layers' all-reduces (wrong results, said
  * in a warning): bench/ times a step with and without them to find their share. */
@@ -411,6 +412,8 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
         return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
     void **g = &buf->graphs[out][bucket];
     if (!*g) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         TP_CHECK(b->ops->graph_begin(b));
         tp_status st = enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
         tp_status end = b->ops->graph_end(b, st == TP_OK ? g : NULL);
@@ -421,6 +424,9 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
             buf->use_graphs = 0;
             return enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out);
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        tp_log(TP_LOG_DEBUG, "recorded the decode graph of %d tokens in %.1f ms", ab->n_tokens,
+               1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
     }
     return b->ops->graph_launch(b, *g);
 }

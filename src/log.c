@@ -41,6 +41,11 @@ static void vlog(tp_log_level level, const char *fmt, va_list ap)
     fprintf(stderr, "%s\n", line); /* one call, so lines from threads do not interleave */
 }
 
+int tp_log_enabled(tp_log_level level)
+{
+    return level <= log_level;
+}
+
 void tp_log(tp_log_level level, const char *fmt, ...)
 {
     if (level > log_level) return;

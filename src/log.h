@@ -13,6 +13,8 @@ typedef enum tp_log_level { TP_LOG_ERROR, TP_LOG_WARN, TP_LOG_INFO, TP_LOG_DEBUG
 
 void tp_log_init(int rank, int size);
 void tp_log(tp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether lines of this level are printed (to skip building costly ones). */
+int tp_log_enabled(tp_log_level level);
 /* Like tp_log(TP_LOG_INFO, ...) but only rank 0 prints. */
 void tp_log_info0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
