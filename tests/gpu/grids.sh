@@ -11,8 +11,12 @@
 #   3. bench/gpu_decode.sh at each grid: Llama-3-8B's shape on 2 and 4 GPUs (and at the first
 #      grid again without the layers' all-reduces, for their share of a decode step), a
 #      Llama-3-70B shape on 8 GPUs (BENCH_SHAPES overrides).
+# GRIDS_PARTS picks parts ("run checks bench", the default; e.g. "run" in one call and
+# "checks bench" in the next when one call's time limit cannot hold all three).
 # Leaves results.md and logs.tar.gz in $OUT (the device tool returns only a handful of files).
 set -u
+PARTS=" ${GRIDS_PARTS:-run checks bench} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 GPUS=${1:?usage: tests/gpu/grids.sh GPUS COMMIT}
 COMMIT=${2:-?}
 root=$(pwd)
@@ -26,7 +30,8 @@ case $GPUS in
 8) grids=("8 1 1" "4 2 1"); S=${BENCH_SHAPES:-llama-3-70b:8192:80:64:8:28672:128256} ;;
 *) echo "tests/gpu/grids.sh: GPUS is 2, 4 or 8, not $GPUS" >&2; exit 2 ;;
 esac
-{
+: >"$R/results.md"
+part run && {
     echo "## tests/gpu/run.sh"
     first=1
     for g in "${grids[@]}"; do
@@ -39,12 +44,12 @@ esac
         fi
         first=0
     done
-} >"$R/results.md"
+} >>"$R/results.md"
 lib=$root/.gpu-deps/root/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 T=$root/build-gpu/tpinfer
 read -r tp0 _ _ <<<"${grids[0]}"
-{
+part checks && {
     echo "## tests/gpu/custom_ar.sh ($GPUS ranks): the one-shot all-reduce against NCCL"
     timeout 150 bash tests/gpu/custom_ar.sh "$root/build-gpu" "$GPUS" 2>&1 | tail -8
     echo "## tests/gpu/rank_death.sh ($GPUS ranks): a rank killed, a rank failing, under NCCL"
@@ -62,7 +67,7 @@ bench() { # bench NAME TP PP DP RUNS [env...]
     echo "### $name"
     grep -E '^\| llama' "$L/bench-$name/bench-results.md" 2>/dev/null || tail -3 "$L/bench-$name.log"
 }
-{
+part bench && {
     echo "## bench ($S, bf16)"
     first=1
     for g in "${grids[@]}"; do
