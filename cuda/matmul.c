@@ -26,13 +26,14 @@
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
  * leading dimensions, pointer alignments) with cublasLtMatmulAlgoGetHeuristic and kept in
- * a small round-robin table.
+ * a hashed table of 256 (TPINFER_LOG=debug reports the queries and their host time).
  */
 #include "matmul.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* cublasLt.h declares one function without a prototype (cublasLtLoggerForceDisable()) */
 #pragma GCC diagnostic push
@@ -42,6 +43,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "log.h"
 
 #define TP_CUBLAS_GOTO(call, st, label)                                                           \
     do {                                                                                          \
@@ -53,7 +55,8 @@
         }                                                                                         \
     } while (0)
 
-#define ALGO_CACHE 64
+#define ALGO_PROBE 8
+#define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
 
 /* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
 typedef struct gemm_key {
@@ -75,7 +78,9 @@ struct tp_cuda_gemm {
     void *scratch;
     size_t scratch_bytes;
     algo_entry algos[ALGO_CACHE];
-    int next; /* the entry the next new algorithm replaces */
+    int next; /* where the next new algorithm goes when its probe run is full */
+    int queries;          /* heuristic queries made, and their host time: TPINFER_LOG=debug */
+    double query_seconds; /* prints them when the state is destroyed */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
     int gemv; /* 1: the GEMV takes the fused gate/up+SwiGLU shapes it fits; 0 (TPINFER_GEMV=0): none;
                * 2 (TPINFER_GEMV=all): plain products too (what bench/gpu_matmul compares) */
@@ -149,6 +154,9 @@ fail:
 void tp_cuda_gemm_destroy(tp_cuda_gemm *g)
 {
     if (!g) return;
+    if (g->queries)
+        tp_log(TP_LOG_DEBUG, "cuBLASLt: %d algorithm queries (one per new shape), %.1f ms of host time", g->queries,
+               1e3 * g->query_seconds);
     if (g->workspace) cudaFree(g->workspace);
     if (g->scratch) cudaFree(g->scratch);
     if (g->lt) cublasLtDestroy(g->lt);
@@ -175,11 +183,27 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     key.align_a = alignment(a->a);
     key.align_b = alignment(a->b);
     key.align_d = alignment(a->dptr);
-    for (int i = 0; i < ALGO_CACHE; i++)
-        if (g->algos[i].valid && !memcmp(&g->algos[i].key, &key, sizeof key)) {
-            *algo = g->algos[i].algo;
+    /* FNV-1a over the key, then a short linear probe */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof key; i++) h = (h ^ ((const unsigned char *)&key)[i]) * 1099511628211ull;
+    int slot = -1;
+    for (int p = 0; p < ALGO_PROBE; p++) {
+        algo_entry *c = &g->algos[(h + (uint64_t)p) % ALGO_CACHE];
+        if (!c->valid) {
+            if (slot < 0) slot = (int)((h + (uint64_t)p) % ALGO_CACHE);
+            continue;
+        }
+        if (!memcmp(&c->key, &key, sizeof key)) {
+            *algo = c->algo;
             return TP_OK;
         }
+    }
+    if (slot < 0) { /* the probe run is full: replace one of it in turn */
+        slot = (int)((h + (uint64_t)g->next) % ALGO_CACHE);
+        g->next = (g->next + 1) % ALGO_PROBE;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
 
     tp_status st = TP_OK;
     cublasLtMatmulPreference_t pref = NULL;
@@ -210,13 +234,15 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         goto done;
     }
     *algo = res.algo;
-    algo_entry *e = &g->algos[g->next];
-    g->next = (g->next + 1) % ALGO_CACHE;
+    algo_entry *e = &g->algos[slot];
     e->key = key;
     e->algo = res.algo;
     e->valid = 1;
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    g->queries++;
+    g->query_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     return st;
 }
 

@@ -712,18 +712,20 @@ static tp_status write_dump(engine *e, req *r);
 
 /* A step whose every sampling row is plain greedy (no logprobs, penalties, min_tokens,
  * prompt rows or dumps) can choose its tokens on the device: only ids come back. */
+static int plain_greedy(const req *r)
+{
+    const tp_sampling_params *p = &r->sp;
+    int greedy = p->temperature < 1e-5 || p->top_k == 1;
+    return greedy && !r->in->p.has_logprobs && !r->min_tokens && p->repetition_penalty == 1.0 &&
+           p->presence_penalty == 0.0 && p->frequency_penalty == 0.0;
+}
+
 static int device_greedy(const engine *e, const tp_sched_batch *b)
 {
     /* decided alike on every rank of the last stage: at tp > 1 they all take part */
     if (e->n_extra || e->o->dump_logits || !tp_model_can_argmax(&e->model)) return 0;
-    for (int32_t i = 0; i < b->n_logits; i++) {
-        const req *r = &e->R[e->S_[b->seq_key[b->logit_seq[i]]].req];
-        const tp_sampling_params *p = &r->sp;
-        int greedy = p->temperature < 1e-5 || p->top_k == 1;
-        if (!greedy || r->in->p.has_logprobs || r->min_tokens || p->repetition_penalty != 1.0 ||
-            p->presence_penalty != 0.0 || p->frequency_penalty != 0.0)
-            return 0;
-    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (!plain_greedy(&e->R[e->S_[b->seq_key[b->logit_seq[i]]].req])) return 0;
     return 1;
 }
 
@@ -1026,6 +1028,43 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
     }
 }
 
+/* Before the first step (pp 1; on by default where the backend records graphs, so on
+ * GPUs; TPINFER_WARMUP=0 or 1 overrides): tp_model_warm_up with the outputs this replica's
+ * steps will use, so the run pays no first-use costs. Part of the start-up time. */
+static tp_status warm_up(engine *e)
+{
+    const char *env = getenv("TPINFER_WARMUP");
+    int on = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
+    if (!on || e->g->pp > 1) return TP_OK;
+    int greedy = !e->n_extra && !e->o->dump_logits && tp_model_can_argmax(&e->model);
+    for (int64_t k = 0; greedy && k < e->n_seqs; k++) greedy = plain_greedy(&e->R[e->S_[k].req]);
+    tp_warm_up w;
+    memset(&w, 0, sizeof w);
+    w.prefill_tokens = (int32_t)e->o->max_num_batched_tokens;
+    w.max_len = e->max_model_len;
+    w.graphs = e->buf.use_graphs;
+    if (greedy) {
+        w.ids = e->sync;
+    } else if (device_sample(e)) { /* alike on every rank: the sampler's peers take part */
+        w.sampled = 1;
+        if (e->is_sampler) {
+            for (int32_t i = 0; i < e->max_rows; i++) {
+                memset(&e->srows[i], 0, sizeof e->srows[i]);
+                e->srows[i].top_p = 1.0; /* greedy, everything off */
+                e->srows[i].repetition_penalty = 1.0;
+            }
+            w.sample_rows = e->srows;
+            w.sample_out = e->sout;
+        }
+    } else if (e->is_sampler) {
+        w.logits = e->logits_host;
+    }
+    double t0 = now_s();
+    TP_CHECK(tp_model_warm_up(&e->model, &e->kv, &e->buf, e->tpc, &w));
+    tp_log_info0("warm-up before the first step: %.0f ms (TPINFER_WARMUP=0 skips it)", 1e3 * (now_s() - t0));
+    return TP_OK;
+}
+
 static tp_status loop(engine *e)
 {
     tp_step step;
@@ -1229,6 +1268,12 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         free(all);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
+        st = warm_up(e);
+        if (st != TP_OK) { /* peers may be waiting in a collective of the warm-up */
+            *must_abort = 1;
+            *n_failed = 1;
+            return st;
+        }
         e->t0 = now_s();
         st = loop(e);
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */

@@ -481,3 +481,52 @@ int tp_model_can_argmax(const tp_model *m)
     return m->plan.has_lm_head && m->backend->ops->argmax != NULL &&
            m->cfg.vocab_size > (int64_t)(m->plan.tp - 1) * m->dims.vocab_pad;
 }
+
+// ----------------------------------------------------------------------------
+// warm-up
+
+/* Dummy tokens: token j is id 0 at position j % len of sequence j / len, with slot -1 (the
+ * KV cache is not written) and a block-table row of block 0 (zeroed at creation, or some
+ * sequence's keys: finite either way); each sequence's last token has a logit row. */
+static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
+                           int32_t n, int32_t len, int32_t *host)
+{
+    const int32_t seqs = (n + len - 1) / len, mb = buf->max_blocks;
+    int32_t *ids = host, *pos = ids + n, *seq = pos + n, *slot = seq + n, *rows = slot + n, *table = rows + seqs;
+    for (int32_t j = 0; j < n; j++) ids[j] = 0, pos[j] = j % len, seq[j] = j / len, slot[j] = -1;
+    for (int32_t i = 0; i < seqs; i++) rows[i] = i == seqs - 1 ? n - 1 : (i + 1) * len - 1;
+    memset(table, 0, (size_t)seqs * (size_t)mb * sizeof(int32_t));
+    tp_step s = {n, ids, pos, seq, slot, seqs, mb, n < len ? n : len, table, seqs, rows};
+    tp_sample_request rq = {w->sample_rows, w->sample_rows ? ids : NULL, 0, w->sample_out};
+    return tp_model_forward(m, kv, buf, &s, tp, NULL, NULL, w->logits, w->ids, w->sample_rows ? &rq : NULL);
+}
+
+tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
+{
+    const int32_t len = w->max_len < buf->max_blocks * kv->block_size ? w->max_len : buf->max_blocks * kv->block_size;
+    int32_t n = w->prefill_tokens;
+    if ((int64_t)n > (int64_t)buf->max_seqs * len) n = buf->max_seqs * len;
+    if (n > buf->max_tokens) n = buf->max_tokens;
+    if ((n + len - 1) / len > buf->max_logits) n = buf->max_logits * len;
+    const int32_t cap = graph_cap(buf), most = n > cap ? n : cap;
+    const int32_t seqs_most = n > cap ? (n + len - 1) / len : cap;
+    int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
+    if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
+    tp_status st = TP_OK;
+    if (n > 0 && len > 0) st = warm_step(m, kv, buf, tp, w, n, len, host);
+    /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch) */
+    if (st == TP_OK && w->graphs && w->sampled) {
+        const int use = buf->use_graphs;
+        buf->use_graphs = 0;
+        st = warm_step(m, kv, buf, tp, w, 1, 1, host);
+        buf->use_graphs = use;
+    }
+    for (int i = 0; st == TP_OK && w->graphs && buf->use_graphs && i < TP_GRAPH_BUCKETS; i++) {
+        const int32_t B = bucket_size(i, cap);
+        st = warm_step(m, kv, buf, tp, w, B, 1, host); /* recorded, then replayed once */
+        if (B == cap) break;
+    }
+    if (st == TP_OK) st = m->backend->ops->synchronize(m->backend);
+    free(host);
+    return st;
+}

@@ -156,6 +156,27 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
                            float *logits_host, int32_t *ids_host, const tp_sample_request *sample);
 
+/* What tp_model_warm_up runs before the first request's step, so that the run pays no
+ * first-use costs (kernels loaded at their first launch, cuBLASLt's choice at each new
+ * shape, a decode graph's recording): one eager step of prefill_tokens dummy tokens (at most
+ * the buffers' tokens and sequences of max_len positions), then, with graphs, a decode step
+ * at each graph batch size, recorded and replayed. Dummy tokens write nothing to the KV
+ * cache and their outputs are dropped. The outputs are taken as the run's steps will take
+ * them (the graphs differ by it): ids (greedy on the device); in a run sampled by the
+ * device (sampled set on every rank: one eager sampled step comes first) sample_rows /
+ * sample_out on the sampler rank (at least max(graph cap, sequences) entries, every rule
+ * greedy); logits; or none of them. At tp > 1 every rank of the group calls it alike. */
+typedef struct tp_warm_up {
+    int32_t prefill_tokens, max_len;
+    int graphs, sampled;
+    int32_t *ids;
+    float *logits;
+    const tp_sample_row *sample_rows;
+    tp_sample_out *sample_out;
+} tp_warm_up;
+
+tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w);
+
 /* Sampling on the device is possible: the last stage and a backend with the sample op. */
 int tp_model_can_sample(const tp_model *m);
 

@@ -52,6 +52,28 @@ for pad in 0 1; do
 done
 same_dumps tp2pad1 tp2pad0
 cmp -s "$TMP/tp2pad0.jsonl" "$TMP/tp2pad1.jsonl" || fail "completions differ with padded decode steps at tp 2"
+# the warm-up before the first step (on by default on a GPU: a prefill-sized step and every
+# graph batch size, dummy tokens that write nothing to the KV cache) changes nothing, with the
+# logits copied out (dumps), the device's argmax (greedy) and its sample op (sampled), at tp 1
+# and tp 2
+TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm "$TMP/all.jsonl"
+grep -q "warm-up before the first step" "$TMP/warm.err" || { cat "$TMP/warm.err"; fail "no warm-up ran"; }
+same_dumps warm together
+cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
+sed 's/^{/{"temperature": 0.8, "top_p": 0.9, "seed": 11, /' "$TMP/all.jsonl" >"$TMP/sampled.jsonl"
+for tp in 1 2; do
+    for input in all sampled; do
+        for w in 0 1; do
+            name=w$w-$input-tp$tp
+            TPINFER_WARMUP=$w TPINFER_PAD_DECODE=1 mpi "$tp" "$TPINFER" --model "$m" --backend cpu --tp "$tp" \
+                --input "$TMP/$input.jsonl" --output "$TMP/$name.jsonl" 2>"$TMP/$name.err" ||
+                { cat "$TMP/$name.err"; fail "$name"; }
+        done
+        cmp -s "$TMP/w0-$input-tp$tp.jsonl" "$TMP/w1-$input-tp$tp.jsonl" ||
+            fail "$input completions at tp $tp differ after the warm-up"
+    done
+done
+cmp -s "$TMP/w0-all-tp1.jsonl" "$TMP/w0-sampled-tp1.jsonl" && fail "the sampled input was not sampled"
 # two data-parallel replicas split the prompts
 mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/all.jsonl" --output "$TMP/dp2.jsonl" --dump-logits "$TMP/dp2" \
     2>"$TMP/dp2.err" || { cat "$TMP/dp2.err"; fail "dp 2"; }
