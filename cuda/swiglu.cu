@@ -1,7 +1,7 @@
 /*
  * swiglu.cu: out = silu(gate) * up with silu(g) = g / (1 + expf(-g)) (PyTorch's
- * formula, the CPU backend's), one thread per element, f32 arithmetic rounded once to
- * out's dtype. gate and up are usually column views of one gate|up matrix; out may alias
+ * formula, the CPU backend's), one thread per element (eight for aligned 16-bit rows), f32
+ * arithmetic rounded once to out's dtype. gate and up are usually column views of one gate|up matrix; out may alias
  * either (each element is read before it is written, by the same thread).
  */
 #include "common.cuh"
@@ -26,6 +26,33 @@ __global__ void swiglu_kernel(tp_tensor gate, tp_tensor up, tp_tensor out)
     row_of<OT>(out, i)[j] = from_f32<OT>(gv / (1.0f + expf(-gv)) * uv);
 }
 
+/* Eight elements per thread as 16-byte loads and stores, for 16-bit gate, up and out of
+ * one dtype whose rows start 16-byte aligned (the gate|up matrix of the MLP): the scalar
+ * kernel's 2-byte accesses took 10.5 us at 128 rows of 14336 on an H200, for 11 MB. */
+template <typename T>
+__global__ void swiglu_vec8_kernel(tp_tensor gate, tp_tensor up, tp_tensor out)
+{
+    pdl_begin(); /* inputs come from the previous kernel */
+    const int64_t i = blockIdx.x, j = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * 8;
+    if (j >= out.cols) return;
+    const uint4 gv = *(const uint4 *)(row_of<const T>(gate, i) + j);
+    const uint4 uv = *(const uint4 *)(row_of<const T>(up, i) + j);
+    const T *g8 = (const T *)&gv, *u8 = (const T *)&uv;
+    uint4 ov;
+    T *o8 = (T *)&ov;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float gf = to_f32(g8[e]);
+        o8[e] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u8[e]));
+    }
+    *(uint4 *)(row_of<T>(out, i) + j) = ov;
+}
+
+static bool rows_aligned16(const tp_tensor &t)
+{
+    return (uintptr_t)t.data % 16 == 0 && (t.stride * (int64_t)tp_dtype_size(t.dtype)) % 16 == 0;
+}
+
 // ----------------------------------------------------------------------------
 // launcher
 
@@ -35,6 +62,15 @@ extern "C" tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out,
     if (!is_float_dtype(gate.dtype) || !is_float_dtype(up.dtype) || !is_float_dtype(out.dtype))
         return TP_CUDA_BAD_DTYPE("swiglu");
     const int threads = SWIGLU_THREADS;
+    if ((out.dtype == TP_DTYPE_BF16 || out.dtype == TP_DTYPE_F16) && gate.dtype == out.dtype &&
+        up.dtype == out.dtype && out.cols % 8 == 0 && rows_aligned16(gate) && rows_aligned16(up) &&
+        rows_aligned16(out) && out.rows <= INT32_MAX && CEIL_DIV(out.cols / 8, (int64_t)threads) <= 65535) {
+        const dim3 grid((unsigned)out.rows, (unsigned)CEIL_DIV(out.cols / 8, (int64_t)threads));
+        if (out.dtype == TP_DTYPE_BF16) tp_launch(swiglu_vec8_kernel<bf16_t>, grid, threads, 0, stream, gate, up, out);
+        else tp_launch(swiglu_vec8_kernel<f16_t>, grid, threads, 0, stream, gate, up, out);
+        TP_CUDA_CHECK_LAUNCH();
+        return TP_OK;
+    }
     const int64_t chunks = CEIL_DIV(out.cols, (int64_t)threads);
     if (chunks > 65535 || out.rows > INT32_MAX)
         return tp_error(TP_ERR_UNSUPPORTED, "swiglu: [%lld, %lld] is larger than the kernel's grid",
