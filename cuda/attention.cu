@@ -792,14 +792,11 @@ __global__ void __launch_bounds__(PF_THREADS)
         auto load = [&](int kt, int b) {
             T *kd = kbuf + b * PF_BN * LD, *vd = vbuf + b * PF_BN * LD;
             const int col = tid % CPR;
-            /* the block-table reads first, then the copies: each copy's asm orders memory, so a
-             * read placed after one would wait for it (and the next copy for that read) */
-            const T *ksrc[LOADS], *vsrc[LOADS];
-            int bytes[LOADS];
 #pragma unroll
             for (int j = 0; j < LOADS; j++) {
-                const int p = kt * PF_BN + (tid / CPR + j * (PF_THREADS / CPR));
-                ksrc[j] = kc, vsrc[j] = vc, bytes[j] = 0;
+                const int key = tid / CPR + j * (PF_THREADS / CPR), p = kt * PF_BN + key;
+                const T *ksrc = kc, *vsrc = vc;
+                int bytes = 0;
                 if (p < kend) {
                     int32_t blk;
                     const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
@@ -810,15 +807,11 @@ __global__ void __launch_bounds__(PF_THREADS)
                             atomicMin(&bad_from_s, p);
                         }
                     } else {
-                        ksrc[j] = kc + row + col * 8, vsrc[j] = vc + row + col * 8, bytes[j] = 16;
+                        ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                     }
                 }
-            }
-#pragma unroll
-            for (int j = 0; j < LOADS; j++) {
-                const int key = tid / CPR + j * (PF_THREADS / CPR);
-                pf_cp_async16(kd + key * LD + col * 8, ksrc[j], bytes[j]);
-                pf_cp_async16(vd + key * LD + col * 8, vsrc[j], bytes[j]);
+                pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
+                pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
             }
         };
 
@@ -1041,14 +1034,11 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
     auto load = [&](int kt, int b) {
         T *kd = kbuf + b * DT_BN * LD, *vd = vbuf + b * DT_BN * LD;
         const int col = tid % CPR;
-        /* the block-table reads first, then the copies: each copy's asm orders memory, so a
-         * read placed after one would wait for it (and the next copy for that read) */
-        const T *ksrc[LOADS], *vsrc[LOADS];
-        int bytes[LOADS];
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
-            const int p = b0 + kt * DT_BN + (tid / CPR + j * (DT_THREADS / CPR));
-            ksrc[j] = kc, vsrc[j] = vc, bytes[j] = 0;
+            const int key = tid / CPR + j * (DT_THREADS / CPR), p = b0 + kt * DT_BN + key;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
             if (p < b1) {
                 int32_t blk;
                 const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
@@ -1058,15 +1048,11 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
                         bad_s = 1;
                     }
                 } else {
-                    ksrc[j] = kc + row + col * 8, vsrc[j] = vc + row + col * 8, bytes[j] = 16;
+                    ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                 }
             }
-        }
-#pragma unroll
-        for (int j = 0; j < LOADS; j++) {
-            const int key = tid / CPR + j * (DT_THREADS / CPR);
-            pf_cp_async16(kd + key * LD + col * 8, ksrc[j], bytes[j]);
-            pf_cp_async16(vd + key * LD + col * 8, vsrc[j], bytes[j]);
+            pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
+            pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
         }
     };
 
@@ -1264,14 +1250,11 @@ __global__ void __launch_bounds__(WI_THREADS, 3)
     auto load = [&](int kt, int b) {
         T *kd = kbuf + b * WI_BN * LD, *vd = vbuf + b * WI_BN * LD;
         const int col = lane % CPR;
-        /* the block-table reads first, then the copies: each copy's asm orders memory, so a
-         * read placed after one would wait for it (and the next copy for that read) */
-        const T *ksrc[LOADS], *vsrc[LOADS];
-        int bytes[LOADS];
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
-            const int p = kt * WI_BN + (lane / CPR + j * (WARP_SIZE / CPR));
-            ksrc[j] = kc, vsrc[j] = vc, bytes[j] = 0;
+            const int key = lane / CPR + j * (WARP_SIZE / CPR), p = kt * WI_BN + key;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
             if (p < np) {
                 int32_t blk;
                 const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
@@ -1279,15 +1262,11 @@ __global__ void __launch_bounds__(WI_THREADS, 3)
                     if (col == 0) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
                     bad = true;
                 } else {
-                    ksrc[j] = kc + row + col * 8, vsrc[j] = vc + row + col * 8, bytes[j] = 16;
+                    ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                 }
             }
-        }
-#pragma unroll
-        for (int j = 0; j < LOADS; j++) {
-            const int key = lane / CPR + j * (WARP_SIZE / CPR);
-            pf_cp_async16(kd + key * LD + col * 8, ksrc[j], bytes[j]);
-            pf_cp_async16(vd + key * LD + col * 8, vsrc[j], bytes[j]);
+            pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
+            pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
         }
     };
 
