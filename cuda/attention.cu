@@ -1179,188 +1179,6 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
 }
 
 // ----------------------------------------------------------------------------
-// the decode kernel on tensor cores, a warp per (token, KV head)
-
-/* For large batches (S = 1, at least FA_BLOCKS_PER_SM blocks' worth of (token, KV head)
- * items per SM): warp w of block b takes item 4b + w whole, the tensor-core kernel's math
- * on tiles of WI_BN keys that stream through the warp's own WI_STAGES buffers, so the warp
- * never waits on another and no merge follows. At batch 128 with short contexts the
- * block-per-item kernel spent more on each block's start (indices, q, the first tile's
- * latency) and its 2.6 waves than on its bytes; here every item is in flight at once. */
-#define WI_BN 16
-#define WI_STAGES 4
-#define WI_WARPS 4
-#define WI_THREADS (WI_WARPS * WARP_SIZE)
-
-template <int D> __host__ __device__ constexpr size_t wi_smem_bytes()
-{
-    return (size_t)WI_WARPS * WI_STAGES * 2 * WI_BN * (D + PF_PAD) * 2;
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(WI_THREADS, 3)
-    attention_decode_wi_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
-                               tp_cuda_fault *fault)
-{
-    constexpr int LD = D + PF_PAD, CPR = D / 8, KS = D / 16, NT = D / 8;
-    constexpr int LOADS = WI_BN * CPR / WARP_SIZE; /* 16-byte chunks per lane per K (or V) tile */
-    static_assert(WI_BN == 16 && WI_BN * CPR % WARP_SIZE == 0, "a tile is one 16-key mma step");
-    extern __shared__ __align__(16) unsigned char wi_smem[];
-    pdl_trigger();
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane >> 2, tig = lane & 3;
-    const int kvh = cache.n_kv_heads, bs = cache.block_size;
-    const int64_t item = (int64_t)blockIdx.x * WI_WARPS + warp;
-    if (item >= (int64_t)batch.n_tokens * kvh) return;
-    const int64_t i = item / kvh;
-    const int kh = (int)(item % kvh), h0 = kh * P.group, gn = P.group;
-    T *kbuf = (T *)wi_smem + (size_t)warp * WI_STAGES * 2 * WI_BN * LD, *vbuf = kbuf + WI_STAGES * WI_BN * LD;
-    const int32_t seq = __ldg(batch.seq + i), pos = __ldg(batch.pos + i); /* uploads: before the wait */
-    pdl_wait(); /* q and the step's K/V rows come from the previous kernel */
-    if (P.pf_skip && pf_took(batch, i, bs)) return; /* the prefill kernel wrote it */
-    int32_t value = 0, limit = 0;
-    const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
-    if (code != TP_CUDA_FAULT_NONE) {
-        if (lane == 0) fault_record(fault, code, i, value, limit);
-        for (int e = lane; e < gn * D; e += WARP_SIZE)
-            store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
-        return;
-    }
-    const int np = pos + 1, nkt = CEIL_DIV(np, WI_BN);
-
-    /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
-    uint32_t qf[KS][4];
-    {
-        const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
-        const uint16_t *qb = qa + 8 * D;
-        const bool ha = g < gn, hb = g + 8 < gn;
-#pragma unroll
-        for (int k = 0; k < KS; k++) {
-            const int col = k * 16 + 2 * tig;
-            qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
-            qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
-            qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
-            qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
-        }
-    }
-
-    const int64_t width = (int64_t)kvh * D;
-    const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
-    const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
-    bool bad = false; /* a bad block-table entry: recorded, the output zeroed */
-    auto load = [&](int kt, int b) {
-        T *kd = kbuf + b * WI_BN * LD, *vd = vbuf + b * WI_BN * LD;
-        const int col = lane % CPR;
-#pragma unroll
-        for (int j = 0; j < LOADS; j++) {
-            const int key = lane / CPR + j * (WARP_SIZE / CPR), p = kt * WI_BN + key;
-            const T *ksrc = kc, *vsrc = vc;
-            int bytes = 0;
-            if (p < np) {
-                int32_t blk;
-                const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
-                if (row < 0) {
-                    if (col == 0) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
-                    bad = true;
-                } else {
-                    ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
-                }
-            }
-            pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
-            pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
-        }
-    };
-
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-#pragma unroll
-    for (int st = 0; st < WI_STAGES - 1; st++) {
-        if (st < nkt) load(st, st);
-        pf_cp_async_commit();
-    }
-    for (int kt = 0; kt < nkt; kt++) {
-        /* the buffer refilled here was read in the last iteration, which ended in __syncwarp */
-        if (kt + WI_STAGES - 1 < nkt) load(kt + WI_STAGES - 1, (kt + WI_STAGES - 1) % WI_STAGES);
-        pf_cp_async_commit();
-        pf_cp_async_wait<WI_STAGES - 1>();
-        __syncwarp();
-        const T *kt_s = kbuf + (kt % WI_STAGES) * WI_BN * LD, *vt_s = vbuf + (kt % WI_STAGES) * WI_BN * LD;
-        const int k0 = kt * WI_BN;
-        /* S = Q K^T over the tile's 16 keys: two 8-key B fragments per ldmatrix.x4 */
-        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-        for (int k = 0; k < KS; k++) {
-            uint32_t b[4];
-            pf_ldmatrix_x4(b, kt_s + ((lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 + ((lane >> 3) & 1) * 8);
-            pf_mma<T>::mma(sc[0], qf[k], b[0], b[1]);
-            pf_mma<T>::mma(sc[1], qf[k], b[2], b[3]);
-        }
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = sc[n][e] * P.qscale;
-                if (k0 + n * 8 + 2 * tig + (e & 1) >= np) x = -INFINITY;
-                sc[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        float corr[2], mref[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e];
-            corr[e] = exp2f(m[e] - mref[e]);
-            m[e] = mx[e];
-            l[e] *= corr[e];
-        }
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            o[n][0] *= corr[0], o[n][1] *= corr[0];
-            o[n][2] *= corr[1], o[n][3] *= corr[1];
-        }
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[n][e] = exp2f(sc[n][e] - mref[e >> 1]);
-                l[e >> 1] += sc[n][e];
-            }
-        /* O += P V: P (16 rows x 16 keys) as the A fragment, V by ldmatrix.trans */
-        const uint32_t a[4] = {pf_mma<T>::pack(sc[0][0], sc[0][1]), pf_mma<T>::pack(sc[0][2], sc[0][3]),
-                               pf_mma<T>::pack(sc[1][0], sc[1][1]), pf_mma<T>::pack(sc[1][2], sc[1][3])};
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t b[4];
-            pf_ldmatrix_x4_trans(b, vt_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (2 * n2 + (lane >> 4)) * 8);
-            pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
-            pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
-        }
-        __syncwarp(); /* every lane is done with this buffer before it is refilled */
-    }
-    pf_cp_async_wait<0>();
-    const bool any_bad = __any_sync(0xffffffffu, bad);
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-        l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-    }
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int r = g + 8 * e;
-        if (r >= gn) continue;
-        const float inv = any_bad ? 0.0f : 1.0f / l[e];
-        const int64_t base = i * out.stride + (int64_t)(h0 + r) * D + 2 * tig;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            store_act(out.data, out.dtype, base + n * 8, o[n][2 * e] * inv);
-            store_act(out.data, out.dtype, base + n * 8 + 1, o[n][2 * e + 1] * inv);
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
 // launchers
 
 /* log2(block_size) when it is a power of two (the kernels shift), else -1 (they divide) */
@@ -1426,17 +1244,6 @@ static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_
     tp_launch(attention_decode_tc_kernel<T, D>, grid, DT_THREADS, smem, stream, q, cache, batch, P, out, fault);
 }
 
-template <typename T, int D>
-static void launch_decode_wi(int64_t items, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
-                             tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
-{
-    const size_t smem = wi_smem_bytes<D>();
-    (void)cudaFuncSetAttribute(attention_decode_wi_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)smem);
-    tp_launch(attention_decode_wi_kernel<T, D>, (unsigned)CEIL_DIV(items, WI_WARPS), WI_THREADS, smem, stream, q, cache,
-              batch, P, out, fault);
-}
-
 /* Whether the decode kernel on tensor cores takes the flash kernel's work: a 16-bit cache
  * with q of its dtype, head_dim 64 or 128, at most DT_MAX_GROUP q heads per KV head, and
  * TPINFER_ATTN_DECODE_TC not 0 (the flash kernel, what bench/gpu_attention compares). */
@@ -1467,7 +1274,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     static int min_split = 0, blocks_per_sm = 0;
     if (!min_split) {
         min_split = env_int("TPINFER_ATTN_MIN_SPLIT", FA_MIN_SPLIT, 8, 1 << 20);
-        blocks_per_sm = env_int("TPINFER_ATTN_BLOCKS_PER_SM", FA_BLOCKS_PER_SM, 0, 1024); /* 0: never split */
+        blocks_per_sm = env_int("TPINFER_ATTN_BLOCKS_PER_SM", FA_BLOCKS_PER_SM, 1, 1024);
     }
     int64_t S = 1;
     const int64_t target = (int64_t)blocks_per_sm * (scratch.sm_count > 0 ? scratch.sm_count : 1);
@@ -1498,18 +1305,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
 
     const dim3 grid((unsigned)base, (unsigned)S);
     const size_t smem = (size_t)FA_WARPS * gmax * (hd + 2) * sizeof(float);
-    static int wi_env = -1;
-    if (wi_env < 0) wi_env = env_int("TPINFER_ATTN_DECODE_WI", 1, 0, 1);
-    if (tc && S == 1 && base >= target && wi_env) { /* a warp per item: nhg is 1 under tc */
-        const bool bf = cache.dtype == TP_DTYPE_BF16;
-        if (hd == 64) {
-            if (bf) launch_decode_wi<bf16_t, 64>(base, q, cache, batch, P, out, fault, stream);
-            else launch_decode_wi<f16_t, 64>(base, q, cache, batch, P, out, fault, stream);
-        } else {
-            if (bf) launch_decode_wi<bf16_t, 128>(base, q, cache, batch, P, out, fault, stream);
-            else launch_decode_wi<f16_t, 128>(base, q, cache, batch, P, out, fault, stream);
-        }
-    } else if (tc) {
+    if (tc) {
         const bool bf = cache.dtype == TP_DTYPE_BF16;
         if (hd == 64) {
             if (bf) launch_decode_tc<bf16_t, 64>(grid, q, cache, batch, P, out, fault, stream);

@@ -60,21 +60,6 @@ elif CK_FORK=no "$B/tests/check_backend_ops" >"$OUTDIR/ops.log" 2>&1; then
 else
     record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
 fi
-# the attention and fault groups again with splitting off (TPINFER_ATTN_BLOCKS_PER_SM=0): every
-# 16-bit decode then takes the warp-per-item kernel, which the default takes only at large batches
-if [ "${GPU_OPS:-1}" = 1 ]; then
-    ok=1
-    for group in attention errors; do
-        TPINFER_ATTN_BLOCKS_PER_SM=0 CK_FORK=no CK_RUN_CASE=$group "$B/tests/check_backend_ops" \
-            >"$OUTDIR/ops-nosplit-$group.log" 2>&1 || ok=0
-    done
-    if [ $ok = 1 ]; then
-        record "attention and faults vs CPU, splits off (the warp-per-item decode kernel)" PASS ""
-    else
-        record "attention and faults vs CPU, splits off (the warp-per-item decode kernel)" FAIL "see ops-nosplit-*.log"
-        tail -20 "$OUTDIR"/ops-nosplit-*.log
-    fi
-fi
 
 # ---- 2. models against Hugging Face (GPU_MODELS=0 skips)
 for dir in "$MODELS"/*/; do
