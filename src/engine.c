@@ -1028,14 +1028,15 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
     }
 }
 
-/* Before the first step (pp 1; on by default where the backend records graphs, so on
- * GPUs; TPINFER_WARMUP=0 or 1 overrides): tp_model_warm_up with the outputs this replica's
- * steps will use, so the run pays no first-use costs. Part of the start-up time. */
+/* Before the first step (on by default where the backend records graphs, so on GPUs;
+ * TPINFER_WARMUP=0 or 1 overrides): tp_model_warm_up with the outputs this replica's steps
+ * will use, so the run pays no first-use costs; over pp the prefill step's activations pass
+ * down the stages as a step's do. Part of the start-up time. */
 static tp_status warm_up(engine *e)
 {
     const char *env = getenv("TPINFER_WARMUP");
     int on = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
-    if (!on || e->g->pp > 1) return TP_OK;
+    if (!on) return TP_OK;
     int greedy = !e->n_extra && !e->o->dump_logits && tp_model_can_argmax(&e->model);
     for (int64_t k = 0; greedy && k < e->n_seqs; k++) greedy = plain_greedy(&e->R[e->S_[k].req]);
     tp_warm_up w;
@@ -1060,7 +1061,21 @@ static tp_status warm_up(engine *e)
         w.logits = e->logits_host;
     }
     double t0 = now_s();
+    const int s = e->g->pp_rank;
+    const size_t d = (size_t)e->model.dims.d, n = (size_t)tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
+    void *stream = e->backend->stream;
+    if (s > 0) {
+        TP_CHECK(tp_comm_recv(e->ppc, e->rx.data, n * d, TP_DTYPE_F32, s - 1, stream));
+        TP_CHECK(tp_comm_recv(e->ppc, e->rdelta.data, n * d, TP_DTYPE_F32, s - 1, stream));
+        w.in_x = &e->rx;
+        w.in_delta = &e->rdelta;
+    }
     TP_CHECK(tp_model_warm_up(&e->model, &e->kv, &e->buf, e->tpc, &w));
+    if (s < e->g->pp - 1) {
+        TP_CHECK(tp_comm_send(e->ppc, e->buf.x.data, n * d, TP_DTYPE_F32, s + 1, stream));
+        TP_CHECK(tp_comm_send(e->ppc, e->buf.delta.data, n * d, TP_DTYPE_F32, s + 1, stream));
+        TP_CHECK(e->backend->ops->synchronize(e->backend));
+    }
     tp_log_info0("warm-up before the first step: %.0f ms (TPINFER_WARMUP=0 skips it)", 1e3 * (now_s() - t0));
     return TP_OK;
 }

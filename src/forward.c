@@ -489,7 +489,7 @@ int tp_model_can_argmax(const tp_model *m)
  * KV cache is not written) and a block-table row of block 0 (zeroed at creation, or some
  * sequence's keys: finite either way); each sequence's last token has a logit row. */
 static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
-                           int32_t n, int32_t len, int32_t *host)
+                           int32_t n, int32_t len, int32_t *host, int stage_input)
 {
     const int32_t seqs = (n + len - 1) / len, mb = buf->max_blocks;
     int32_t *ids = host, *pos = ids + n, *seq = pos + n, *slot = seq + n, *rows = slot + n, *table = rows + seqs;
@@ -498,32 +498,50 @@ static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     memset(table, 0, (size_t)seqs * (size_t)mb * sizeof(int32_t));
     tp_step s = {n, ids, pos, seq, slot, seqs, mb, n < len ? n : len, table, seqs, rows};
     tp_sample_request rq = {w->sample_rows, w->sample_rows ? ids : NULL, 0, w->sample_out};
-    return tp_model_forward(m, kv, buf, &s, tp, NULL, NULL, w->logits, w->ids, w->sample_rows ? &rq : NULL);
+    tp_tensor in_x, in_delta;
+    if (stage_input && w->in_x) {
+        in_x = tp_tensor_rows(w->in_x, 0, n);
+        in_delta = tp_tensor_rows(w->in_delta, 0, n);
+    }
+    return tp_model_forward(m, kv, buf, &s, tp, stage_input && w->in_x ? &in_x : NULL,
+                            stage_input && w->in_x ? &in_delta : NULL, w->logits, w->ids, w->sample_rows ? &rq : NULL);
+}
+
+static int32_t warm_len(const tp_kv_cache *kv, const tp_step_buffers *buf, const tp_warm_up *w)
+{
+    return w->max_len < buf->max_blocks * kv->block_size ? w->max_len : buf->max_blocks * kv->block_size;
+}
+
+int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *buf, const tp_warm_up *w)
+{
+    const int32_t len = warm_len(kv, buf, w);
+    int32_t n = w->prefill_tokens;
+    if (len <= 0) return 0;
+    if ((int64_t)n > (int64_t)buf->max_seqs * len) n = buf->max_seqs * len;
+    if (n > buf->max_tokens) n = buf->max_tokens;
+    if ((n + len - 1) / len > buf->max_logits) n = buf->max_logits * len;
+    return n > 0 ? n : 0;
 }
 
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
-    const int32_t len = w->max_len < buf->max_blocks * kv->block_size ? w->max_len : buf->max_blocks * kv->block_size;
-    int32_t n = w->prefill_tokens;
-    if ((int64_t)n > (int64_t)buf->max_seqs * len) n = buf->max_seqs * len;
-    if (n > buf->max_tokens) n = buf->max_tokens;
-    if ((n + len - 1) / len > buf->max_logits) n = buf->max_logits * len;
+    const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
     const int32_t cap = graph_cap(buf), most = n > cap ? n : cap;
     const int32_t seqs_most = n > cap ? (n + len - 1) / len : cap;
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_status st = TP_OK;
-    if (n > 0 && len > 0) st = warm_step(m, kv, buf, tp, w, n, len, host);
+    if (n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch) */
     if (st == TP_OK && w->graphs && w->sampled) {
         const int use = buf->use_graphs;
         buf->use_graphs = 0;
-        st = warm_step(m, kv, buf, tp, w, 1, 1, host);
+        st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
         buf->use_graphs = use;
     }
     for (int i = 0; st == TP_OK && w->graphs && buf->use_graphs && i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
-        st = warm_step(m, kv, buf, tp, w, B, 1, host); /* recorded, then replayed once */
+        st = warm_step(m, kv, buf, tp, w, B, 1, host, 0); /* recorded, then replayed once */
         if (B == cap) break;
     }
     if (st == TP_OK) st = m->backend->ops->synchronize(m->backend);

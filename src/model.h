@@ -165,7 +165,10 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
  * them (the graphs differ by it): ids (greedy on the device); in a run sampled by the
  * device (sampled set on every rank: one eager sampled step comes first) sample_rows /
  * sample_out on the sampler rank (at least max(graph cap, sequences) entries, every rule
- * greedy); logits; or none of them. At tp > 1 every rank of the group calls it alike. */
+ * greedy); logits; or none of them. At tp > 1 every rank of the group calls it alike. A pipeline
+ * stage after the first takes the prefill step's input from in_x / in_delta (at least
+ * tp_model_warm_up_tokens rows, received from the stage before), and leaves its output in
+ * buf->x and buf->delta for the caller to send on, as tp_model_forward does (graphs need pp 1). */
 typedef struct tp_warm_up {
     int32_t prefill_tokens, max_len;
     int graphs, sampled;
@@ -173,8 +176,11 @@ typedef struct tp_warm_up {
     float *logits;
     const tp_sample_row *sample_rows;
     tp_sample_out *sample_out;
+    const tp_tensor *in_x, *in_delta;
 } tp_warm_up;
 
+/* The tokens of the warm-up's prefill-sized step. */
+int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *buf, const tp_warm_up *w);
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w);
 
 /* Sampling on the device is possible: the last stage and a backend with the sample op. */

@@ -54,23 +54,28 @@ same_dumps tp2pad1 tp2pad0
 cmp -s "$TMP/tp2pad0.jsonl" "$TMP/tp2pad1.jsonl" || fail "completions differ with padded decode steps at tp 2"
 # the warm-up before the first step (on by default on a GPU: a prefill-sized step and every
 # graph batch size, dummy tokens that write nothing to the KV cache) changes nothing, with the
-# logits copied out (dumps), the device's argmax (greedy) and its sample op (sampled), at tp 1
-# and tp 2
+# logits copied out (dumps), the device's argmax (greedy) and its sample op (sampled), at tp 1,
+# tp 2 and pp 2 (whose stages pass the warm-up's activations on)
 TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm "$TMP/all.jsonl"
 grep -q "warm-up before the first step" "$TMP/warm.err" || { cat "$TMP/warm.err"; fail "no warm-up ran"; }
 same_dumps warm together
 cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
 sed 's/^{/{"temperature": 0.8, "top_p": 0.9, "seed": 11, /' "$TMP/all.jsonl" >"$TMP/sampled.jsonl"
-for tp in 1 2; do
+for grid in tp1 tp2 pp2; do
+    np=${grid#??}
     for input in all sampled; do
         for w in 0 1; do
-            name=w$w-$input-tp$tp
-            TPINFER_WARMUP=$w TPINFER_PAD_DECODE=1 mpi "$tp" "$TPINFER" --model "$m" --backend cpu --tp "$tp" \
+            name=w$w-$input-$grid
+            TPINFER_WARMUP=$w TPINFER_PAD_DECODE=1 mpi "$np" "$TPINFER" --model "$m" --backend cpu "--${grid%?}" "$np" \
                 --input "$TMP/$input.jsonl" --output "$TMP/$name.jsonl" 2>"$TMP/$name.err" ||
                 { cat "$TMP/$name.err"; fail "$name"; }
         done
-        cmp -s "$TMP/w0-$input-tp$tp.jsonl" "$TMP/w1-$input-tp$tp.jsonl" ||
-            fail "$input completions at tp $tp differ after the warm-up"
+        cmp -s "$TMP/w0-$input-$grid.jsonl" "$TMP/w1-$input-$grid.jsonl" ||
+            fail "$input completions at $grid differ after the warm-up"
+        # (pp's micro-batches finish in their own order: the sets of lines)
+        sort "$TMP/w0-$input-tp1.jsonl" >"$TMP/a.sorted"
+        sort "$TMP/w1-$input-$grid.jsonl" >"$TMP/b.sorted"
+        cmp -s "$TMP/a.sorted" "$TMP/b.sorted" || fail "$input completions at $grid after the warm-up differ from tp 1's"
     done
 done
 cmp -s "$TMP/w0-all-tp1.jsonl" "$TMP/w0-sampled-tp1.jsonl" && fail "the sampled input was not sampled"
