@@ -710,8 +710,8 @@ static tp_status keep_prompt_rows(engine *e, const tp_sched_batch *b)
 
 static tp_status write_dump(engine *e, req *r);
 
-/* A step whose every sampling row is plain greedy (no logprobs, penalties, min_tokens,
- * prompt rows or dumps) can choose its tokens on the device: only ids come back. */
+/* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties or
+ * min_tokens. */
 static int plain_greedy(const req *r)
 {
     const tp_sampling_params *p = &r->sp;
@@ -720,6 +720,8 @@ static int plain_greedy(const req *r)
            p->presence_penalty == 0.0 && p->frequency_penalty == 0.0;
 }
 
+/* A step whose every sampling row is plain greedy (and no prompt rows or dumps) chooses its
+ * tokens on the device: only ids come back. */
 static int device_greedy(const engine *e, const tp_sched_batch *b)
 {
     /* decided alike on every rank of the last stage: at tp > 1 they all take part */
