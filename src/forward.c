@@ -526,8 +526,9 @@ int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *bu
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
     const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
-    const int32_t cap = graph_cap(buf), most = n > cap ? n : cap;
-    const int32_t seqs_most = n > cap ? (n + len - 1) / len : cap;
+    /* host arrays for the larger of the two kinds of step: 4 per token, 1 + max_blocks per sequence */
+    const int32_t cap = graph_cap(buf), most = n > cap ? n : cap, seqs = n > 0 ? (n + len - 1) / len : 0;
+    const int32_t seqs_most = seqs > cap ? seqs : cap;
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_status st = TP_OK;

@@ -60,6 +60,10 @@ TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm "$TMP/all.jsonl"
 grep -q "warm-up before the first step" "$TMP/warm.err" || { cat "$TMP/warm.err"; fail "no warm-up ran"; }
 same_dumps warm together
 cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
+# a prefill step of more tokens than the largest graph batch, each in fewer sequences than it
+# (the warm-up's host arrays must hold the larger of both)
+TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm_small "$TMP/all.jsonl" --max-num-batched-tokens 300 --max-num-seqs 200
+same_dumps warm_small together
 sed 's/^{/{"temperature": 0.8, "top_p": 0.9, "seed": 11, /' "$TMP/all.jsonl" >"$TMP/sampled.jsonl"
 for grid in tp1 tp2 pp2; do
     np=${grid#??}
