@@ -56,8 +56,11 @@ cmp -s "$TMP/tp2pad0.jsonl" "$TMP/tp2pad1.jsonl" || fail "completions differ wit
 # graph batch size, dummy tokens that write nothing to the KV cache) changes nothing, with the
 # logits copied out (dumps), the device's argmax (greedy) and its sample op (sampled), at tp 1,
 # tp 2 and pp 2 (whose stages pass the warm-up's activations on)
-TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm "$TMP/all.jsonl"
+TPINFER_LOG=debug TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm "$TMP/all.jsonl"
 grep -q "warm-up before the first step" "$TMP/warm.err" || { cat "$TMP/warm.err"; fail "no warm-up ran"; }
+# (and the debug level's step timeline: the first step, a prefill of every prompt)
+grep -q "debug: step 0 at [0-9.]* ms: [0-9]* tokens of 4 sequences, 4 sampled; forward" "$TMP/warm.err" ||
+    { grep "debug: step" "$TMP/warm.err" | head -3; fail "no step timeline at TPINFER_LOG=debug"; }
 same_dumps warm together
 cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
 # a prefill step of more tokens than the largest graph batch, each in fewer sequences than it
