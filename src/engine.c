@@ -722,10 +722,15 @@ static int plain_greedy(const req *r)
 
 /* A step whose every sampling row is plain greedy (and no prompt rows or dumps) chooses its
  * tokens on the device: only ids come back. */
+static int argmax_possible(const engine *e)
+{
+    return !e->n_extra && !e->o->dump_logits && tp_model_can_argmax(&e->model);
+}
+
 static int device_greedy(const engine *e, const tp_sched_batch *b)
 {
     /* decided alike on every rank of the last stage: at tp > 1 they all take part */
-    if (e->n_extra || e->o->dump_logits || !tp_model_can_argmax(&e->model)) return 0;
+    if (!argmax_possible(e)) return 0;
     for (int32_t i = 0; i < b->n_logits; i++)
         if (!plain_greedy(&e->R[e->S_[b->seq_key[b->logit_seq[i]]].req])) return 0;
     return 1;
@@ -997,24 +1002,32 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
 
 /* After every stage computed: stage s receives what s-1 produced (for its next tick),
  * then sends its own output to s+1. Receiving first keeps the chain free of cycles. */
+/* The activations of n tokens from the stage before into rx / rdelta, or from buf.x /
+ * buf.delta to the stage after (stream-ordered on a GPU). */
+static tp_status recv_from_prev(engine *e, int32_t n)
+{
+    const size_t count = (size_t)n * (size_t)e->model.dims.d;
+    const int prev = e->g->pp_rank - 1;
+    TP_CHECK(tp_comm_recv(e->ppc, e->rx.data, count, TP_DTYPE_F32, prev, e->backend->stream));
+    return tp_comm_recv(e->ppc, e->rdelta.data, count, TP_DTYPE_F32, prev, e->backend->stream);
+}
+
+static tp_status send_to_next(engine *e, int32_t n)
+{
+    const size_t count = (size_t)n * (size_t)e->model.dims.d;
+    const int next = e->g->pp_rank + 1;
+    TP_CHECK(tp_comm_send(e->ppc, e->buf.x.data, count, TP_DTYPE_F32, next, e->backend->stream));
+    return tp_comm_send(e->ppc, e->buf.delta.data, count, TP_DTYPE_F32, next, e->backend->stream);
+}
+
 static tp_status exchange(engine *e, int64_t tick, int mine_p, const tp_step *mine)
 {
     const int s = e->g->pp_rank;
-    const size_t d = (size_t)e->model.dims.d;
-    void *stream = e->backend->stream;
     if (s > 0) {
         int prev = stage_engine(e, tick, s - 1);
-        if (prev >= 0) {
-            size_t n = (size_t)e->B[prev].n_tokens * d;
-            TP_CHECK(tp_comm_recv(e->ppc, e->rx.data, n, TP_DTYPE_F32, s - 1, stream));
-            TP_CHECK(tp_comm_recv(e->ppc, e->rdelta.data, n, TP_DTYPE_F32, s - 1, stream));
-        }
+        if (prev >= 0) TP_CHECK(recv_from_prev(e, e->B[prev].n_tokens));
     }
-    if (s < e->g->pp - 1 && mine_p >= 0) {
-        size_t n = (size_t)mine->n_tokens * d;
-        TP_CHECK(tp_comm_send(e->ppc, e->buf.x.data, n, TP_DTYPE_F32, s + 1, stream));
-        TP_CHECK(tp_comm_send(e->ppc, e->buf.delta.data, n, TP_DTYPE_F32, s + 1, stream));
-    }
+    if (s < e->g->pp - 1 && mine_p >= 0) TP_CHECK(send_to_next(e, mine->n_tokens));
     return TP_OK;
 }
 
@@ -1039,7 +1052,7 @@ static tp_status warm_up(engine *e)
     const char *env = getenv("TPINFER_WARMUP");
     int on = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
     if (!on) return TP_OK;
-    int greedy = !e->n_extra && !e->o->dump_logits && tp_model_can_argmax(&e->model);
+    int greedy = argmax_possible(e);
     for (int64_t k = 0; greedy && k < e->n_seqs; k++) greedy = plain_greedy(&e->R[e->S_[k].req]);
     tp_warm_up w;
     memset(&w, 0, sizeof w);
@@ -1063,19 +1076,15 @@ static tp_status warm_up(engine *e)
         w.logits = e->logits_host;
     }
     double t0 = now_s();
-    const int s = e->g->pp_rank;
-    const size_t d = (size_t)e->model.dims.d, n = (size_t)tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
-    void *stream = e->backend->stream;
-    if (s > 0) {
-        TP_CHECK(tp_comm_recv(e->ppc, e->rx.data, n * d, TP_DTYPE_F32, s - 1, stream));
-        TP_CHECK(tp_comm_recv(e->ppc, e->rdelta.data, n * d, TP_DTYPE_F32, s - 1, stream));
+    const int32_t n = tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
+    if (e->g->pp_rank > 0) {
+        TP_CHECK(recv_from_prev(e, n));
         w.in_x = &e->rx;
         w.in_delta = &e->rdelta;
     }
     TP_CHECK(tp_model_warm_up(&e->model, &e->kv, &e->buf, e->tpc, &w));
-    if (s < e->g->pp - 1) {
-        TP_CHECK(tp_comm_send(e->ppc, e->buf.x.data, n * d, TP_DTYPE_F32, s + 1, stream));
-        TP_CHECK(tp_comm_send(e->ppc, e->buf.delta.data, n * d, TP_DTYPE_F32, s + 1, stream));
+    if (e->g->pp_rank < e->g->pp - 1) {
+        TP_CHECK(send_to_next(e, n));
         TP_CHECK(e->backend->ops->synchronize(e->backend));
     }
     tp_log_info0("warm-up before the first step: %.0f ms (TPINFER_WARMUP=0 skips it)", 1e3 * (now_s() - t0));
