@@ -927,9 +927,9 @@ __global__ void __launch_bounds__(PF_THREADS)
 // ----------------------------------------------------------------------------
 // the decode kernel on tensor cores
 
-/* Block (token i, KV head kh, split s), the flash kernel's grid and contract (partials for
+/* Item (token i, KV head kh, split s): the flash kernel's contract (partials for
  * the combine kernel when the token uses se > 1 splits, else its output), DT_THREADS
- * threads, dt_smem_bytes<D>() of dynamic shared memory. The group's q heads (up to 16) are
+ * threads, dt_smem_bytes<D, W>() of dynamic shared memory. The group's q heads (up to 16) are
  * the rows of one m16 tile (padded rows are zeros and never written). Keys of the split
  * come in tiles of DT_BN, K and V by cp.async into two buffers (the next tile travels while
  * this one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
@@ -937,18 +937,18 @@ __global__ void __launch_bounds__(PF_THREADS)
  * rounded to the cache dtype. At the end the four warps' (m, l, O) merge through shared
  * memory. Against the flash kernel: the same bytes, a tenth of the instructions (that
  * kernel issues ~0.6 instructions a cycle per scheduler at batch 128, its limit). */
-#define DT_BN 64
-#define DT_WARPS 4
-#define DT_THREADS (DT_WARPS * WARP_SIZE)
 #define DT_MAX_GROUP 16
+#define DT_WARPS_DEFAULT 4 /* warps per block (TPINFER_ATTN_DT_WARPS: 1, 2 or 4); a tile has 16 keys a warp */
 
-template <int D> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * DT_BN * (D + PF_PAD) * 2; }
+template <int D, int W> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * 16 * W * (D + PF_PAD) * 2; }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(DT_THREADS, 3)
-    attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
-                               tp_cuda_fault *fault)
+/* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y. */
+template <typename T, int D, int W>
+__device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_layer &cache, const tp_attn_batch &batch,
+                                               const fa_params &P, const tp_tensor &out, tp_cuda_fault *fault,
+                                               int64_t i, int kh, int32_t seq, int32_t pos)
 {
+    constexpr int DT_WARPS = W, DT_BN = 16 * W, DT_THREADS = W * WARP_SIZE;
     constexpr int LD = D + PF_PAD;                  /* shared row pitch (elements) */
     constexpr int CPR = D / 8;                      /* 16-byte chunks per K or V row */
     constexpr int KS = D / 16;                      /* k steps of Q K^T */
@@ -956,24 +956,17 @@ __global__ void __launch_bounds__(DT_THREADS, 3)
     constexpr int LOADS = DT_BN * CPR / DT_THREADS; /* chunks per thread per K (or V) tile */
     static_assert(DT_BN == 16 * DT_WARPS, "a warp takes 16 keys of a tile");
     static_assert(DT_BN * CPR % DT_THREADS == 0, "tile loads must divide over the threads");
-    static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D>(), "the merge reuses the tile buffers");
+    static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D, W>(), "the merge reuses the tile buffers");
     extern __shared__ __align__(16) unsigned char dt_smem[];
     T *kbuf = (T *)dt_smem, *vbuf = kbuf + 2 * DT_BN * LD;
     __shared__ float m_s[DT_WARPS][DT_MAX_GROUP], l_s[DT_WARPS][DT_MAX_GROUP];
     __shared__ int bad_s;
 
-    pdl_trigger();
     const int kvh = cache.n_kv_heads, bs = cache.block_size;
-    const int64_t i = blockIdx.x / kvh;
-    const int kh = (int)(blockIdx.x % kvh), s = blockIdx.y, S = P.splits;
+    const int s = blockIdx.y, S = P.splits;
     const int h0 = kh * P.group, gn = P.group; /* q heads h0 .. h0 + gn - 1 */
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
     const int g = lane >> 2, tig = lane & 3;
-    /* the step's indices come from uploads, never from a kernel: read them while the
-     * previous kernel runs */
-    const int32_t seq = __ldg(batch.seq + i), pos = __ldg(batch.pos + i);
-    pdl_wait(); /* q and the step's K/V rows come from the previous kernel */
-    if (P.pf_skip && pf_took(batch, i, bs)) return; /* the prefill kernel wrote it */
     int32_t value = 0, limit = 0;
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
     if (code != TP_CUDA_FAULT_NONE) {
@@ -1232,16 +1225,70 @@ static void launch_flash_g(int gmax, dim3 grid, size_t smem, tp_tensor q, tp_kv_
     }
 }
 
-template <typename T, int D>
+/* Without pf_skip, block (token i, KV head kh, split): grid (n_tokens * kv_heads, S). After
+ * the prefill kernel (pf_skip), block (64-token tile, KV head, part): grid (n_tiles * kv_heads
+ * * DT_PARTS, S), each taking every DT_PARTS-th row of its tile that the prefill kernel left
+ * (decode tokens, short runs, faulty tokens), one after another: a prefill step's tokens are
+ * nearly all taken, and a block per token only to find that out cost ~0.5 ms a layer at
+ * 8192 tokens (three resident blocks per SM, each scanning its tile). */
+#define DT_PARTS 4
+
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
+    attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
+                               tp_cuda_fault *fault)
+{
+    pdl_trigger();
+    const int kvh = cache.n_kv_heads;
+    if (!P.pf_skip) {
+        const int64_t i = blockIdx.x / kvh;
+        /* the step's indices come from uploads, never from a kernel: read them while the
+         * previous kernel runs */
+        const int32_t seq = __ldg(batch.seq + i), pos = __ldg(batch.pos + i);
+        pdl_wait(); /* q and the step's K/V rows come from the previous kernel */
+        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, (int)(blockIdx.x % kvh), seq, pos);
+        return;
+    }
+    const int64_t t0 = (int64_t)(blockIdx.x / ((unsigned)kvh * DT_PARTS)) * PF_BM;
+    const int kh = (int)(blockIdx.x / DT_PARTS % (unsigned)kvh), part = (int)(blockIdx.x % DT_PARTS);
+    const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
+    uint64_t ok;
+    const uint64_t starts = pf_tile_scan(batch, t0, cnt, cache.block_size, &ok); /* every warp: the same */
+    pdl_wait();
+    for (int r = part; r < cnt; r += DT_PARTS) {
+        int r0, r1;
+        if (pf_run(starts, ok, r, &r0, &r1)) continue; /* the prefill kernel wrote it */
+        __syncthreads(); /* the last item is done with the shared memory */
+        const int64_t i = t0 + r;
+        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, kh, __ldg(batch.seq + i), __ldg(batch.pos + i));
+    }
+}
+
+template <typename T, int D, int W>
 static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
                              tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
     /* over 48 KiB of dynamic shared memory is asked for per device: at every launch (a host
      * call, no stream operation, so it may come inside a graph recording) */
-    const size_t smem = dt_smem_bytes<D>();
-    (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t smem = dt_smem_bytes<D, W>();
+    (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)smem);
-    tp_launch(attention_decode_tc_kernel<T, D>, grid, DT_THREADS, smem, stream, q, cache, batch, P, out, fault);
+    tp_launch(attention_decode_tc_kernel<T, D, W>, grid, W * WARP_SIZE, smem, stream, q, cache, batch, P, out, fault);
+}
+
+/* The warps per block from TPINFER_ATTN_DT_WARPS (1, 2 or 4; what bench/gpu_attention compares). */
+template <typename T, int D>
+static void launch_decode_tc_w(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
+                               tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    static int w = 0;
+    if (!w) {
+        w = env_int("TPINFER_ATTN_DT_WARPS", DT_WARPS_DEFAULT, 1, 4);
+        if (w == 3) w = DT_WARPS_DEFAULT;
+    }
+    if (w == 1) launch_decode_tc<T, D, 1>(grid, q, cache, batch, P, out, fault, stream);
+    else if (w == 2) launch_decode_tc<T, D, 2>(grid, q, cache, batch, P, out, fault, stream);
+    else launch_decode_tc<T, D, 4>(grid, q, cache, batch, P, out, fault, stream);
 }
 
 /* Whether the decode kernel on tensor cores takes the flash kernel's work: a 16-bit cache
@@ -1306,13 +1353,14 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     const dim3 grid((unsigned)base, (unsigned)S);
     const size_t smem = (size_t)FA_WARPS * gmax * (hd + 2) * sizeof(float);
     if (tc) {
+        const dim3 tc_grid(pf_skip ? (unsigned)(CEIL_DIV(n, PF_BM) * kvh * DT_PARTS) : grid.x, grid.y);
         const bool bf = cache.dtype == TP_DTYPE_BF16;
         if (hd == 64) {
-            if (bf) launch_decode_tc<bf16_t, 64>(grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc<f16_t, 64>(grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 64>(tc_grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 64>(tc_grid, q, cache, batch, P, out, fault, stream);
         } else {
-            if (bf) launch_decode_tc<bf16_t, 128>(grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc<f16_t, 128>(grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 128>(tc_grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 128>(tc_grid, q, cache, batch, P, out, fault, stream);
         }
     } else switch (cache.dtype) {
     case TP_DTYPE_F32:

@@ -457,6 +457,11 @@ static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, c
                                  ctx->stream);
 }
 
+static tp_status cuda_matmul_tune(tp_backend *b, int on)
+{
+    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on);
+}
+
 // ----------------------------------------------------------------------------
 // graphs: a decode step recorded once per batch size and replayed (NCCL calls included)
 
@@ -612,6 +617,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .graph_free   = */ cuda_graph_free,
     /* .staging      = */ cuda_staging,
     /* .upload_staged= */ cuda_upload_staged,
+    /* .matmul_tune  = */ cuda_matmul_tune,
     /* .destroy      = */ cuda_destroy,
 };
 

@@ -27,6 +27,15 @@
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
  * leading dimensions, pointer alignments) with cublasLtMatmulAlgoGetHeuristic and kept in
  * a hashed table of 256 (TPINFER_LOG=debug reports the queries and their host time).
+ *
+ * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
+ * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and its calls take them
+ * in turn, each timed with a pair of events, until each has TUNE_SAMPLES; when tuning ends
+ * the one with the lowest median stays (the heuristic's first unless another is 3 % faster).
+ * In place, because a product's time depends on its neighbours: a decode step calls each
+ * layer's product once, with other weights streaming in between, so its own weights are
+ * never in L2; timed alone in a loop they are, and earlier attempts that timed candidates in
+ * isolation (with an L2 flush by memset) chose algorithms that were slower in the step.
  */
 #include "matmul.h"
 
@@ -57,6 +66,9 @@
 
 #define ALGO_PROBE 8
 #define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
+#define TUNE_CANDIDATES 8
+#define TUNE_SAMPLES 4
+#define TUNE_MARGIN 0.97 /* another candidate replaces the heuristic's first when this much faster */
 
 /* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
 typedef struct gemm_key {
@@ -65,10 +77,19 @@ typedef struct gemm_key {
     uint32_t align_a, align_b, align_d, unused;
 } gemm_key;
 
+/* A shape being tuned: its candidates, and each one's timed calls (event pairs). */
+typedef struct tune_state {
+    int n_cand, next; /* candidates; the one the next call takes */
+    cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
+    int samples[TUNE_CANDIDATES];
+    cudaEvent_t ev[TUNE_CANDIDATES][TUNE_SAMPLES][2];
+} tune_state;
+
 typedef struct algo_entry {
     gemm_key key;
     cublasLtMatmulAlgo_t algo;
     int valid;
+    tune_state *tune; /* while the state tunes and this shape has more than one candidate */
 } algo_entry;
 
 struct tp_cuda_gemm {
@@ -81,6 +102,7 @@ struct tp_cuda_gemm {
     int next; /* where the next new algorithm goes when its probe run is full */
     int queries;          /* heuristic queries made, and their host time: TPINFER_LOG=debug */
     double query_seconds; /* prints them when the state is destroyed */
+    int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
     int gemv; /* 1: the GEMV takes the fused gate/up+SwiGLU shapes it fits; 0 (TPINFER_GEMV=0): none;
                * 2 (TPINFER_GEMV=all): plain products too (what bench/gpu_matmul compares) */
@@ -121,6 +143,8 @@ static uint32_t alignment(const void *p)
 // ----------------------------------------------------------------------------
 // state
 
+static void tune_free(tune_state *t);
+
 tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_cuda_gemm **out)
 {
     *out = NULL;
@@ -157,6 +181,7 @@ void tp_cuda_gemm_destroy(tp_cuda_gemm *g)
     if (g->queries)
         tp_log(TP_LOG_DEBUG, "cuBLASLt: %d algorithm queries (one per new shape), %.1f ms of host time", g->queries,
                1e3 * g->query_seconds);
+    for (int i = 0; i < ALGO_CACHE; i++) tune_free(g->algos[i].tune);
     if (g->workspace) cudaFree(g->workspace);
     if (g->scratch) cudaFree(g->scratch);
     if (g->lt) cublasLtDestroy(g->lt);
@@ -166,10 +191,24 @@ void tp_cuda_gemm_destroy(tp_cuda_gemm *g)
 // ----------------------------------------------------------------------------
 // one cuBLASLt matmul, its algorithm from the table or from the heuristic
 
+static void tune_free(tune_state *t)
+{
+    if (!t) return;
+    for (int c = 0; c < t->n_cand; c++)
+        for (int r = 0; r < TUNE_SAMPLES; r++)
+            for (int e = 0; e < 2; e++)
+                if (t->ev[c][r][e]) cudaEventDestroy(t->ev[c][r][e]);
+    free(t);
+}
+
+/* The algorithm of this call, and when it is a timed call of a shape being tuned, the pair of
+ * events to record around it (else ev[0] = ev[1] = NULL). */
 static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDesc_t op,
                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                           cublasLtMatrixLayout_t ld, cublasLtMatmulAlgo_t *algo)
+                           cublasLtMatrixLayout_t ld, cudaStream_t stream, cublasLtMatmulAlgo_t *algo,
+                           cudaEvent_t ev[2])
 {
+    ev[0] = ev[1] = NULL;
     gemm_key key;
     memset(&key, 0, sizeof key);
     key.ab_type = (int32_t)a->ab;
@@ -194,7 +233,25 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
             continue;
         }
         if (!memcmp(&c->key, &key, sizeof key)) {
+            tune_state *t = c->tune;
             *algo = c->algo;
+            if (t) { /* the candidates in turn until each has its samples, then the first */
+                const int cand = t->next;
+                if (t->samples[cand] < TUNE_SAMPLES) {
+                    cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
+                    if (!pair[0] && cudaEventCreate(&pair[0]) != cudaSuccess) pair[0] = NULL;
+                    if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
+                    if (pair[0] && pair[1]) {
+                        *algo = t->cand[cand];
+                        ev[0] = pair[0];
+                        ev[1] = pair[1];
+                        t->samples[cand]++;
+                    } else {
+                        (void)cudaGetLastError();
+                    }
+                }
+                t->next = (cand + 1) % t->n_cand;
+            }
             return TP_OK;
         }
     }
@@ -202,15 +259,22 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         slot = (int)((h + (uint64_t)g->next) % ALGO_CACHE);
         g->next = (g->next + 1) % ALGO_PROBE;
     }
+    /* tuned: 16-bit products first seen while tuning, outside a graph recording */
+    int tune = g->tuning && (a->ab == TP_DTYPE_BF16 || a->ab == TP_DTYPE_F16);
+    if (tune) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) tune = 0;
+        (void)cudaGetLastError();
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
     tp_status st = TP_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int found = 0;
     uint64_t ws = g->workspace_bytes;
-    memset(&res, 0, sizeof res);
+    memset(res, 0, sizeof res);
     TP_CUBLAS_GOTO(cublasLtMatmulPreferenceCreate(&pref), st, done);
     TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                         sizeof ws), st, done);
@@ -222,28 +286,107 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                                                         &key.align_d, sizeof key.align_d), st, done);
     TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                         &key.align_d, sizeof key.align_d), st, done);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, 1, &res, &found);
-    if (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+    cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, tune ? TUNE_CANDIDATES : 1, res, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS) {
         st = tp_error(TP_ERR_CUBLAS,
                       "matmul: cuBLASLt has no algorithm for %s x %s -> %s with m=%lld n=%lld k=%lld, "
                       "leading dimensions %lld/%lld/%lld, alignments %u/%u/%u bytes (%s)",
                       tp_dtype_name(a->ab), tp_dtype_name(a->ab), tp_dtype_name(a->d), (long long)a->m,
                       (long long)a->n, (long long)a->k, (long long)a->lda, (long long)a->ldb,
                       (long long)a->ldd, key.align_a, key.align_b, key.align_d,
-                      cublasLtGetStatusString(hs != CUBLAS_STATUS_SUCCESS ? hs : res.state));
+                      cublasLtGetStatusString(hs != CUBLAS_STATUS_SUCCESS ? hs : res[0].state));
         goto done;
     }
-    *algo = res.algo;
+    *algo = res[0].algo;
     algo_entry *e = &g->algos[slot];
+    tune_free(e->tune);
+    memset(e, 0, sizeof *e);
     e->key = key;
-    e->algo = res.algo;
+    e->algo = res[0].algo;
     e->valid = 1;
+    if (tune && found > 1) {
+        tune_state *t = calloc(1, sizeof *t);
+        if (t) { /* without it the shape keeps the heuristic's first */
+            for (int c = 0; c < found; c++)
+                if (res[c].state == CUBLAS_STATUS_SUCCESS && res[c].workspaceSize <= g->workspace_bytes)
+                    t->cand[t->n_cand++] = res[c].algo;
+            if (t->n_cand > 1) e->tune = t;
+            else free(t);
+        }
+    }
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     g->queries++;
     g->query_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     return st;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of a candidate's timed calls in microseconds, or -1 when it has fewer than
+ * two (or a time could not be read). */
+static double tune_median(tune_state *t, int c)
+{
+    float us[TUNE_SAMPLES];
+    const int n = t->samples[c];
+    if (n < 2) return -1.0;
+    for (int r = 0; r < n; r++) {
+        float ms = 0.0f;
+        if (cudaEventSynchronize(t->ev[c][r][1]) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, t->ev[c][r][0], t->ev[c][r][1]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return -1.0;
+        }
+        us[r] = 1e3f * ms;
+    }
+    qsort(us, (size_t)n, sizeof us[0], cmp_float);
+    return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+}
+
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on)
+{
+    if (on) {
+        g->tuning = 1;
+        return TP_OK;
+    }
+    g->tuning = 0;
+    int tuned = 0, changed = 0;
+    double first_us = 0.0, best_us = 0.0;
+    for (int i = 0; i < ALGO_CACHE; i++) {
+        algo_entry *e = &g->algos[i];
+        tune_state *t = e->tune;
+        if (!t) continue;
+        e->tune = NULL;
+        const double t0 = tune_median(t, 0);
+        int best = 0;
+        double bt = t0;
+        for (int c = 1; t0 > 0.0 && c < t->n_cand; c++) {
+            const double tc = tune_median(t, c);
+            if (tc > 0.0 && tc < bt) best = c, bt = tc;
+        }
+        if (best && bt > TUNE_MARGIN * t0) best = 0, bt = t0;
+        if (t0 > 0.0) {
+            tuned++;
+            changed += best != 0;
+            first_us += t0;
+            best_us += bt;
+            e->algo = t->cand[best];
+            tp_log(TP_LOG_DEBUG, "cuBLASLt tuned %s m=%lld n=%lld k=%lld: candidate %d of %d, %.1f us against the "
+                   "heuristic's first %.1f us", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
+                   (long long)e->key.n, (long long)e->key.k, best + 1, t->n_cand, bt, t0);
+        }
+        tune_free(t);
+    }
+    if (tuned)
+        tp_log(TP_LOG_DEBUG, "cuBLASLt: %d shapes tuned in place, %d changed; one call of each: %.1f us, %.1f with "
+               "the heuristic's first", tuned, changed, best_us, first_us);
+    return TP_OK;
 }
 
 static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stream)
@@ -263,10 +406,13 @@ static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stre
                    st, done);
     TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&ld, cuda_type(a->d), (uint64_t)a->m, (uint64_t)a->n, a->ldd),
                    st, done);
-    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, &algo), st, done);
+    cudaEvent_t ev[2];
+    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, stream, &algo, ev), st, done);
+    if (ev[0]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], stream), st, done);
     TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
                                   &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
                    st, done);
+    if (ev[1]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], stream), st, done);
 done:
     if (ld) cublasLtMatrixLayoutDestroy(ld);
     if (lb) cublasLtMatrixLayoutDestroy(lb);

@@ -25,6 +25,11 @@ typedef struct tp_cuda_gemm tp_cuda_gemm;
 tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_cuda_gemm **out);
 void tp_cuda_gemm_destroy(tp_cuda_gemm *g); /* accepts NULL; the caller has synchronised */
 
+/* on = 1: 16-bit products of shapes first seen from now on (outside graph recordings) try
+ * cuBLASLt's first candidates in turn, each call timed; on = 0: each such shape keeps its
+ * fastest (waits for the timed calls). Only eager steps should run in between. */
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on);
+
 /* y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias may be NULL), enqueued on stream.
  * Shapes and dtypes (f32/f16/bf16, any mix) were validated by the caller. */
 tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,

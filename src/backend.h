@@ -204,6 +204,11 @@ struct tp_backend_ops {
     tp_status (*staging)(tp_backend *b, size_t bytes, void **host);
     tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 
+    /* Optional (NULL where matmul has nothing to choose): on = 1, matmuls of shapes first
+     * seen from now on try the library's candidate algorithms in turn, timed where they run;
+     * on = 0 keeps each shape's fastest. Between the two, eager steps only (the warm-up). */
+    tp_status (*matmul_tune)(tp_backend *b, int on);
+
     void (*destroy)(tp_backend *b);
 };
 

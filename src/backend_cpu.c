@@ -1060,6 +1060,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .graph_free   = */ NULL,
     /* .staging      = */ cpu_staging,
     /* .upload_staged= */ cpu_upload_staged,
+    /* .matmul_tune  = */ NULL,
     /* .destroy      = */ cpu_destroy,
 };
 

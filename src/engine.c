@@ -89,6 +89,7 @@ typedef struct engine {
     int64_t n_seqs;
     int64_t n_index, n_runnable;
     int32_t max_model_len;
+    int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
     int32_t eos[TP_MAX_EOS_IDS];
     int n_eos;
     const char *model_name;
@@ -507,11 +508,18 @@ static tp_status load(engine *e, int32_t *n_blocks)
            s > 0 ? (double)e->model.weight_bytes / s / 1e9 : 0.0);
     int64_t per_token = tp_shard_plan_kv_bytes_per_token(&e->cfg, &plan, (int64_t)tp_dtype_size(e->backend->act_dtype));
     int64_t budget = e->o->kv_cache_memory;
-    if (!strcmp(e->backend->name, "cuda") && e->dev->total_bytes > 0) {
+    const int on_gpu = !strcmp(e->backend->name, "cuda") && e->dev->total_bytes > 0;
+    /* as vLLM's offline default: one prefill step of 16384 tokens on GPUs of 70 GiB or more
+     * (its GEMMs are as fast per token, and a batch of 128 prompts of 128 tokens is then one
+     * step, with no mixed step after it), else 8192 */
+    e->max_batched = (int32_t)e->o->max_num_batched_tokens;
+    if (!e->max_batched) e->max_batched = on_gpu && e->dev->total_bytes >= (INT64_C(70) << 30) ? 16384 : 8192;
+    if (on_gpu) {
         /* the card's share, less what is already taken (weights, workspace) and room for
-         * the step buffers */
+         * the step buffers (1 GiB per 8192 tokens of a step) */
         budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
-                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes - (INT64_C(1) << 30);
+                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes -
+                 (INT64_C(1) << 30) * TP_CEIL_DIV((int64_t)e->max_batched, 8192);
         if (budget <= 0)
             return tp_error(TP_ERR_OOM,
                             "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights; raise "
@@ -571,13 +579,13 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->inflight = calloc((size_t)e->P, sizeof *e->inflight);
     e->entered = calloc((size_t)e->P, sizeof *e->entered);
     if (!e->S || !e->B || !e->inflight || !e->entered) return tp_error(TP_ERR_OOM, "out of memory");
-    tp_sched_config sc = {bs, e->blocks_per_engine, (int32_t)o->max_num_seqs, (int32_t)o->max_num_batched_tokens,
+    tp_sched_config sc = {bs, e->blocks_per_engine, (int32_t)o->max_num_seqs, e->max_batched,
                           e->max_model_len};
     for (int p = 0; p < e->P; p++) TP_CHECK(tp_scheduler_create(&sc, &e->S[p]));
     TP_CHECK(add_sequences(e));
 
     const tp_model_dims *d = &e->model.dims;
-    int32_t T = (int32_t)o->max_num_batched_tokens;
+    int32_t T = e->max_batched;
     int32_t seqs = (int32_t)(o->max_num_seqs < T ? o->max_num_seqs : T);
     e->max_rows = 2 * T; /* sampling rows + prompt rows (prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
@@ -1056,9 +1064,11 @@ static tp_status warm_up(engine *e)
     for (int64_t k = 0; greedy && k < e->n_seqs; k++) greedy = plain_greedy(&e->R[e->S_[k].req]);
     tp_warm_up w;
     memset(&w, 0, sizeof w);
-    w.prefill_tokens = (int32_t)e->o->max_num_batched_tokens;
+    w.prefill_tokens = e->max_batched;
     w.max_len = e->max_model_len;
     w.graphs = e->buf.use_graphs;
+    const char *tune = getenv("TPINFER_GEMM_TUNE");
+    w.tune = !tune || strcmp(tune, "0") != 0;
     if (greedy) {
         w.ids = e->sync;
     } else if (device_sample(e)) { /* alike on every rank: the sampler's peers take part */
@@ -1286,11 +1296,16 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {
         TP_CHECK(report_load(e));
-        /* every rank of a replica must hold the same number of blocks: take the smallest */
-        int32_t *all = malloc((size_t)e->w->replica->size * sizeof *all);
+        /* every rank of a replica must hold the same number of blocks and take the same
+         * steps: the smallest of each */
+        int32_t mine[2] = {n_blocks, e->max_batched};
+        int32_t *all = malloc((size_t)e->w->replica->size * sizeof mine);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
-        st = tp_comm_all_gather(e->w->replica, &n_blocks, all, 1, TP_DTYPE_I32, NULL);
-        for (int i = 0; i < e->w->replica->size; i++) n_blocks = all[i] < n_blocks ? all[i] : n_blocks;
+        st = tp_comm_all_gather(e->w->replica, mine, all, 2, TP_DTYPE_I32, NULL);
+        for (int i = 0; i < e->w->replica->size; i++) {
+            n_blocks = all[2 * i] < n_blocks ? all[2 * i] : n_blocks;
+            e->max_batched = all[2 * i + 1] < e->max_batched ? all[2 * i + 1] : e->max_batched;
+        }
         free(all);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));

@@ -531,21 +531,33 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     const int32_t seqs_most = seqs > cap ? seqs : cap;
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
-    tp_status st = TP_OK;
-    if (n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
-    /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch) */
-    if (st == TP_OK && w->graphs && w->sampled) {
+    tp_backend *b = m->backend;
+    const int tune = w->tune && b->ops->matmul_tune != NULL;
+    tp_status st = tune ? b->ops->matmul_tune(b, 1) : TP_OK;
+    if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
+    /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
+     * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
+    if (st == TP_OK && w->graphs && (w->sampled || tune)) {
         const int use = buf->use_graphs;
         buf->use_graphs = 0;
-        st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
+        if (w->sampled) st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
+        for (int i = 0; st == TP_OK && tune && use && i < TP_GRAPH_BUCKETS; i++) {
+            const int32_t B = bucket_size(i, cap);
+            st = warm_step(m, kv, buf, tp, w, B, 1, host, 0);
+            if (B == cap) break;
+        }
         buf->use_graphs = use;
+    }
+    if (tune) {
+        const tp_status off = b->ops->matmul_tune(b, 0);
+        if (st == TP_OK) st = off;
     }
     for (int i = 0; st == TP_OK && w->graphs && buf->use_graphs && i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
         st = warm_step(m, kv, buf, tp, w, B, 1, host, 0); /* recorded, then replayed once */
         if (B == cap) break;
     }
-    if (st == TP_OK) st = m->backend->ops->synchronize(m->backend);
+    if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);
     return st;
 }

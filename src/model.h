@@ -165,13 +165,16 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
  * them (the graphs differ by it): ids (greedy on the device); in a run sampled by the
  * device (sampled set on every rank: one eager sampled step comes first) sample_rows /
  * sample_out on the sampler rank (at least max(graph cap, sequences) entries, every rule
- * greedy); logits; or none of them. At tp > 1 every rank of the group calls it alike. A pipeline
+ * greedy); logits; or none of them. With tune (and a backend with matmul_tune), the eager
+ * steps choose the matmuls' algorithms in place, with graphs after one eager step at each
+ * graph batch size. At tp > 1 every rank of the group calls it alike. A pipeline
  * stage after the first takes the prefill step's input from in_x / in_delta (at least
  * tp_model_warm_up_tokens rows, received from the stage before), and leaves its output in
  * buf->x and buf->delta for the caller to send on, as tp_model_forward does (graphs need pp 1). */
 typedef struct tp_warm_up {
     int32_t prefill_tokens, max_len;
     int graphs, sampled;
+    int tune; /* the backend's matmul_tune around the eager steps (then each graph size once eagerly) */
     int32_t *ids;
     float *logits;
     const tp_sample_row *sample_rows;

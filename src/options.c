@@ -77,7 +77,7 @@ static const option_doc docs[] = {
     {{"max-num-seqs", required_argument, 0, OPT_MAX_NUM_SEQS}, NULL, "N",
      "sequences in one batch at most", "256"},
     {{"max-num-batched-tokens", required_argument, 0, OPT_MAX_NUM_BATCHED_TOKENS}, NULL, "N",
-     "tokens in one forward step at most (chunked prefill)", "8192"},
+     "tokens in one forward step at most (chunked prefill)", "16384 on GPUs of 70 GiB or more, else 8192"},
     {{"gpu-memory-utilization", required_argument, 0, OPT_GPU_MEMORY_UTILIZATION}, NULL, "F",
      "fraction of each GPU's memory tpinfer may use, in (0, 1]", "0.9"},
     {{"seed", required_argument, 0, OPT_SEED}, NULL, "N", "random seed for sampling", "0"},
@@ -140,7 +140,7 @@ void tp_options_defaults(tp_options *o)
     o->tp = 1;
     o->pp = 1;
     o->max_num_seqs = 256;
-    o->max_num_batched_tokens = 8192;
+    o->max_num_batched_tokens = 0; /* the engine's default for the device */
     o->gpu_memory_utilization = 0.9;
     o->dtype = "auto";
     o->backend = "auto";
