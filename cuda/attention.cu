@@ -54,7 +54,11 @@
  * is not 0), it does the flash kernel's work under the same grid, splits, partials (the combine
  * kernel) and faults, including pf_skip's leftovers: the group's q heads are the rows of one
  * mma tile, so q . K and P . V run on tensor cores (the flash kernel was bound by its scalar
- * instructions, bench/RESULTS.md). The flash kernel keeps f32 caches and other shapes.
+ * instructions, bench/RESULTS.md). The flash kernel keeps f32 caches and other shapes. Its
+ * blocks have 1 warp (16-key tiles, 12 blocks per SM) where there are no splits, else 4
+ * (64-key tiles; TPINFER_ATTN_DT_WARPS=1, 2 or 4 forces one). Under pf_skip a small kernel
+ * (pf_list_kernel) first lists the tokens the prefill kernel left, and one wave of blocks
+ * takes them in turn, instead of a block for every token of the step.
  *
  * What only the device can check (sequence, position, block-table entries) is checked
  * here: a bad one is recorded as a fault, and the token's output is zeros.
@@ -313,6 +317,8 @@ struct fa_params {
     int32_t bs_shift;       /* log2(block_size) when it is a power of two, else -1 (a division) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
+    int32_t *pf_list;       /* the tensor-core decode kernel under pf_skip: the tokens the prefill */
+    int32_t *pf_count;      /* kernel left (pf_list_kernel), or NULL (a block per token, pf_took) */
 };
 
 /* 16 bytes of cache row as f32 */
@@ -938,7 +944,6 @@ __global__ void __launch_bounds__(PF_THREADS)
  * memory. Against the flash kernel: the same bytes, a tenth of the instructions (that
  * kernel issues ~0.6 instructions a cycle per scheduler at batch 128, its limit). */
 #define DT_MAX_GROUP 16
-#define DT_WARPS_DEFAULT 4 /* warps per block (TPINFER_ATTN_DT_WARPS: 1, 2 or 4); a tile has 16 keys a warp */
 
 template <int D, int W> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * 16 * W * (D + PF_PAD) * 2; }
 
@@ -1225,14 +1230,35 @@ static void launch_flash_g(int gmax, dim3 grid, size_t smem, tp_tensor q, tp_kv_
     }
 }
 
-/* Without pf_skip, block (token i, KV head kh, split): grid (n_tokens * kv_heads, S). After
- * the prefill kernel (pf_skip), block (64-token tile, KV head, part): grid (n_tiles * kv_heads
- * * DT_PARTS, S), each taking every DT_PARTS-th row of its tile that the prefill kernel left
- * (decode tokens, short runs, faulty tokens), one after another: a prefill step's tokens are
- * nearly all taken, and a block per token only to find that out cost ~0.5 ms a layer at
- * 8192 tokens (three resident blocks per SM, each scanning its tile). */
-#define DT_PARTS 4
+/* The tokens of tile blockIdx.x (PF_BM tokens) that the prefill kernel left (decode tokens,
+ * short runs, faulty tokens), appended to list (in no set order) and counted in *count,
+ * which the host zeroed. One warp per tile. */
+__global__ void __launch_bounds__(WARP_SIZE) pf_list_kernel(tp_attn_batch batch, int bs, int32_t *list, int32_t *count)
+{
+    const int64_t t0 = (int64_t)blockIdx.x * PF_BM;
+    const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0), lane = threadIdx.x;
+    uint64_t ok;
+    const uint64_t starts = pf_tile_scan(batch, t0, cnt, bs, &ok);
+    pdl_wait(); /* the count's zeroing is ordered before */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int r = hf * WARP_SIZE + lane;
+        int r0, r1;
+        const bool left = r < cnt && !pf_run(starts, ok, r, &r0, &r1);
+        const unsigned mask = __ballot_sync(0xffffffffu, left);
+        int at = 0;
+        if (lane == 0 && mask) at = atomicAdd(count, __popc(mask));
+        at = __shfl_sync(0xffffffffu, at, 0);
+        if (left) list[at + __popc(mask & ((1u << lane) - 1))] = (int32_t)(t0 + r);
+    }
+    pdl_trigger();
+}
 
+/* Block (token i, KV head kh, split): grid (n_tokens * kv_heads, S). After the prefill kernel
+ * (pf_skip) with a list: grid (a wave of blocks, S), block b taking items b, b + gridDim.x, ..
+ * of (listed token, KV head): a prefill step's tokens are nearly all the prefill kernel's, and
+ * a block per token only to find that out cost ~0.5 ms a layer at 8192 tokens (three resident
+ * blocks per SM, each scanning its tile); without a list, a block per token (pf_took). */
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
     attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
@@ -1240,27 +1266,25 @@ __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
 {
     pdl_trigger();
     const int kvh = cache.n_kv_heads;
-    if (!P.pf_skip) {
-        const int64_t i = blockIdx.x / kvh;
-        /* the step's indices come from uploads, never from a kernel: read them while the
-         * previous kernel runs */
-        const int32_t seq = __ldg(batch.seq + i), pos = __ldg(batch.pos + i);
-        pdl_wait(); /* q and the step's K/V rows come from the previous kernel */
-        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, (int)(blockIdx.x % kvh), seq, pos);
-        return;
+    const bool listed = P.pf_list != nullptr;
+    int64_t k = blockIdx.x, end = k + 1, step = 1; /* items (token, KV head): one, or the list's */
+    int32_t seq = 0, pos = 0;
+    if (!listed) { /* the step's indices come from uploads: read them while the previous kernel runs */
+        seq = __ldg(batch.seq + k / kvh);
+        pos = __ldg(batch.pos + k / kvh);
     }
-    const int64_t t0 = (int64_t)(blockIdx.x / ((unsigned)kvh * DT_PARTS)) * PF_BM;
-    const int kh = (int)(blockIdx.x / DT_PARTS % (unsigned)kvh), part = (int)(blockIdx.x % DT_PARTS);
-    const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
-    uint64_t ok;
-    const uint64_t starts = pf_tile_scan(batch, t0, cnt, cache.block_size, &ok); /* every warp: the same */
-    pdl_wait();
-    for (int r = part; r < cnt; r += DT_PARTS) {
-        int r0, r1;
-        if (pf_run(starts, ok, r, &r0, &r1)) continue; /* the prefill kernel wrote it */
-        __syncthreads(); /* the last item is done with the shared memory */
-        const int64_t i = t0 + r;
-        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, kh, __ldg(batch.seq + i), __ldg(batch.pos + i));
+    pdl_wait(); /* q, the step's K/V rows and the list come from earlier kernels */
+    if (listed) end = (int64_t)*P.pf_count * kvh, step = gridDim.x;
+    for (; k < end; k += step) {
+        const int64_t i = listed ? P.pf_list[k / kvh] : k / kvh;
+        if (listed) {
+            __syncthreads(); /* the last item is done with the shared memory */
+            seq = __ldg(batch.seq + i);
+            pos = __ldg(batch.pos + i);
+        } else if (P.pf_skip && pf_took(batch, i, cache.block_size)) {
+            return; /* the prefill kernel wrote it */
+        }
+        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, (int)(k % kvh), seq, pos);
     }
 }
 
@@ -1276,16 +1300,11 @@ static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_
     tp_launch(attention_decode_tc_kernel<T, D, W>, grid, W * WARP_SIZE, smem, stream, q, cache, batch, P, out, fault);
 }
 
-/* The warps per block from TPINFER_ATTN_DT_WARPS (1, 2 or 4; what bench/gpu_attention compares). */
+/* w warps per block (1, 2 or 4) */
 template <typename T, int D>
-static void launch_decode_tc_w(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
-                               tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+static void launch_decode_tc_w(int w, dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
+                               const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    static int w = 0;
-    if (!w) {
-        w = env_int("TPINFER_ATTN_DT_WARPS", DT_WARPS_DEFAULT, 1, 4);
-        if (w == 3) w = DT_WARPS_DEFAULT;
-    }
     if (w == 1) launch_decode_tc<T, D, 1>(grid, q, cache, batch, P, out, fault, stream);
     else if (w == 2) launch_decode_tc<T, D, 2>(grid, q, cache, batch, P, out, fault, stream);
     else launch_decode_tc<T, D, 4>(grid, q, cache, batch, P, out, fault, stream);
@@ -1323,6 +1342,11 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         min_split = env_int("TPINFER_ATTN_MIN_SPLIT", FA_MIN_SPLIT, 8, 1 << 20);
         blocks_per_sm = env_int("TPINFER_ATTN_BLOCKS_PER_SM", FA_BLOCKS_PER_SM, 1, 1024);
     }
+    /* under pf_skip, the tensor-core kernel's list of the tokens the prefill kernel leaves
+     * goes at the end of the scratch (the count, then one entry per token) */
+    const size_t list_bytes = tc && pf_skip && scratch.data ? ((size_t)(n + 1) * sizeof(int32_t) + 255) / 256 * 256 : 0;
+    const bool listed = list_bytes > 0 && list_bytes <= scratch.bytes / 2;
+    if (listed) scratch.bytes -= list_bytes;
     int64_t S = 1;
     const int64_t target = (int64_t)blocks_per_sm * (scratch.sm_count > 0 ? scratch.sm_count : 1);
     if (scratch.data && base < target) {
@@ -1349,18 +1373,33 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
+    P.pf_count = listed ? (int32_t *)((char *)scratch.data + scratch.bytes) : NULL;
+    P.pf_list = listed ? P.pf_count + 1 : NULL;
 
     const dim3 grid((unsigned)base, (unsigned)S);
     const size_t smem = (size_t)FA_WARPS * gmax * (hd + 2) * sizeof(float);
     if (tc) {
-        const dim3 tc_grid(pf_skip ? (unsigned)(CEIL_DIV(n, PF_BM) * kvh * DT_PARTS) : grid.x, grid.y);
+        static int w_env = -1;
+        if (w_env < 0) w_env = env_int("TPINFER_ATTN_DT_WARPS", 0, 0, 4);
+        /* one warp per item where there are many (no splits: 12 blocks per SM hide the short
+         * contexts' per-item latencies best); four where splits make few long items */
+        const int w = w_env == 1 || w_env == 2 || w_env == 4 ? w_env : S == 1 ? 1 : 4;
+        dim3 tc_grid = grid;
+        if (listed) {
+            TP_CUDA_CHECK(cudaMemsetAsync(P.pf_count, 0, sizeof(int32_t), stream));
+            tp_launch(pf_list_kernel, (unsigned)CEIL_DIV(n, PF_BM), WARP_SIZE, 0, stream, batch, cache.block_size,
+                      P.pf_list, P.pf_count);
+            TP_CUDA_CHECK_LAUNCH();
+            const int64_t wave = (int64_t)(scratch.sm_count > 0 ? scratch.sm_count : 1) * (12 / w);
+            tc_grid.x = (unsigned)(base < wave ? base : wave);
+        }
         const bool bf = cache.dtype == TP_DTYPE_BF16;
         if (hd == 64) {
-            if (bf) launch_decode_tc_w<bf16_t, 64>(tc_grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 64>(tc_grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 64>(w, tc_grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 64>(w, tc_grid, q, cache, batch, P, out, fault, stream);
         } else {
-            if (bf) launch_decode_tc_w<bf16_t, 128>(tc_grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 128>(tc_grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 128>(w, tc_grid, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 128>(w, tc_grid, q, cache, batch, P, out, fault, stream);
         }
     } else switch (cache.dtype) {
     case TP_DTYPE_F32:
