@@ -397,6 +397,50 @@ START_TEST(matmul_empty)
 }
 END_TEST
 
+/* matmul_tune: 16-bit products of shapes first seen while tuning take the library's candidate
+ * algorithms in turn (8 of them, 4 timed calls each: 36 calls take every one), and tuning off
+ * keeps the fastest. Every call's result, under each candidate and after, against the CPU. */
+START_TEST(matmul_tuned)
+{
+    static const int64_t shapes[][3] = {{1, 256, 384}, {128, 1024, 512}}; /* n, k, m */
+    FOR_EACH_GPU {
+        if (!gb->ops->matmul_tune || gb->act_dtype == TP_DTYPE_F32) continue; /* f32 products are not tuned */
+        seed(4);
+        const tp_dtype A = gb->act_dtype;
+        pt x[2], w[2], y[2];
+        float *ref[2];
+        ck_assert_int_eq(gb->ops->matmul_tune(gb, 1), TP_OK);
+        for (int s = 0; s < 2; s++) {
+            const int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
+            x[s] = pt_rand(A, ACT, n, k, 0, -1.0f, 1.0f);
+            w[s] = pt_rand(A, WEIGHT, m, k, 0, -1.0f, 1.0f);
+            y[s] = pt_poison(A, n, m, 0);
+            ck_assert_msg(cpu->ops->matmul(cpu, &x[s].c, &w[s].c, NULL, &y[s].c) == TP_OK, "cpu: %s",
+                          tp_error_message());
+            ref[s] = pt_get(&y[s], 0);
+            for (int call = 0; call < 36; call++) {
+                ck_assert_msg(gb->ops->matmul(gb, &x[s].g, &w[s].g, NULL, &y[s].g) == TP_OK, "cuda: %s",
+                              tp_error_message());
+                char shape[96];
+                snprintf(shape, sizeof shape, "tuning, call %d: [%lld,%lld] x [%lld,%lld]^T", call, (long long)n,
+                         (long long)k, (long long)m, (long long)k);
+                compare("matmul", shape, pt_get(&y[s], 1), ref[s], (size_t)(n * m), REDUCTION, A);
+            }
+        }
+        ck_assert_int_eq(gb->ops->matmul_tune(gb, 0), TP_OK);
+        for (int s = 0; s < 2; s++) {
+            const int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
+            ck_assert_msg(gb->ops->matmul(gb, &x[s].g, &w[s].g, NULL, &y[s].g) == TP_OK, "cuda: %s",
+                          tp_error_message());
+            char shape[96];
+            snprintf(shape, sizeof shape, "tuned: [%lld,%lld] x [%lld,%lld]^T", (long long)n, (long long)k,
+                     (long long)m, (long long)k);
+            compare("matmul", shape, pt_get(&y[s], 1), ref[s], (size_t)(n * m), REDUCTION, A);
+        }
+    }
+}
+END_TEST
+
 /* ---- small n: the GEMV (n <= 8, cuda/gemv.cu), its fallbacks, and the fused matmul_swiglu -- */
 
 /* t (made with pad 0) narrowed to columns [col0, col0 + cols) of its rows */
@@ -2181,10 +2225,10 @@ static Suite *make_suite(void)
     Suite *s = suite_create("backend_ops");
     struct {
         const char *name;
-        const TTest *tests[4];
+        const TTest *tests[5];
     } groups[] = {
         {"memory", {create_fields, memory}},
-        {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases}},
+        {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases, qk_rope_store_cases, attention_long, attention_prefill}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
@@ -2197,7 +2241,7 @@ static Suite *make_suite(void)
         TCase *tc = tcase_create(groups[g].name);
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 600);
-        for (int t = 0; t < 4 && groups[g].tests[t]; t++) tcase_add_test(tc, groups[g].tests[t]);
+        for (int t = 0; t < 5 && groups[g].tests[t]; t++) tcase_add_test(tc, groups[g].tests[t]);
         suite_add_tcase(s, tc);
     }
     return s;
