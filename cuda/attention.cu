@@ -934,13 +934,13 @@ __global__ void __launch_bounds__(PF_THREADS)
 // the decode kernel on tensor cores
 
 /* Item (token i, KV head kh, split s): the flash kernel's contract (partials for
- * the combine kernel when the token uses se > 1 splits, else its output), DT_THREADS
- * threads, dt_smem_bytes<D, W>() of dynamic shared memory. The group's q heads (up to 16) are
+ * the combine kernel when the token uses se > 1 splits, else its output), W warps (1, 2 or
+ * 4), dt_smem_bytes<D, W>() of dynamic shared memory. The group's q heads (up to 16) are
  * the rows of one m16 tile (padded rows are zeros and never written). Keys of the split
- * come in tiles of DT_BN, K and V by cp.async into two buffers (the next tile travels while
- * this one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
+ * come in tiles of DT_BN = 16 W, K and V by cp.async into two buffers (the next tile travels
+ * while this one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
  * mma.sync m16n8k16, f32), online softmax in the log2 domain over its keys, O += P V with P
- * rounded to the cache dtype. At the end the four warps' (m, l, O) merge through shared
+ * rounded to the cache dtype. At the end the warps' (m, l, O) merge through shared
  * memory. Against the flash kernel: the same bytes, a tenth of the instructions (that
  * kernel issues ~0.6 instructions a cycle per scheduler at batch 128, its limit). */
 #define DT_MAX_GROUP 16
@@ -1239,7 +1239,7 @@ __global__ void __launch_bounds__(WARP_SIZE) pf_list_kernel(tp_attn_batch batch,
     const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0), lane = threadIdx.x;
     uint64_t ok;
     const uint64_t starts = pf_tile_scan(batch, t0, cnt, bs, &ok);
-    pdl_wait(); /* the count's zeroing is ordered before */
+    pdl_wait(); /* nothing of the previous kernel is read; the count's memset came before the launch */
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int r = hf * WARP_SIZE + lane;
@@ -1289,25 +1289,36 @@ __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
 }
 
 template <typename T, int D, int W>
-static void launch_decode_tc(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const fa_params &P,
-                             tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+static void launch_decode_tc(dim3 grid, int sms, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
+                             const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
     /* over 48 KiB of dynamic shared memory is asked for per device: at every launch (a host
      * call, no stream operation, so it may come inside a graph recording) */
     const size_t smem = dt_smem_bytes<D, W>();
     (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)smem);
+    if (P.pf_list) { /* one wave of resident blocks takes the list */
+        static int per_sm = 0;
+        if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_tc_kernel<T, D, W>,
+                                                                     W * WARP_SIZE, smem) != cudaSuccess ||
+                        per_sm < 1)) {
+            (void)cudaGetLastError();
+            per_sm = 1;
+        }
+        const int64_t wave = (int64_t)per_sm * (sms > 0 ? sms : 1);
+        if ((int64_t)grid.x > wave) grid.x = (unsigned)wave;
+    }
     tp_launch(attention_decode_tc_kernel<T, D, W>, grid, W * WARP_SIZE, smem, stream, q, cache, batch, P, out, fault);
 }
 
 /* w warps per block (1, 2 or 4) */
 template <typename T, int D>
-static void launch_decode_tc_w(int w, dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
+static void launch_decode_tc_w(int w, dim3 grid, int sms, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
                                const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    if (w == 1) launch_decode_tc<T, D, 1>(grid, q, cache, batch, P, out, fault, stream);
-    else if (w == 2) launch_decode_tc<T, D, 2>(grid, q, cache, batch, P, out, fault, stream);
-    else launch_decode_tc<T, D, 4>(grid, q, cache, batch, P, out, fault, stream);
+    if (w == 1) launch_decode_tc<T, D, 1>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else if (w == 2) launch_decode_tc<T, D, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else launch_decode_tc<T, D, 4>(grid, sms, q, cache, batch, P, out, fault, stream);
 }
 
 /* Whether the decode kernel on tensor cores takes the flash kernel's work: a 16-bit cache
@@ -1384,22 +1395,19 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         /* one warp per item where there are many (no splits: 12 blocks per SM hide the short
          * contexts' per-item latencies best); four where splits make few long items */
         const int w = w_env == 1 || w_env == 2 || w_env == 4 ? w_env : S == 1 ? 1 : 4;
-        dim3 tc_grid = grid;
-        if (listed) {
+        if (listed) { /* the count zeroed (a memset: the list kernel's launch waits for it) */
             TP_CUDA_CHECK(cudaMemsetAsync(P.pf_count, 0, sizeof(int32_t), stream));
             tp_launch(pf_list_kernel, (unsigned)CEIL_DIV(n, PF_BM), WARP_SIZE, 0, stream, batch, cache.block_size,
                       P.pf_list, P.pf_count);
             TP_CUDA_CHECK_LAUNCH();
-            const int64_t wave = (int64_t)(scratch.sm_count > 0 ? scratch.sm_count : 1) * (12 / w);
-            tc_grid.x = (unsigned)(base < wave ? base : wave);
         }
         const bool bf = cache.dtype == TP_DTYPE_BF16;
         if (hd == 64) {
-            if (bf) launch_decode_tc_w<bf16_t, 64>(w, tc_grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 64>(w, tc_grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 64>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 64>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
         } else {
-            if (bf) launch_decode_tc_w<bf16_t, 128>(w, tc_grid, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 128>(w, tc_grid, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 128>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 128>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
         }
     } else switch (cache.dtype) {
     case TP_DTYPE_F32:

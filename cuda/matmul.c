@@ -30,8 +30,11 @@
  *
  * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
  * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and its calls take them
- * in turn, each timed with a pair of events, until each has TUNE_SAMPLES; when tuning ends
- * the one with the lowest median stays (the heuristic's first unless another is 3 % faster).
+ * in turn, each candidate's first call untimed (its kernel may load then), the next
+ * TUNE_SAMPLES timed with a pair of events; when tuning ends the one with the lowest median
+ * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
+ * timed calls, as in models of few layers, is not compared). The events time the GPU, which
+ * in these steps runs behind the host, so the host's own call costs stay outside.
  * In place, because a product's time depends on its neighbours: a decode step calls each
  * layer's product once, with other weights streaming in between, so its own weights are
  * never in L2; timed alone in a loop they are, and earlier attempts that timed candidates in
@@ -67,7 +70,7 @@
 #define ALGO_PROBE 8
 #define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
 #define TUNE_CANDIDATES 8
-#define TUNE_SAMPLES 4
+#define TUNE_SAMPLES 3 /* timed calls of each candidate, after an untimed one: 8 x 4 = one call per layer of a 32-layer step */
 #define TUNE_MARGIN 0.97 /* another candidate replaces the heuristic's first when this much faster */
 
 /* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
@@ -81,7 +84,8 @@ typedef struct gemm_key {
 typedef struct tune_state {
     int n_cand, next; /* candidates; the one the next call takes */
     cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
-    int samples[TUNE_CANDIDATES];
+    int warm[TUNE_CANDIDATES];    /* its untimed first call made */
+    int samples[TUNE_CANDIDATES]; /* its timed calls */
     cudaEvent_t ev[TUNE_CANDIDATES][TUNE_SAMPLES][2];
 } tune_state;
 
@@ -235,9 +239,18 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         if (!memcmp(&c->key, &key, sizeof key)) {
             tune_state *t = c->tune;
             *algo = c->algo;
-            if (t) { /* the candidates in turn until each has its samples, then the first */
+            enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            if (t && (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)) {
+                (void)cudaGetLastError();
+                t = NULL; /* a recording keeps the heuristic's first, and no events */
+            }
+            if (t) { /* the candidates in turn: one untimed call (its kernel's first launch), then
+                      * TUNE_SAMPLES timed ones; after that, the heuristic's first */
                 const int cand = t->next;
-                if (t->samples[cand] < TUNE_SAMPLES) {
+                if (!t->warm[cand]) {
+                    *algo = t->cand[cand];
+                    t->warm[cand] = 1;
+                } else if (t->samples[cand] < TUNE_SAMPLES) {
                     cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
                     if (!pair[0] && cudaEventCreate(&pair[0]) != cudaSuccess) pair[0] = NULL;
                     if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
@@ -247,7 +260,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                         ev[1] = pair[1];
                         t->samples[cand]++;
                     } else {
-                        (void)cudaGetLastError();
+                        (void)cudaGetLastError(); /* no events: this call untimed */
                     }
                 }
                 t->next = (cand + 1) % t->n_cand;
@@ -263,8 +276,12 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     int tune = g->tuning && (a->ab == TP_DTYPE_BF16 || a->ab == TP_DTYPE_F16);
     if (tune) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) tune = 0;
-        (void)cudaGetLastError();
+        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+            (void)cudaGetLastError();
+            tune = 0;
+        } else if (cs != cudaStreamCaptureStatusNone) {
+            tune = 0;
+        }
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

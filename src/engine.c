@@ -90,6 +90,7 @@ typedef struct engine {
     int64_t n_index, n_runnable;
     int32_t max_model_len;
     int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
+    int32_t warm, tune;     /* the warm-up, and cuBLASLt tuning in it: agreed by the replica's ranks */
     int32_t eos[TP_MAX_EOS_IDS];
     int n_eos;
     const char *model_name;
@@ -492,6 +493,19 @@ static tp_status make_backend(engine *e)
 #endif
 }
 
+/* Logit rows a step of T tokens may compute: one per sampled sequence, and every prompt
+ * token's where some request of this replica wants prompt rows (prompt logprobs, dumps). */
+static int32_t logit_rows(const engine *e, int32_t T)
+{
+    const int32_t seqs = (int32_t)(e->o->max_num_seqs < T ? e->o->max_num_seqs : T);
+    int prompt_rows = e->o->dump_logits != NULL;
+    for (size_t i = 0; !prompt_rows && i < e->reqs.n; i++) {
+        const req *r = &e->R[i];
+        prompt_rows = r->runnable >= 0 && r->runnable % e->g->dp == e->g->dp_rank && r->prompt_lp >= 0;
+    }
+    return prompt_rows ? seqs + T : seqs;
+}
+
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
@@ -516,15 +530,19 @@ static tp_status load(engine *e, int32_t *n_blocks)
     if (!e->max_batched) e->max_batched = on_gpu && e->dev->total_bytes >= (INT64_C(70) << 30) ? 16384 : 8192;
     if (on_gpu) {
         /* the card's share, less what is already taken (weights, workspace) and room for
-         * the step buffers (1 GiB per 8192 tokens of a step) */
+         * the step buffers, the stage-input buffers and 256 MiB for the libraries */
+        const int32_t T = e->max_batched, seqs = (int32_t)(e->o->max_num_seqs < T ? e->o->max_num_seqs : T);
+        const int64_t steps = tp_step_buffers_bytes(&e->model, T, logit_rows(e, T), seqs,
+                                                    (int32_t)TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size)) +
+                              2 * (int64_t)T * e->model.dims.d * 4 + (INT64_C(256) << 20);
         budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
-                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes -
-                 (INT64_C(1) << 30) * TP_CEIL_DIV((int64_t)e->max_batched, 8192);
+                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes - steps;
         if (budget <= 0)
             return tp_error(TP_ERR_OOM,
-                            "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights; raise "
-                            "--gpu-memory-utilization (now %.2f) or split the model over more GPUs (--tp, --pp)",
-                            e->dev->index, e->model.weight_bytes, e->o->gpu_memory_utilization);
+                            "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights and %" PRId64
+                            " for the buffers of a %d-token step; raise --gpu-memory-utilization (now %.2f), lower "
+                            "--max-num-batched-tokens, or split the model over more GPUs (--tp, --pp)",
+                            e->dev->index, e->model.weight_bytes, steps, T, e->o->gpu_memory_utilization);
     }
     int64_t per_block = per_token * e->o->kv_block_size;
     int64_t nb = per_block > 0 ? budget / per_block : 0;
@@ -587,7 +605,7 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     const tp_model_dims *d = &e->model.dims;
     int32_t T = e->max_batched;
     int32_t seqs = (int32_t)(o->max_num_seqs < T ? o->max_num_seqs : T);
-    e->max_rows = 2 * T; /* sampling rows + prompt rows (prompt logprobs, dumps) */
+    e->max_rows = logit_rows(e, T); /* sampling rows (+ prompt rows: prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
     TP_CHECK(tp_step_buffers_create(&e->model, T, e->max_rows, seqs, need, &e->buf));
     /* TPINFER_PAD_DECODE=1 pads decode steps as graphs do, also on a backend without
@@ -1055,11 +1073,16 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
  * TPINFER_WARMUP=0 or 1 overrides): tp_model_warm_up with the outputs this replica's steps
  * will use, so the run pays no first-use costs; over pp the prefill step's activations pass
  * down the stages as a step's do. Part of the start-up time. */
+static void warm_up_wanted(engine *e)
+{
+    const char *env = getenv("TPINFER_WARMUP"), *tune = getenv("TPINFER_GEMM_TUNE");
+    e->warm = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
+    e->tune = !tune || strcmp(tune, "0") != 0;
+}
+
 static tp_status warm_up(engine *e)
 {
-    const char *env = getenv("TPINFER_WARMUP");
-    int on = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
-    if (!on) return TP_OK;
+    if (!e->warm) return TP_OK;
     int greedy = argmax_possible(e);
     for (int64_t k = 0; greedy && k < e->n_seqs; k++) greedy = plain_greedy(&e->R[e->S_[k].req]);
     tp_warm_up w;
@@ -1067,8 +1090,7 @@ static tp_status warm_up(engine *e)
     w.prefill_tokens = e->max_batched;
     w.max_len = e->max_model_len;
     w.graphs = e->buf.use_graphs;
-    const char *tune = getenv("TPINFER_GEMM_TUNE");
-    w.tune = !tune || strcmp(tune, "0") != 0;
+    w.tune = e->tune;
     if (greedy) {
         w.ids = e->sync;
     } else if (device_sample(e)) { /* alike on every rank: the sampler's peers take part */
@@ -1297,14 +1319,19 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     if (e->n_runnable) {
         TP_CHECK(report_load(e));
         /* every rank of a replica must hold the same number of blocks and take the same
-         * steps: the smallest of each */
-        int32_t mine[2] = {n_blocks, e->max_batched};
+         * steps (the warm-up's too, whatever each rank's environment says): the smallest of
+         * each */
+        warm_up_wanted(e);
+        int32_t mine[4] = {n_blocks, e->max_batched, e->warm, e->tune};
         int32_t *all = malloc((size_t)e->w->replica->size * sizeof mine);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
-        st = tp_comm_all_gather(e->w->replica, mine, all, 2, TP_DTYPE_I32, NULL);
+        st = tp_comm_all_gather(e->w->replica, mine, all, 4, TP_DTYPE_I32, NULL);
         for (int i = 0; i < e->w->replica->size; i++) {
-            n_blocks = all[2 * i] < n_blocks ? all[2 * i] : n_blocks;
-            e->max_batched = all[2 * i + 1] < e->max_batched ? all[2 * i + 1] : e->max_batched;
+            const int32_t *r = all + 4 * i;
+            n_blocks = r[0] < n_blocks ? r[0] : n_blocks;
+            e->max_batched = r[1] < e->max_batched ? r[1] : e->max_batched;
+            e->warm = r[2] < e->warm ? r[2] : e->warm;
+            e->tune = r[3] < e->tune ? r[3] : e->tune;
         }
         free(all);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);

@@ -338,8 +338,23 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(alloc_tensor(m, act, T, d->m, &s->act));
     TP_CHECK(alloc_tensor(m, act, L, d->d, &s->rows));
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, L, d->vocab_pad, &s->logits));
-    TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, (int64_t)m->plan.tp * L, d->vocab_pad, &s->gathered));
+    if (m->plan.tp > 1) /* every rank's logits, gathered (at tp 1 the step's own are all) */
+        TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, (int64_t)m->plan.tp * L, d->vocab_pad, &s->gathered));
     return TP_OK;
+}
+
+int64_t tp_step_buffers_bytes(const tp_model *m, int32_t T, int32_t L, int32_t max_seqs, int32_t max_blocks)
+{
+    const tp_model_dims *d = &m->dims;
+    const int64_t a = (int64_t)tp_dtype_size(m->backend->act_dtype), f = 4, tp = m->plan.tp;
+    int64_t b = (4 * (int64_t)T + (int64_t)max_seqs * max_blocks + L) * 4 + (1 + tp) * 2 * (int64_t)L * 4;
+    b += 2 * (int64_t)T * d->d * f;                                           /* x, delta */
+    b += (int64_t)T * (d->d + (d->hq + 2 * d->hk) * d->hd + d->hq * d->hd + 3 * d->m) * a; /* xn .. act */
+    b += (int64_t)L * d->d * a + (tp > 1 ? 1 + tp : 1) * (int64_t)L * d->vocab_pad * f; /* rows, logits */
+    /* the sample op's rules and results, and over tp its re-laid-out logits */
+    b += (int64_t)L * (int64_t)(sizeof(tp_sample_row) + sizeof(tp_sample_out));
+    if (tp > 1) b += (int64_t)L * m->cfg.vocab_size * f;
+    return b + ((int64_t)16 << 20); /* the allocator's rounding of ~16 buffers */
 }
 
 void tp_step_buffers_free(tp_model *m, tp_step_buffers *s)

@@ -120,6 +120,10 @@ typedef struct tp_step_buffers {
 
 tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
                                  int32_t max_seqs, int32_t max_blocks, tp_step_buffers *s);
+/* The backend bytes tp_step_buffers_create and the step's later buffers (the sample op's)
+ * take for these sizes, so that the KV cache leaves room for them. */
+int64_t tp_step_buffers_bytes(const tp_model *m, int32_t max_tokens, int32_t max_logits, int32_t max_seqs,
+                              int32_t max_blocks);
 void tp_step_buffers_free(tp_model *m, tp_step_buffers *s);
 
 /* The host description of a step (from the scheduler). */

@@ -227,7 +227,7 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
     case OPT_MAX_MODEL_LEN: TP_CHECK(int_arg(flag, v, 1, INT64_C(1) << 32, &o->max_model_len)); break;
     case OPT_MAX_NUM_SEQS: TP_CHECK(int_arg(flag, v, 1, 1 << 20, &o->max_num_seqs)); break;
     case OPT_MAX_NUM_BATCHED_TOKENS:
-        TP_CHECK(int_arg(flag, v, 1, INT64_C(1) << 32, &o->max_num_batched_tokens));
+        TP_CHECK(int_arg(flag, v, 1, INT32_MAX, &o->max_num_batched_tokens));
         break;
     case OPT_GPU_MEMORY_UTILIZATION:
         if (!tp_parse_double(v, &d) || !(d > 0.0 && d <= 1.0))

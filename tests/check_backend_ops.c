@@ -398,8 +398,9 @@ START_TEST(matmul_empty)
 END_TEST
 
 /* matmul_tune: 16-bit products of shapes first seen while tuning take the library's candidate
- * algorithms in turn (8 of them, 4 timed calls each: 36 calls take every one), and tuning off
- * keeps the fastest. Every call's result, under each candidate and after, against the CPU. */
+ * algorithms in turn (up to 8 of them, one untimed and 3 timed calls each: 36 calls take every
+ * one, and then the heuristic's first again), and tuning off keeps the fastest. Every call's
+ * result, under each candidate and after, against the CPU, and the output's guards. */
 START_TEST(matmul_tuned)
 {
     static const int64_t shapes[][3] = {{1, 256, 384}, {128, 1024, 512}}; /* n, k, m */
@@ -436,6 +437,7 @@ START_TEST(matmul_tuned)
             snprintf(shape, sizeof shape, "tuned: [%lld,%lld] x [%lld,%lld]^T", (long long)n, (long long)k,
                      (long long)m, (long long)k);
             compare("matmul", shape, pt_get(&y[s], 1), ref[s], (size_t)(n * m), REDUCTION, A);
+            pt_guards("matmul tuned y", &y[s]);
         }
     }
 }
