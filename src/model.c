@@ -68,6 +68,7 @@ static tp_status model_alloc(tp_model *m, size_t bytes, void **out)
                         gpu ? "a higher --gpu-memory-utilization" : "a smaller --kv-cache-memory");
     }
     m->allocations[m->n_allocations++] = *out;
+    m->allocated_bytes += (int64_t)bytes;
     return TP_OK;
 }
 
@@ -311,6 +312,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     memset(s, 0, sizeof *s);
     const tp_model_dims *d = &m->dims;
     m->alloc_what = "the step buffers";
+    const int64_t before = m->allocated_bytes;
     s->max_tokens = T;
     s->max_logits = L;
     s->max_seqs = max_seqs;
@@ -340,6 +342,12 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, L, d->vocab_pad, &s->logits));
     if (m->plan.tp > 1) /* every rank's logits, gathered (at tp 1 the step's own are all) */
         TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, (int64_t)m->plan.tp * L, d->vocab_pad, &s->gathered));
+    /* the KV cache was sized to leave this much: a buffer added here must be counted there */
+    const int64_t used = m->allocated_bytes - before, counted = tp_step_buffers_bytes(m, T, L, max_seqs, max_blocks);
+    if (used > counted)
+        return tp_error(TP_ERR_INTERNAL, "the step buffers took %lld bytes, more than the %lld that "
+                        "tp_step_buffers_bytes counts for the KV cache to leave (src/model.c)", (long long)used,
+                        (long long)counted);
     return TP_OK;
 }
 

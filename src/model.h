@@ -55,6 +55,7 @@ typedef struct tp_model {
     float *inv_freq;      /* [hd / 2] backend memory */
     void **allocations;   /* every backend buffer, freed by tp_model_free */
     int n_allocations, cap_allocations;
+    int64_t allocated_bytes; /* asked of the backend through them */
     int64_t weight_bytes;
     const char *alloc_what; /* what the allocations are for now, for out-of-memory messages */
 } tp_model;
