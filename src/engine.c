@@ -1069,10 +1069,9 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
     }
 }
 
-/* Before the first step (on by default where the backend records graphs, so on GPUs;
- * TPINFER_WARMUP=0 or 1 overrides): tp_model_warm_up with the outputs this replica's steps
- * will use, so the run pays no first-use costs; over pp the prefill step's activations pass
- * down the stages as a step's do. Part of the start-up time. */
+/* What this rank's environment asks of the warm-up (the replica's ranks then agree): on by
+ * default where the backend records graphs (TPINFER_WARMUP=0 or 1 overrides), cuBLASLt tuning
+ * in it unless TPINFER_GEMM_TUNE=0. */
 static void warm_up_wanted(engine *e)
 {
     const char *env = getenv("TPINFER_WARMUP"), *tune = getenv("TPINFER_GEMM_TUNE");
@@ -1080,6 +1079,9 @@ static void warm_up_wanted(engine *e)
     e->tune = !tune || strcmp(tune, "0") != 0;
 }
 
+/* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
+ * the run pays no first-use costs; over pp the prefill step's activations pass down the
+ * stages as a step's do. Part of the start-up time. */
 static tp_status warm_up(engine *e)
 {
     if (!e->warm) return TP_OK;
