@@ -457,9 +457,9 @@ static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, c
                                  ctx->stream);
 }
 
-static tp_status cuda_matmul_tune(tp_backend *b, int on)
+static tp_status cuda_matmul_tune(tp_backend *b, int on, int *tuned)
 {
-    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on);
+    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, tuned);
 }
 
 // ----------------------------------------------------------------------------

@@ -205,6 +205,17 @@ static void tune_free(tune_state *t)
     free(t);
 }
 
+/* Whether the stream is being recorded into a graph (or cannot say: then no tuning either). */
+static int recording(cudaStream_t stream)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
 /* The algorithm of this call, and when it is a timed call of a shape being tuned, the pair of
  * events to record around it (else ev[0] = ev[1] = NULL). */
 static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDesc_t op,
@@ -239,11 +250,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         if (!memcmp(&c->key, &key, sizeof key)) {
             tune_state *t = c->tune;
             *algo = c->algo;
-            enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-            if (t && (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)) {
-                (void)cudaGetLastError();
-                t = NULL; /* a recording keeps the heuristic's first, and no events */
-            }
+            if (t && recording(stream)) t = NULL; /* a recording keeps the heuristic's first, and no events */
             if (t) { /* the candidates in turn: one untimed call (its kernel's first launch), then
                       * TUNE_SAMPLES timed ones; after that, the heuristic's first */
                 const int cand = t->next;
@@ -273,16 +280,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         g->next = (g->next + 1) % ALGO_PROBE;
     }
     /* tuned: 16-bit products first seen while tuning, outside a graph recording */
-    int tune = g->tuning && (a->ab == TP_DTYPE_BF16 || a->ab == TP_DTYPE_F16);
-    if (tune) {
-        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
-            (void)cudaGetLastError();
-            tune = 0;
-        } else if (cs != cudaStreamCaptureStatusNone) {
-            tune = 0;
-        }
-    }
+    const int tune = g->tuning && (a->ab == TP_DTYPE_BF16 || a->ab == TP_DTYPE_F16) && !recording(stream);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -366,8 +364,9 @@ static double tune_median(tune_state *t, int c)
     return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
 }
 
-tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on)
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
 {
+    if (tuned_out) *tuned_out = 0;
     if (on) {
         g->tuning = 1;
         return TP_OK;
@@ -403,6 +402,7 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on)
     if (tuned)
         tp_log(TP_LOG_DEBUG, "cuBLASLt: %d shapes tuned in place, %d changed; one call of each: %.1f us, %.1f with "
                "the heuristic's first", tuned, changed, best_us, first_us);
+    if (tuned_out) *tuned_out = tuned;
     return TP_OK;
 }
 

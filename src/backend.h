@@ -206,8 +206,9 @@ struct tp_backend_ops {
 
     /* Optional (NULL where matmul has nothing to choose): on = 1, matmuls of shapes first
      * seen from now on try the library's candidate algorithms in turn, timed where they run;
-     * on = 0 keeps each shape's fastest. Between the two, eager steps only (the warm-up). */
-    tp_status (*matmul_tune)(tp_backend *b, int on);
+     * on = 0 keeps each shape's fastest and says in *tuned (may be NULL) how many shapes had
+     * their choice made by timing. Between the two, eager steps only (the warm-up). */
+    tp_status (*matmul_tune)(tp_backend *b, int on, int *tuned);
 
     void (*destroy)(tp_backend *b);
 };

@@ -493,11 +493,17 @@ static tp_status make_backend(engine *e)
 #endif
 }
 
+/* Sequences a step of T tokens holds at most. */
+static int32_t step_seqs(const engine *e, int32_t T)
+{
+    return (int32_t)(e->o->max_num_seqs < T ? e->o->max_num_seqs : T);
+}
+
 /* Logit rows a step of T tokens may compute: one per sampled sequence, and every prompt
  * token's where some request of this replica wants prompt rows (prompt logprobs, dumps). */
 static int32_t logit_rows(const engine *e, int32_t T)
 {
-    const int32_t seqs = (int32_t)(e->o->max_num_seqs < T ? e->o->max_num_seqs : T);
+    const int32_t seqs = step_seqs(e, T);
     int prompt_rows = e->o->dump_logits != NULL;
     for (size_t i = 0; !prompt_rows && i < e->reqs.n; i++) {
         const req *r = &e->R[i];
@@ -531,8 +537,8 @@ static tp_status load(engine *e, int32_t *n_blocks)
     if (on_gpu) {
         /* the card's share, less what is already taken (weights, workspace) and room for
          * the step buffers, the stage-input buffers and 256 MiB for the libraries */
-        const int32_t T = e->max_batched, seqs = (int32_t)(e->o->max_num_seqs < T ? e->o->max_num_seqs : T);
-        const int64_t steps = tp_step_buffers_bytes(&e->model, T, logit_rows(e, T), seqs,
+        const int32_t T = e->max_batched;
+        const int64_t steps = tp_step_buffers_bytes(&e->model, T, logit_rows(e, T), step_seqs(e, T),
                                                     (int32_t)TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size)) +
                               2 * (int64_t)T * e->model.dims.d * 4 + (INT64_C(256) << 20);
         budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
@@ -604,7 +610,7 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
 
     const tp_model_dims *d = &e->model.dims;
     int32_t T = e->max_batched;
-    int32_t seqs = (int32_t)(o->max_num_seqs < T ? o->max_num_seqs : T);
+    int32_t seqs = step_seqs(e, T);
     e->max_rows = logit_rows(e, T); /* sampling rows (+ prompt rows: prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
     TP_CHECK(tp_step_buffers_create(&e->model, T, e->max_rows, seqs, need, &e->buf));

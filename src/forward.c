@@ -523,6 +523,19 @@ int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *bu
     return n > 0 ? n : 0;
 }
 
+/* A decode step at each graph batch size: recorded and replayed where buf->use_graphs, else eager. */
+static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
+                              int32_t *host)
+{
+    const int32_t cap = graph_cap(buf);
+    for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
+        const int32_t B = bucket_size(i, cap);
+        TP_CHECK(warm_step(m, kv, buf, tp, w, B, 1, host, 0));
+        if (B == cap) break;
+    }
+    return TP_OK;
+}
+
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
     const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
@@ -532,31 +545,24 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;
-    const int tune = w->tune && b->ops->matmul_tune != NULL;
-    tp_status st = tune ? b->ops->matmul_tune(b, 1) : TP_OK;
+    const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
+    tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
     if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
      * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
-    if (st == TP_OK && w->graphs && (w->sampled || tune)) {
-        const int use = buf->use_graphs;
+    if (st == TP_OK && graphs && (w->sampled || tune)) {
         buf->use_graphs = 0;
         if (w->sampled) st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
-        for (int i = 0; st == TP_OK && tune && use && i < TP_GRAPH_BUCKETS; i++) {
-            const int32_t B = bucket_size(i, cap);
-            st = warm_step(m, kv, buf, tp, w, B, 1, host, 0);
-            if (B == cap) break;
-        }
-        buf->use_graphs = use;
+        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host);
+        buf->use_graphs = 1;
     }
     if (tune) {
-        const tp_status off = b->ops->matmul_tune(b, 0);
+        int tuned = 0;
+        const tp_status off = b->ops->matmul_tune(b, 0, &tuned);
         if (st == TP_OK) st = off;
+        tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
-    for (int i = 0; st == TP_OK && w->graphs && buf->use_graphs && i < TP_GRAPH_BUCKETS; i++) {
-        const int32_t B = bucket_size(i, cap);
-        st = warm_step(m, kv, buf, tp, w, B, 1, host, 0); /* recorded, then replayed once */
-        if (B == cap) break;
-    }
+    if (st == TP_OK && graphs) st = warm_buckets(m, kv, buf, tp, w, host); /* recorded, then replayed once */
     if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);
     return st;

@@ -105,6 +105,7 @@ static const struct {
     {"--max-num-seqs", "1e3", "whole number"},
     {"--max-model-len", "99999999999999999999", "whole number"},
     {"--max-num-batched-tokens", "0", "from 1 to"},
+    {"--max-num-batched-tokens", "2147483648", "from 1 to"}, /* steps are counted in 32 bits */
     {"--gpu-memory-utilization", "1.5", "(0, 1]"},
     {"--gpu-memory-utilization", "0", "(0, 1]"},
     {"--gpu-memory-utilization", "nan", "(0, 1]"},
