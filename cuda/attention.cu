@@ -720,33 +720,35 @@ template <> struct pf_mma<f16_t> {
 /* The pieces both tensor-core kernels run on a warp's 16 rows (in mma's fragment layout: a
  * lane holds rows lane / 4 and + 8, and of each 8-key group keys 2 (lane % 4), + 1). */
 
-/* s0, s1 += Q K^T for the 16 keys of k_rows (shared, pitch LD): two 8-key B fragments per
- * ldmatrix.x4 (matrices: keys +0..7 dims +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15) */
-template <typename T, int KS, int LD>
-__device__ __forceinline__ void fa_qk16(float (&s0)[4], float (&s1)[4], const uint32_t (&qf)[KS][4],
-                                        const T *k_rows, int lane)
+/* s += Q K^T for the 16 NG keys of k_rows (shared, pitch LD), s[2g] and s[2g + 1] the 8-key
+ * tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims
+ * +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15); the k steps outermost, so that the
+ * groups' loads and products interleave */
+template <typename T, int KS, int NG, int LD>
+__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
 {
 #pragma unroll
-    for (int k = 0; k < KS; k++) {
-        uint32_t b[4];
-        pf_ldmatrix_x4(b, k_rows + ((lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 + ((lane >> 3) & 1) * 8);
-        pf_mma<T>::mma(s0, qf[k], b[0], b[1]);
-        pf_mma<T>::mma(s1, qf[k], b[2], b[3]);
-    }
+    for (int k = 0; k < KS; k++)
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            uint32_t b[4];
+            pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
+                                  ((lane >> 3) & 1) * 8);
+            pf_mma<T>::mma(s[2 * g], qf[k], b[0], b[1]);
+            pf_mma<T>::mma(s[2 * g + 1], qf[k], b[2], b[3]);
+        }
 }
 
-/* One online-softmax step over new scores s (log2 domain, masked ones -inf): each row's
- * maximum over the quad rescales the running sum l (this lane's part; the quad's are added
- * at the end) and the accumulator o and becomes m; s turns into exp2(s - max) and adds to l.
- * A row that has seen only -inf keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
+/* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
+ * maximum of m and this lane's scores of each row: the row's maximum over the quad rescales
+ * the running sum l (this lane's part; the quad's are added at the end) and the accumulator
+ * o and becomes m; s turns into exp2(s - max) and adds to l. A row that has seen only -inf
+ * keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
 template <int NS, int NT>
-__device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&o)[NT][4])
+__device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2], float (&m)[2], float (&l)[2],
+                                                float (&o)[NT][4])
 {
-    float mx[2] = {m[0], m[1]}, corr[2], mref[2];
-#pragma unroll
-    for (int n = 0; n < NS; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+    float corr[2], mref[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
@@ -907,15 +909,14 @@ __global__ void __launch_bounds__(PF_THREADS)
             const int k0 = kt * PF_BN;
             if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
                 const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
-                /* S = Q K^T: 16 rows x PF_BN keys, 16 keys at a time */
+                /* S = Q K^T: 16 rows x PF_BN keys */
                 float s[NS][4];
 #pragma unroll
                 for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-                for (int n2 = 0; n2 < NS / 2; n2++)
-                    fa_qk16<T, KS, LD>(s[2 * n2], s[2 * n2 + 1], qf, kt_s + n2 * 16 * LD, lane);
+                fa_qk<T, KS, NS / 2, LD>(s, qf, kt_s, lane);
                 /* scale to the log2 domain; causal mask where a key may pass a row's position */
                 const bool mask = k0 + PF_BN - 1 > wmin;
+                float mx[2] = {m[0], m[1]};
 #pragma unroll
                 for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -923,8 +924,9 @@ __global__ void __launch_bounds__(PF_THREADS)
                         float x = s[n][e] * P.qscale;
                         if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa : pb)) x = -INFINITY;
                         s[n][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
-                fa_softmax_step(s, m, l, o); /* the 4 lanes of a row hold its 64 scores */
+                fa_softmax_step(s, mx, m, l, o); /* the 4 lanes of a row hold its 64 scores */
                 /* O += P V: keys 16k .. 16k + 15 are S tiles 2k and 2k + 1 */
 #pragma unroll
                 for (int k = 0; k < PF_BN / 16; k++)
@@ -1096,7 +1098,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
             const T *kt_s = kbuf + (kt & 1) * DT_BN * LD, *vt_s = vbuf + (kt & 1) * DT_BN * LD;
             /* S = Q K^T over the warp's 16 keys */
             float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            fa_qk16<T, KS, LD>(sc[0], sc[1], qf, kt_s + warp * 16 * LD, lane);
+            fa_qk<T, KS, 1, LD>(sc, qf, kt_s + warp * 16 * LD, lane);
+            float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int n = 0; n < 2; n++)
 #pragma unroll
@@ -1104,8 +1107,9 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                     float x = sc[n][e] * P.qscale;
                     if (k0 + n * 8 + 2 * tig + (e & 1) >= b1) x = -INFINITY;
                     sc[n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-            fa_softmax_step(sc, m, l, o);
+            fa_softmax_step(sc, mx, m, l, o);
             fa_pv16<T, NT, LD>(o, sc[0], sc[1], vt_s + warp * 16 * LD, lane); /* O += P V */
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
