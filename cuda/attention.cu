@@ -717,6 +717,80 @@ template <> struct pf_mma<f16_t> {
     }
 };
 
+/* The pieces both tensor-core kernels run on a warp's 16 rows (in mma's fragment layout: a
+ * lane holds rows lane / 4 and + 8, and of each 8-key group keys 2 (lane % 4), + 1). */
+
+/* s += Q K^T for the 16 NG keys of k_rows (shared, pitch LD), s[2g] and s[2g + 1] the 8-key
+ * tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims
+ * +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15); the k steps outermost, so that the
+ * groups' loads and products interleave */
+template <typename T, int KS, int NG, int LD>
+__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
+{
+#pragma unroll
+    for (int k = 0; k < KS; k++)
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            uint32_t b[4];
+            pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
+                                  ((lane >> 3) & 1) * 8);
+            pf_mma<T>::mma(s[2 * g], qf[k], b[0], b[1]);
+            pf_mma<T>::mma(s[2 * g + 1], qf[k], b[2], b[3]);
+        }
+}
+
+/* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
+ * maximum of m and this lane's scores of each row: the row's maximum over the quad rescales
+ * the running sum l (this lane's part; the quad's are added at the end) and the accumulator
+ * o and becomes m; s turns into exp2(s - max) and adds to l. A row that has seen only -inf
+ * keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
+template <int NS, int NT>
+__device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2], float (&m)[2], float (&l)[2],
+                                                float (&o)[NT][4])
+{
+    float corr[2], mref[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+        mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e];
+        corr[e] = exp2f(m[e] - mref[e]);
+        m[e] = mx[e];
+        l[e] *= corr[e];
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        o[n][0] *= corr[0], o[n][1] *= corr[0];
+        o[n][2] *= corr[1], o[n][3] *= corr[1];
+    }
+#pragma unroll
+    for (int n = 0; n < NS; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
+            l[e >> 1] += s[n][e];
+        }
+}
+
+/* o += P V for 16 keys: P's A fragment is the two 8-key score tiles p0, p1 as they lie in the
+ * registers, rounded to T; V's B fragments of v_rows (the 16 keys' rows in shared memory) by
+ * ldmatrix.trans, two 8-dim tiles each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7
+ * +8..15, +8..15 +8..15) */
+template <typename T, int NT, int LD>
+__device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4],
+                                        const T *v_rows, int lane)
+{
+    const uint32_t a[4] = {pf_mma<T>::pack(p0[0], p0[1]), pf_mma<T>::pack(p0[2], p0[3]),
+                           pf_mma<T>::pack(p1[0], p1[1]), pf_mma<T>::pack(p1[2], p1[3])};
+#pragma unroll
+    for (int n2 = 0; n2 < NT / 2; n2++) {
+        uint32_t b[4];
+        pf_ldmatrix_x4_trans(b, v_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (2 * n2 + (lane >> 4)) * 8);
+        pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
+        pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
+    }
+}
+
 /* The shared memory of one block: K and V tiles, two buffers each. */
 template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
 
@@ -835,21 +909,11 @@ __global__ void __launch_bounds__(PF_THREADS)
             const int k0 = kt * PF_BN;
             if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
                 const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
-                /* S = Q K^T: 16 rows x PF_BN keys; B fragments of two 8-key tiles per ldmatrix.x4
-                 * (matrices: keys +0..7 dims +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15) */
+                /* S = Q K^T: 16 rows x PF_BN keys */
                 float s[NS][4];
 #pragma unroll
                 for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-                for (int k = 0; k < KS; k++)
-#pragma unroll
-                    for (int n2 = 0; n2 < NS / 2; n2++) {
-                        uint32_t b[4];
-                        pf_ldmatrix_x4(b, kt_s + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
-                                              ((lane >> 3) & 1) * 8);
-                        pf_mma<T>::mma(s[2 * n2], qf[k], b[0], b[1]);
-                        pf_mma<T>::mma(s[2 * n2 + 1], qf[k], b[2], b[3]);
-                    }
+                fa_qk<T, KS, NS / 2, LD>(s, qf, kt_s, lane);
                 /* scale to the log2 domain; causal mask where a key may pass a row's position */
                 const bool mask = k0 + PF_BN - 1 > wmin;
                 float mx[2] = {m[0], m[1]};
@@ -862,47 +926,11 @@ __global__ void __launch_bounds__(PF_THREADS)
                         s[n][e] = x;
                         mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
-                /* online softmax per row: the 4 lanes of a row hold its 64 scores */
-                float corr[2], mref[2];
+                fa_softmax_step(s, mx, m, l, o); /* the 4 lanes of a row hold its 64 scores */
+                /* O += P V: keys 16k .. 16k + 15 are S tiles 2k and 2k + 1 */
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-                    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-                    mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e]; /* nothing seen yet: every p is 0 */
-                    corr[e] = exp2f(m[e] - mref[e]);             /* 0 while m is -inf */
-                    m[e] = mx[e];
-                    l[e] *= corr[e]; /* this lane's part of the sum; the quad's added at the end */
-                }
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    o[n][0] *= corr[0], o[n][1] *= corr[0];
-                    o[n][2] *= corr[1], o[n][3] *= corr[1];
-                }
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
-                        l[e >> 1] += s[n][e];
-                    }
-                /* O += P V: P's A fragment of keys 16k .. 16k + 15 is S tiles 2k and 2k + 1 as
-                 * they lie in the registers; V's B fragments by ldmatrix.trans, two 8-dim tiles
-                 * each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7 +8..15, +8..15 +8..15) */
-#pragma unroll
-                for (int k = 0; k < PF_BN / 16; k++) {
-                    const uint32_t a[4] = {pf_mma<T>::pack(s[2 * k][0], s[2 * k][1]),
-                                           pf_mma<T>::pack(s[2 * k][2], s[2 * k][3]),
-                                           pf_mma<T>::pack(s[2 * k + 1][0], s[2 * k + 1][1]),
-                                           pf_mma<T>::pack(s[2 * k + 1][2], s[2 * k + 1][3])};
-#pragma unroll
-                    for (int n2 = 0; n2 < NT / 2; n2++) {
-                        uint32_t b[4];
-                        pf_ldmatrix_x4_trans(b, vt_s + (k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                                    (2 * n2 + (lane >> 4)) * 8);
-                        pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
-                        pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
-                    }
-                }
+                for (int k = 0; k < PF_BN / 16; k++)
+                    fa_pv16<T, NT, LD>(o, s[2 * k], s[2 * k + 1], vt_s + k * 16 * LD, lane);
             }
             __syncthreads(); /* every warp is done with this buffer before it is refilled */
         }
@@ -1068,16 +1096,9 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         const int k0 = b0 + kt * DT_BN + warp * 16; /* the warp's first key */
         if (k0 < b1) {
             const T *kt_s = kbuf + (kt & 1) * DT_BN * LD, *vt_s = vbuf + (kt & 1) * DT_BN * LD;
-            /* S = Q K^T over the warp's 16 keys: two 8-key B fragments per ldmatrix.x4 */
+            /* S = Q K^T over the warp's 16 keys */
             float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                uint32_t b[4];
-                pf_ldmatrix_x4(b, kt_s + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
-                                      ((lane >> 3) & 1) * 8);
-                pf_mma<T>::mma(sc[0], qf[k], b[0], b[1]);
-                pf_mma<T>::mma(sc[1], qf[k], b[2], b[3]);
-            }
+            fa_qk<T, KS, 1, LD>(sc, qf, kt_s + warp * 16 * LD, lane);
             float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int n = 0; n < 2; n++)
@@ -1088,39 +1109,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                     sc[n][e] = x;
                     mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-            float corr[2], mref[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-                mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e];
-                corr[e] = exp2f(m[e] - mref[e]);
-                m[e] = mx[e];
-                l[e] *= corr[e];
-            }
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                o[n][0] *= corr[0], o[n][1] *= corr[0];
-                o[n][2] *= corr[1], o[n][3] *= corr[1];
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    sc[n][e] = exp2f(sc[n][e] - mref[e >> 1]);
-                    l[e >> 1] += sc[n][e];
-                }
-            /* O += P V: P (16 rows x the warp's 16 keys) as the A fragment, V by ldmatrix.trans */
-            const uint32_t a[4] = {pf_mma<T>::pack(sc[0][0], sc[0][1]), pf_mma<T>::pack(sc[0][2], sc[0][3]),
-                                   pf_mma<T>::pack(sc[1][0], sc[1][1]), pf_mma<T>::pack(sc[1][2], sc[1][3])};
-#pragma unroll
-            for (int n2 = 0; n2 < NT / 2; n2++) {
-                uint32_t b[4];
-                pf_ldmatrix_x4_trans(b, vt_s + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                            (2 * n2 + (lane >> 4)) * 8);
-                pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
-                pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
-            }
+            fa_softmax_step(sc, mx, m, l, o);
+            fa_pv16<T, NT, LD>(o, sc[0], sc[1], vt_s + warp * 16 * LD, lane); /* O += P V */
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
