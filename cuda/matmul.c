@@ -29,8 +29,8 @@
  * a hashed table of 256 (TPINFER_LOG=debug reports the queries and their host time).
  *
  * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
- * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms (TPINFER_GEMM_TUNE_CANDIDATES),
- * and its calls take them in turn, each candidate's first call untimed (its kernel may load then), the next
+ * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and its calls take them
+ * in turn, each candidate's first call untimed (its kernel may load then), the next
  * TUNE_SAMPLES timed with a pair of events; when tuning ends the one with the lowest median
  * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
  * timed calls, as in models of few layers, is not compared). The events time the GPU, which
@@ -69,8 +69,7 @@
 
 #define ALGO_PROBE 8
 #define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
-#define TUNE_CANDIDATES 8      /* the heuristic's first this many; TPINFER_GEMM_TUNE_CANDIDATES (1..32) changes it */
-#define TUNE_CANDIDATES_MAX 32
+#define TUNE_CANDIDATES 8
 #define TUNE_SAMPLES 3 /* timed calls of each candidate, after an untimed one: 8 x 4 = one call per layer of a 32-layer step */
 #define TUNE_MARGIN 0.97 /* another candidate replaces the heuristic's first when this much faster */
 
@@ -84,10 +83,10 @@ typedef struct gemm_key {
 /* A shape being tuned: its candidates, and each one's timed calls (event pairs). */
 typedef struct tune_state {
     int n_cand, next; /* candidates; the one the next call takes */
-    cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES_MAX];
-    int warm[TUNE_CANDIDATES_MAX];    /* its untimed first call made */
-    int samples[TUNE_CANDIDATES_MAX]; /* its timed calls */
-    cudaEvent_t ev[TUNE_CANDIDATES_MAX][TUNE_SAMPLES][2];
+    cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
+    int warm[TUNE_CANDIDATES];    /* its untimed first call made */
+    int samples[TUNE_CANDIDATES]; /* its timed calls */
+    cudaEvent_t ev[TUNE_CANDIDATES][TUNE_SAMPLES][2];
 } tune_state;
 
 typedef struct algo_entry {
@@ -108,7 +107,6 @@ struct tp_cuda_gemm {
     int queries;          /* heuristic queries made, and their host time: TPINFER_LOG=debug */
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
-    int tune_candidates;  /* heuristic results tried per shape */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
     int gemv; /* 1: the GEMV takes the fused gate/up+SwiGLU shapes it fits; 0 (TPINFER_GEMV=0): none;
                * 2 (TPINFER_GEMV=all): plain products too (what bench/gpu_matmul compares) */
@@ -174,9 +172,6 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
     g->gemv = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "all") ? 2 : 1;
-    const char *cand = getenv("TPINFER_GEMM_TUNE_CANDIDATES");
-    g->tune_candidates = cand && atoi(cand) >= 1 ? atoi(cand) : TUNE_CANDIDATES;
-    if (g->tune_candidates > TUNE_CANDIDATES_MAX) g->tune_candidates = TUNE_CANDIDATES_MAX;
     *out = g;
     return TP_OK;
 fail:
@@ -291,7 +286,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
 
     tp_status st = TP_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES_MAX];
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int found = 0;
     uint64_t ws = g->workspace_bytes;
     memset(res, 0, sizeof res);
@@ -307,7 +302,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     TP_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                         &key.align_d, sizeof key.align_d), st, done);
     cublasStatus_t hs =
-        cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, tune ? g->tune_candidates : 1, res, &found);
+        cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, tune ? TUNE_CANDIDATES : 1, res, &found);
     if (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS) {
         st = tp_error(TP_ERR_CUBLAS,
                       "matmul: cuBLASLt has no algorithm for %s x %s -> %s with m=%lld n=%lld k=%lld, "
@@ -374,7 +369,6 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
     if (tuned_out) *tuned_out = 0;
     if (on) {
         g->tuning = 1;
-        if (tuned_out) *tuned_out = g->tune_candidates * (TUNE_SAMPLES + 1);
         return TP_OK;
     }
     g->tuning = 0;

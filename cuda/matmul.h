@@ -26,8 +26,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
 void tp_cuda_gemm_destroy(tp_cuda_gemm *g); /* accepts NULL; the caller has synchronised */
 
 /* on = 1: 16-bit products of shapes first seen from now on (outside graph recordings) try
- * cuBLASLt's first candidates in turn, each call timed, and *tuned (may be NULL) is the calls
- * of one shape that takes; on = 0: each such shape keeps its
+ * cuBLASLt's first candidates in turn, each call timed; on = 0: each such shape keeps its
  * fastest (waits for the timed calls), and *tuned (may be NULL) is how many shapes were
  * chosen by their times. Only eager steps should run in between. */
 tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned);

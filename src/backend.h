@@ -205,8 +205,8 @@ struct tp_backend_ops {
     tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 
     /* Optional (NULL where matmul has nothing to choose): on = 1, matmuls of shapes first
-     * seen from now on try the library's candidate algorithms in turn, timed where they run,
-     * and *tuned (may be NULL) says how many calls of a shape that takes; on = 0 keeps each shape's fastest and says in *tuned (may be NULL) how many shapes had
+     * seen from now on try the library's candidate algorithms in turn, timed where they run;
+     * on = 0 keeps each shape's fastest and says in *tuned (may be NULL) how many shapes had
      * their choice made by timing. Between the two, eager steps only (the warm-up). */
     tp_status (*matmul_tune)(tp_backend *b, int on, int *tuned);
 

@@ -523,15 +523,14 @@ int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *bu
     return n > 0 ? n : 0;
 }
 
-/* A decode step at each graph batch size, rounds times: recorded and replayed where
- * buf->use_graphs, else eager. */
+/* A decode step at each graph batch size: recorded and replayed where buf->use_graphs, else eager. */
 static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
-                              int32_t *host, int rounds)
+                              int32_t *host)
 {
     const int32_t cap = graph_cap(buf);
     for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
-        for (int r = 0; r < rounds; r++) TP_CHECK(warm_step(m, kv, buf, tp, w, B, 1, host, 0));
+        TP_CHECK(warm_step(m, kv, buf, tp, w, B, 1, host, 0));
         if (B == cap) break;
     }
     return TP_OK;
@@ -547,17 +546,14 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
-    int calls = 0; /* of one shape, to tune it: a step calls each layer's products once */
-    tp_status st = tune ? b->ops->matmul_tune(b, 1, &calls) : TP_OK;
-    const int64_t layers = m->dims.n_layers > 0 ? m->dims.n_layers : 1;
-    const int rounds = tune && calls > layers ? (int)((calls + layers - 1) / layers) : 1;
-    for (int r = 0; st == TP_OK && n > 0 && r < rounds; r++) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
+    tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
+    if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
      * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
     if (st == TP_OK && graphs && (w->sampled || tune)) {
         buf->use_graphs = 0;
         if (w->sampled) st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
-        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host, rounds);
+        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host);
         buf->use_graphs = 1;
     }
     if (tune) {
@@ -566,7 +562,7 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         if (st == TP_OK) st = off;
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
-    if (st == TP_OK && graphs) st = warm_buckets(m, kv, buf, tp, w, host, 1); /* recorded, then replayed once */
+    if (st == TP_OK && graphs) st = warm_buckets(m, kv, buf, tp, w, host); /* recorded, then replayed once */
     if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);
     return st;
