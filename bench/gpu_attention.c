@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 
     if (argc > 2) return 0; /* shapes chosen: decode only */
     /* prefill: every prompt's ctx tokens in one step, keys already in the cache */
-    static const shape pshapes[] = {{1, 2048}, {4, 2048}, {1, 8192}};
+    static const shape pshapes[] = {{128, 128}, {1, 2048}, {4, 2048}, {1, 8192}};
     printf("\n# prefill: batch prompts of context tokens in one step (positions 0 .. context - 1), same heads "
            "and cache\n");
     printf("%5s %7s | %11s %8s | %11s %8s | %8s %8s\n", "batch", "context", "flash us", "TFLOPS", "prefill us",

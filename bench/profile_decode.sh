@@ -5,6 +5,8 @@
 # prefill), then sums each kernel's time per decode step (a step has one argmax) and prints a
 # table, largest first. Kernels run one at a time under ncu, so the sum is the GPU time of a
 # step without the launch gaps; compare with the step time of an unprofiled run.
+# PROFILE_FIRST_STEP=1: only the kernels up to the first argmax (with TPINFER_WARMUP=0 and
+# SKIP 0, the first step: the prefill), and the first 40 of them in order (a layer's sequence).
 set -u
 T=$1 MODEL=$2 PROMPTS=$3 SKIP=$4 COUNT=$5
 shift 5
@@ -15,11 +17,13 @@ rm -f "$OUTDIR/profile-out.jsonl"*
 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
     "$T" --model "$MODEL" --input "$PROMPTS" --output "$OUTDIR/profile-out.jsonl" "$@" >"$csv" 2>"$csv.err" ||
     { tail -5 "$csv.err"; exit 1; }
-python3 - "$csv" <<'PY'
+python3 - "$csv" "${PROFILE_FIRST_STEP:-0}" <<'PY'
 import csv, re, sys
 from collections import defaultdict
 rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+first_step = sys.argv[2] == "1"
 total, count = defaultdict(float), defaultdict(int)
+seq = []
 for r in csv.DictReader(rows):
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
@@ -31,6 +35,13 @@ for r in csv.DictReader(rows):
     v *= {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1e-3)
     total[name] += v
     count[name] += 1
+    seq.append((name, v))
+    if first_step and name == "argmax_kernel":
+        break
+if first_step:
+    print("the first %d kernels in order (us):" % min(40, len(seq)))
+    for name, v in seq[:40]:
+        print("  %9.1f  %s" % (v, name[:90]))
 steps = max(1, count.get("argmax_kernel", 1))
 all_us = sum(total.values())
 print("decode steps profiled: %d (argmax kernels); GPU time per step: %.1f us" % (steps, all_us / steps))

@@ -973,10 +973,11 @@ __global__ void __launch_bounds__(PF_THREADS)
  * kernel issues ~0.6 instructions a cycle per scheduler at batch 128, its limit). */
 #define DT_MAX_GROUP 16
 
-template <int D, int W> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)2 * 2 * 16 * W * (D + PF_PAD) * 2; }
+template <int D, int W, int NB> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)NB * 2 * 16 * W * (D + PF_PAD) * 2; }
 
-/* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y. */
-template <typename T, int D, int W>
+/* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y;
+ * NB tile buffers (NB - 1 tiles travel while one is used). */
+template <typename T, int D, int W, int NB>
 __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_layer &cache, const tp_attn_batch &batch,
                                                const fa_params &P, const tp_tensor &out, tp_cuda_fault *fault,
                                                int64_t i, int kh, int32_t seq, int32_t pos)
@@ -989,9 +990,9 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     constexpr int LOADS = DT_BN * CPR / DT_THREADS; /* chunks per thread per K (or V) tile */
     static_assert(DT_BN == 16 * DT_WARPS, "a warp takes 16 keys of a tile");
     static_assert(DT_BN * CPR % DT_THREADS == 0, "tile loads must divide over the threads");
-    static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D, W>(), "the merge reuses the tile buffers");
+    static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D, W, NB>(), "the merge reuses the tile buffers");
     extern __shared__ __align__(16) unsigned char dt_smem[];
-    T *kbuf = (T *)dt_smem, *vbuf = kbuf + 2 * DT_BN * LD;
+    T *kbuf = (T *)dt_smem, *vbuf = kbuf + NB * DT_BN * LD;
     __shared__ float m_s[DT_WARPS][DT_MAX_GROUP], l_s[DT_WARPS][DT_MAX_GROUP];
     __shared__ int bad_s;
 
@@ -1086,16 +1087,19 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    load(0, 0);
-    pf_cp_async_commit();
-    for (int kt = 0; kt < nkt; kt++) {
-        if (kt + 1 < nkt) load(kt + 1, (kt + 1) & 1);
+#pragma unroll
+    for (int j = 0; j < NB - 1; j++) { /* one commit group per tile, empty past the last */
+        if (j < nkt) load(j, j);
         pf_cp_async_commit();
-        pf_cp_async_wait<1>();
+    }
+    for (int kt = 0; kt < nkt; kt++) {
+        if (kt + NB - 1 < nkt) load(kt + NB - 1, (kt + NB - 1) % NB);
+        pf_cp_async_commit();
+        pf_cp_async_wait<NB - 1>(); /* tile kt is in */
         __syncthreads();
         const int k0 = b0 + kt * DT_BN + warp * 16; /* the warp's first key */
         if (k0 < b1) {
-            const T *kt_s = kbuf + (kt & 1) * DT_BN * LD, *vt_s = vbuf + (kt & 1) * DT_BN * LD;
+            const T *kt_s = kbuf + (kt % NB) * DT_BN * LD, *vt_s = vbuf + (kt % NB) * DT_BN * LD;
             /* S = Q K^T over the warp's 16 keys */
             float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
             fa_qk<T, KS, 1, LD>(sc, qf, kt_s + warp * 16 * LD, lane);
@@ -1249,7 +1253,7 @@ __global__ void __launch_bounds__(WARP_SIZE) pf_list_kernel(tp_attn_batch batch,
  * of (listed token, KV head): a prefill step's tokens are nearly all the prefill kernel's, and
  * a block per token only to find that out cost ~0.5 ms a layer at 8192 tokens (three resident
  * blocks per SM, each scanning its tile); without a list, a block per token (pf_took). */
-template <typename T, int D, int W>
+template <typename T, int D, int W, int NB>
 __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
     attention_decode_tc_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, fa_params P, tp_tensor out,
                                tp_cuda_fault *fault)
@@ -1274,22 +1278,22 @@ __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
         } else if (P.pf_skip && pf_took(batch, i, cache.block_size)) {
             return; /* the prefill kernel wrote it */
         }
-        decode_tc_item<T, D, W>(q, cache, batch, P, out, fault, i, (int)(k % kvh), seq, pos);
+        decode_tc_item<T, D, W, NB>(q, cache, batch, P, out, fault, i, (int)(k % kvh), seq, pos);
     }
 }
 
-template <typename T, int D, int W>
+template <typename T, int D, int W, int NB>
 static void launch_decode_tc(dim3 grid, int sms, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
                              const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
     /* over 48 KiB of dynamic shared memory is asked for per device: at every launch (a host
      * call, no stream operation, so it may come inside a graph recording) */
-    const size_t smem = dt_smem_bytes<D, W>();
-    (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t smem = dt_smem_bytes<D, W, NB>();
+    (void)cudaFuncSetAttribute(attention_decode_tc_kernel<T, D, W, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)smem);
     if (P.pf_list) { /* one wave of resident blocks takes the list */
         static int per_sm = 0;
-        if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_tc_kernel<T, D, W>,
+        if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_tc_kernel<T, D, W, NB>,
                                                                      W * WARP_SIZE, smem) != cudaSuccess ||
                         per_sm < 1)) {
             (void)cudaGetLastError();
@@ -1298,17 +1302,21 @@ static void launch_decode_tc(dim3 grid, int sms, tp_tensor q, tp_kv_layer cache,
         const int64_t wave = (int64_t)per_sm * (sms > 0 ? sms : 1);
         if ((int64_t)grid.x > wave) grid.x = (unsigned)wave;
     }
-    tp_launch(attention_decode_tc_kernel<T, D, W>, grid, W * WARP_SIZE, smem, stream, q, cache, batch, P, out, fault);
+    tp_launch(attention_decode_tc_kernel<T, D, W, NB>, grid, W * WARP_SIZE, smem, stream, q, cache, batch, P, out,
+              fault);
 }
 
-/* w warps per block (1, 2 or 4) */
+/* w warps per block (1, 2 or 4); nb tile buffers for one warp (2, 3 or 4), two otherwise */
 template <typename T, int D>
-static void launch_decode_tc_w(int w, dim3 grid, int sms, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
-                               const fa_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+static void launch_decode_tc_w(int w, int nb, dim3 grid, int sms, tp_tensor q, tp_kv_layer cache,
+                               tp_attn_batch batch, const fa_params &P, tp_tensor out, tp_cuda_fault *fault,
+                               cudaStream_t stream)
 {
-    if (w == 1) launch_decode_tc<T, D, 1>(grid, sms, q, cache, batch, P, out, fault, stream);
-    else if (w == 2) launch_decode_tc<T, D, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
-    else launch_decode_tc<T, D, 4>(grid, sms, q, cache, batch, P, out, fault, stream);
+    if (w == 1 && nb == 3) launch_decode_tc<T, D, 1, 3>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else if (w == 1 && nb == 4) launch_decode_tc<T, D, 1, 4>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else if (w == 1) launch_decode_tc<T, D, 1, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else if (w == 2) launch_decode_tc<T, D, 2, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else launch_decode_tc<T, D, 4, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
 }
 
 /* Whether the decode kernel on tensor cores takes the flash kernel's work: a 16-bit cache
@@ -1385,6 +1393,9 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         /* one warp per item where there are many (no splits: 12 blocks per SM hide the short
          * contexts' per-item latencies best); four where splits make few long items */
         const int w = w_env == 1 || w_env == 2 || w_env == 4 ? w_env : S == 1 ? 1 : 4;
+        static int nb_env = -1;
+        if (nb_env < 0) nb_env = env_int("TPINFER_ATTN_DT_BUFFERS", 2, 2, 4);
+        const int nb = nb_env;
         if (listed) { /* the count zeroed (a memset: the list kernel's launch waits for it) */
             TP_CUDA_CHECK(cudaMemsetAsync(P.pf_count, 0, sizeof(int32_t), stream));
             tp_launch(pf_list_kernel, (unsigned)CEIL_DIV(n, PF_BM), WARP_SIZE, 0, stream, batch, cache.block_size,
@@ -1393,11 +1404,11 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         }
         const bool bf = cache.dtype == TP_DTYPE_BF16;
         if (hd == 64) {
-            if (bf) launch_decode_tc_w<bf16_t, 64>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 64>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 64>(w, nb, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 64>(w, nb, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
         } else {
-            if (bf) launch_decode_tc_w<bf16_t, 128>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
-            else launch_decode_tc_w<f16_t, 128>(w, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            if (bf) launch_decode_tc_w<bf16_t, 128>(w, nb, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
+            else launch_decode_tc_w<f16_t, 128>(w, nb, grid, scratch.sm_count, q, cache, batch, P, out, fault, stream);
         }
     } else switch (cache.dtype) {
     case TP_DTYPE_F32:

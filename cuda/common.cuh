@@ -83,6 +83,37 @@ template <> __device__ __forceinline__ f16_t from_f32<f16_t>(float f)
 }
 
 // ----------------------------------------------------------------------------
+// eight consecutive elements as 16-byte accesses (p 16-byte aligned): one for 16-bit types,
+// two for f32
+
+template <typename T> __device__ __forceinline__ void load8(const T *p, float (&v)[8])
+{
+    if constexpr (sizeof(T) == 4) {
+        const float4 a = *(const float4 *)p, b = *((const float4 *)p + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        const uint4 u = *(const uint4 *)p;
+        const T *e = (const T *)&u;
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = to_f32(e[k]);
+    }
+}
+
+template <typename T> __device__ __forceinline__ void store8(T *p, const float (&v)[8])
+{
+    if constexpr (sizeof(T) == 4) {
+        *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+        *((float4 *)p + 1) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        uint4 u;
+        T *e = (T *)&u;
+#pragma unroll
+        for (int k = 0; k < 8; k++) e[k] = from_f32<T>(v[k]);
+        *(uint4 *)p = u;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // tensors: row r of a strided matrix
 
 template <typename T> __device__ __forceinline__ T *row_of(const tp_tensor &t, int64_t r)

@@ -774,16 +774,18 @@ static void add_rmsnorm_case(tp_dtype wdt, int64_t n, int64_t d, int with_delta,
 
 START_TEST(add_rmsnorm_shapes)
 {
-    /* d picks the kernel: rows in registers K = 1, 2, 4, 8 per thread, or the loop past 8192 */
-    static const int64_t shapes[][2] = {{1, 1},    {3, 17},   {17, 64},  {2, 130},  {5, 1000},
-                                        {2, 2048}, {1, 4096}, {3, 4099}, {2, 8192}, {1, 8193}};
+    /* d picks the kernel: rows in registers K = 1, 2, 4, 8 per thread, or the loop past 8192;
+     * rows 16-byte aligned with d % 8 == 0 (pad 0 or 8) take 16-byte chunks, 1, 2 or 4 a
+     * thread (d 2048, 4096, 8192); many rows as in a prefill step */
+    static const int64_t shapes[][2] = {{1, 1},    {3, 17},   {17, 64},  {2, 130},  {5, 1000},  {2, 2048},
+                                        {1, 4096}, {3, 4099}, {2, 8192}, {1, 8193}, {600, 4096}, {513, 1000}};
     FOR_EACH_GPU {
         seed(4);
         for (int d = 0; d < 3; d++)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
                 for (int v = 0; v < 3; v++)
                     add_rmsnorm_case(float_dtypes[d], shapes[s][0], shapes[s][1], v > 0,
-                                     v == 2 ? gb->act_dtype : TP_DTYPE_F32, v ? 5 : 0);
+                                     v == 2 ? gb->act_dtype : TP_DTYPE_F32, v == 1 ? 8 : v ? 5 : 0);
     }
 }
 END_TEST
@@ -1295,7 +1297,7 @@ START_TEST(qk_rope_store_cases)
     static const int shapes[][4] = {/* hd, hq, hk, n */
                                     {8, 4, 2, 5},    {64, 8, 8, 17},  {128, 32, 8, 33}, {128, 8, 1, 3},
                                     {256, 8, 4, 9},  {130, 6, 2, 7},  {2, 3, 1, 4},     {64, 2, 2, 1},
-                                    {128, 16, 4, 300}};
+                                    {128, 16, 4, 300}, {128, 32, 8, 2100}};
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     FOR_EACH_GPU {
         for (int s = 0; s < n_shapes; s++)
