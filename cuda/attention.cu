@@ -976,11 +976,13 @@ __global__ void __launch_bounds__(PF_THREADS)
 template <int D, int W, int NB> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)NB * 2 * 16 * W * (D + PF_PAD) * 2; }
 
 /* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y;
- * NB tile buffers (NB - 1 tiles travel while one is used). */
+ * NB tile buffers (NB - 1 tiles travel while one is used). pdl_pending: the kernel has not
+ * waited for its predecessor yet (a decode step's, batch.one_per_seq): the first tiles, all
+ * of keys before pos (earlier steps' rows), are asked for before the wait, the rest after. */
 template <typename T, int D, int W, int NB>
 __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_layer &cache, const tp_attn_batch &batch,
                                                const fa_params &P, const tp_tensor &out, tp_cuda_fault *fault,
-                                               int64_t i, int kh, int32_t seq, int32_t pos)
+                                               int64_t i, int kh, int32_t seq, int32_t pos, bool pdl_pending)
 {
     constexpr int DT_WARPS = W, DT_BN = 16 * W, DT_THREADS = W * WARP_SIZE;
     constexpr int LD = D + PF_PAD;                  /* shared row pitch (elements) */
@@ -1004,6 +1006,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     int32_t value = 0, limit = 0;
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
     if (code != TP_CUDA_FAULT_NONE) {
+        if (pdl_pending) pdl_wait(); /* out may still be read by an earlier kernel */
         if (tid == 0 && s == 0) fault_record(fault, code, i, value, limit);
         if (S == 1) /* no combine kernel to zero it */
             for (int e = tid; e < gn * D; e += DT_THREADS)
@@ -1017,38 +1020,12 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     if (tid == 0) bad_s = 0;
     __syncthreads(); /* before any load can set it */
     if (b0 >= b1) { /* an empty split (only with se > 1) */
+        if (pdl_pending) pdl_wait();
         if (tid < gn) {
             P.part_m[pbase + (int64_t)tid * S] = -INFINITY;
             P.part_l[pbase + (int64_t)tid * S] = 0.0f;
         }
         return;
-    }
-
-    /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
-    uint32_t qf[KS][4];
-    {
-        const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
-        const uint16_t *qb = qa + 8 * D;
-        const bool ha = g < gn, hb = g + 8 < gn;
-        if (((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0) { /* pairs as 32-bit words */
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                const int col = k * 16 + 2 * tig;
-                qf[k][0] = ha ? *(const uint32_t *)(qa + col) : 0u;
-                qf[k][1] = hb ? *(const uint32_t *)(qb + col) : 0u;
-                qf[k][2] = ha ? *(const uint32_t *)(qa + col + 8) : 0u;
-                qf[k][3] = hb ? *(const uint32_t *)(qb + col + 8) : 0u;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                const int col = k * 16 + 2 * tig;
-                qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
-                qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
-                qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
-                qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
-            }
-        }
     }
 
     const int64_t width = (int64_t)kvh * D;
@@ -1087,11 +1064,46 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
+    /* the first NB - 1 tiles, one commit group each (empty past the last): before the wait
+     * for the previous kernel where all their keys are before pos */
+    const bool early = pdl_pending && b0 + (NB - 1) * DT_BN <= pos;
+    auto prologue = [&]() {
 #pragma unroll
-    for (int j = 0; j < NB - 1; j++) { /* one commit group per tile, empty past the last */
-        if (j < nkt) load(j, j);
-        pf_cp_async_commit();
+        for (int j = 0; j < NB - 1; j++) {
+            if (j < nkt) load(j, j);
+            pf_cp_async_commit();
+        }
+    };
+    if (early) prologue();
+    if (pdl_pending) pdl_wait(); /* q and the step's own K/V rows come from earlier kernels */
+    /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
+    uint32_t qf[KS][4];
+    {
+        const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
+        const uint16_t *qb = qa + 8 * D;
+        const bool ha = g < gn, hb = g + 8 < gn;
+        if (((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0) { /* pairs as 32-bit words */
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const int col = k * 16 + 2 * tig;
+                qf[k][0] = ha ? *(const uint32_t *)(qa + col) : 0u;
+                qf[k][1] = hb ? *(const uint32_t *)(qb + col) : 0u;
+                qf[k][2] = ha ? *(const uint32_t *)(qa + col + 8) : 0u;
+                qf[k][3] = hb ? *(const uint32_t *)(qb + col + 8) : 0u;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const int col = k * 16 + 2 * tig;
+                qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
+                qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
+                qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
+                qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
+            }
+        }
     }
+
+    if (!early) prologue();
     for (int kt = 0; kt < nkt; kt++) {
         if (kt + NB - 1 < nkt) load(kt + NB - 1, (kt + NB - 1) % NB);
         pf_cp_async_commit();
@@ -1267,7 +1279,9 @@ __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
         seq = __ldg(batch.seq + k / kvh);
         pos = __ldg(batch.pos + k / kvh);
     }
-    pdl_wait(); /* q, the step's K/V rows and the list come from earlier kernels */
+    /* a decode step's items wait inside, after asking for their first tiles */
+    const bool pending = !listed && !P.pf_skip && batch.one_per_seq;
+    if (!pending) pdl_wait(); /* q, the step's K/V rows and the list come from earlier kernels */
     if (listed) end = (int64_t)*P.pf_count * kvh, step = gridDim.x;
     for (; k < end; k += step) {
         const int64_t i = listed ? P.pf_list[k / kvh] : k / kvh;
@@ -1278,8 +1292,9 @@ __global__ void __launch_bounds__(W * WARP_SIZE, 12 / W)
         } else if (P.pf_skip && pf_took(batch, i, cache.block_size)) {
             return; /* the prefill kernel wrote it */
         }
-        decode_tc_item<T, D, W, NB>(q, cache, batch, P, out, fault, i, (int)(k % kvh), seq, pos);
+        decode_tc_item<T, D, W, NB>(q, cache, batch, P, out, fault, i, (int)(k % kvh), seq, pos, pending);
     }
+    if (pending) pdl_wait(); /* every path has waited before the kernel ends (custom_ar.cu relies on it) */
 }
 
 template <typename T, int D, int W, int NB>
@@ -1306,15 +1321,14 @@ static void launch_decode_tc(dim3 grid, int sms, tp_tensor q, tp_kv_layer cache,
               fault);
 }
 
-/* w warps per block (1, 2 or 4); nb tile buffers for one warp (2, 3 or 4), two otherwise */
+/* w warps per block (1, 2 or 4); nb tile buffers for one warp (2 or 3), two otherwise */
 template <typename T, int D>
 static void launch_decode_tc_w(int w, int nb, dim3 grid, int sms, tp_tensor q, tp_kv_layer cache,
                                tp_attn_batch batch, const fa_params &P, tp_tensor out, tp_cuda_fault *fault,
                                cudaStream_t stream)
 {
-    if (w == 1 && nb == 3) launch_decode_tc<T, D, 1, 3>(grid, sms, q, cache, batch, P, out, fault, stream);
-    else if (w == 1 && nb == 4) launch_decode_tc<T, D, 1, 4>(grid, sms, q, cache, batch, P, out, fault, stream);
-    else if (w == 1) launch_decode_tc<T, D, 1, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
+    if (w == 1 && nb == 2) launch_decode_tc<T, D, 1, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
+    else if (w == 1) launch_decode_tc<T, D, 1, 3>(grid, sms, q, cache, batch, P, out, fault, stream);
     else if (w == 2) launch_decode_tc<T, D, 2, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
     else launch_decode_tc<T, D, 4, 2>(grid, sms, q, cache, batch, P, out, fault, stream);
 }
@@ -1384,6 +1398,9 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
     P.pf_count = listed ? (int32_t *)((char *)scratch.data + scratch.bytes) : NULL;
     P.pf_list = listed ? P.pf_count + 1 : NULL;
+    static int early_env = -1; /* TPINFER_ATTN_EARLY_KV=0: a decode step's keys only after the wait */
+    if (early_env < 0) early_env = env_int("TPINFER_ATTN_EARLY_KV", 1, 0, 1);
+    if (!early_env) batch.one_per_seq = 0;
 
     const dim3 grid((unsigned)base, (unsigned)S);
     const size_t smem = (size_t)FA_WARPS * gmax * (hd + 2) * sizeof(float);
@@ -1394,7 +1411,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
          * contexts' per-item latencies best); four where splits make few long items */
         const int w = w_env == 1 || w_env == 2 || w_env == 4 ? w_env : S == 1 ? 1 : 4;
         static int nb_env = -1;
-        if (nb_env < 0) nb_env = env_int("TPINFER_ATTN_DT_BUFFERS", 2, 2, 4);
+        if (nb_env < 0) nb_env = env_int("TPINFER_ATTN_DT_BUFFERS", 3, 2, 3);
         const int nb = nb_env;
         if (listed) { /* the count zeroed (a memset: the list kernel's launch waits for it) */
             TP_CUDA_CHECK(cudaMemsetAsync(P.pf_count, 0, sizeof(int32_t), stream));

@@ -70,6 +70,9 @@ typedef struct tp_attn_batch {
     const int32_t *block_table; /* [n_seqs, max_blocks] physical block of each logical block */
     int32_t max_blocks;         /* columns of block_table */
     int32_t max_pos;            /* host-known bound: every pos[i] < max_pos (kernel sizing) */
+    int32_t one_per_seq;        /* 1: no two tokens of one sequence (a decode step): a token's keys
+                                 * before its own position come from earlier steps, so a backend may
+                                 * read them before the step's K/V store has run */
 } tp_attn_batch;
 
 /* One layer's KV cache: K and V each [n_blocks, block_size, n_kv_heads, head_dim]. */

@@ -379,6 +379,15 @@ static int graph_bucket(const tp_model *m, const tp_step_buffers *buf, const tp_
     return -1;
 }
 
+/* Whether token i is the only one of sequence row i (a decode step's layout; the graphs'). */
+static int32_t one_per_seq(const tp_step *s)
+{
+    if (s->n_seqs != s->n_tokens) return 0;
+    for (int32_t i = 0; i < s->n_tokens; i++)
+        if (s->seq[i] != i) return 0;
+    return 1;
+}
+
 /* The step padded to B tokens: a padding token is id 0 at position 0 of its own sequence
  * row, whose block table is all block 0 (zeroed at creation, or some sequence's keys:
  * finite either way), with slot -1 so nothing is stored, and its logit row is computed
@@ -454,13 +463,14 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
         TP_CHECK(upload_step(m, buf, &padded));
         /* positions bounded by the table's capacity, so one recording serves every step */
         tp_attn_batch ab = {B, buf->seq, buf->pos, buf->slot, buf->block_table, padded.max_blocks,
-                            padded.max_blocks * kv->block_size};
+                            padded.max_blocks * kv->block_size, 1};
         TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, out));
         L = B;
     } else {
         if (out == OUT_SAMPLE) TP_CHECK(sample_prepare(m, buf, L, L, sample));
         TP_CHECK(upload_step(m, buf, s));
-        tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos};
+        tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos,
+                            one_per_seq(s)};
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out));
     }
     if (!m->plan.has_lm_head) return TP_OK;

@@ -965,6 +965,11 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
     tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos};
+    /* a token per sequence, token i of sequence i (a decode step's layout): the CUDA decode
+     * kernel asks for the keys before pos ahead of its wait for the previous kernel */
+    int one = n == c->n_seqs;
+    for (int i = 0; i < n; i++) one = one && seq[i] == i;
+    bc.one_per_seq = bg.one_per_seq = one;
     pt qkv = pt_rand(A, ACT, n, (qh + 2 * kvh) * hd, 5, -1, 1);
     tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qh * hd), qg = tp_tensor_cols(&qkv.g, 0, qh * hd);
     tp_tensor k_c = tp_tensor_cols(&qkv.c, qh * hd, width), k_g = tp_tensor_cols(&qkv.g, qh * hd, width);
@@ -973,9 +978,9 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
 #undef SLOT
 
     char shape[160];
-    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s", dn(cdt),
+    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s%s", dn(cdt),
              kvh, c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "",
-             c->contiguous ? " contig" : "");
+             c->contiguous ? " contig" : "", one ? " decode" : "");
     /* the caches are the same bytes (the values are the same, the conversion too) */
     ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
                   "kv_store [%s]: the K caches differ", shape);
