@@ -44,7 +44,8 @@ if first_step:
         print("  %9.1f  %s" % (v, name[:90]))
 steps = max(1, count.get("argmax_kernel", 1))
 all_us = sum(total.values())
-print("decode steps profiled: %d (argmax kernels); GPU time per step: %.1f us" % (steps, all_us / steps))
+print("%s profiled: %d (argmax kernels); GPU time per step: %.1f us" %
+      ("steps (the first)" if first_step else "decode steps", steps, all_us / steps))
 print("| kernel | launches per step | us per step | share |")
 print("| --- | ---: | ---: | ---: |")
 for k in sorted(total, key=total.get, reverse=True):

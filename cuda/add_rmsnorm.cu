@@ -98,9 +98,12 @@ __global__ void __launch_bounds__(1024)
 }
 
 /* The registers kernel with 16-byte accesses: thread t takes chunks t, t + step, .. of 8
- * elements (C of them; the last ones may be past d). Same arithmetic, element for element. */
+ * elements (C of them; the last ones may be past d). Same arithmetic per element; the sum of
+ * squares is added in another order, so a row's result may differ from the registers
+ * kernel's in the last bit (which of the two runs depends on the rows' alignment, fixed for
+ * a model's buffers). At most 256 threads: launch bounds for them, or C = 4 spills. */
 template <typename DT, typename WT, typename OT, int C>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(256)
     add_rmsnorm_vec8_kernel(tp_tensor residual, tp_tensor delta, tp_tensor weight, float eps, tp_tensor out)
 {
     pdl_trigger();

@@ -963,10 +963,10 @@ __global__ void __launch_bounds__(PF_THREADS)
 
 /* Item (token i, KV head kh, split s): the flash kernel's contract (partials for
  * the combine kernel when the token uses se > 1 splits, else its output), W warps (1, 2 or
- * 4), dt_smem_bytes<D, W>() of dynamic shared memory. The group's q heads (up to 16) are
+ * 4), dt_smem_bytes<D, W, NB>() of dynamic shared memory. The group's q heads (up to 16) are
  * the rows of one m16 tile (padded rows are zeros and never written). Keys of the split
- * come in tiles of DT_BN = 16 W, K and V by cp.async into two buffers (the next tile travels
- * while this one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
+ * come in tiles of DT_BN = 16 W, K and V by cp.async into NB buffers (NB - 1 tiles travel
+ * while one is used); warp w takes keys 16w .. 16w + 15 of each tile: S = Q K^T (16 x 16,
  * mma.sync m16n8k16, f32), online softmax in the log2 domain over its keys, O += P V with P
  * rounded to the cache dtype. At the end the warps' (m, l, O) merge through shared
  * memory. Against the flash kernel: the same bytes, a tenth of the instructions (that
@@ -977,8 +977,10 @@ template <int D, int W, int NB> __host__ __device__ constexpr size_t dt_smem_byt
 
 /* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y;
  * NB tile buffers (NB - 1 tiles travel while one is used). pdl_pending: the kernel has not
- * waited for its predecessor yet (a decode step's, batch.one_per_seq): the first tiles, all
- * of keys before pos (earlier steps' rows), are asked for before the wait, the rest after. */
+ * waited for its predecessor yet (a decode step's, batch.one_per_seq): where the first NB - 1
+ * tiles hold only keys before pos (earlier steps' rows), they are asked for before the wait
+ * (a bad block among them is recorded after it, so an earlier kernel's fault comes first);
+ * else all of them after. */
 template <typename T, int D, int W, int NB>
 __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_layer &cache, const tp_attn_batch &batch,
                                                const fa_params &P, const tp_tensor &out, tp_cuda_fault *fault,
@@ -997,6 +999,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     T *kbuf = (T *)dt_smem, *vbuf = kbuf + NB * DT_BN * LD;
     __shared__ float m_s[DT_WARPS][DT_MAX_GROUP], l_s[DT_WARPS][DT_MAX_GROUP];
     __shared__ int bad_s;
+    __shared__ int32_t early_bad_blk_s; /* a bad block met before the wait (recorded after it) */
 
     const int kvh = cache.n_kv_heads, bs = cache.block_size;
     const int s = blockIdx.y, S = P.splits;
@@ -1017,8 +1020,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     if (s >= se) return;
     const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
     const int64_t pbase = (i * P.q_heads + h0) * S + s;
-    if (tid == 0) bad_s = 0;
-    __syncthreads(); /* before any load can set it */
+    if (tid == 0) bad_s = 0, early_bad_blk_s = INT32_MIN;
+    __syncthreads(); /* before any load can set them */
     if (b0 >= b1) { /* an empty split (only with se > 1) */
         if (pdl_pending) pdl_wait();
         if (tid < gn) {
@@ -1035,6 +1038,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
 
     /* K and V rows of keys b0 + kt * DT_BN .. + DT_BN - 1 into buffer b: a row's chunks are
      * consecutive threads; zeros past b1 and for a bad block (recorded, the output zeroed) */
+    bool waited = !pdl_pending;
     auto load = [&](int kt, int b) {
         T *kd = kbuf + b * DT_BN * LD, *vd = vbuf + b * DT_BN * LD;
         const int col = tid % CPR;
@@ -1048,7 +1052,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                 const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
                 if (row < 0) {
                     if (col == 0) {
-                        fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
+                        if (waited) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
+                        else early_bad_blk_s = blk;
                         bad_s = 1;
                     }
                 } else {
@@ -1075,7 +1080,13 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         }
     };
     if (early) prologue();
-    if (pdl_pending) pdl_wait(); /* q and the step's own K/V rows come from earlier kernels */
+    if (pdl_pending) {
+        pdl_wait(); /* q and the step's own K/V rows come from earlier kernels */
+        waited = true;
+        __syncthreads(); /* early_bad_blk_s as the early loads left it */
+        if (tid == 0 && early_bad_blk_s != INT32_MIN)
+            fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, early_bad_blk_s, cache.n_blocks);
+    }
     /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
     uint32_t qf[KS][4];
     {

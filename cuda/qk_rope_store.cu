@@ -130,10 +130,10 @@ extern "C" tp_status tp_cuda_qk_rope_store(tp_tensor q, tp_tensor k, tp_tensor v
     if (!is_float_dtype(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype || !is_float_dtype(cache.dtype) ||
         (q_norm.data && (!is_float_dtype(q_norm.dtype) || !k_norm.data || !is_float_dtype(k_norm.dtype))))
         return TP_CUDA_BAD_DTYPE("qk_rope_store");
-    /* heads a warp takes: one for a decode step's few tokens (latency); with many tokens a
-     * warp loops over several, so a block's cos/sin serve more heads and blocks are fewer
-     * (a block a token at 512 tokens a head per warp and more: 16384 tokens took 0.28 ms a
-     * call with 12 blocks a token, 1.5 TB/s, Nsight Compute on an H200) */
+    /* heads a warp takes: n / 512, at least 1 (a decode step's few tokens: latency), at most
+     * its share of the token's heads (then one block a token): a block's cos/sin serve more
+     * heads and blocks are fewer. 16384 tokens at one head a warp (12 blocks a token) took
+     * 0.28 ms a call, 1.5 TB/s; at one block a token 0.20 ms (Nsight Compute, H200). */
     int64_t per_warp = n / 512 < 1 ? 1 : n / 512;
     if (per_warp > CEIL_DIV(heads, (int64_t)QKR_WARPS)) per_warp = CEIL_DIV(heads, (int64_t)QKR_WARPS);
     int64_t groups = CEIL_DIV(heads, (int64_t)QKR_WARPS * per_warp);

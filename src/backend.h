@@ -70,9 +70,13 @@ typedef struct tp_attn_batch {
     const int32_t *block_table; /* [n_seqs, max_blocks] physical block of each logical block */
     int32_t max_blocks;         /* columns of block_table */
     int32_t max_pos;            /* host-known bound: every pos[i] < max_pos (kernel sizing) */
-    int32_t one_per_seq;        /* 1: no two tokens of one sequence (a decode step): a token's keys
-                                 * before its own position come from earlier steps, so a backend may
-                                 * read them before the step's K/V store has run */
+    int32_t one_per_seq;        /* 1: token i is the only one of sequence i (a decode step): its
+                                 * keys before its own position were stored by earlier steps, so a
+                                 * backend may read them before this step's K/V store has run. The
+                                 * caller vouches that (a) something between those steps and this
+                                 * one waits for all earlier work (the step's uploads do) and (b) no
+                                 * token of the step stores into a block another sequence reads
+                                 * below its position (no shared blocks; padding has slot -1). */
 } tp_attn_batch;
 
 /* One layer's KV cache: K and V each [n_blocks, block_size, n_kv_heads, head_dim]. */

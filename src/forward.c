@@ -379,7 +379,10 @@ static int graph_bucket(const tp_model *m, const tp_step_buffers *buf, const tp_
     return -1;
 }
 
-/* Whether token i is the only one of sequence row i (a decode step's layout; the graphs'). */
+/* Whether token i is the only one of sequence row i (a decode step's layout; the graphs'):
+ * tp_attn_batch.one_per_seq. Its other conditions hold here: upload_step's copies come before
+ * the step's kernels on the stream (all earlier steps' stores done), and no two sequences
+ * share a block. */
 static int32_t one_per_seq(const tp_step *s)
 {
     if (s->n_seqs != s->n_tokens) return 0;

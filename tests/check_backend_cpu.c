@@ -499,7 +499,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
                 }
             }
         tp_attn_batch hb = {nh, dev_copy(seq, (size_t)nh * 4), dev_copy(pos, (size_t)nh * 4),
-                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20};
+                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20, 0};
         ck_assert_int_eq(be->ops->kv_store(be, &hk.t, &hv.t, &st->cache, &hb), TP_OK);
     }
 
@@ -531,7 +531,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
             vref[st->seq[i]][st->pos[i] * width + e] = round_to(c->cache_dt, (float)row[width + e]);
         }
     st->batch = (tp_attn_batch){n, dev_copy(st->seq, (size_t)n * 4), dev_copy(st->pos, (size_t)n * 4),
-                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos};
+                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos, 0};
     st->out = mat_new(TP_DTYPE_F32, n, qh * hd, 3, -1, 1);
     st->scale = 1.0f / sqrtf((float)hd);
     tp_error_clear();
@@ -622,7 +622,7 @@ START_TEST(kv_store_padding_slot)
     ck_assert_int_eq(be->ops->memset0(be, cache.v, 256), TP_OK);
     mat k = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2), v = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2);
     int32_t slot[2] = {-1, 5};
-    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0};
+    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     float kc[64];
     ck_assert_int_eq(be->ops->download(be, kc, cache.k, sizeof kc), TP_OK);
@@ -1130,7 +1130,7 @@ START_TEST(cache_errors)
     mat k15 = mat_new(TP_DTYPE_F32, 2, width - 1, 0, -1, 1);
     mat k3 = mat_new(TP_DTYPE_F32, 3, width, 0, -1, 1);
     int32_t seq[2] = {0, 0}, pos[2] = {0, 5}, slot[2] = {0, 5}, table[2] = {2, 1};
-    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8};
+    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     EXPECT_INVALID(be->ops->kv_store(be, &k15.t, &v.t, &cache, &b),
                    "kv_store: k is [2, 15], expected [2, 16]");
@@ -1411,7 +1411,7 @@ START_TEST(fused_ops)
     int32_t pos[3] = {0, 5, 9}, slot[3] = {3, -1, 6};
     const float *dinv = dev_copy(inv, sizeof inv);
     const int32_t *dpos = dev_copy(pos, sizeof pos), *dslot = dev_copy(slot, sizeof slot);
-    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0};
+    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0, 0};
     mat qn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f), kn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f);
     mat qkv[2];
     tp_kv_layer cache[2];

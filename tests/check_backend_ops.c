@@ -775,17 +775,19 @@ static void add_rmsnorm_case(tp_dtype wdt, int64_t n, int64_t d, int with_delta,
 START_TEST(add_rmsnorm_shapes)
 {
     /* d picks the kernel: rows in registers K = 1, 2, 4, 8 per thread, or the loop past 8192;
-     * rows 16-byte aligned with d % 8 == 0 (pad 0 or 8) take 16-byte chunks, 1, 2 or 4 a
-     * thread (d 2048, 4096, 8192); many rows as in a prefill step */
+     * rows 16-byte aligned with d % 8 == 0 take 16-byte chunks, 1, 2 or 4 a thread (d 64 ..
+     * 8192): pad 0, or 16 (pt_from puts the view at column pad / 2, 16 bytes in at 16 bits);
+     * pad 5 misaligns every row (the registers kernel); many rows as in a prefill step.
+     * v: no delta (pad 0), an f32 delta (pad 16), the activations' dtype (pad 16, then 5) */
     static const int64_t shapes[][2] = {{1, 1},    {3, 17},   {17, 64},  {2, 130},  {5, 1000},  {2, 2048},
                                         {1, 4096}, {3, 4099}, {2, 8192}, {1, 8193}, {600, 4096}, {513, 1000}};
     FOR_EACH_GPU {
         seed(4);
         for (int d = 0; d < 3; d++)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-                for (int v = 0; v < 3; v++)
+                for (int v = 0; v < 4; v++)
                     add_rmsnorm_case(float_dtypes[d], shapes[s][0], shapes[s][1], v > 0,
-                                     v == 2 ? gb->act_dtype : TP_DTYPE_F32, v == 1 ? 8 : v ? 5 : 0);
+                                     v >= 2 ? gb->act_dtype : TP_DTYPE_F32, v == 3 ? 5 : v ? 16 : 0);
     }
 }
 END_TEST
@@ -932,7 +934,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
         ints_both(seq, nh, &sc, &sg);
         ints_both(pos, nh, &pc, &pg);
         ints_both(slot, nh, &lc, &lg);
-        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20};
+        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20, 0}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20, 0};
         RUN_BOTH(cpu->ops->kv_store(cpu, &hk.c, &hv.c, &kc, &bc), gb->ops->kv_store(gb, &hk.g, &hv.g, &kg, &bg));
     }
 
@@ -964,7 +966,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     ints_both(seq, n, &sc, &sg);
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 0}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 0};
     /* a token per sequence, token i of sequence i (a decode step's layout): the CUDA decode
      * kernel asks for the keys before pos ahead of its wait for the previous kernel */
     int one = n == c->n_seqs;
@@ -981,12 +983,6 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s%s", dn(cdt),
              kvh, c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "",
              c->contiguous ? " contig" : "", one ? " decode" : "");
-    /* the caches are the same bytes (the values are the same, the conversion too) */
-    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
-                  "kv_store [%s]: the K caches differ", shape);
-    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.v, cache_bytes), dev_bytes(gb, kg.v, cache_bytes), cache_bytes),
-                  "kv_store [%s]: the V caches differ", shape);
-    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "kv_store", tp_dtype_name(A), shape, 0.0, 0.0, "ok");
 
     /* q in its own dtype: qkv's q values, rounded to it on both sides */
     if (qodt != A) {
@@ -1005,9 +1001,16 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     tp_error_clear();
     ck_assert_msg(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c) == TP_OK, "cpu: %s", tp_error_message());
     if (both_paths) force_prefill_attention(1);
-    tp_status gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g);
+    tp_status gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g); /* right after kv_store */
     force_prefill_attention(-1);
     ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
+    /* the caches are the same bytes (the values are the same, the conversion too); read after
+     * the attention, so that it ran right behind the kv_store (a decode layout's early loads) */
+    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.k, cache_bytes), dev_bytes(gb, kg.k, cache_bytes), cache_bytes),
+                  "kv_store [%s]: the K caches differ", shape);
+    ck_assert_msg(!memcmp(dev_bytes(cpu, kc.v, cache_bytes), dev_bytes(gb, kg.v, cache_bytes), cache_bytes),
+                  "kv_store [%s]: the V caches differ", shape);
+    printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "kv_store", tp_dtype_name(A), shape, 0.0, 0.0, "ok");
     const float *want = pt_get(&out, 0);
     char label[200];
     snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
@@ -1206,7 +1209,7 @@ static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &sc, &sg);
     /* only pos and slot are the op's: seq and block_table stay NULL */
-    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000}, bg = {n, NULL, pg, sg, NULL, 1, 100000};
+    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000, 0}, bg = {n, NULL, pg, sg, NULL, 1, 100000, 0};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const size_t ce = tp_dtype_size(cdt), cache_n = (size_t)n_slots * (size_t)kw, cache_bytes = cache_n * ce;
@@ -1829,7 +1832,7 @@ START_TEST(bad_shapes)
         pt k = pt_rand(A, ACT, 2, width, 0, -1, 1), k15 = pt_rand(A, ACT, 2, width - 1, 0, -1, 1);
         pt q = pt_rand(A, ACT, 2, 4 * hd, 0, -1, 1), q3 = pt_rand(A, ACT, 2, 3 * hd, 0, -1, 1);
         int32_t hb[2] = {0, 0}, *dseq = dev_copy(gb, hb, sizeof hb);
-        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8};
+        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8, 0};
         EXPECT_INVALID(gb->ops->kv_store(gb, &k15.g, &k.g, &cache, &b2), "kv_store: k is [2, 15], expected [2, 16]");
         tp_kv_layer badc = cache;
         badc.block_size = 0;
@@ -1913,7 +1916,7 @@ START_TEST(device_faults)
         int32_t seq[2] = {0, 0}, pos[2] = {0, 1}, slot[2] = {1, nb * bsz}, table[2] = {1, 0};
         int32_t *dseq = dev_copy(gb, seq, 8), *dpos = dev_copy(gb, pos, 8), *dslot = dev_copy(gb, slot, 8);
         int32_t *dtable = dev_copy(gb, table, 8);
-        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8};
+        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8, 0};
         EXPECT_DEVICE_FAULT(gb, gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab),
                             "kv_store: token 1 has slot 8, past the cache's 8 slots");
 
@@ -1926,7 +1929,7 @@ START_TEST(device_faults)
         const float finv[4] = {1.0f, 0.3f, 0.1f, 0.01f};
         const float *fic = dev_copy(cpu, finv, sizeof finv), *fig = dev_copy(gb, finv, sizeof finv);
         tp_kv_layer ccache = {dev_alloc(cpu, cb), dev_alloc(cpu, cb), TP_DTYPE_F32, nb, bsz, kvh, hd};
-        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8};
+        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8, 0};
         EXPECT_INVALID(cpu->ops->qk_rope_store(cpu, &fqc, &fkc, &fvc, &fw.c, &fw.c, 1e-6f, hd, fic, &ccache, &cab),
                        "kv_store: token 1 has slot 8");
         ck_assert_int_eq(gb->ops->qk_rope_store(gb, &fqg, &fkg, &fvg, &fw.g, &fw.g, 1e-6f, hd, fig, &cache, &ab), TP_OK);
@@ -1993,8 +1996,10 @@ static void force_simple_attention(int on)
 /* Attention's device-side faults, on a batch of a long context (split over many blocks)
  * and a short one (written directly): kind 0 a bad block in the long one's table, 1 a
  * negative sequence, 2 a position past max_pos, 3 a position past the table's columns, 4
- * a bad block in the short one's table. synchronize reports it naming the token, that
- * token's output is zeros, the other's is the CPU's. simple: the fallback kernel forced. */
+ * a bad block in the short one's table, 5 a bad first block in the long one's (met before
+ * the decode kernel's wait: the batch is a decode step's, one_per_seq, but for kind 1).
+ * synchronize reports it naming the token, that token's output is zeros, the other's is
+ * the CPU's. simple: the fallback kernel forced. */
 static void attention_fault_case(int hd, int simple, int kind)
 {
     const tp_dtype A = gb->act_dtype;
@@ -2017,7 +2022,7 @@ static void attention_fault_case(int hd, int simple, int kind)
     ints_both(slot, 2, &lc, &lg);
     ints_both(table, 2 * max_blocks, &tc, &tg);
     pt q = pt_rand(A, ACT, 2, qh * hd, 3, -2, 2), ref = pt_poison(A, 2, qh * hd, 0);
-    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1};
+    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2043,15 +2048,21 @@ static void attention_fault_case(int hd, int simple, int kind)
         snprintf(needle, sizeof needle, "attention: token 0 at position %d needs a logical block past the block "
                  "table's %d columns", max_blocks * bs, max_blocks);
         break;
-    default:
+    case 4:
         table[max_blocks] = -5;
         bad_tok = 1;
         snprintf(needle, sizeof needle, "attention: token 1 maps a logical block to physical block -5, "
                  "outside the cache's %d", n_blocks);
         break;
+    default: /* the first block: in the tiles a decode step's kernel asks for before its wait */
+        table[0] = 99999;
+        snprintf(needle, sizeof needle, "attention: token 0 maps a logical block to physical block 99999, "
+                 "outside the cache's %d", n_blocks);
+        break;
     }
+    /* a decode layout (token i of sequence i) but for kind 1 */
     tp_attn_batch bg = {2, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos};
+                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1};
     pt out = pt_poison(A, 2, qh * hd, 3);
     force_simple_attention(simple);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
@@ -2094,7 +2105,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
     ints_both(slot, N, &lc, &lg);
     ints_both(table, MAX_BLOCKS, &tc, &tg);
     pt q = pt_rand(C, ACT, N, qh * hd, 3, -2, 2), ref = pt_poison(C, N, qh * hd, 0);
-    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N};
+    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2120,7 +2131,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
         break;
     }
     tp_attn_batch bg = {N, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos};
+                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0};
     pt out = pt_poison(C, N, qh * hd, 3);
     force_prefill_attention(prefill);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
@@ -2159,7 +2170,7 @@ START_TEST(attention_faults)
     FOR_EACH_GPU {
         seed(13);
         for (int path = 0; path < 3; path++) /* flash (head dim 128), simple forced, simple (head dim 96) */
-            for (int kind = 0; kind < 5; kind++) attention_fault_case(path == 2 ? 96 : 128, path == 1, kind);
+            for (int kind = 0; kind < 6; kind++) attention_fault_case(path == 2 ? 96 : 128, path == 1, kind);
     }
 }
 END_TEST
