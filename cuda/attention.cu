@@ -720,6 +720,34 @@ template <> struct pf_mma<f16_t> {
 /* The pieces both tensor-core kernels run on a warp's 16 rows (in mma's fragment layout: a
  * lane holds rows lane / 4 and + 8, and of each 8-key group keys 2 (lane % 4), + 1). */
 
+/* The A fragments of a warp's 16 q rows over D = 16 KS dims: row a (lane / 4) at qa, row b
+ * (+ 8) at qb, zeros where ha / hb are false; words: both rows 4-byte aligned (32-bit loads),
+ * else 16-bit ones */
+template <int KS>
+__device__ __forceinline__ void fa_load_q(uint32_t (&qf)[KS][4], const uint16_t *qa, const uint16_t *qb, bool ha,
+                                          bool hb, int tig, bool words)
+{
+    if (words) {
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const int c = k * 16 + 2 * tig;
+            qf[k][0] = ha ? *(const uint32_t *)(qa + c) : 0u;
+            qf[k][1] = hb ? *(const uint32_t *)(qb + c) : 0u;
+            qf[k][2] = ha ? *(const uint32_t *)(qa + c + 8) : 0u;
+            qf[k][3] = hb ? *(const uint32_t *)(qb + c + 8) : 0u;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const int c = k * 16 + 2 * tig;
+            qf[k][0] = ha ? (uint32_t)qa[c] | (uint32_t)qa[c + 1] << 16 : 0u;
+            qf[k][1] = hb ? (uint32_t)qb[c] | (uint32_t)qb[c + 1] << 16 : 0u;
+            qf[k][2] = ha ? (uint32_t)qa[c + 8] | (uint32_t)qa[c + 9] << 16 : 0u;
+            qf[k][3] = hb ? (uint32_t)qb[c + 8] | (uint32_t)qb[c + 9] << 16 : 0u;
+        }
+    }
+}
+
 /* s += Q K^T for the 16 NG keys of k_rows (shared, pitch LD), s[2g] and s[2g + 1] the 8-key
  * tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims
  * +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15); the k steps outermost, so that the
@@ -834,19 +862,8 @@ __global__ void __launch_bounds__(PF_THREADS)
     /* q fragments of the warp's rows (16-bit loads: q's rows need not be 4-byte aligned);
      * rows past the step are zeros */
     uint32_t qf[KS][4];
-    {
-        const uint16_t *qa = (const uint16_t *)q.data + (t0 + ra) * q.stride + (int64_t)h * D;
-        const uint16_t *qb = (const uint16_t *)q.data + (t0 + rb) * q.stride + (int64_t)h * D;
-        const bool ha = ra < cnt, hb = rb < cnt;
-#pragma unroll
-        for (int k = 0; k < KS; k++) {
-            const int c = k * 16 + 2 * tig;
-            qf[k][0] = ha ? (uint32_t)qa[c] | (uint32_t)qa[c + 1] << 16 : 0u;
-            qf[k][1] = hb ? (uint32_t)qb[c] | (uint32_t)qb[c + 1] << 16 : 0u;
-            qf[k][2] = ha ? (uint32_t)qa[c + 8] | (uint32_t)qa[c + 9] << 16 : 0u;
-            qf[k][3] = hb ? (uint32_t)qb[c + 8] | (uint32_t)qb[c + 9] << 16 : 0u;
-        }
-    }
+    fa_load_q<KS>(qf, (const uint16_t *)q.data + (t0 + ra) * q.stride + (int64_t)h * D,
+                  (const uint16_t *)q.data + (t0 + rb) * q.stride + (int64_t)h * D, ra < cnt, rb < cnt, tig, false);
 
     const int64_t width = (int64_t)cache.n_kv_heads * D;
     const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
@@ -1091,29 +1108,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     uint32_t qf[KS][4];
     {
         const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
-        const uint16_t *qb = qa + 8 * D;
-        const bool ha = g < gn, hb = g + 8 < gn;
-        if (((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0) { /* pairs as 32-bit words */
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                const int col = k * 16 + 2 * tig;
-                qf[k][0] = ha ? *(const uint32_t *)(qa + col) : 0u;
-                qf[k][1] = hb ? *(const uint32_t *)(qb + col) : 0u;
-                qf[k][2] = ha ? *(const uint32_t *)(qa + col + 8) : 0u;
-                qf[k][3] = hb ? *(const uint32_t *)(qb + col + 8) : 0u;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                const int col = k * 16 + 2 * tig;
-                qf[k][0] = ha ? (uint32_t)qa[col] | (uint32_t)qa[col + 1] << 16 : 0u;
-                qf[k][1] = hb ? (uint32_t)qb[col] | (uint32_t)qb[col + 1] << 16 : 0u;
-                qf[k][2] = ha ? (uint32_t)qa[col + 8] | (uint32_t)qa[col + 9] << 16 : 0u;
-                qf[k][3] = hb ? (uint32_t)qb[col + 8] | (uint32_t)qb[col + 9] << 16 : 0u;
-            }
-        }
+        fa_load_q<KS>(qf, qa, qa + 8 * D, g < gn, g + 8 < gn, tig, ((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0);
     }
-
     if (!early) prologue();
     for (int kt = 0; kt < nkt; kt++) {
         if (kt + NB - 1 < nkt) load(kt + NB - 1, (kt + NB - 1) % NB);
