@@ -2,11 +2,11 @@
  * gpu_attention.c: time the CUDA backend's attention op (through the backend table, as the
  * engine runs it) at Llama-3-8B's decode shapes: 32 q heads, 8 KV heads, head_dim 128,
  * bf16 cache and activations, block size 16, each sequence's blocks at shuffled places in
- * the cache. Batch 1 and 128 at contexts 256, 1024 and 4096, batch 1 at 32768, batch 128 at 192 (a b128 run's mean); every token
- * at the last position of its sequence. Per shape and kernel: warm-up, then the median of
- * the runs timed with CUDA events on the backend's stream, L2 flushed before each run
- * (a 256 MiB memset). GB/s counts each K and V row read once: batch * context * 8 KV heads
- * * 128 * 2 bytes, for K and again for V.
+ * the cache. Batch 1 and 128 at contexts 256, 1024 and 4096, batch 1 at 32768, batch 128
+ * at 192 (a b128 run's mean); every token at the last position of its sequence. Per shape
+ * and kernel: warm-up, then the median of the runs timed with CUDA events on the backend's
+ * stream, L2 flushed before each run (a 256 MiB memset). GB/s counts each K and V row read
+ * once: batch * context * 8 KV heads * 128 * 2 bytes, for K and again for V.
  *
  * Columns: the simple kernel (the fallback, forced), the flash kernel with max_pos the
  * context (tight), and with max_pos 131072 (a CUDA graph's bound: splits planned for the
