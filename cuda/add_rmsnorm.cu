@@ -125,11 +125,6 @@ __global__ void __launch_bounds__(VW == 8 ? 256 : 1024)
     }
 }
 
-static bool rows_aligned16(const tp_tensor &t)
-{
-    return (uintptr_t)t.data % 16 == 0 && (t.stride * (int64_t)tp_dtype_size(t.dtype)) % 16 == 0;
-}
-
 /* The registers kernel with pieces of VW elements, C a thread, one block of threads a row. */
 template <typename DT, typename WT, typename OT, int VW>
 static void launch_regs(int C, int threads, int64_t n, tp_tensor residual, tp_tensor delta, tp_tensor weight,
@@ -154,7 +149,7 @@ static void launch_add_rmsnorm(int64_t n, tp_tensor residual, tp_tensor delta, t
     /* 16-byte pieces, at most 256 threads a row whatever the rows (a row's sums in one order
      * at any batch), rows of up to 4 x 256 x 8 */
     if (d % 8 == 0 && chunks <= 4 * 256 && rows_aligned16(residual) && rows_aligned16(out) &&
-        (uintptr_t)weight.data % 16 == 0 && (!delta.data || rows_aligned16(delta))) {
+        rows_aligned16(weight) && (!delta.data || rows_aligned16(delta))) {
         const int C = chunks <= 256 ? 1 : chunks <= 512 ? 2 : 4;
         const int threads = (int)CEIL_DIV(CEIL_DIV(chunks, (int64_t)C), (int64_t)WARP_SIZE) * WARP_SIZE;
         launch_regs<DT, WT, OT, 8>(C, threads, n, residual, delta, weight, eps, out, stream);

@@ -181,6 +181,12 @@ template <typename F> static bool dispatch_float(tp_dtype dt, F &&f)
     }
 }
 
+/* Whether every row of t starts 16-byte aligned (16-byte loads and stores of its rows). */
+static inline bool rows_aligned16(const tp_tensor &t)
+{
+    return (uintptr_t)t.data % 16 == 0 && (t.rows <= 1 || (t.stride * (int64_t)tp_dtype_size(t.dtype)) % 16 == 0);
+}
+
 /* Threads for a block that walks a row of cols elements: a multiple of 32, at most 256. */
 static inline int row_threads(int64_t cols)
 {

@@ -278,18 +278,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
 // ----------------------------------------------------------------------------
 // launcher
 
-static bool aligned16(const tp_tensor *t)
-{
-    const int64_t pitch = t->stride * (int64_t)tp_dtype_size(t->dtype);
-    return (uintptr_t)t->data % 16 == 0 && (t->rows <= 1 || pitch % 16 == 0);
-}
-
 extern "C" int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w)
 {
     if (x->rows < 1 || x->rows > GEMV_MAX_N || x->cols < 1 || w->rows < 1) return 0;
     const bool same = x->dtype == w->dtype && is_float_dtype(w->dtype);
     const bool widened = x->dtype == TP_DTYPE_F32 && (w->dtype == TP_DTYPE_F16 || w->dtype == TP_DTYPE_BF16);
-    return (same || widened) && aligned16(x) && aligned16(w);
+    return (same || widened) && rows_aligned16(*x) && rows_aligned16(*w);
 }
 
 template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>

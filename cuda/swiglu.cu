@@ -48,11 +48,6 @@ __global__ void swiglu_vec8_kernel(tp_tensor gate, tp_tensor up, tp_tensor out)
     *(uint4 *)(row_of<T>(out, i) + j) = ov;
 }
 
-static bool rows_aligned16(const tp_tensor &t)
-{
-    return (uintptr_t)t.data % 16 == 0 && (t.stride * (int64_t)tp_dtype_size(t.dtype)) % 16 == 0;
-}
-
 // ----------------------------------------------------------------------------
 // launcher
 
