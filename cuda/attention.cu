@@ -315,6 +315,8 @@ struct fa_params {
     float qscale;           /* scale * log2(e): scores in the log2 domain */
     int32_t pf_skip;        /* the prefill kernel ran: skip the tokens it took (pf_took) */
     int32_t bs_shift;       /* log2(block_size) when it is a power of two, else -1 (a division) */
+    int32_t tile_in_block;  /* the decode kernel may read a tile's rows from one block-table entry
+                             * (TPINFER_ATTN_TILE_IN_BLOCK=0: per key, as the other kernels) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
     int32_t *pf_list;       /* the tensor-core decode kernel under pf_skip: the tokens the prefill */
@@ -1054,11 +1056,38 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     const int nkt = CEIL_DIV(b1 - b0, DT_BN);
 
     /* K and V rows of keys b0 + kt * DT_BN .. + DT_BN - 1 into buffer b: a row's chunks are
-     * consecutive threads; zeros past b1 and for a bad block (recorded, the output zeroed) */
+     * consecutive threads; zeros past b1 and for a bad block (recorded, the output zeroed).
+     * Where every tile lies in one cache block (a power-of-two block of >= DT_BN keys, tiles
+     * starting at multiples of DT_BN), a tile takes one block-table read and its rows follow
+     * width apart: the per-key reads and 64-bit address sums were most of the kernel's
+     * instructions (it is bound by their issue at batch 128). */
     bool waited = !pdl_pending;
+    const bool tile_in_block = P.tile_in_block && P.bs_shift >= 0 && bs >= DT_BN && b0 % DT_BN == 0;
+    auto bad_block = [&](int32_t blk) {
+        if (waited) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
+        else early_bad_blk_s = blk;
+        bad_s = 1;
+    };
     auto load = [&](int kt, int b) {
         T *kd = kbuf + b * DT_BN * LD, *vd = vbuf + b * DT_BN * LD;
         const int col = tid % CPR;
+        if (tile_in_block) {
+            const int p0 = b0 + kt * DT_BN; /* < b1: only tiles with keys are loaded */
+            int32_t blk;
+            const int64_t row0 = kv_row_at(bt, p0, bs, P.bs_shift, cache.n_blocks, width, &blk);
+            if (row0 < 0 && tid == 0) bad_block(blk);
+            /* keys below lim are read; a bad block's rows are zeros (pointers into block 0, unread) */
+            const int lim = row0 < 0 ? 0 : b1 - p0;
+            const int64_t at = (row0 < 0 ? 0 : row0) + (int64_t)(tid / CPR) * width + col * 8;
+            const T *ks = kc + at, *vs = vc + at;
+#pragma unroll
+            for (int j = 0; j < LOADS; j++) {
+                const int key = tid / CPR + j * (DT_THREADS / CPR), n = key < lim ? 16 : 0;
+                pf_cp_async16(kd + key * LD + col * 8, ks + (int64_t)j * (DT_THREADS / CPR) * width, n);
+                pf_cp_async16(vd + key * LD + col * 8, vs + (int64_t)j * (DT_THREADS / CPR) * width, n);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
             const int key = tid / CPR + j * (DT_THREADS / CPR), p = b0 + kt * DT_BN + key;
@@ -1068,11 +1097,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                 int32_t blk;
                 const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
                 if (row < 0) {
-                    if (col == 0) {
-                        if (waited) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
-                        else early_bad_blk_s = blk;
-                        bad_s = 1;
-                    }
+                    if (col == 0) bad_block(blk);
                 } else {
                     ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
                 }
@@ -1400,6 +1425,9 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
     P.pf_skip = pf_skip;
     P.bs_shift = block_shift(cache.block_size);
+    static int tile_env = -1;
+    if (tile_env < 0) tile_env = env_int("TPINFER_ATTN_TILE_IN_BLOCK", 1, 0, 1);
+    P.tile_in_block = tile_env;
     P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
