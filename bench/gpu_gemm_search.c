@@ -6,10 +6,12 @@
  *   heur      the heuristic's best fit, first 8 (what the tuner chooses among);
  *   id        the heuristic limited to each algorithm id (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID);
  *   config    each algorithm id's tiles x split-K (1..16) x reduction schemes x CTA swizzle,
- *             stages left to the library, kept where cublasLtMatmulAlgoCheck accepts them.
+ *             stages, custom options and cluster shapes left to the library, kept where
+ *             cublasLtMatmulAlgoCheck accepts them.
  * Each is timed over calls that rotate over weight copies (>= 256 MB, so L2 holds none),
- * back to back on one stream (as in a graph); the 12 fastest are timed again and printed
- * with their configuration, the fastest's output compared with the heuristic's first.
+ * launched back to back on one stream (from the host, no graph); the 12 fastest are timed
+ * again and printed with their configuration, the fastest's output compared with the
+ * heuristic's first.
  *
  * usage: gpu_gemm_search [n rows (128)] [candidates timed per shape (3000)]
  */
@@ -183,6 +185,10 @@ int main(int argc, char **argv)
         /* random bf16 in [-0.05, 0.05) for w, [-1, 1) for x */
         size_t fill = (size_t)1 << 22;
         uint16_t *host = malloc(fill * 2);
+        if (!c.w || !host) {
+            fprintf(stderr, "out of host memory\n");
+            return 1;
+        }
         uint32_t r = 12345u + (uint32_t)si;
         for (size_t i = 0; i < fill; i++) {
             r = r * 1664525u + 1013904223u;
@@ -196,6 +202,10 @@ int main(int argc, char **argv)
         }
         const size_t xbytes = (size_t)(n * sh->k) * 2, ybytes = (size_t)(n * sh->m) * 2;
         uint16_t *hx = malloc(xbytes);
+        if (!hx) {
+            fprintf(stderr, "out of host memory\n");
+            return 1;
+        }
         for (size_t i = 0; i < xbytes / 2; i++) {
             r = r * 1664525u + 1013904223u;
             hx[i] = bf16_of((float)(r >> 8) / 8388608.0f - 1.0f);
@@ -308,6 +318,10 @@ int main(int argc, char **argv)
         /* the fastest's output against the heuristic's first */
         const float alpha = 1.0f, beta = 0.0f;
         uint16_t *y0 = malloc(ybytes), *y1 = malloc(ybytes);
+        if (!y0 || !y1) {
+            fprintf(stderr, "out of host memory\n");
+            return 1;
+        }
         LT(cublasLtMatmul(c.lt, c.op, &alpha, c.w[0], c.la, c.x, c.lb, &beta, c.y, c.ld, c.y, c.ld, &heur0, c.ws,
                           WORKSPACE, c.s));
         CK(cudaStreamSynchronize(c.s));
