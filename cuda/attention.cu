@@ -95,6 +95,7 @@
 
 static int force_simple;     /* tp_cuda_attention_force_simple(): benchmarks compare the two */
 static int force_prefill = -1; /* tp_cuda_attention_force_prefill(): < 0 the default, 0 off, > 0 on */
+static int force_warps;       /* tp_cuda_attention_force_warps(): 1, 2 or 4 warps a decode block; 0 the default */
 
 /* The split tuning, from the environment once (bench/gpu_attention sweeps it). */
 static int env_int(const char *name, int fallback, int lo, int hi)
@@ -1230,6 +1231,8 @@ extern "C" void tp_cuda_attention_force_simple(int on) { force_simple = on; }
 
 extern "C" void tp_cuda_attention_force_prefill(int mode) { force_prefill = mode < 0 ? -1 : mode > 0; }
 
+extern "C" void tp_cuda_attention_force_warps(int w) { force_warps = w == 1 || w == 2 || w == 4 ? w : 0; }
+
 /* log2 of the lanes per position when the flash kernel takes this cache, else -1 (vpl:
  * 16-byte vectors per lane). */
 static int flash_lanes_log2(const tp_kv_layer &cache, int *vpl)
@@ -1444,7 +1447,8 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
         if (w_env < 0) w_env = env_int("TPINFER_ATTN_DT_WARPS", 0, 0, 4);
         /* one warp per item where there are many (no splits: 12 blocks per SM hide the short
          * contexts' per-item latencies best); four where splits make few long items */
-        const int w = w_env == 1 || w_env == 2 || w_env == 4 ? w_env : S == 1 ? 1 : 4;
+        const int wf = force_warps ? force_warps : w_env;
+        const int w = wf == 1 || wf == 2 || wf == 4 ? wf : S == 1 ? 1 : 4;
         static int nb_env = -1;
         if (nb_env < 0) nb_env = env_int("TPINFER_ATTN_DT_BUFFERS", 3, 2, 3);
         const int nb = nb_env;

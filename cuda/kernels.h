@@ -98,6 +98,10 @@ void tp_cuda_attention_force_simple(int on);
  * Tests and benchmarks compare the two. */
 void tp_cuda_attention_force_prefill(int mode);
 
+/* the tensor-core decode kernel's warps per block: 1, 2 or 4 forced (as TPINFER_ATTN_DT_WARPS,
+ * which it overrides), 0 the default; tests reach each kernel's paths with it */
+void tp_cuda_attention_force_warps(int w);
+
 /* out = silu(gate) * up */
 tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
 

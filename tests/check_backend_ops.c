@@ -1993,6 +1993,15 @@ static void force_simple_attention(int on)
 #endif
 }
 
+static void force_decode_warps(int w)
+{
+#ifdef HAVE_CUDA
+    tp_cuda_attention_force_warps(w);
+#else
+    (void)w;
+#endif
+}
+
 /* Attention's device-side faults, on a batch of a long context (split over many blocks)
  * and a short one (written directly): kind 0 a bad block in the long one's table, 1 a
  * negative sequence, 2 a position past max_pos, 3 a position past the table's columns, 4
@@ -2000,7 +2009,9 @@ static void force_simple_attention(int on)
  * the decode kernel's wait: the batch is a decode step's, one_per_seq, but for kind 1).
  * synchronize reports it naming the token, that token's output is zeros, the other's is
  * the CPU's. simple: the fallback kernel forced. */
-static void attention_fault_case(int hd, int simple, int kind)
+/* warps: the tensor-core decode kernel's warps forced (0: chosen): one warp reads a 16-key tile
+ * from one block-table entry (tile in block), two and four per key (their tiles span blocks) */
+static void attention_fault_case(int hd, int simple, int warps, int kind)
 {
     const tp_dtype A = gb->act_dtype;
     const int kvh = 2, qh = 8, bs = 16, width = kvh * hd, long_pos = 2000, short_pos = 5;
@@ -2065,17 +2076,20 @@ static void attention_fault_case(int hd, int simple, int kind)
                         dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1};
     pt out = pt_poison(A, 2, qh * hd, 3);
     force_simple_attention(simple);
+    force_decode_warps(warps);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
+    force_decode_warps(0);
     force_simple_attention(0);
     EXPECT_DEVICE_FAULT(gb, st, needle);
     const float *got = pt_get(&out, 1);
     const int good = 1 - bad_tok, row = qh * hd;
     for (int j = 0; j < row; j++)
-        ck_assert_msg(got[bad_tok * row + j] == 0.0f, "attention fault %d (hd %d%s): token %d element %d is %g, not 0",
-                      kind, hd, simple ? ", simple" : "", bad_tok, j, (double)got[bad_tok * row + j]);
+        ck_assert_msg(got[bad_tok * row + j] == 0.0f,
+                      "attention fault %d (hd %d%s, warps %d): token %d element %d is %g, not 0", kind, hd,
+                      simple ? ", simple" : "", warps, bad_tok, j, (double)got[bad_tok * row + j]);
     char shape[96];
-    snprintf(shape, sizeof shape, "fault %d: token %d zeros, token %d right (hd %d%s)", kind, bad_tok, good, hd,
-             simple ? ", simple" : "");
+    snprintf(shape, sizeof shape, "fault %d: token %d zeros, token %d right (hd %d%s, warps %d)", kind, bad_tok,
+             good, hd, simple ? ", simple" : "", warps);
     compare("attention", shape, got + good * row, want + good * row, (size_t)row, REDUCTION, A);
     pt_guards("attention out (fault)", &out);
 }
@@ -2169,8 +2183,10 @@ START_TEST(attention_faults)
 {
     FOR_EACH_GPU {
         seed(13);
-        for (int path = 0; path < 3; path++) /* flash (head dim 128), simple forced, simple (head dim 96) */
-            for (int kind = 0; kind < 6; kind++) attention_fault_case(path == 2 ? 96 : 128, path == 1, kind);
+        /* tensor cores (head dim 128) with the warps chosen, 1 and 2 forced; simple forced; simple (head dim 96) */
+        for (int path = 0; path < 5; path++)
+            for (int kind = 0; kind < 6; kind++)
+                attention_fault_case(path == 4 ? 96 : 128, path == 3, path < 3 ? path : 0, kind);
     }
 }
 END_TEST
