@@ -88,8 +88,10 @@ expect_fail 2 "--force" run "$TMP/done.jsonl" --tp 2 --pp 2 --resume
 cp "$TMP/in.orig" "$TMP/in.jsonl"
 
 # SIGUSR1 to mpirun (what a Slurm batch script forwards) and SIGTERM to the ranks, in the
-# middle of a longer batch
+# middle of a longer batch (a few seconds on an idle machine; minutes where 4 ranks share 2
+# busy cores, hence the longer limit)
 INPUT="$TMP/long.jsonl"
+export MPI_TIMEOUT=600
 run "$TMP/long-ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the long uninterrupted run"; }
 sort "$TMP/long-ref.jsonl" >"$TMP/long-ref.sorted"
 for how in usr1-mpirun term-ranks; do
