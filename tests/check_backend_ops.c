@@ -2008,9 +2008,9 @@ static void force_decode_warps(int w)
  * a bad block in the short one's table, 5 a bad first block in the long one's (met before
  * the decode kernel's wait: the batch is a decode step's, one_per_seq, but for kind 1).
  * synchronize reports it naming the token, that token's output is zeros, the other's is
- * the CPU's. simple: the fallback kernel forced. */
-/* warps: the tensor-core decode kernel's warps forced (0: chosen): one warp reads a 16-key tile
- * from one block-table entry (tile in block), two and four per key (their tiles span blocks) */
+ * the CPU's. simple: the fallback kernel forced. warps: the tensor-core decode kernel's
+ * warps forced (0: chosen): one warp reads a 16-key tile from one block-table entry (tile in
+ * block), two and four per key (their tiles span blocks). */
 static void attention_fault_case(int hd, int simple, int warps, int kind)
 {
     const tp_dtype A = gb->act_dtype;
