@@ -1064,6 +1064,12 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
      * instructions (it is bound by their issue at batch 128). */
     bool waited = !pdl_pending;
     const bool tile_in_block = P.tile_in_block && P.bs_shift >= 0 && bs >= DT_BN && b0 % DT_BN == 0;
+    /* tile_in_block: the item's block-table entries 32 at a time, lane j holding entry bt_first + j,
+     * and a tile's entry by a shuffle (a table read per tile stalled the warp for a memory latency
+     * before its copies could issue); the tiles ask in increasing order */
+    const int lb_last = tile_in_block ? (b1 - 1) >> P.bs_shift : 0;
+    int bt_first = INT32_MIN / 2;
+    int32_t bt_lane = -1;
     auto bad_block = [&](int32_t blk) {
         if (waited) fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, i, blk, cache.n_blocks);
         else early_bad_blk_s = blk;
@@ -1074,8 +1080,13 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         const int col = tid % CPR;
         if (tile_in_block) {
             const int p0 = b0 + kt * DT_BN; /* < b1: only tiles with keys are loaded */
-            int32_t blk;
-            const int64_t row0 = kv_row_at(bt, p0, bs, P.bs_shift, cache.n_blocks, width, &blk);
+            const int lb = p0 >> P.bs_shift;
+            if (lb - bt_first >= WARP_SIZE) { /* the same in every lane: kt is */
+                bt_first = lb;
+                bt_lane = lb + lane <= lb_last ? __ldg(bt + lb + lane) : -1;
+            }
+            const int32_t blk = __shfl_sync(0xffffffffu, bt_lane, lb - bt_first);
+            const int64_t row0 = blk < 0 || blk >= cache.n_blocks ? -1 : ((int64_t)blk * bs + (p0 - (lb << P.bs_shift))) * width;
             if (row0 < 0 && tid == 0) bad_block(blk);
             /* keys below lim are read; a bad block's rows are zeros (pointers into block 0, unread) */
             const int lim = row0 < 0 ? 0 : b1 - p0;
