@@ -136,16 +136,21 @@ __device__ __forceinline__ void store_act(void *p, int dt, int64_t idx, float v)
     else ((f16_t *)p)[idx] = from_f32<f16_t>(v);
 }
 
-/* Element offset of position p's K/V row (KV head 0) in the paged cache, its block from the
- * sequence's table bt (a shift where block_size is a power of two: bs_shift >= 0); -1 when
+/* Element offset of position p's K/V row (KV head 0) in the paged cache: kv_row_in from its
+ * logical block lb's entry blk, kv_row_at with that entry from the sequence's table bt (a shift where block_size is a power of two: bs_shift >= 0); -1 when
  * that entry is outside the cache (*blk keeps it for the fault record). */
+__device__ __forceinline__ int64_t kv_row_in(int32_t blk, int lb, int p, int bs, int32_t n_blocks, int64_t width)
+{
+    if (blk < 0 || blk >= n_blocks) return -1;
+    return ((int64_t)blk * bs + (p - lb * bs)) * width;
+}
+
 __device__ __forceinline__ int64_t kv_row_at(const int32_t *bt, int p, int bs, int bs_shift, int32_t n_blocks,
                                              int64_t width, int32_t *blk)
 {
     const int lb = bs_shift >= 0 ? p >> bs_shift : p / bs;
     *blk = __ldg(bt + lb);
-    if (*blk < 0 || *blk >= n_blocks) return -1;
-    return ((int64_t)*blk * bs + (p - lb * bs)) * width;
+    return kv_row_in(*blk, lb, p, bs, n_blocks, width);
 }
 
 /* Bits [0, r) of a tile's 64 rows (r in 0..64). */
@@ -1059,14 +1064,14 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     /* K and V rows of keys b0 + kt * DT_BN .. + DT_BN - 1 into buffer b: a row's chunks are
      * consecutive threads; zeros past b1 and for a bad block (recorded, the output zeroed).
      * Where every tile lies in one cache block (a power-of-two block of >= DT_BN keys, tiles
-     * starting at multiples of DT_BN), a tile takes one block-table read and its rows follow
-     * width apart: the per-key reads and 64-bit address sums were most of the kernel's
-     * instructions (it is bound by their issue at batch 128). */
+     * starting at multiples of DT_BN), a tile takes one block-table entry and its rows follow
+     * width apart (the per-key reads and 64-bit address sums were ~400 of the tile loop's ~960
+     * instructions). */
     bool waited = !pdl_pending;
     const bool tile_in_block = P.tile_in_block && P.bs_shift >= 0 && bs >= DT_BN && b0 % DT_BN == 0;
     /* tile_in_block: the item's block-table entries 32 at a time, lane j holding entry bt_first + j,
-     * and a tile's entry by a shuffle (a table read per tile stalled the warp for a memory latency
-     * before its copies could issue); the tiles ask in increasing order */
+     * and a tile's entry by a shuffle rather than a read in front of each tile's copies (the
+     * tiles ask in increasing order) */
     const int lb_last = tile_in_block ? (b1 - 1) >> P.bs_shift : 0;
     int bt_first = INT32_MIN / 2;
     int32_t bt_lane = -1;
@@ -1086,7 +1091,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                 bt_lane = lb + lane <= lb_last ? __ldg(bt + lb + lane) : -1;
             }
             const int32_t blk = __shfl_sync(0xffffffffu, bt_lane, lb - bt_first);
-            const int64_t row0 = blk < 0 || blk >= cache.n_blocks ? -1 : ((int64_t)blk * bs + (p0 - (lb << P.bs_shift))) * width;
+            const int64_t row0 = kv_row_in(blk, lb, p0, bs, cache.n_blocks, width);
             if (row0 < 0 && tid == 0) bad_block(blk);
             /* keys below lim are read; a bad block's rows are zeros (pointers into block 0, unread) */
             const int lim = row0 < 0 ? 0 : b1 - p0;
