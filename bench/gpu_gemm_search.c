@@ -27,20 +27,14 @@
 #pragma GCC diagnostic pop
 #include <cuda_runtime_api.h>
 
+#include "bench_check.h"
+
 #define WORKSPACE ((size_t)32 << 20) /* cuda/backend_cuda.c's */
 #define ROTATE_BYTES ((size_t)256 << 20)
 #define SCREEN_CALLS 12
 #define FINAL_CALLS 60
 #define TOP 12
 
-#define CK(x)                                                                                         \
-    do {                                                                                              \
-        cudaError_t e_ = (x);                                                                         \
-        if (e_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-            exit(1);                                                                                  \
-        }                                                                                             \
-    } while (0)
 #define LT(x)                                                                                         \
     do {                                                                                              \
         cublasStatus_t s_ = (x);                                                                      \
@@ -102,18 +96,18 @@ static double time_algo(ctx *c, const cublasLtMatmulAlgo_t *a, int calls)
         if (cublasLtMatmul(c->lt, c->op, &alpha, c->w[i % c->copies], c->la, c->x, c->lb, &beta, c->y, c->ld, c->y,
                            c->ld, a, c->ws, WORKSPACE, c->s) != CUBLAS_STATUS_SUCCESS)
             return INFINITY;
-    CK(cudaEventRecord(c->e0, c->s));
+    BENCH_CUDA(cudaEventRecord(c->e0, c->s));
     for (int i = 0; i < calls; i++)
         if (cublasLtMatmul(c->lt, c->op, &alpha, c->w[(i + 2) % c->copies], c->la, c->x, c->lb, &beta, c->y, c->ld,
                            c->y, c->ld, a, c->ws, WORKSPACE, c->s) != CUBLAS_STATUS_SUCCESS)
             return INFINITY;
-    CK(cudaEventRecord(c->e1, c->s));
+    BENCH_CUDA(cudaEventRecord(c->e1, c->s));
     if (cudaEventSynchronize(c->e1) != cudaSuccess) {
         fprintf(stderr, "a configuration failed on the device: %s\n", cudaGetErrorString(cudaGetLastError()));
         exit(1);
     }
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, c->e0, c->e1));
+    BENCH_CUDA(cudaEventElapsedTime(&ms, c->e0, c->e1));
     return 1e3 * ms / calls;
 }
 
@@ -164,10 +158,10 @@ int main(int argc, char **argv)
     ctx c;
     memset(&c, 0, sizeof c);
     LT(cublasLtCreate(&c.lt));
-    CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&c.e0));
-    CK(cudaEventCreate(&c.e1));
-    CK(cudaMalloc(&c.ws, WORKSPACE));
+    BENCH_CUDA(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+    BENCH_CUDA(cudaEventCreate(&c.e0));
+    BENCH_CUDA(cudaEventCreate(&c.e1));
+    BENCH_CUDA(cudaMalloc(&c.ws, WORKSPACE));
     const cudaDataType_t bf = CUDA_R_16BF;
     const cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     printf("# cuBLASLt search: y [%lld, m] = x [%lld, k] @ w [m, k]^T, bf16, f32 accumulation; us per call, "
@@ -195,9 +189,9 @@ int main(int argc, char **argv)
             host[i] = bf16_of(((float)(r >> 8) / 16777216.0f - 0.5f) * 0.1f);
         }
         for (int i = 0; i < c.copies; i++) {
-            CK(cudaMalloc(&c.w[i], wbytes));
+            BENCH_CUDA(cudaMalloc(&c.w[i], wbytes));
             for (size_t at = 0; at < wbytes; at += fill * 2)
-                CK(cudaMemcpy((char *)c.w[i] + at, host, wbytes - at < fill * 2 ? wbytes - at : fill * 2,
+                BENCH_CUDA(cudaMemcpy((char *)c.w[i] + at, host, wbytes - at < fill * 2 ? wbytes - at : fill * 2,
                               cudaMemcpyHostToDevice));
         }
         const size_t xbytes = (size_t)(n * sh->k) * 2, ybytes = (size_t)(n * sh->m) * 2;
@@ -210,9 +204,9 @@ int main(int argc, char **argv)
             r = r * 1664525u + 1013904223u;
             hx[i] = bf16_of((float)(r >> 8) / 8388608.0f - 1.0f);
         }
-        CK(cudaMalloc(&c.x, xbytes));
-        CK(cudaMalloc(&c.y, ybytes));
-        CK(cudaMemcpy(c.x, hx, xbytes, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMalloc(&c.x, xbytes));
+        BENCH_CUDA(cudaMalloc(&c.y, ybytes));
+        BENCH_CUDA(cudaMemcpy(c.x, hx, xbytes, cudaMemcpyHostToDevice));
 
         const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
         LT(cublasLtMatmulDescCreate(&c.op, ct, CUDA_R_32F));
@@ -324,13 +318,13 @@ int main(int argc, char **argv)
         }
         LT(cublasLtMatmul(c.lt, c.op, &alpha, c.w[0], c.la, c.x, c.lb, &beta, c.y, c.ld, c.y, c.ld, &heur0, c.ws,
                           WORKSPACE, c.s));
-        CK(cudaStreamSynchronize(c.s));
-        CK(cudaMemcpy(y0, c.y, ybytes, cudaMemcpyDeviceToHost));
+        BENCH_CUDA(cudaStreamSynchronize(c.s));
+        BENCH_CUDA(cudaMemcpy(y0, c.y, ybytes, cudaMemcpyDeviceToHost));
         double diff = NAN;
         if (cublasLtMatmul(c.lt, c.op, &alpha, c.w[0], c.la, c.x, c.lb, &beta, c.y, c.ld, c.y, c.ld, &cands[0].algo,
                            c.ws, WORKSPACE, c.s) == CUBLAS_STATUS_SUCCESS) {
-            CK(cudaStreamSynchronize(c.s));
-            CK(cudaMemcpy(y1, c.y, ybytes, cudaMemcpyDeviceToHost));
+            BENCH_CUDA(cudaStreamSynchronize(c.s));
+            BENCH_CUDA(cudaMemcpy(y1, c.y, ybytes, cudaMemcpyDeviceToHost));
             double md = 0, mx = 0;
             for (size_t i = 0; i < ybytes / 2; i++) {
                 const double a = f32_of(y0[i]), b = f32_of(y1[i]);
@@ -354,10 +348,10 @@ int main(int argc, char **argv)
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(c.la), cublasLtMatrixLayoutDestroy(c.lb), cublasLtMatrixLayoutDestroy(c.ld);
         cublasLtMatmulDescDestroy(c.op);
-        for (int i = 0; i < c.copies; i++) CK(cudaFree(c.w[i]));
+        for (int i = 0; i < c.copies; i++) BENCH_CUDA(cudaFree(c.w[i]));
         free(c.w);
-        CK(cudaFree(c.x));
-        CK(cudaFree(c.y));
+        BENCH_CUDA(cudaFree(c.x));
+        BENCH_CUDA(cudaFree(c.y));
     }
     return 0;
 }

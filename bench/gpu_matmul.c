@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "bench_check.h"
 
 #define SAMPLES 25
 #define MIN_CALLS 10
@@ -48,22 +49,6 @@ static const int ns[] = {1, 2, 4, 8, 16, 64, 128};
 
 static double results[N_SHAPES][N_NS][2]; /* microseconds; [.][.][0] GEMV, [1] cuBLASLt; 0: not run */
 
-#define CHECK_TP(call)                                                                             \
-    do {                                                                                           \
-        if ((call) != TP_OK) {                                                                     \
-            fprintf(stderr, "gpu_matmul: %s: %s\n", #call, tp_error_message());                   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_CUDA(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "gpu_matmul: %s: %s\n", #call, cudaGetErrorString(e_));                \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -79,7 +64,7 @@ static float uniform(void) /* xorshift64*, in [-1, 1) */
 static void fill(tp_backend *b, void *dst, size_t bytes, const void *block, size_t block_bytes)
 {
     for (size_t at = 0; at < bytes; at += block_bytes)
-        CHECK_TP(b->ops->upload(b, (char *)dst + at, block, bytes - at < block_bytes ? bytes - at : block_bytes));
+        BENCH_TP(b->ops->upload(b, (char *)dst + at, block, bytes - at < block_bytes ? bytes - at : block_bytes));
 }
 
 typedef struct job {
@@ -113,33 +98,33 @@ static int cmp_double(const void *a, const void *b)
 static double time_calls(tp_backend *b, const job *j)
 {
     const int calls = (MIN_CALLS + j->copies - 1) / j->copies * j->copies;
-    for (int c = 0; c < j->copies; c++) CHECK_TP(call(b, j, c)); /* warm-up: algorithms, first touch */
-    CHECK_TP(b->ops->synchronize(b));
+    for (int c = 0; c < j->copies; c++) BENCH_TP(call(b, j, c)); /* warm-up: algorithms, first touch */
+    BENCH_TP(b->ops->synchronize(b));
     void *graph = NULL;
     if (b->ops->graph_begin) {
-        CHECK_TP(b->ops->graph_begin(b));
-        for (int c = 0; c < calls; c++) CHECK_TP(call(b, j, c % j->copies));
-        CHECK_TP(b->ops->graph_end(b, &graph));
-        CHECK_TP(b->ops->graph_launch(b, graph));
-        CHECK_TP(b->ops->synchronize(b));
+        BENCH_TP(b->ops->graph_begin(b));
+        for (int c = 0; c < calls; c++) BENCH_TP(call(b, j, c % j->copies));
+        BENCH_TP(b->ops->graph_end(b, &graph));
+        BENCH_TP(b->ops->graph_launch(b, graph));
+        BENCH_TP(b->ops->synchronize(b));
     }
     cudaStream_t stream = (cudaStream_t)b->stream;
     cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
+    BENCH_CUDA(cudaEventCreate(&e0));
+    BENCH_CUDA(cudaEventCreate(&e1));
     double us[SAMPLES];
     for (int t = 0; t < SAMPLES; t++) {
-        CHECK_CUDA(cudaEventRecord(e0, stream));
-        if (graph) CHECK_TP(b->ops->graph_launch(b, graph));
+        BENCH_CUDA(cudaEventRecord(e0, stream));
+        if (graph) BENCH_TP(b->ops->graph_launch(b, graph));
         else
-            for (int c = 0; c < calls; c++) CHECK_TP(call(b, j, c % j->copies));
-        CHECK_CUDA(cudaEventRecord(e1, stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
+            for (int c = 0; c < calls; c++) BENCH_TP(call(b, j, c % j->copies));
+        BENCH_CUDA(cudaEventRecord(e1, stream));
+        BENCH_CUDA(cudaEventSynchronize(e1));
         float ms = 0.0f;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
         us[t] = 1e3 * ms / calls;
     }
-    CHECK_TP(b->ops->synchronize(b));
+    BENCH_TP(b->ops->synchronize(b));
     if (graph) b->ops->graph_free(b, graph);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -157,9 +142,9 @@ static float *output(tp_backend *b, const job *j, size_t count)
         fprintf(stderr, "gpu_matmul: out of memory\n");
         exit(1);
     }
-    CHECK_TP(call(b, j, 0));
-    CHECK_TP(b->ops->download(b, raw, j->y, count * es));
-    CHECK_TP(b->ops->synchronize(b));
+    BENCH_TP(call(b, j, 0));
+    BENCH_TP(b->ops->download(b, raw, j->y, count * es));
+    BENCH_TP(b->ops->synchronize(b));
     tp_convert(f, TP_DTYPE_F32, raw, j->s->ydt, count);
     free(raw);
     return f;
@@ -170,9 +155,9 @@ int main(int argc, char **argv)
     const int device = argc > 1 ? atoi(argv[1]) : 0;
     tp_backend *lt = NULL, *gv = NULL;
     setenv("TPINFER_GEMV", "0", 1);
-    CHECK_TP(tp_backend_cuda_create(device, TP_DTYPE_BF16, &lt));
+    BENCH_TP(tp_backend_cuda_create(device, TP_DTYPE_BF16, &lt));
     setenv("TPINFER_GEMV", "all", 1); /* plain products too: the comparison this bench makes */
-    CHECK_TP(tp_backend_cuda_create(device, TP_DTYPE_BF16, &gv));
+    BENCH_TP(tp_backend_cuda_create(device, TP_DTYPE_BF16, &gv));
     unsetenv("TPINFER_GEMV");
 
     uint16_t *block = malloc(FILL_ELEMS * sizeof(uint16_t));
@@ -186,7 +171,7 @@ int main(int argc, char **argv)
     free(vals);
 
     struct cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+    BENCH_CUDA(cudaGetDeviceProperties(&prop, device));
     printf("# gpu_matmul: %s, %d SMs, %.0f MB L2; bf16 x and w, f32 accumulation; median of %d graph "
            "samples of >= %d calls\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, SAMPLES,
            MIN_CALLS);
@@ -203,14 +188,14 @@ int main(int argc, char **argv)
         j.w = calloc((size_t)j.copies, sizeof(void *));
         if (!j.w) return 1;
         for (int c = 0; c < j.copies; c++) {
-            CHECK_TP(gv->ops->alloc(gv, wbytes, &j.w[c]));
+            BENCH_TP(gv->ops->alloc(gv, wbytes, &j.w[c]));
             fill(gv, j.w[c], wbytes, block, FILL_ELEMS * sizeof(uint16_t));
         }
         const int64_t mo = s->swiglu ? s->rows / 2 : s->rows;
-        CHECK_TP(gv->ops->alloc(gv, (size_t)(NMAX * s->k) * 2, &j.x));
+        BENCH_TP(gv->ops->alloc(gv, (size_t)(NMAX * s->k) * 2, &j.x));
         fill(gv, j.x, (size_t)(NMAX * s->k) * 2, block, FILL_ELEMS * sizeof(uint16_t));
-        CHECK_TP(gv->ops->alloc(gv, (size_t)(NMAX * mo) * tp_dtype_size(s->ydt), &j.y));
-        if (s->swiglu) CHECK_TP(gv->ops->alloc(gv, (size_t)(NMAX * s->rows) * 2, &j.gate_up));
+        BENCH_TP(gv->ops->alloc(gv, (size_t)(NMAX * mo) * tp_dtype_size(s->ydt), &j.y));
+        if (s->swiglu) BENCH_TP(gv->ops->alloc(gv, (size_t)(NMAX * s->rows) * 2, &j.gate_up));
         for (int ni = 0; ni < N_NS; ni++) {
             j.n = ns[ni];
             for (int p = 0; p < 2; p++) {
