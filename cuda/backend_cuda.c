@@ -49,6 +49,10 @@ typedef struct cuda_ctx {
     int small_next;
     unsigned int *sample_flags; /* sample(): one zeroed flag word per column per block */
     size_t sample_flags_words;
+    void *dl[2];               /* pinned: download_start()'s slots */
+    size_t dl_cap[2], dl_bytes[2];
+    tp_cuda_fault *dl_fault;   /* pinned [2]: the fault word as each slot's copy left it */
+    cudaEvent_t dl_done[2];    /* recorded after each slot's copies */
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(tp_backend *b) { return (cuda_ctx *)b->ctx; }
@@ -71,11 +75,12 @@ static tp_status check_tensor(const char *op, const char *name, const tp_tensor 
 // ----------------------------------------------------------------------------
 // faults recorded by kernels, reported at synchronize()
 
-static tp_status report_fault(cuda_ctx *ctx)
+/* seen: a pinned copy of the fault word (fault_host, or a download slot's) */
+static tp_status report_fault_in(cuda_ctx *ctx, tp_cuda_fault *seen)
 {
-    const tp_cuda_fault f = *ctx->fault_host;
+    const tp_cuda_fault f = *seen;
     if (f.code == TP_CUDA_FAULT_NONE) return TP_OK;
-    memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
+    memset(seen, 0, sizeof *seen);
     TP_CUDA_CHECK(cudaMemsetAsync(ctx->fault_dev, 0, sizeof *ctx->fault_dev, ctx->stream));
     const char *later = "(seen by the GPU in an operation since the last synchronize)";
     switch (f.code) {
@@ -110,11 +115,16 @@ static tp_status report_fault(cuda_ctx *ctx)
         return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a sampling parameter outside its range (see "
                         "tp_sampling_params_validate), n_logprobs outside [0, %d] or a negative token offset or "
                         "count %s", f.index, TP_SAMPLE_MAX_LOGPROBS, later);
+    case TP_CUDA_FAULT_TAKE_IDS:
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: take[%d] is %d, outside the %d ids of the step before %s",
+                        f.index, f.value, f.limit, later);
     default:
         return tp_error(TP_ERR_INTERNAL, "a CUDA kernel recorded fault code %d (token %d, value %d)", f.code,
                         f.index, f.value);
     }
 }
+
+static tp_status report_fault(cuda_ctx *ctx) { return report_fault_in(ctx, ctx->fault_host); }
 
 // ----------------------------------------------------------------------------
 // memory
@@ -189,6 +199,49 @@ static tp_status cuda_synchronize(tp_backend *b)
                                   cudaMemcpyDeviceToHost, ctx->stream));
     TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
     return report_fault(ctx);
+}
+
+/* The copy and the fault word go to pinned slot k, then an event: download_wait waits for
+ * that event alone, so the steps enqueued after it keep running. */
+static tp_status cuda_download_start(tp_backend *b, int k, const void *src, size_t bytes)
+{
+    cuda_ctx *ctx = ctx_of(b);
+    if (k < 0 || k > 1) return tp_error(TP_ERR_INVALID_ARG, "download_start: slot %d is not 0 or 1", k);
+    if (bytes && !src) return tp_error(TP_ERR_INVALID_ARG, "download_start: src is NULL for %zu bytes", bytes);
+    if (!ctx->dl_fault) {
+        TP_CUDA_CHECK(cudaMallocHost((void **)&ctx->dl_fault, 2 * sizeof *ctx->dl_fault));
+        memset(ctx->dl_fault, 0, 2 * sizeof *ctx->dl_fault);
+    }
+    if (!ctx->dl_done[k]) TP_CUDA_CHECK(cudaEventCreateWithFlags(&ctx->dl_done[k], cudaEventDisableTiming));
+    if (bytes > ctx->dl_cap[k]) { /* the slot's last copy is done before its memory goes */
+        TP_CUDA_CHECK(cudaEventSynchronize(ctx->dl_done[k]));
+        if (ctx->dl[k]) TP_CUDA_CHECK(cudaFreeHost(ctx->dl[k]));
+        ctx->dl[k] = NULL;
+        ctx->dl_cap[k] = 0;
+        const size_t cap = bytes < 4096 ? 4096 : bytes;
+        TP_CUDA_CHECK(cudaMallocHost(&ctx->dl[k], cap));
+        ctx->dl_cap[k] = cap;
+    }
+    ctx->dl_bytes[k] = bytes;
+    if (bytes) TP_CUDA_CHECK(cudaMemcpyAsync(ctx->dl[k], src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    TP_CUDA_CHECK(cudaMemcpyAsync(&ctx->dl_fault[k], ctx->fault_dev, sizeof *ctx->fault_dev, cudaMemcpyDeviceToHost,
+                                  ctx->stream));
+    TP_CUDA_CHECK(cudaEventRecord(ctx->dl_done[k], ctx->stream));
+    return TP_OK;
+}
+
+static tp_status cuda_download_wait(tp_backend *b, int k, void *dst)
+{
+    cuda_ctx *ctx = ctx_of(b);
+    if (k < 0 || k > 1 || !ctx->dl_done[k])
+        return tp_error(TP_ERR_INVALID_ARG, "download_wait: slot %d was not started", k);
+    TP_CUDA_CHECK(cudaEventSynchronize(ctx->dl_done[k]));
+    TP_CHECK(report_fault_in(ctx, &ctx->dl_fault[k]));
+    if (ctx->dl_bytes[k]) {
+        if (!dst) return tp_error(TP_ERR_INVALID_ARG, "download_wait: dst is NULL");
+        memcpy(dst, ctx->dl[k], ctx->dl_bytes[k]);
+    }
+    return TP_OK;
 }
 
 // ----------------------------------------------------------------------------
@@ -316,6 +369,16 @@ static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tens
     TP_CHECK(tp_check_shape("swiglu", "up", up, gate->rows, gate->cols));
     TP_CHECK(tp_check_shape("swiglu", "out", out, gate->rows, gate->cols));
     return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
+}
+
+static tp_status cuda_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
+                               int32_t n)
+{
+    if (n < 0 || n_from < 0) return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d", n, n_from);
+    if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
+    cuda_ctx *ctx = ctx_of(b);
+    return tp_cuda_take_ids(ids, from, n_from, take, n, ctx->fault_dev, ctx->stream);
 }
 
 static tp_status cuda_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
@@ -582,7 +645,10 @@ static void cuda_destroy(tp_backend *b)
         for (int i = 0; i < 2; i++) {
             if (ctx->stage[i]) cudaFreeHost(ctx->stage[i]);
             if (ctx->stage_done[i]) cudaEventDestroy(ctx->stage_done[i]);
+            if (ctx->dl[i]) cudaFreeHost(ctx->dl[i]);
+            if (ctx->dl_done[i]) cudaEventDestroy(ctx->dl_done[i]);
         }
+        if (ctx->dl_fault) cudaFreeHost(ctx->dl_fault);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         (void)cudaGetLastError();
         free(ctx);
@@ -618,6 +684,9 @@ static const struct tp_backend_ops cuda_ops = {
     /* .staging      = */ cuda_staging,
     /* .upload_staged= */ cuda_upload_staged,
     /* .matmul_tune  = */ cuda_matmul_tune,
+    /* .take_ids     = */ cuda_take_ids,
+    /* .download_start = */ cuda_download_start,
+    /* .download_wait  = */ cuda_download_wait,
     /* .destroy      = */ cuda_destroy,
 };
 

@@ -35,7 +35,8 @@ typedef enum tp_cuda_fault_code {
     TP_CUDA_FAULT_SAMPLE_NAN,   /* sample: row index of logits has NaN at column value (of limit) */
     TP_CUDA_FAULT_SAMPLE_INF,   /* sample: row index of logits has +Inf at column value (of limit) */
     TP_CUDA_FAULT_SAMPLE_TOKEN, /* sample: row index has a penalty or banned token value outside [0, limit) */
-    TP_CUDA_FAULT_SAMPLE_PARAM  /* sample: row index has a parameter out of range */
+    TP_CUDA_FAULT_SAMPLE_PARAM, /* sample: row index has a parameter out of range */
+    TP_CUDA_FAULT_TAKE_IDS      /* take_ids: take[index] = value outside the limit ids of the step before */
 } tp_cuda_fault_code;
 
 typedef struct tp_cuda_fault {
@@ -108,6 +109,10 @@ tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream
 /* out[i] = x[rows[i]] */
 tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_tensor out,
                               tp_cuda_fault *fault, cudaStream_t stream);
+
+/* ids[i] = from[take[i]] where take[i] >= 0 */
+tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take, int32_t n,
+                           tp_cuda_fault *fault, cudaStream_t stream);
 
 /* dst = src converted (same shape) */
 tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);

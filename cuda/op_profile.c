@@ -236,6 +236,9 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.graph_end = NULL;
     outer.graph_launch = NULL;
     outer.graph_free = NULL;
+    outer.take_ids = NULL; /* and every step waits for the one before */
+    outer.download_start = NULL;
+    outer.download_wait = NULL;
     outer.destroy = p_destroy;
     b->ops = &outer;
     tp_log(TP_LOG_WARN, "TPINFER_PROFILE_OPS=1: every operation is timed and CUDA graphs are off (a profiling run)");

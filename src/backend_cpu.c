@@ -57,6 +57,8 @@ typedef struct cpu_ctx {
     tp_sampler *sampler;  /* sample(): made for the vocabulary of the first call, remade if it changes */
     int32_t sampler_vocab;
     float *sample_row;    /* [sampler_vocab]: a row with its banned ids at -inf */
+    void *slot[2]; /* download_start()'s host slots */
+    size_t slot_cap[2], slot_bytes[2];
 } cpu_ctx;
 
 /* At least n floats of 64-byte aligned scratch, or NULL (out of memory). */
@@ -196,6 +198,29 @@ static tp_status cpu_upload(tp_backend *b, void *dst, const void *src, size_t by
 static tp_status cpu_download(tp_backend *b, void *dst, const void *src, size_t bytes)
 {
     return cpu_copy("download", dst, src, bytes);
+}
+
+/* Everything has run when an op returns, so the copy is made at once; the slot keeps it
+ * until download_wait, as the device's pinned slot would. */
+static tp_status cpu_download_start(tp_backend *b, int k, const void *src, size_t bytes)
+{
+    cpu_ctx *ctx = b->ctx;
+    if (k < 0 || k > 1) return tp_error(TP_ERR_INVALID_ARG, "download_start: slot %d is not 0 or 1", k);
+    if (bytes > ctx->slot_cap[k]) {
+        void *p = realloc(ctx->slot[k], bytes);
+        if (!p) return tp_error(TP_ERR_OOM, "download_start: out of memory for %zu bytes", bytes);
+        ctx->slot[k] = p;
+        ctx->slot_cap[k] = bytes;
+    }
+    ctx->slot_bytes[k] = bytes;
+    return cpu_copy("download_start", ctx->slot[k], src, bytes);
+}
+
+static tp_status cpu_download_wait(tp_backend *b, int k, void *dst)
+{
+    cpu_ctx *ctx = b->ctx;
+    if (k < 0 || k > 1) return tp_error(TP_ERR_INVALID_ARG, "download_wait: slot %d is not 0 or 1", k);
+    return cpu_copy("download_wait", dst, ctx->slot[k], ctx->slot_bytes[k]);
 }
 
 static tp_status cpu_memset0(tp_backend *b, void *p, size_t bytes)
@@ -708,6 +733,21 @@ static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
 }
 
 /* out[i] = x[rows[i]], converting when the dtypes differ. */
+static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
+                              int32_t n)
+{
+    if (n < 0 || n_from < 0) return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d", n, n_from);
+    if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
+    for (int32_t i = 0; i < n; i++)
+        if (take[i] >= n_from)
+            return tp_error(TP_ERR_INVALID_ARG, "take_ids: take[%d] is %d, outside the %d ids of the step before", i,
+                            take[i], n_from);
+    for (int32_t i = 0; i < n; i++)
+        if (take[i] >= 0) ids[i] = from[take[i]];
+    return TP_OK;
+}
+
 static tp_status cpu_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
                                  tp_tensor *out)
 {
@@ -1026,6 +1066,8 @@ static void cpu_destroy(tp_backend *b)
         free(ctx->scratch);
         free(ctx->stage[0]);
         free(ctx->stage[1]);
+        free(ctx->slot[0]);
+        free(ctx->slot[1]);
         tp_sampler_destroy(ctx->sampler);
         free(ctx->sample_row);
     }
@@ -1061,6 +1103,9 @@ static const struct tp_backend_ops cpu_ops = {
     /* .staging      = */ cpu_staging,
     /* .upload_staged= */ cpu_upload_staged,
     /* .matmul_tune  = */ NULL,
+    /* .take_ids     = */ cpu_take_ids,
+    /* .download_start = */ cpu_download_start,
+    /* .download_wait  = */ cpu_download_wait,
     /* .destroy      = */ cpu_destroy,
 };
 

@@ -72,7 +72,20 @@ typedef struct req {
 typedef struct seq {
     int64_t req;
     int32_t choice;
+    /* steps enqueued ahead (loop_ahead): ids count from 1, 0 is none */
+    int64_t ahead_id;  /* the last enqueued step that samples this sequence */
+    int32_t ahead_row; /* its logit row there */
+    int64_t end_id;    /* the scheduler ended it by length at this step: ends once that step's token is read */
+    int dead;          /* ended: later rows of it (already enqueued) are dropped */
 } seq;
+
+/* A step enqueued ahead whose tokens the host has not read yet. */
+typedef struct ahead_step {
+    int64_t id;
+    int32_t n;      /* logit rows */
+    int64_t *keys;  /* [max_rows] their sequences */
+    int32_t *ids;   /* [max_rows] their tokens, once read */
+} ahead_step;
 
 typedef struct engine {
     const tp_options *o;
@@ -129,7 +142,9 @@ typedef struct engine {
     float *logits_host, *row;
     int32_t max_rows;
     tp_token_logprob *top;
-    int32_t *slot, *block_table, *rows, *extra_seq, *sync;
+    int32_t *slot, *block_table, *rows, *extra_seq, *sync, *take;
+    ahead_step ahead[2];    /* loop_ahead: by id % 2 (the ids' host slot) */
+    int64_t launched;       /* loop_ahead: steps enqueued */
     int32_t n_extra;
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
@@ -631,8 +646,14 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->block_table = malloc((size_t)seqs * (size_t)need * sizeof *e->block_table);
     e->sync = malloc(((size_t)2 * (size_t)T + 1) * sizeof *e->sync);
     e->finish = malloc((size_t)T);
-    if (!e->slot || !e->rows || !e->extra_seq || !e->block_table || !e->sync || !e->finish)
+    e->take = malloc((size_t)T * sizeof *e->take);
+    if (!e->slot || !e->rows || !e->extra_seq || !e->block_table || !e->sync || !e->finish || !e->take)
         return tp_error(TP_ERR_OOM, "out of memory");
+    for (int k = 0; k < 2; k++) {
+        e->ahead[k].keys = malloc((size_t)e->max_rows * sizeof *e->ahead[k].keys);
+        e->ahead[k].ids = malloc((size_t)e->max_rows * sizeof *e->ahead[k].ids);
+        if (!e->ahead[k].keys || !e->ahead[k].ids) return tp_error(TP_ERR_OOM, "out of memory");
+    }
     e->is_sampler = e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0;
     if (e->is_sampler) {
         TP_CHECK(tp_sampler_create((int32_t)e->cfg.vocab_size, &e->sampler));
@@ -693,6 +714,7 @@ static void make_step(engine *e, int p, tp_step *s)
     }
     s->n_logits = n;
     s->logit_rows = e->rows;
+    s->take = NULL;
 }
 
 static int is_eos(const engine *e, int32_t t)
@@ -1170,6 +1192,133 @@ static tp_status loop(engine *e)
 }
 
 // ----------------------------------------------------------------------------
+// steps enqueued ahead: the next step goes to the device before this one's tokens reach
+// the host, its tokens from this one's taken on the device; the host reads, detokenizes and
+// checks stops while the device computes. A sequence that ends (EOS, stop) has one more row
+// already enqueued: it is dropped, and its blocks given back are safe to reuse, since the
+// steps scheduled later run after it on the device.
+
+/* A single-rank replica (tp 1, pp 1) whose every request is plain greedy with no prompt
+ * rows, on a backend that can (TPINFER_OVERLAP=0: never; each step then waits for the one
+ * before, as every other run does). */
+static int ahead_wanted(const engine *e)
+{
+    const char *v = getenv("TPINFER_OVERLAP");
+    if ((v && !strcmp(v, "0")) || e->P != 1 || e->g->tp * e->g->pp != 1 || e->o->dump_logits ||
+        !tp_model_can_overlap(&e->model))
+        return 0;
+    for (int64_t k = 0; k < e->n_seqs; k++) {
+        const req *r = &e->R[e->S_[k].req];
+        if (!plain_greedy(r) || wants_prompt_rows(e, r, e->S_[k].choice)) return 0;
+    }
+    return 1;
+}
+
+/* Sequences the scheduler finished (by length at a commit, or ended by the host): the first
+ * end when the step `at` holding their last token is read; the others have ended already. */
+static void ahead_pop(engine *e, int64_t at)
+{
+    int64_t key;
+    const int32_t *gen;
+    int32_t n_gen;
+    while (tp_scheduler_pop_finished(e->S[0], &key, &gen, &n_gen))
+        if (!e->S_[key].dead) e->S_[key].end_id = at;
+}
+
+/* Enqueue the scheduled step as `a`: its pending tokens taken from the step before's
+ * ids on the device; then the scheduler takes its tokens as pending. */
+static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
+{
+    const tp_sched_batch *b = &e->B[0];
+    tp_step step;
+    make_step(e, 0, &step);
+    if (e->n_extra) return tp_error(TP_ERR_INTERNAL, "a step enqueued ahead has prompt rows");
+    int any = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        e->take[t] = -1;
+        if (b->tokens[t] != TP_TOKEN_PENDING) continue;
+        const seq *q = &e->S_[b->seq_key[b->seq[t]]];
+        if (!prev || q->ahead_id != prev->id)
+            return tp_error(TP_ERR_INTERNAL, "token %d of step %" PRId64 " is pending but not the step before's", t,
+                            a->id);
+        e->take[t] = q->ahead_row;
+        any = 1;
+    }
+    step.take = any ? e->take : NULL;
+    a->n = b->n_logits;
+    for (int32_t i = 0; i < b->n_logits; i++) {
+        const int64_t key = b->seq_key[b->logit_seq[i]];
+        a->keys[i] = key;
+        e->S_[key].ahead_id = a->id;
+        e->S_[key].ahead_row = i;
+    }
+    double t0 = now_s();
+    TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, (int)(a->id % 2)));
+    e->forward_seconds += now_s() - t0;
+    e->forward_steps++;
+    e->steps_by_path[0]++;
+    for (int32_t i = 0; i < b->n_logits; i++) e->sync[i] = TP_TOKEN_PENDING;
+    TP_CHECK(tp_scheduler_commit(e->S[0], b, e->sync, NULL));
+    ahead_pop(e, a->id);
+    return TP_OK;
+}
+
+/* Read step a's tokens (the steps after it keep running) and apply them: output text,
+ * stops, the scheduler's pending tokens, finished requests. */
+static tp_status ahead_read(engine *e, ahead_step *a)
+{
+    double t0 = now_s();
+    TP_CHECK(tp_model_ids_wait(&e->model, (int)(a->id % 2), a->ids));
+    e->forward_seconds += now_s() - t0;
+    for (int32_t i = 0; i < a->n; i++) {
+        seq *q = &e->S_[a->keys[i]];
+        if (q->dead) continue; /* ended at an earlier step: this row ran past its end */
+        int32_t token = a->ids[i];
+        int ends = 0;
+        TP_CHECK(sample_one(e, q, NULL, NULL, &token, &ends));
+        e->generated_tokens++;
+        (void)tp_scheduler_resolve(e->S[0], a->keys[i], token, ends);
+        if (ends || q->end_id == a->id) {
+            q->dead = 1;
+            TP_CHECK(end_sequence(e, q));
+        }
+    }
+    ahead_pop(e, 0); /* those resolve ended: done above */
+    if (stop_signal && !e->stopping) {
+        e->stopping = 1;
+        tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest", (int)stop_signal);
+    }
+    return TP_OK;
+}
+
+static tp_status loop_ahead(engine *e)
+{
+    ahead_step *prev = NULL;
+    for (int64_t tick = 0;; tick++) {
+        ahead_step *cur = NULL;
+        double t_tick = now_s();
+        if (!e->stopping && !tp_scheduler_idle(e->S[0])) {
+            TP_CHECK(tp_scheduler_schedule(e->S[0], &e->B[0]));
+            if (e->B[0].n_tokens > 0) {
+                note_scheduled(e, &e->B[0]);
+                const int64_t id = ++e->launched;
+                cur = &e->ahead[id % 2];
+                cur->id = id;
+                TP_CHECK(ahead_launch(e, prev, cur));
+            }
+        }
+        if (prev) TP_CHECK(ahead_read(e, prev));
+        TP_CHECK(tp_collector_poll(e->collector));
+        if (cur && e->g->rank == 0 && tp_log_enabled(TP_LOG_DEBUG))
+            tp_log(TP_LOG_DEBUG, "step %" PRId64 " at %.1f ms: %" PRId32 " tokens of %" PRId32 " sequences, %" PRId32
+                   " sampled, enqueued before the step before was read; tick %.2f ms", tick, 1e3 * (t_tick - e->t0),
+                   e->B[0].n_tokens, e->B[0].n_seqs, e->B[0].n_logits, 1e3 * (now_s() - t_tick));
+        prev = cur;
+        if (!prev && (e->stopping || tp_scheduler_idle(e->S[0]))) return TP_OK;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // --dump-logits
 
 /* An id as a file name: [A-Za-z0-9._-] kept, everything else %XX. */
@@ -1272,6 +1421,11 @@ static void engine_free(engine *e)
     free(e->block_table);
     free(e->sync);
     free(e->finish);
+    free(e->take);
+    for (int k = 0; k < 2; k++) {
+        free(e->ahead[k].keys);
+        free(e->ahead[k].ids);
+    }
 }
 
 /* A phase boundary: every rank brings its status; all learn whether any failed. */
@@ -1351,7 +1505,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
             return st;
         }
         e->t0 = now_s();
-        st = loop(e);
+        st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
             *must_abort = 1;
             *n_failed = 1;

@@ -48,16 +48,21 @@ static tp_status upload_step(tp_model *m, tp_step_buffers *buf, const tp_step *s
                         s->n_tokens, s->n_logits, s->n_seqs, buf->max_tokens, buf->max_logits,
                         buf->max_seqs);
     const size_t n = (size_t)s->n_tokens, nb = (size_t)s->n_seqs * (size_t)s->max_blocks;
-    const int32_t *src[] = {s->ids, s->pos, s->seq, s->slot, s->block_table, s->logit_rows};
-    int32_t **dst[] = {&buf->ids, &buf->pos, &buf->seq, &buf->slot, &buf->block_table, &buf->logit_rows};
-    const size_t len[] = {n, n, n, n, nb, (size_t)s->n_logits};
+    /* take last: the others keep their places, which a recorded graph reads */
+    const int32_t *src[] = {s->ids, s->pos, s->seq, s->slot, s->block_table, s->logit_rows, s->take};
+    int32_t **dst[] = {&buf->ids, &buf->pos, &buf->seq, &buf->slot, &buf->block_table, &buf->logit_rows, &buf->take};
+    const size_t len[] = {n, n, n, n, nb, (size_t)s->n_logits, s->take ? n : 0};
     size_t at = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (len[i] && src[i]) memcpy(buf->meta_host + at, src[i], len[i] * sizeof(int32_t));
         *dst[i] = buf->meta + at;
         at += len[i];
     }
-    return b->ops->upload(b, buf->meta, buf->meta_host, at * sizeof(int32_t));
+    TP_CHECK(b->ops->upload(b, buf->meta, buf->meta_host, at * sizeof(int32_t)));
+    if (!s->take) return TP_OK;
+    if (!b->ops->take_ids) return tp_error(TP_ERR_UNAVAILABLE, "a step takes ids from the step before, but the %s "
+                                           "backend has no take_ids", b->name);
+    return b->ops->take_ids(b, buf->ids, buf->argmax_ids, buf->argmax_rows, buf->take, s->n_tokens);
 }
 
 /* x = embedding of the ids; each TP rank holds a vocab slice, the all-reduce adds the
@@ -399,7 +404,8 @@ static tp_step pad_step(tp_step_buffers *buf, const tp_step *s, int32_t B)
 {
     const int32_t n = s->n_tokens, mb = s->max_blocks;
     int32_t *ids = buf->pad_host, *pos = ids + B, *seq = pos + B, *slot = seq + B, *rows = slot + B;
-    int32_t *table = rows + B;
+    int32_t *take = rows + B, *table = take + B;
+    if (s->take) memcpy(take, s->take, (size_t)n * sizeof(int32_t));
     memcpy(ids, s->ids, (size_t)n * sizeof(int32_t));
     memcpy(pos, s->pos, (size_t)n * sizeof(int32_t));
     memcpy(slot, s->slot, (size_t)n * sizeof(int32_t));
@@ -408,9 +414,9 @@ static tp_step pad_step(tp_step_buffers *buf, const tp_step *s, int32_t B)
     for (int32_t i = 0; i < B; i++) {
         seq[i] = i;
         rows[i] = i;
-        if (i >= n) ids[i] = pos[i] = 0, slot[i] = -1;
+        if (i >= n) ids[i] = pos[i] = 0, slot[i] = -1, take[i] = -1;
     }
-    tp_step p = {B, ids, pos, seq, slot, B, mb, s->max_pos, table, B, rows};
+    tp_step p = {B, ids, pos, seq, slot, B, mb, s->max_pos, table, B, rows, s->take ? take : NULL};
     return p;
 }
 
@@ -443,19 +449,13 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     return b->ops->graph_launch(b, *g);
 }
 
-tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
-                           tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
-                           float *logits_host, int32_t *ids_host, const tp_sample_request *sample)
+/* The step enqueued; *L_out: the logit rows it computes (a graph's padded batch, or the
+ * step's own). */
+static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
+                                 tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta, int out,
+                                 const tp_sample_request *sample, int32_t *L_out)
 {
     const int32_t T = s->n_tokens;
-    if (T == 0) return TP_OK;
-    if (ids_host && !tp_model_can_argmax(m))
-        return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs the last stage, a vocabulary slice "
-                        "on every TP rank and a backend with argmax");
-    if (sample && !tp_model_can_sample(m))
-        return tp_error(TP_ERR_UNAVAILABLE, "sampling on the device needs the last stage and a backend with the "
-                        "sample op");
-    const int out = ids_host ? OUT_IDS : sample ? OUT_SAMPLE : OUT_LOGITS;
     /* the backend's sample scratch is made at its first call, which must not be recorded */
     const int bucket = out == OUT_SAMPLE && !buf->sample_ready ? -1 : graph_bucket(m, buf, s);
     int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
@@ -476,11 +476,55 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
                             one_per_seq(s)};
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out));
     }
+    if (out == OUT_IDS) buf->argmax_rows = L;
+    *L_out = L;
+    return TP_OK;
+}
+
+tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
+                           tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
+                           float *logits_host, int32_t *ids_host, const tp_sample_request *sample)
+{
+    if (s->n_tokens == 0) return TP_OK;
+    if (ids_host && !tp_model_can_argmax(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "greedy choice on the device needs the last stage, a vocabulary slice "
+                        "on every TP rank and a backend with argmax");
+    if (sample && !tp_model_can_sample(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "sampling on the device needs the last stage and a backend with the "
+                        "sample op");
+    const int out = ids_host ? OUT_IDS : sample ? OUT_SAMPLE : OUT_LOGITS;
+    int32_t L = 0;
+    TP_CHECK(forward_enqueue(m, kv, buf, s, tp, in_x, in_delta, out, sample, &L));
     if (!m->plan.has_lm_head) return TP_OK;
     if (ids_host) return ids_read(m, buf, L, s->n_logits, ids_host);
     if (logits_host) return logits_read(m, buf, L, s->n_logits, logits_host);
     if (sample) return sample_read(m, buf, s->n_logits, sample);
     return TP_OK;
+}
+
+int tp_model_can_overlap(const tp_model *m)
+{
+    const struct tp_backend_ops *ops = m->backend->ops;
+    return m->plan.tp == 1 && m->plan.has_embedding && m->plan.has_lm_head && tp_model_can_argmax(m) &&
+           ops->take_ids && ops->download_start && ops->download_wait;
+}
+
+tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
+                                 tp_comm *tp, int k)
+{
+    if (!tp_model_can_overlap(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's ids are read needs tp 1, pp 1 "
+                        "and a backend with argmax, take_ids and download_start");
+    tp_backend *b = m->backend;
+    int32_t L = 0;
+    if (s->n_tokens > 0) TP_CHECK(forward_enqueue(m, kv, buf, s, tp, NULL, NULL, OUT_IDS, NULL, &L));
+    return b->ops->download_start(b, k, buf->argmax_ids, (size_t)(s->n_tokens > 0 ? s->n_logits : 0) * sizeof(int32_t));
+}
+
+tp_status tp_model_ids_wait(tp_model *m, int k, int32_t *ids_host)
+{
+    tp_backend *b = m->backend;
+    return b->ops->download_wait(b, k, ids_host);
 }
 
 int tp_model_can_sample(const tp_model *m)
@@ -509,7 +553,7 @@ static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     for (int32_t j = 0; j < n; j++) ids[j] = 0, pos[j] = j % len, seq[j] = j / len, slot[j] = -1;
     for (int32_t i = 0; i < seqs; i++) rows[i] = i == seqs - 1 ? n - 1 : (i + 1) * len - 1;
     memset(table, 0, (size_t)seqs * (size_t)mb * sizeof(int32_t));
-    tp_step s = {n, ids, pos, seq, slot, seqs, mb, n < len ? n : len, table, seqs, rows};
+    tp_step s = {n, ids, pos, seq, slot, seqs, mb, n < len ? n : len, table, seqs, rows, NULL};
     tp_sample_request rq = {w->sample_rows, w->sample_rows ? ids : NULL, 0, w->sample_out};
     tp_tensor in_x, in_delta;
     if (stage_input && w->in_x) {

@@ -318,8 +318,8 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     s->max_seqs = max_seqs;
     s->max_blocks = max_blocks;
     size_t i32 = sizeof(int32_t);
-    /* ids, pos, seq, slot [T] each, the block table, the logit rows [L] */
-    s->meta_cap = 4 * (size_t)T + (size_t)max_seqs * (size_t)max_blocks + (size_t)L;
+    /* ids, pos, seq, slot [T] each, the block table, the logit rows [L], take [T] */
+    s->meta_cap = 5 * (size_t)T + (size_t)max_seqs * (size_t)max_blocks + (size_t)L;
     TP_CHECK(model_alloc(m, s->meta_cap * i32, (void **)&s->meta));
     s->meta_host = malloc(s->meta_cap * i32);
     if (!s->meta_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
@@ -327,8 +327,8 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(model_alloc(m, (size_t)m->plan.tp * 2 * (size_t)L * i32, (void **)&s->argmax_all));
     s->pair_host = malloc((size_t)m->plan.tp * 2 * (size_t)L * i32);
     if (!s->pair_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
-    /* a padded decode step: ids, pos, seq, slot, logit rows [B] and the table [B, max_blocks] */
-    s->pad_host = malloc((5 + (size_t)max_blocks) * (size_t)(max_seqs > 0 ? max_seqs : 1) * i32);
+    /* a padded decode step: ids, pos, seq, slot, logit rows, take [B] and the table [B, max_blocks] */
+    s->pad_host = malloc((6 + (size_t)max_blocks) * (size_t)(max_seqs > 0 ? max_seqs : 1) * i32);
     if (!s->pad_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
     tp_dtype act = m->backend->act_dtype;
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, T, d->d, &s->x));
@@ -355,7 +355,7 @@ int64_t tp_step_buffers_bytes(const tp_model *m, int32_t T, int32_t L, int32_t m
 {
     const tp_model_dims *d = &m->dims;
     const int64_t a = (int64_t)tp_dtype_size(m->backend->act_dtype), f = 4, tp = m->plan.tp;
-    int64_t b = (4 * (int64_t)T + (int64_t)max_seqs * max_blocks + L) * 4 + (1 + tp) * 2 * (int64_t)L * 4;
+    int64_t b = (5 * (int64_t)T + (int64_t)max_seqs * max_blocks + L) * 4 + (1 + tp) * 2 * (int64_t)L * 4;
     b += 2 * (int64_t)T * d->d * f;                                           /* x, delta */
     b += (int64_t)T * (d->d + (d->hq + 2 * d->hk) * d->hd + d->hq * d->hd + 3 * d->m) * a; /* xn .. act */
     b += (int64_t)L * d->d * a + (tp > 1 ? 1 + tp : 1) * (int64_t)L * d->vocab_pad * f; /* rows, logits */

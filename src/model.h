@@ -86,11 +86,12 @@ void tp_kv_cache_free(tp_model *m, tp_kv_cache *kv);
 /* Scratch for steps of up to max_tokens tokens and max_logits logit rows. */
 typedef struct tp_step_buffers {
     int32_t max_tokens, max_logits, max_seqs, max_blocks;
-    int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows; /* this step's, inside meta */
+    int32_t *ids, *pos, *seq, *slot, *block_table, *logit_rows, *take; /* this step's, inside meta */
     int32_t *meta;        /* backend memory: a step's int32 arrays back to back, one upload */
     int32_t *meta_host;   /* host staging of meta */
     size_t meta_cap;      /* int32 elements of meta */
     int32_t *argmax_ids;  /* [2L] device-side greedy choices: L ids, then L f32 values */
+    int32_t argmax_rows;  /* the ids the last step left there (what a step's take may name) */
     int32_t *argmax_all;  /* [tp, 2L] every TP rank's argmax_ids */
     int32_t *pair_host;   /* host copy of argmax_all */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
@@ -135,6 +136,9 @@ typedef struct tp_step {
     const int32_t *block_table;            /* [n_seqs * max_blocks] */
     int32_t n_logits;
     const int32_t *logit_rows;             /* [n_logits] token indices */
+    const int32_t *take;                   /* [n_tokens] or NULL: where take[i] >= 0, token i's id is
+                                            * row take[i] of the step before's device-chosen ids
+                                            * (tp_model_forward_start), not ids[i] */
 } tp_step;
 
 /* A step's sampling on the device (the backend's sample op) for its first n_logits rows:
@@ -160,6 +164,19 @@ typedef struct tp_sample_request {
 tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
                            float *logits_host, int32_t *ids_host, const tp_sample_request *sample);
+
+/* A step whose tokens are chosen on the device (greedy, as tp_model_forward with ids_host),
+ * enqueued without waiting: its ids start toward the backend's host slot k (0 or 1), and
+ * tp_model_ids_wait(k) waits for them alone while later steps run. So the next step can be
+ * enqueued before this one's ids reach the host: its tokens from this step's ids are named by
+ * its take. Needs tp_model_can_overlap. */
+tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
+                                 tp_comm *tp, int k);
+tp_status tp_model_ids_wait(tp_model *m, int k, int32_t *ids_host);
+
+/* The whole model on this rank (tp 1, pp 1) and a backend with take_ids and
+ * download_start / download_wait. */
+int tp_model_can_overlap(const tp_model *m);
 
 /* What tp_model_warm_up runs before the first request's step, so that the run pays no
  * first-use costs (kernels loaded at their first launch, cuBLASLt's choice at each new

@@ -16,7 +16,8 @@ enum { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED };
 typedef struct seq {
     int64_t key;
     int32_t *tokens;     /* prompt then generated tokens */
-    int32_t len, cap;    /* tokens known / allocated */
+    int32_t len, cap;    /* tokens known (pending ones included) / allocated */
+    int32_t n_resolved;  /* leading tokens whose values are known: the rest are TP_TOKEN_PENDING */
     int32_t n_prompt, max_new;
     int32_t n_computed;  /* leading tokens whose KV are in the cache */
     int32_t *blocks;     /* physical block of positions [i * block_size, (i+1) * block_size) */
@@ -328,6 +329,7 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
     }
     memcpy(sq->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
     sq->len = n_prompt;
+    sq->n_resolved = n_prompt;
     sq->cap = cap;
     sq->n_prompt = n_prompt;
     sq->max_new = max_new_tokens;
@@ -592,12 +594,32 @@ tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const in
     for (int32_t r = 0; r < s->n_rows; r++) s->rows[r].sq->n_computed += s->rows[r].len;
     for (int32_t i = 0; i < s->n_logits; i++) {
         seq *sq = s->rows[s->logit_seq[i]].sq;
+        if (sq->n_resolved == sq->len && sampled[i] != TP_TOKEN_PENDING) sq->n_resolved++;
         sq->tokens[sq->len++] = sampled[i];
         if ((finish && finish[i]) || sq->len - sq->n_prompt >= sq->max_new ||
             sq->len >= s->cfg.max_model_len)
             finish_seq(s, sq);
     }
     return TP_OK;
+}
+
+int tp_scheduler_resolve(tp_scheduler *s, int64_t key, int32_t token, int end)
+{
+    seq **slot = table_find(s, key);
+    seq *sq = slot ? *slot : NULL;
+    if (!sq || sq->n_resolved >= sq->len) return 0;
+    sq->tokens[sq->n_resolved++] = token;
+    if (!end) return 1;
+    sq->len = sq->n_resolved;
+    if (sq->n_computed > sq->len) sq->n_computed = sq->len;
+    if (sq->state == SEQ_RUNNING) {
+        finish_seq(s, sq);
+    } else if (sq->state == SEQ_WAITING) { /* preempted: nothing of it is in the cache */
+        list_remove(&s->waiting, sq);
+        list_push_back(&s->finished, sq);
+        sq->state = SEQ_FINISHED;
+    }
+    return 1;
 }
 
 int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **generated,

@@ -62,13 +62,25 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
  * sequence budgets. b->n_tokens == 0 when nothing can run (then tp_scheduler_idle()). */
 tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b);
 
+/* A token not known yet: the device chose it and the host has not read it (see
+ * tp_scheduler_resolve). A later step may feed it (its batch shows TP_TOKEN_PENDING there). */
+#define TP_TOKEN_PENDING (-1)
+
 /* Apply the step's outcome: for each logit row i, sampled[i] is the new token of
- * logit_seq[i], and finish[i] (0/1) says the caller ends that sequence (EOS, stop, limit).
- * A sequence that reaches its max_new_tokens finishes here whatever finish[] says.
- * finish may be NULL (no sequence ended by the caller). Must be called once after each
- * non-empty schedule, before the next schedule. */
+ * logit_seq[i] (or TP_TOKEN_PENDING), and finish[i] (0/1) says the caller ends that sequence
+ * (EOS, stop, limit). A sequence that reaches its max_new_tokens finishes here whatever
+ * finish[] says. finish may be NULL (no sequence ended by the caller). Must be called once
+ * after each non-empty schedule, before the next schedule. */
 tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const int32_t *sampled,
                               const uint8_t *finish);
+
+/* The oldest pending token of sequence key becomes token; with end, the sequence ends
+ * there: its later pending tokens are dropped and, unless it finished already (by length),
+ * it finishes now (running or preempted), its blocks given back. Call between a commit and
+ * the next schedule: the step in flight on the device may still write the blocks, which is
+ * safe because the steps a later schedule makes run after it. Returns 1, or 0 when key is
+ * not known (popped already) or has no pending token. */
+int tp_scheduler_resolve(tp_scheduler *s, int64_t key, int32_t token, int end);
 
 /* Finished sequences, oldest first: returns 1 and fills key / tokens generated (pointer
  * valid until the next call) or 0 when none is left. */

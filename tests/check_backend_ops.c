@@ -1367,6 +1367,73 @@ START_TEST(gather_rows_cases)
 }
 END_TEST
 
+/* take_ids (a step's ids from the step before's device-chosen ones) and download_start /
+ * download_wait (two slots, each waited for while later work is enqueued): the CPU's
+ * semantics, then every GPU against them. */
+static void take_ids_on(tp_backend *b, const int32_t *ids0, const int32_t *from, int32_t n_from, const int32_t *take,
+                        int32_t n, int32_t *got)
+{
+    size_t bn = (size_t)n * 4, bf = (size_t)n_from * 4;
+    int32_t *ids = dev_copy(b, ids0, bn), *f = dev_copy(b, from, bf), *t = dev_copy(b, take, bn);
+    int32_t *other = dev_alloc(b, bf);
+    ck_assert_msg(b->ops->take_ids(b, ids, f, n_from, t, n) == TP_OK, "%s take_ids: %s", b->name, tp_error_message());
+    ck_assert_int_eq(b->ops->download_start(b, 1, ids, bn), TP_OK);
+    ck_assert_int_eq(b->ops->download_start(b, 0, f, bf), TP_OK);
+    /* work after the copies: it must not show in what the slots hold */
+    ck_assert_int_eq(b->ops->memset0(b, ids, bn), TP_OK);
+    ck_assert_int_eq(b->ops->memset0(b, f, bf), TP_OK);
+    ck_assert_int_eq(b->ops->upload(b, other, from, bf), TP_OK);
+    int32_t *back = host_alloc(bf);
+    ck_assert_msg(b->ops->download_wait(b, 0, back) == TP_OK, "%s download_wait: %s", b->name, tp_error_message());
+    ck_assert_int_eq(memcmp(back, from, bf), 0);
+    ck_assert_msg(b->ops->download_wait(b, 1, got) == TP_OK, "%s download_wait: %s", b->name, tp_error_message());
+    ck_assert_int_eq(b->ops->synchronize(b), TP_OK);
+    free(back);
+    b->ops->free(b, ids);
+    b->ops->free(b, f);
+    b->ops->free(b, t);
+    b->ops->free(b, other);
+}
+
+START_TEST(take_ids_cases)
+{
+    seed(9);
+    static const int32_t sizes[][2] = {{1, 1}, {5, 3}, {128, 128}, {300, 1000}, {2000, 7}};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        const int32_t n = sizes[c][0], n_from = sizes[c][1];
+        int32_t *ids = host_alloc((size_t)n * 4), *from = host_alloc((size_t)n_from * 4);
+        int32_t *take = host_alloc((size_t)n * 4), *want = host_alloc((size_t)n * 4), *got = host_alloc((size_t)n * 4);
+        for (int32_t i = 0; i < n_from; i++) from[i] = 1000000 + rand_int(128256);
+        for (int32_t i = 0; i < n; i++) {
+            ids[i] = rand_int(50);
+            take[i] = rand_int(3) == 0 ? -1 : rand_int(n_from);
+            want[i] = take[i] >= 0 ? from[take[i]] : ids[i];
+        }
+        take_ids_on(cpu, ids, from, n_from, take, n, got);
+        ck_assert_int_eq(memcmp(got, want, (size_t)n * 4), 0);
+        FOR_EACH_GPU {
+            memset(got, 0, (size_t)n * 4);
+            take_ids_on(gb, ids, from, n_from, take, n, got);
+            for (int32_t i = 0; i < n; i++)
+                ck_assert_msg(got[i] == want[i], "%s take_ids: %d of %d from %d: id %d is %d, want %d", gb->name, i, n,
+                              n_from, i, got[i], want[i]);
+        }
+        printf("  %-13s %-9s %-58s ok\n", "take_ids", "i32", "");
+        free(ids);
+        free(from);
+        free(take);
+        free(want);
+        free(got);
+    }
+    /* a take past the ids of the step before: named, on the CPU at once */
+    int32_t ids[2] = {0, 0}, from[3] = {7, 8, 9}, take[2] = {1, 3};
+    ck_assert_int_eq(cpu->ops->take_ids(cpu, ids, from, 3, take, 2), TP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(tp_error_message(), "take[1] is 3, outside the 3 ids") != NULL, "%s", tp_error_message());
+    tp_error_clear();
+    ck_assert_int_eq(ids[0], 0); /* nothing taken */
+}
+END_TEST
+
 /* Bit for bit tp_convert's: values over 40 binary orders of magnitude (f16 overflow and
  * subnormals, bf16 ties), and NaN and infinities. */
 START_TEST(convert_cases)
@@ -1906,6 +1973,24 @@ START_TEST(device_faults)
         float *got = pt_get(&out, 1);
         for (int j = 0; j < 16; j++) ck_assert(got[16 + j] == 0.0f && !isnan(got[j]));
 
+        /* take_ids past the step before's ids: reported by synchronize, and by download_wait
+         * (which a step enqueued ahead waits on) */
+        int32_t ids[2] = {4, 5}, from[3] = {7, 8, 9}, take[2] = {1, 3};
+        int32_t *dids = dev_copy(gb, ids, sizeof ids), *dfrom = dev_copy(gb, from, sizeof from);
+        int32_t *dtake = dev_copy(gb, take, sizeof take);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->take_ids(gb, dids, dfrom, 3, dtake, 2),
+                            "take_ids: take[1] is 3, outside the 3 ids of the step before");
+        ck_assert_int_eq(gb->ops->take_ids(gb, dids, dfrom, 3, dtake, 2), TP_OK);
+        ck_assert_int_eq(gb->ops->download_start(gb, 0, dids, sizeof ids), TP_OK);
+        int32_t back[2] = {0, 0};
+        ck_assert_int_eq(gb->ops->download_wait(gb, 0, back), TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), "take_ids: take[1] is 3") != NULL, "%s", tp_error_message());
+        tp_error_clear();
+        ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK); /* reported once */
+        gb->ops->free(gb, dids);
+        gb->ops->free(gb, dfrom);
+        gb->ops->free(gb, dtake);
+
         /* kv_store past the cache */
         const int kvh = 1, hd = 8, bsz = 4, nb = 2, width = kvh * hd;
         const size_t cb = (size_t)nb * bsz * width * 4;
@@ -2271,7 +2356,7 @@ static Suite *make_suite(void)
         {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases, qk_rope_store_cases, attention_long, attention_prefill}},
-        {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases}},
+        {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
         {"argmax", {argmax_cases}},
         {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},
         {"errors", {bad_shapes, device_faults, attention_faults, attention_prefill_faults}},

@@ -726,6 +726,92 @@ START_TEST(commit_without_finish_array)
 }
 END_TEST
 
+/* Tokens committed as TP_TOKEN_PENDING (the device chose them, the host has not read them):
+ * the next step feeds them as pending, tp_scheduler_resolve fills them oldest first, and an
+ * end there drops the later pending token and gives every block back, whether the sequence
+ * runs, was preempted or finished by length already. */
+START_TEST(pending_tokens_resolve)
+{
+    tp_scheduler *s;
+    /* blocks of 4 tokens, 6 of them: two sequences of 5 + 4 tokens fit, not three */
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
+    int32_t prompt[5] = {1, 2, 3, 4, 5};
+    ck_assert_int_eq(tp_scheduler_add(s, 10, prompt, 5, 6), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 11, prompt, 3, 2), TP_OK);
+    tp_sched_batch b;
+    int32_t pend[2] = {TP_TOKEN_PENDING, TP_TOKEN_PENDING};
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* both prompts */
+    ck_assert_int_eq(b.n_logits, 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* both decode their pending token */
+    ck_assert_int_eq(b.n_tokens, 2);
+    ck_assert_int_eq(b.tokens[0], TP_TOKEN_PENDING);
+    ck_assert_int_eq(b.tokens[1], TP_TOKEN_PENDING);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK); /* 11 ends by length here */
+    int64_t key;
+    const int32_t *gen;
+    int32_t n;
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, 11);
+    ck_assert_int_eq(tp_scheduler_resolve(s, 11, 7, 0), 0); /* popped: unknown now */
+    ck_assert_int_eq(tp_scheduler_resolve(s, 99, 7, 0), 0);
+    /* the first step's tokens read: 10's first is 40; the second stays pending */
+    ck_assert_int_eq(tp_scheduler_resolve(s, 10, 40, 0), 1);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_tokens, 1);
+    ck_assert_int_eq(b.pos[0], 6);
+    ck_assert_int_eq(b.tokens[0], TP_TOKEN_PENDING);
+    int32_t one = TP_TOKEN_PENDING;
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, &one, NULL), TP_OK);
+    /* the second token (41) ends it: the third, computed by the step in flight, is dropped */
+    ck_assert_int_eq(tp_scheduler_resolve(s, 10, 41, 1), 1);
+    ck_assert(tp_scheduler_idle(s));
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, 10);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(gen[0], 40);
+    ck_assert_int_eq(gen[1], 41);
+    ck_assert_int_eq(tp_scheduler_resolve(s, 10, 42, 0), 0);
+    tp_sched_stats st;
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.free_blocks, 6);
+
+    /* a sequence preempted while its token is pending (the step that will read it is not
+     * the one it is in): that token read as its end finishes it where it waits */
+    ck_assert_int_eq(tp_scheduler_add(s, 20, prompt, 5, 12), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 21, prompt, 5, 12), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_logits, 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
+    int64_t prev[2] = {b.seq_key[b.logit_seq[0]], b.seq_key[b.logit_seq[1]]}, victim = -1;
+    for (int step = 0; step < 12 && victim < 0; step++) { /* 2 x 4 blocks past 12 tokens: one must go */
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        tp_scheduler_stats(s, &st);
+        if (st.preemptions) {
+            ck_assert_int_eq(b.n_seqs, 1);
+            victim = b.seq_key[0] == prev[0] ? prev[1] : prev[0];
+        }
+        for (int32_t i = 0; i < b.n_logits; i++) pend[i] = TP_TOKEN_PENDING;
+        ck_assert_msg(tp_scheduler_commit(s, &b, pend, NULL) == TP_OK, "%s", tp_error_message());
+        if (victim >= 0) break;
+        for (int k = 0; k < 2; k++) ck_assert_int_eq(tp_scheduler_resolve(s, prev[k], 50 + step, 0), 1);
+        for (int32_t i = 0; i < b.n_logits; i++) prev[i] = b.seq_key[b.logit_seq[i]];
+    }
+    ck_assert_int_ge(victim, 20);
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.waiting, 1);
+    ck_assert_int_eq(tp_scheduler_resolve(s, victim, 77, 1), 1);
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.waiting, 0);
+    ck_assert_int_eq(st.running, 1);
+    ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
+    ck_assert_int_eq(key, victim);
+    ck_assert_int_eq(gen[n - 1], 77);
+    for (int32_t i = 0; i < n - 1; i++) ck_assert_int_ne(gen[i], TP_TOKEN_PENDING);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
 static int message_has(const char *a, const char *b)
 {
     const char *m = tp_error_message();
@@ -940,6 +1026,7 @@ int main(void)
     tcase_add_test(tc, continuous_batching);
     tcase_add_test(tc, finish_early);
     tcase_add_test(tc, commit_without_finish_array);
+    tcase_add_test(tc, pending_tokens_resolve);
     tcase_add_test(tc, add_refusals);
     tcase_add_test(tc, create_refusals_and_misuse);
     tcase_add_test(tc, many_keys);

@@ -1,0 +1,53 @@
+#!/bin/bash
+# tests/gpu/overlap.sh: steps enqueued ahead (the next decode step on the GPU before the host
+# reads this one's tokens) on a GPU machine, in one call, from the repository root (the -dev
+# packages in .gpu-deps/ as for tests/gpu/run.sh):
+#   1. build tpinfer, tests/check_backend_ops; the elementwise group (take_ids and the two
+#      download slots against the CPU) and the errors group (take_ids' fault, reported by
+#      download_wait);
+#   2. tests/overlap.sh on the CUDA backend (TPINFER_OVERLAP=0 and the default give the same
+#      completions: stop tokens, stop strings, lengths, n = 2, admissions, chunks, padding);
+#   3. unless GPU_OV_AB=0: bench/ab_decode.sh b128 (and b1) with TPINFER_OVERLAP=0 and the
+#      default, GPU_OV_REPEAT times (default 2), interleaved.
+# Prints a table last; logs in $OUT (default /tmp/tpinfer-ov-out).
+set -u
+OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
+mkdir -p "$OUTDIR"
+root=$(pwd)
+deps=$root/.gpu-deps/root
+lib=$deps/usr/lib/x86_64-linux-gnu
+export PKG_CONFIG_PATH=$lib/pkgconfig LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NCCL_NVLS_ENABLE=0
+results=()
+record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
+( set -e
+  autoreconf -fi >/dev/null 2>&1
+  mkdir -p build-gpu && cd build-gpu
+  [ -f Makefile ] || ../configure -q --with-cuda CPPFLAGS="-I$deps/usr/include" LDFLAGS="-L$lib" >"$OUTDIR/configure.log" 2>&1
+  make -j16 tpinfer tests/check_backend_ops >"$OUTDIR/build.log" 2>&1
+) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
+B=$root/build-gpu
+for group in elementwise errors; do
+    if CK_FORK=no CK_RUN_CASE=$group timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
+        record "check_backend_ops $group" PASS
+    else
+        record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
+    fi
+done
+SHARED=${TPINFER_SHARED:-$root/../shared}
+if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED OVERLAP_BACKEND=cuda MPIRUN=no \
+    timeout 300 bash tests/overlap.sh >"$OUTDIR/overlap.log" 2>&1; then
+    record "tests/overlap.sh on cuda" PASS
+else
+    record "tests/overlap.sh on cuda" "FAIL rc $?: $(tail -3 "$OUTDIR/overlap.log" | tr '|\n' '/ ' | cut -c1-300)"
+fi
+if [ "${GPU_OV_AB:-1}" = 1 ]; then
+    args=()
+    for r in $(seq "${GPU_OV_REPEAT:-2}"); do args+=("TPINFER_OVERLAP=0" ""); done
+    OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 b1} BENCH_TPINFER=$B/tpinfer timeout 500 bash bench/ab_decode.sh "${args[@]}" \
+        >"$OUTDIR/ab.log" 2>&1
+    while IFS= read -r line; do
+        case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab" "$line" ;; esac
+    done <"$OUTDIR/ab.log"
+fi
+printf '\n| check | result |\n| --- | --- |\n'
+printf '%s\n' "${results[@]}"

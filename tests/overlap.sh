@@ -1,0 +1,66 @@
+#!/bin/sh
+# Steps enqueued ahead (a replica of one rank whose requests are all plain greedy: the next
+# step goes to the backend before the host reads this one's tokens, its tokens taken on the
+# backend) give the completions each step waiting for the one before gives
+# (TPINFER_OVERLAP=0): with sequences ending on a stop token, a stop string and by length
+# while their next row is already enqueued, n = 2, admissions as others finish, chunked
+# prefill, preemption, padded decode steps and two data-parallel replicas. A run with a
+# sampled request keeps to the waiting loop, and gives the same completions too.
+# OVERLAP_BACKEND=cuda runs it on a GPU (tests/gpu: one GPU, so no data-parallel part).
+. "$top_srcdir/tests/lib.sh"
+need_shared
+export OMP_NUM_THREADS=1
+m="$MODELS/stories260K-hf"
+backend=${OVERLAP_BACKEND:-cpu}
+# 426 is "." in this tokenizer
+cat >"$TMP/in.jsonl" <<'EOF'
+{"id": "a", "prompt": "Once upon a time", "max_tokens": 90}
+{"id": "b", "prompt": "Lily and Ben", "max_tokens": 1}
+{"id": "c", "prompt": "The cat sat", "max_tokens": 2}
+{"id": "d", "prompt": "One day, a little girl", "max_tokens": 60, "stop": ["."]}
+{"id": "e", "prompt": "Tom had a red ball", "max_tokens": 40, "n": 2, "stop_token_ids": [426]}
+{"id": "f", "prompt": "The sun", "max_tokens": 80, "ignore_eos": true}
+{"id": "g", "prompt": "Sam was sad because", "max_tokens": 100, "stop_token_ids": [426]}
+{"id": "h", "prompt": "A big dog", "max_tokens": 7, "stop": ["Max"], "include_stop_str_in_output": true}
+EOF
+sed '$ s/^{/{"temperature": 0.8, "seed": 5, /' "$TMP/in.jsonl" >"$TMP/mixed.jsonl"
+
+norm() { sort "$1" | sed 's/"created":[0-9]*,//'; }
+# both NAME INPUT [flags...]: TPINFER_OVERLAP=0 and the default, the same completions; prints
+# how many steps the default enqueued ahead
+both() {
+    name=$1 input=$2; shift 2
+    for ov in 0 1; do
+        TPINFER_LOG=debug TPINFER_OVERLAP=$ov "$TPINFER" --model "$m" --backend "$backend" --input "$input" \
+            --output "$TMP/$name$ov.jsonl" "$@" 2>"$TMP/$name$ov.err" || { cat "$TMP/$name$ov.err"; fail "$name, TPINFER_OVERLAP=$ov"; }
+    done
+    [ "$(norm "$TMP/${name}0.jsonl")" = "$(norm "$TMP/${name}1.jsonl")" ] ||
+        { diff "$TMP/${name}0.jsonl" "$TMP/${name}1.jsonl" | head; fail "$name: the completions differ with steps enqueued ahead"; }
+    ! grep -q "enqueued before the step before was read" "$TMP/${name}0.err" || fail "$name: TPINFER_OVERLAP=0 enqueued ahead"
+    grep -c "enqueued before the step before was read" "$TMP/${name}1.err" || :
+}
+n=$(both plain "$TMP/in.jsonl") && [ "$n" -gt 10 ] || fail "plain: $n steps enqueued ahead"
+# the ends this test means to cover happened
+for want in '"id":"d".*"finish_reason":"stop"' '"id":"g".*"finish_reason":"stop"' '"id":"h".*Max.*"finish_reason":"stop"' \
+    '"id":"b".*"finish_reason":"length"' '"id":"f".*"finish_reason":"length"'; do
+    grep -q "$want" "$TMP/plain1.jsonl" || { cat "$TMP/plain1.jsonl"; fail "no line matches $want"; }
+done
+both seqs2 "$TMP/in.jsonl" --max-num-seqs 2 >/dev/null || exit 1
+both chunked "$TMP/in.jsonl" --max-num-batched-tokens 7 --max-num-seqs 3 >/dev/null || exit 1
+# room for about one sequence: they preempt each other, and are recomputed from tokens the
+# host read after the next step was enqueued
+if [ "$backend" = cpu ]; then
+    both tight "$TMP/in.jsonl" --kv-cache-memory 200KiB --max-model-len 160 >/dev/null || exit 1
+    grep -q " 0 preempted" "$TMP/tight1.err" && { cat "$TMP/tight1.err"; fail "the tight KV cache did not force preemption"; }
+fi
+TPINFER_PAD_DECODE=1 both padded "$TMP/in.jsonl" >/dev/null || exit 1
+n=$(both mixed "$TMP/mixed.jsonl") && [ "$n" -eq 0 ] || fail "a sampled request: $n steps enqueued ahead"
+[ "$backend" = cpu ] || exit 0
+# two replicas of one rank each: every rank enqueues ahead
+for ov in 0 1; do
+    TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/in.jsonl" \
+        --output "$TMP/dp$ov.jsonl" 2>"$TMP/dp$ov.err" || { cat "$TMP/dp$ov.err"; fail "dp 2, TPINFER_OVERLAP=$ov"; }
+done
+[ "$(norm "$TMP/dp0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 without overlap differs from one rank"
+[ "$(norm "$TMP/dp1.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 with steps enqueued ahead differs"
+exit 0
