@@ -179,6 +179,49 @@ static void step_free(tp_backend *b, bench_step *st)
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) b->ops->free(b, p[i]);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* GPU_ATTN_TRACE=1: one call with the decode kernel's per-block timeline on, then the
+ * percentiles of each block's start (from the first block's), time to its first tile, run
+ * time and end, in us, and the blocks per SM. */
+static void trace_call(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache, const tp_attn_batch *ab,
+                       tp_tensor *out, void *flush, int n, int ctx)
+{
+    const int blocks = n * KVH;
+    unsigned long long *rec = calloc((size_t)4 * blocks, sizeof *rec), *v = calloc((size_t)blocks, sizeof *v);
+    if (!rec || !v) die("trace: out of host memory");
+    if (b->ops->memset0(b, flush, FLUSH_BYTES) || tp_cuda_attention_trace(1, NULL, 0) ||
+        b->ops->attention(b, q, cache, ab, QH, 0.0883883f, out) || b->ops->synchronize(b) ||
+        tp_cuda_attention_trace(0, rec, blocks))
+        die("trace");
+    unsigned long long base = ~0ull;
+    int per_sm[1024] = {0}, sms = 0;
+    for (int i = 0; i < blocks; i++) {
+        if (rec[4 * i] && rec[4 * i] < base) base = rec[4 * i];
+        if (rec[4 * i + 3] < 1024) per_sm[rec[4 * i + 3]]++;
+    }
+    int lo = 1 << 30, hi = 0;
+    for (int s = 0; s < 1024; s++)
+        if (per_sm[s]) sms++, lo = per_sm[s] < lo ? per_sm[s] : lo, hi = per_sm[s] > hi ? per_sm[s] : hi;
+    static const char *what[4] = {"start", "first tile", "run", "end"};
+    printf("# trace %dx%d (%d blocks on %d SMs, %d-%d each): us at p0 p10 p50 p90 p100\n", n, ctx, blocks, sms, lo, hi);
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < blocks; i++) {
+            const unsigned long long *r = rec + 4 * i;
+            v[i] = k == 0 ? r[0] - base : k == 1 ? r[1] - r[0] : k == 2 ? r[2] - r[0] : r[2] - base;
+        }
+        qsort(v, (size_t)blocks, sizeof *v, cmp_u64);
+        printf("#   %-10s %7.2f %7.2f %7.2f %7.2f %7.2f\n", what[k], v[0] * 1e-3, v[blocks / 10] * 1e-3,
+               v[blocks / 2] * 1e-3, v[blocks * 9 / 10] * 1e-3, v[blocks - 1] * 1e-3);
+    }
+    free(rec);
+    free(v);
+}
+
 /* Whether the arguments after the run count name the decode shape (all when none do; a
  * name not in the table is not run). */
 static int wanted(int argc, char **argv, int batch, int ctx)
@@ -253,6 +296,12 @@ int main(int argc, char **argv)
         }
         tp_cuda_attention_force_simple(0);
         tp_cuda_attention_force_prefill(-1);
+        if (getenv("GPU_ATTN_TRACE")) { /* the tight flash kernel's blocks, one call after an L2 flush */
+            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 1};
+            tp_cuda_attention_force_prefill(0);
+            trace_call(b, &q, &cache, &ab, &out[1], flush, n, ctx);
+            tp_cuda_attention_force_prefill(-1);
+        }
         const double diff = rel_diff(b, st.out[1], st.out[0], st.act / 2);
         const double kv_bytes = 2.0 * n * (double)ctx * KVH * HD * 2;
         printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %11.1f %8.1f | %11.1f | %7.1fx %8.1e\n", n, ctx, med[0],

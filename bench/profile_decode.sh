@@ -7,6 +7,7 @@
 # step without the launch gaps; compare with the step time of an unprofiled run.
 # PROFILE_FIRST_STEP=1: only the kernels up to the first argmax (with TPINFER_WARMUP=0 and
 # SKIP 0, the first step: the prefill), and the first 40 of them in order (a layer's sequence).
+# PROFILE_NCU_ARGS: more ncu options (e.g. "--cache-control none": caches as the step leaves them).
 set -u
 T=$1 MODEL=$2 PROMPTS=$3 SKIP=$4 COUNT=$5
 shift 5
@@ -14,7 +15,7 @@ OUTDIR=${OUT:-/tmp/tpinfer-profile}
 mkdir -p "$OUTDIR"
 csv=$OUTDIR/ncu-$(basename "$PROMPTS" .jsonl).csv
 rm -f "$OUTDIR/profile-out.jsonl"*
-ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
+ncu --clock-control none ${PROFILE_NCU_ARGS:-} --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
     "$T" --model "$MODEL" --input "$PROMPTS" --output "$OUTDIR/profile-out.jsonl" "$@" >"$csv" 2>"$csv.err" ||
     { tail -5 "$csv.err"; exit 1; }
 python3 - "$csv" "${PROFILE_FIRST_STEP:-0}" <<'PY'

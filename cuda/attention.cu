@@ -136,6 +136,15 @@ __device__ __forceinline__ void store_act(void *p, int dt, int64_t idx, float v)
     else ((f16_t *)p)[idx] = from_f32<f16_t>(v);
 }
 
+#define TRACE_BLOCKS 65536 /* tp_cuda_attention_trace's records */
+
+__device__ __forceinline__ unsigned long long globaltimer_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* Element offset of position p's K/V row (KV head 0) in the paged cache: kv_row_in from its
  * logical block lb's entry blk, kv_row_at with that entry from the sequence's table bt (a shift where block_size is a power of two: bs_shift >= 0); -1 when
  * that entry is outside the cache (*blk keeps it for the fault record). */
@@ -325,6 +334,7 @@ struct fa_params {
                              * (TPINFER_ATTN_TILE_IN_BLOCK=0: per key, as the other kernels) */
     float *part_acc;        /* [n_tokens * q_heads * S, head_dim] unnormalised acc */
     float *part_m, *part_l; /* [n_tokens * q_heads * S] */
+    unsigned long long *trace; /* the decode kernel's per-block timeline (tp_cuda_attention_trace) or NULL */
     int32_t *pf_list;       /* the tensor-core decode kernel under pf_skip: the tokens the prefill */
     int32_t *pf_count;      /* kernel left (pf_list_kernel), or NULL (a block per token, pf_took) */
 };
@@ -1032,6 +1042,10 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
     const int g = lane >> 2, tig = lane & 3;
     int32_t value = 0, limit = 0;
+    /* the diagnostic timeline: [entry, first tile in, done, SM] per block */
+    const int64_t trace_at = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    unsigned long long *tr = P.trace && tid == 0 && trace_at < TRACE_BLOCKS ? P.trace + 4 * trace_at : NULL;
+    if (tr) tr[0] = globaltimer_ns();
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
     if (code != TP_CUDA_FAULT_NONE) {
         if (pdl_pending) pdl_wait(); /* out may still be read by an earlier kernel */
@@ -1158,6 +1172,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         pf_cp_async_commit();
         pf_cp_async_wait<NB - 1>(); /* tile kt is in */
         __syncthreads();
+        if (tr && kt == 0) tr[1] = globaltimer_ns();
         const int k0 = b0 + kt * DT_BN + warp * 16; /* the warp's first key */
         if (k0 < b1) {
             const T *kt_s = kbuf + (kt % NB) * DT_BN * LD, *vt_s = vbuf + (kt % NB) * DT_BN * LD;
@@ -1229,6 +1244,12 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
             }
         }
     }
+    if (tr) {
+        unsigned int sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        tr[2] = globaltimer_ns();
+        tr[3] = sm;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -1241,6 +1262,28 @@ static int32_t block_shift(int bs)
     int32_t sh = 0;
     while ((1 << sh) < bs) sh++;
     return sh;
+}
+
+/* The decode kernel's per-block timeline, a diagnostic for bench/gpu_attention: while on,
+ * each block of the tensor-core decode kernel writes [entry, first tile in, done] (%globaltimer
+ * ns) and its SM into a device buffer of TRACE_BLOCKS blocks; the call after the one to
+ * study copies it out. */
+static int trace_on;
+static unsigned long long *trace_dev;
+
+extern "C" tp_status tp_cuda_attention_trace(int on, unsigned long long *host, int blocks)
+{
+    if (on && !trace_dev) {
+        TP_CUDA_CHECK(cudaMalloc((void **)&trace_dev, (size_t)4 * TRACE_BLOCKS * sizeof *trace_dev));
+        TP_CUDA_CHECK(cudaMemset(trace_dev, 0, (size_t)4 * TRACE_BLOCKS * sizeof *trace_dev));
+    }
+    trace_on = on && trace_dev;
+    if (host && trace_dev) {
+        if (blocks > TRACE_BLOCKS) blocks = TRACE_BLOCKS;
+        TP_CUDA_CHECK(cudaDeviceSynchronize());
+        TP_CUDA_CHECK(cudaMemcpy(host, trace_dev, (size_t)4 * blocks * sizeof *host, cudaMemcpyDeviceToHost));
+    }
+    return TP_OK;
 }
 
 extern "C" void tp_cuda_attention_force_simple(int on) { force_simple = on; }
@@ -1450,6 +1493,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.part_acc = (float *)scratch.data;
     P.part_m = P.part_acc ? P.part_acc + n * q_heads * S * hd : NULL;
     P.part_l = P.part_m ? P.part_m + n * q_heads * S : NULL;
+    P.trace = trace_on ? trace_dev : NULL;
     P.pf_count = listed ? (int32_t *)((char *)scratch.data + scratch.bytes) : NULL;
     P.pf_list = listed ? P.pf_count + 1 : NULL;
     static int early_env = -1; /* TPINFER_ATTN_EARLY_KV=0: a decode step's keys only after the wait */

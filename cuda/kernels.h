@@ -103,6 +103,11 @@ void tp_cuda_attention_force_prefill(int mode);
  * which it overrides), 0 the default; tests reach each kernel's paths with it */
 void tp_cuda_attention_force_warps(int w);
 
+/* A diagnostic (bench/gpu_attention): with on, the tensor-core decode kernel's blocks record
+ * [entry, first tile in, done] (%globaltimer ns) and their SM; host (when not NULL) gets the
+ * first `blocks` records (4 values each) of the last call. */
+tp_status tp_cuda_attention_trace(int on, unsigned long long *host, int blocks);
+
 /* out = silu(gate) * up */
 tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
 
