@@ -371,14 +371,15 @@ static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tens
     return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
 }
 
-static tp_status cuda_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
-                               int32_t n)
+static tp_status cuda_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
+                               const int32_t *take, int32_t n)
 {
-    if (n < 0 || n_from < 0) return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d", n, n_from);
+    if (n < 0 || n_from < 0 || stride < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d, stride %d", n, n_from, stride);
     if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
         return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
     cuda_ctx *ctx = ctx_of(b);
-    return tp_cuda_take_ids(ids, from, n_from, take, n, ctx->fault_dev, ctx->stream);
+    return tp_cuda_take_ids(ids, from, n_from, stride, take, n, ctx->fault_dev, ctx->stream);
 }
 
 static tp_status cuda_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,

@@ -24,26 +24,26 @@ __global__ void gather_rows_kernel(tp_tensor x, const int32_t *rows, tp_tensor o
     for (int64_t j = threadIdx.x; j < out.cols; j += blockDim.x) o[j] = from_f32<OT>(to_f32(s[j]));
 }
 
-/* ids[i] = from[take[i]] where take[i] >= 0; a take past from is a fault (ids[i] stays) */
-__global__ void take_ids_kernel(int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take, int32_t n,
-                                tp_cuda_fault *fault)
+/* ids[i] = from[take[i] * stride] where take[i] >= 0; a take past from is a fault (ids[i] stays) */
+__global__ void take_ids_kernel(int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride, const int32_t *take,
+                                int32_t n, tp_cuda_fault *fault)
 {
     pdl_begin(); /* from comes from the previous kernel */
     const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int32_t t = take[i];
     if (t >= n_from) fault_record(fault, TP_CUDA_FAULT_TAKE_IDS, i, t, n_from);
-    else if (t >= 0) ids[i] = from[t];
+    else if (t >= 0) ids[i] = from[(int64_t)t * stride];
 }
 
 // ----------------------------------------------------------------------------
 // launchers
 
-extern "C" tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
-                                      int32_t n, tp_cuda_fault *fault, cudaStream_t stream)
+extern "C" tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
+                                      const int32_t *take, int32_t n, tp_cuda_fault *fault, cudaStream_t stream)
 {
     if (n <= 0) return TP_OK;
-    tp_launch(take_ids_kernel, (unsigned)CEIL_DIV(n, 256), 256, 0, stream, ids, from, n_from, take, n, fault);
+    tp_launch(take_ids_kernel, (unsigned)CEIL_DIV(n, 256), 256, 0, stream, ids, from, n_from, stride, take, n, fault);
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;
 }

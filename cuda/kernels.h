@@ -115,9 +115,9 @@ tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream
 tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_tensor out,
                               tp_cuda_fault *fault, cudaStream_t stream);
 
-/* ids[i] = from[take[i]] where take[i] >= 0 */
-tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take, int32_t n,
-                           tp_cuda_fault *fault, cudaStream_t stream);
+/* ids[i] = from[take[i] * stride] where take[i] >= 0 */
+tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride, const int32_t *take,
+                           int32_t n, tp_cuda_fault *fault, cudaStream_t stream);
 
 /* dst = src converted (same shape) */
 tp_status tp_cuda_convert(tp_tensor src, tp_tensor dst, cudaStream_t stream);

@@ -219,12 +219,14 @@ struct tp_backend_ops {
 
     /* ---- a step enqueued before the previous one's tokens reach the host (optional:
      * NULL in a backend without them; then every step waits for the one before) ---- */
-    /* ids[i] = from[take[i]] where take[i] >= 0, else ids[i] stays: a step's tokens that
-     * the step before chose on the device (argmax's ids). ids, take [n], from [n_from]: int32
-     * in backend memory. take[i] >= n_from fails with TP_ERR_INVALID_ARG naming i (on a GPU
-     * at the next synchronize() or download_wait(), through the fault word as argmax). */
-    tp_status (*take_ids)(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
-                          int32_t n);
+    /* ids[i] = from[take[i] * stride] where take[i] >= 0, else ids[i] stays: a step's tokens
+     * that the step before chose on the device (argmax's ids, stride 1; the sample op's
+     * results, the token field of each, stride sizeof(tp_sample_out) / 4). ids, take [n], from
+     * [n_from rows of stride]: int32 in backend memory. take[i] >= n_from fails with
+     * TP_ERR_INVALID_ARG naming i (on a GPU at the next synchronize() or download_wait(),
+     * through the fault word as argmax). */
+    tp_status (*take_ids)(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
+                          const int32_t *take, int32_t n);
     /* download_start copies bytes from src into the backend's host slot k (0 or 1; it grows
      * to bytes, which may wait for the device) after everything enqueued so far;
      * download_wait waits for that copy alone (work enqueued after it may still run), puts it

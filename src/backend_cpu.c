@@ -733,10 +733,11 @@ static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
 }
 
 /* out[i] = x[rows[i]], converting when the dtypes differ. */
-static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, const int32_t *take,
-                              int32_t n)
+static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
+                              const int32_t *take, int32_t n)
 {
-    if (n < 0 || n_from < 0) return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d", n, n_from);
+    if (n < 0 || n_from < 0 || stride < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d, stride %d", n, n_from, stride);
     if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
         return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
     for (int32_t i = 0; i < n; i++)
@@ -744,7 +745,7 @@ static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, 
             return tp_error(TP_ERR_INVALID_ARG, "take_ids: take[%d] is %d, outside the %d ids of the step before", i,
                             take[i], n_from);
     for (int32_t i = 0; i < n; i++)
-        if (take[i] >= 0) ids[i] = from[take[i]];
+        if (take[i] >= 0) ids[i] = from[(int64_t)take[i] * stride];
     return TP_OK;
 }
 

@@ -84,7 +84,9 @@ typedef struct ahead_step {
     int64_t id;
     int32_t n;      /* logit rows */
     int64_t *keys;  /* [max_rows] their sequences */
+    int sampled;    /* chosen by the sample op (sout), else by argmax (ids) */
     int32_t *ids;   /* [max_rows] their tokens, once read */
+    tp_sample_out *sout; /* [max_rows] the sample op's results, once read */
 } ahead_step;
 
 typedef struct engine {
@@ -652,7 +654,8 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     for (int k = 0; k < 2; k++) {
         e->ahead[k].keys = malloc((size_t)e->max_rows * sizeof *e->ahead[k].keys);
         e->ahead[k].ids = malloc((size_t)e->max_rows * sizeof *e->ahead[k].ids);
-        if (!e->ahead[k].keys || !e->ahead[k].ids) return tp_error(TP_ERR_OOM, "out of memory");
+        e->ahead[k].sout = malloc((size_t)e->max_rows * sizeof *e->ahead[k].sout);
+        if (!e->ahead[k].keys || !e->ahead[k].ids || !e->ahead[k].sout) return tp_error(TP_ERR_OOM, "out of memory");
     }
     e->is_sampler = e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0;
     if (e->is_sampler) {
@@ -831,8 +834,10 @@ static tp_status stokens_reserve(engine *e, size_t used, size_t n)
 
 /* Sampler rank: the sample op's rule for each logit row, as sample_one would apply it on the
  * host: the choice's stream and step, the penalty tokens (prompt, then output) where a
- * penalty is on, and min_tokens' end tokens banned. */
-static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_request *rq)
+ * penalty is on, and min_tokens' end tokens banned. pending: the step enqueued ahead whose
+ * tokens the host has not read (0: none), one more token of each of its sequences (steps
+ * enqueued ahead have no penalties, which would need its values). */
+static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending, tp_sample_request *rq)
 {
     size_t used = 0;
     for (int32_t i = 0; i < b->n_logits; i++) {
@@ -841,7 +846,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, tp_sample_reque
         tp_choice *c;
         TP_CHECK(choice_of(e, r, q->choice, &c));
         const tp_sampling_params *p = &r->sp;
-        const int32_t n_out = (int32_t)c->out.n;
+        const int32_t n_out = (int32_t)c->out.n + (pending && q->ahead_id == pending);
         tp_sample_row *w = &e->srows[i];
         memset(w, 0, sizeof *w);
         w->temperature = p->temperature;
@@ -1045,7 +1050,7 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
     e->sample_on_device = 0;
     tp_sample_request rq;
     if (e->is_sampler && !e->greedy_on_device && device_sample(e)) {
-        TP_CHECK(sample_rows(e, &e->B[p], &rq));
+        TP_CHECK(sample_rows(e, &e->B[p], 0, &rq));
         e->sample_on_device = 1;
     }
     if (e->is_sampler) e->steps_by_path[e->greedy_on_device ? 0 : e->sample_on_device ? 1 : 2]++;
@@ -1198,9 +1203,11 @@ static tp_status loop(engine *e)
 // already enqueued: it is dropped, and its blocks given back are safe to reuse, since the
 // steps scheduled later run after it on the device.
 
-/* A single-rank replica (tp 1, pp 1) whose every request is plain greedy with no prompt
- * rows, on a backend that can (TPINFER_OVERLAP=0: never; each step then waits for the one
- * before, as every other run does). */
+/* A single-rank replica (tp 1, pp 1) whose every request has its tokens chosen on the
+ * device without the host's help: plain greedy (argmax), or sampled by the sample op without
+ * penalties (which would need the tokens not read yet), and no prompt rows; on a backend that
+ * can (TPINFER_OVERLAP=0: never; each step then waits for the one before, as every other run
+ * does). */
 static int ahead_wanted(const engine *e)
 {
     const char *v = getenv("TPINFER_OVERLAP");
@@ -1209,7 +1216,10 @@ static int ahead_wanted(const engine *e)
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
-        if (!plain_greedy(r) || wants_prompt_rows(e, r, e->S_[k].choice)) return 0;
+        const tp_sampling_params *p = &r->sp;
+        const int penalties = p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
+        if (wants_prompt_rows(e, r, e->S_[k].choice) || (!plain_greedy(r) && (penalties || !device_sample(e))))
+            return 0;
     }
     return 1;
 }
@@ -1245,6 +1255,11 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
         any = 1;
     }
     step.take = any ? e->take : NULL;
+    /* greedy rows by argmax, or every row by the sample op (its rules counting the tokens
+     * not read yet) */
+    tp_sample_request rq;
+    a->sampled = !device_greedy(e, b);
+    if (a->sampled) TP_CHECK(sample_rows(e, b, prev ? prev->id : 0, &rq));
     a->n = b->n_logits;
     for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t key = b->seq_key[b->logit_seq[i]];
@@ -1253,10 +1268,11 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
         e->S_[key].ahead_row = i;
     }
     double t0 = now_s();
-    TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, (int)(a->id % 2)));
+    TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, a->sampled ? &rq : NULL,
+                                    (int)(a->id % 2)));
     e->forward_seconds += now_s() - t0;
     e->forward_steps++;
-    e->steps_by_path[0]++;
+    e->steps_by_path[a->sampled]++;
     for (int32_t i = 0; i < b->n_logits; i++) e->sync[i] = TP_TOKEN_PENDING;
     TP_CHECK(tp_scheduler_commit(e->S[0], b, e->sync, NULL));
     ahead_pop(e, a->id);
@@ -1268,14 +1284,14 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
 static tp_status ahead_read(engine *e, ahead_step *a)
 {
     double t0 = now_s();
-    TP_CHECK(tp_model_ids_wait(&e->model, (int)(a->id % 2), a->ids));
+    TP_CHECK(tp_model_forward_wait(&e->model, (int)(a->id % 2), a->sampled ? (void *)a->sout : (void *)a->ids));
     e->forward_seconds += now_s() - t0;
     for (int32_t i = 0; i < a->n; i++) {
         seq *q = &e->S_[a->keys[i]];
         if (q->dead) continue; /* ended at an earlier step: this row ran past its end */
-        int32_t token = a->ids[i];
+        int32_t token = a->sampled ? a->sout[i].token : a->ids[i];
         int ends = 0;
-        TP_CHECK(sample_one(e, q, NULL, NULL, &token, &ends));
+        TP_CHECK(sample_one(e, q, NULL, a->sampled ? &a->sout[i] : NULL, &token, &ends));
         e->generated_tokens++;
         (void)tp_scheduler_resolve(e->S[0], a->keys[i], token, ends);
         if (ends || q->end_id == a->id) {
@@ -1425,6 +1441,7 @@ static void engine_free(engine *e)
     for (int k = 0; k < 2; k++) {
         free(e->ahead[k].keys);
         free(e->ahead[k].ids);
+        free(e->ahead[k].sout);
     }
 }
 

@@ -9,6 +9,7 @@
 #include "log.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,7 +63,7 @@ static tp_status upload_step(tp_model *m, tp_step_buffers *buf, const tp_step *s
     if (!s->take) return TP_OK;
     if (!b->ops->take_ids) return tp_error(TP_ERR_UNAVAILABLE, "a step takes ids from the step before, but the %s "
                                            "backend has no take_ids", b->name);
-    return b->ops->take_ids(b, buf->ids, buf->argmax_ids, buf->argmax_rows, buf->take, s->n_tokens);
+    return b->ops->take_ids(b, buf->ids, buf->chosen, buf->chosen_rows, buf->chosen_stride, buf->take, s->n_tokens);
 }
 
 /* x = embedding of the ids; each TP rank holds a vocab slice, the all-reduce adds the
@@ -476,7 +477,11 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
                             one_per_seq(s)};
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out));
     }
-    if (out == OUT_IDS) buf->argmax_rows = L;
+    /* what the next step's take names: the token field of each result (the first) */
+    _Static_assert(offsetof(tp_sample_out, token) == 0 && sizeof(tp_sample_out) % 4 == 0, "tp_sample_out.token");
+    buf->chosen = out == OUT_IDS ? buf->argmax_ids : out == OUT_SAMPLE ? (const int32_t *)buf->sample_out : NULL;
+    buf->chosen_rows = buf->chosen ? L : 0;
+    buf->chosen_stride = out == OUT_SAMPLE ? (int32_t)(sizeof(tp_sample_out) / 4) : 1;
     *L_out = L;
     return TP_OK;
 }
@@ -510,21 +515,28 @@ int tp_model_can_overlap(const tp_model *m)
 }
 
 tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
-                                 tp_comm *tp, int k)
+                                 tp_comm *tp, const tp_sample_request *sample, int k)
 {
-    if (!tp_model_can_overlap(m))
-        return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's ids are read needs tp 1, pp 1 "
-                        "and a backend with argmax, take_ids and download_start");
+    if (!tp_model_can_overlap(m) || (sample && !tp_model_can_sample(m)))
+        return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's tokens are read needs tp 1, "
+                        "pp 1 and a backend with argmax (or sample), take_ids and download_start");
     tp_backend *b = m->backend;
+    const int out = sample ? OUT_SAMPLE : OUT_IDS;
     int32_t L = 0;
-    if (s->n_tokens > 0) TP_CHECK(forward_enqueue(m, kv, buf, s, tp, NULL, NULL, OUT_IDS, NULL, &L));
-    return b->ops->download_start(b, k, buf->argmax_ids, (size_t)(s->n_tokens > 0 ? s->n_logits : 0) * sizeof(int32_t));
+    if (s->n_tokens > 0) {
+        TP_CHECK(forward_enqueue(m, kv, buf, s, tp, NULL, NULL, out, sample, &L));
+        /* its sample op made the backend's scratch: later steps may be recorded */
+        if (out == OUT_SAMPLE) buf->sample_ready = 1;
+    }
+    const size_t each = out == OUT_SAMPLE ? sizeof(tp_sample_out) : sizeof(int32_t);
+    const void *src = out == OUT_SAMPLE ? (const void *)buf->sample_out : (const void *)buf->argmax_ids;
+    return b->ops->download_start(b, k, src, (size_t)(s->n_tokens > 0 ? s->n_logits : 0) * each);
 }
 
-tp_status tp_model_ids_wait(tp_model *m, int k, int32_t *ids_host)
+tp_status tp_model_forward_wait(tp_model *m, int k, void *out)
 {
     tp_backend *b = m->backend;
-    return b->ops->download_wait(b, k, ids_host);
+    return b->ops->download_wait(b, k, out);
 }
 
 int tp_model_can_sample(const tp_model *m)

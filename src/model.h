@@ -91,7 +91,8 @@ typedef struct tp_step_buffers {
     int32_t *meta_host;   /* host staging of meta */
     size_t meta_cap;      /* int32 elements of meta */
     int32_t *argmax_ids;  /* [2L] device-side greedy choices: L ids, then L f32 values */
-    int32_t argmax_rows;  /* the ids the last step left there (what a step's take may name) */
+    const int32_t *chosen; /* the last step's device-chosen tokens (what a step's take names): */
+    int32_t chosen_rows, chosen_stride; /* rows, int32s between them (argmax_ids or sample_out) */
     int32_t *argmax_all;  /* [tp, 2L] every TP rank's argmax_ids */
     int32_t *pair_host;   /* host copy of argmax_all */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
@@ -165,14 +166,15 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
                            tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta,
                            float *logits_host, int32_t *ids_host, const tp_sample_request *sample);
 
-/* A step whose tokens are chosen on the device (greedy, as tp_model_forward with ids_host),
- * enqueued without waiting: its ids start toward the backend's host slot k (0 or 1), and
- * tp_model_ids_wait(k) waits for them alone while later steps run. So the next step can be
- * enqueued before this one's ids reach the host: its tokens from this step's ids are named by
- * its take. Needs tp_model_can_overlap. */
+/* A step whose tokens are chosen on the device (greedy, as tp_model_forward with ids_host;
+ * with sample, by the sample op, as tp_model_forward with sample: needs tp_model_can_sample),
+ * enqueued without waiting: its n_logits ids (or tp_sample_out results) start toward the
+ * backend's host slot k (0 or 1), and tp_model_forward_wait(k) waits for them alone, into out,
+ * while later steps run. So the next step can be enqueued before this one's tokens reach the
+ * host: its tokens from this one are named by its take. Needs tp_model_can_overlap. */
 tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
-                                 tp_comm *tp, int k);
-tp_status tp_model_ids_wait(tp_model *m, int k, int32_t *ids_host);
+                                 tp_comm *tp, const tp_sample_request *sample, int k);
+tp_status tp_model_forward_wait(tp_model *m, int k, void *out);
 
 /* The whole model on this rank (tp 1, pp 1) and a backend with take_ids and
  * download_start / download_wait. */

@@ -1370,13 +1370,14 @@ END_TEST
 /* take_ids (a step's ids from the step before's device-chosen ones) and download_start /
  * download_wait (two slots, each waited for while later work is enqueued): the CPU's
  * semantics, then every GPU against them. */
-static void take_ids_on(tp_backend *b, const int32_t *ids0, const int32_t *from, int32_t n_from, const int32_t *take,
-                        int32_t n, int32_t *got)
+static void take_ids_on(tp_backend *b, const int32_t *ids0, const int32_t *from, int32_t n_from, int32_t stride,
+                        const int32_t *take, int32_t n, int32_t *got)
 {
-    size_t bn = (size_t)n * 4, bf = (size_t)n_from * 4;
+    size_t bn = (size_t)n * 4, bf = (size_t)n_from * (size_t)stride * 4;
     int32_t *ids = dev_copy(b, ids0, bn), *f = dev_copy(b, from, bf), *t = dev_copy(b, take, bn);
     int32_t *other = dev_alloc(b, bf);
-    ck_assert_msg(b->ops->take_ids(b, ids, f, n_from, t, n) == TP_OK, "%s take_ids: %s", b->name, tp_error_message());
+    ck_assert_msg(b->ops->take_ids(b, ids, f, n_from, stride, t, n) == TP_OK, "%s take_ids: %s", b->name,
+                  tp_error_message());
     ck_assert_int_eq(b->ops->download_start(b, 1, ids, bn), TP_OK);
     ck_assert_int_eq(b->ops->download_start(b, 0, f, bf), TP_OK);
     /* work after the copies: it must not show in what the slots hold */
@@ -1393,31 +1394,33 @@ static void take_ids_on(tp_backend *b, const int32_t *ids0, const int32_t *from,
 START_TEST(take_ids_cases)
 {
     seed(9);
-    static const int32_t sizes[][2] = {{1, 1}, {5, 3}, {128, 128}, {300, 1000}, {2000, 7}};
+    /* n, rows before, stride (1: argmax's ids; the sample op's results' token fields) */
+    const int32_t so = (int32_t)(sizeof(tp_sample_out) / 4);
+    const int32_t sizes[][3] = {{1, 1, 1}, {5, 3, 1}, {128, 128, 1}, {300, 1000, 1}, {2000, 7, 1}, {128, 128, so}, {7, 3, so}};
     for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
-        const int32_t n = sizes[c][0], n_from = sizes[c][1];
-        int32_t *ids = host_alloc((size_t)n * 4), *from = host_alloc((size_t)n_from * 4);
+        const int32_t n = sizes[c][0], n_from = sizes[c][1], stride = sizes[c][2];
+        int32_t *ids = host_alloc((size_t)n * 4), *from = host_alloc((size_t)n_from * (size_t)stride * 4);
         int32_t *take = host_alloc((size_t)n * 4), *want = host_alloc((size_t)n * 4), *got = host_alloc((size_t)n * 4);
-        for (int32_t i = 0; i < n_from; i++) from[i] = 1000000 + rand_int(128256);
+        for (int32_t i = 0; i < n_from * stride; i++) from[i] = 1000000 + rand_int(128256);
         for (int32_t i = 0; i < n; i++) {
             ids[i] = rand_int(50);
             take[i] = rand_int(3) == 0 ? -1 : rand_int(n_from);
-            want[i] = take[i] >= 0 ? from[take[i]] : ids[i];
+            want[i] = take[i] >= 0 ? from[take[i] * stride] : ids[i];
         }
-        take_ids_on(cpu, ids, from, n_from, take, n, got);
+        take_ids_on(cpu, ids, from, n_from, stride, take, n, got);
         ck_assert_int_eq(memcmp(got, want, (size_t)n * 4), 0);
         FOR_EACH_GPU {
             memset(got, 0, (size_t)n * 4);
-            take_ids_on(gb, ids, from, n_from, take, n, got);
+            take_ids_on(gb, ids, from, n_from, stride, take, n, got);
             for (int32_t i = 0; i < n; i++)
-                ck_assert_msg(got[i] == want[i], "%s take_ids: %d of %d from %d: id %d is %d, want %d", gb->name, i, n,
-                              n_from, i, got[i], want[i]);
+                ck_assert_msg(got[i] == want[i], "%s take_ids: %d of %d from %d (stride %d): id %d is %d, want %d",
+                              gb->name, i, n, n_from, stride, i, got[i], want[i]);
         }
         printf("  %-13s %-9s %-58s ok\n", "take_ids", "i32", "");
     }
     /* a take past the ids of the step before: named, on the CPU at once */
     int32_t ids[2] = {0, 0}, from[3] = {7, 8, 9}, take[2] = {1, 3};
-    ck_assert_int_eq(cpu->ops->take_ids(cpu, ids, from, 3, take, 2), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(cpu->ops->take_ids(cpu, ids, from, 3, 1, take, 2), TP_ERR_INVALID_ARG);
     ck_assert_msg(strstr(tp_error_message(), "take[1] is 3, outside the 3 ids") != NULL, "%s", tp_error_message());
     tp_error_clear();
     ck_assert_int_eq(ids[0], 0); /* nothing taken */
@@ -1968,9 +1971,9 @@ START_TEST(device_faults)
         int32_t ids[2] = {4, 5}, from[3] = {7, 8, 9}, take[2] = {1, 3};
         int32_t *dids = dev_copy(gb, ids, sizeof ids), *dfrom = dev_copy(gb, from, sizeof from);
         int32_t *dtake = dev_copy(gb, take, sizeof take);
-        EXPECT_DEVICE_FAULT(gb, gb->ops->take_ids(gb, dids, dfrom, 3, dtake, 2),
+        EXPECT_DEVICE_FAULT(gb, gb->ops->take_ids(gb, dids, dfrom, 3, 1, dtake, 2),
                             "take_ids: take[1] is 3, outside the 3 ids of the step before");
-        ck_assert_int_eq(gb->ops->take_ids(gb, dids, dfrom, 3, dtake, 2), TP_OK);
+        ck_assert_int_eq(gb->ops->take_ids(gb, dids, dfrom, 3, 1, dtake, 2), TP_OK);
         ck_assert_int_eq(gb->ops->download_start(gb, 0, dids, sizeof ids), TP_OK);
         int32_t back[2] = {0, 0};
         ck_assert_int_eq(gb->ops->download_wait(gb, 0, back), TP_ERR_INVALID_ARG);

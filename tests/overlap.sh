@@ -4,8 +4,8 @@
 # backend) give the completions each step waiting for the one before gives
 # (TPINFER_OVERLAP=0): with sequences ending on a stop token, a stop string and by length
 # while their next row is already enqueued, n = 2, admissions as others finish, chunked
-# prefill, preemption, padded decode steps and two data-parallel replicas. A run with a
-# sampled request keeps to the waiting loop, and gives the same completions too.
+# prefill, preemption, padded decode steps, sampled requests (the sample op, logprobs,
+# min_tokens) and two data-parallel replicas. A run with a penalty keeps to the waiting loop.
 # OVERLAP_BACKEND=cuda runs it on a GPU (tests/gpu: one GPU, so no data-parallel part).
 . "$top_srcdir/tests/lib.sh"
 need_shared
@@ -23,7 +23,11 @@ cat >"$TMP/in.jsonl" <<'EOF'
 {"id": "g", "prompt": "Sam was sad because", "max_tokens": 100, "stop_token_ids": [426]}
 {"id": "h", "prompt": "A big dog", "max_tokens": 7, "stop": ["Max"], "include_stop_str_in_output": true}
 EOF
-sed '$ s/^{/{"temperature": 0.8, "seed": 5, /' "$TMP/in.jsonl" >"$TMP/mixed.jsonl"
+# sampled by the sample op (its rules count the tokens not read yet: the draw's step,
+# min_tokens' bans), logprobs; and with a penalty, which needs those tokens' values
+sed -e '$ s/^{/{"temperature": 0.8, "seed": 5, /' -e '1 s/^{/{"temperature": 0.7, "top_p": 0.9, "min_tokens": 30, /' \
+    -e '3 s/^{/{"logprobs": 2, /' "$TMP/in.jsonl" >"$TMP/sampled.jsonl"
+sed '2 s/^{/{"temperature": 0.8, "repetition_penalty": 1.2, /' "$TMP/in.jsonl" >"$TMP/penalty.jsonl"
 
 norm() { sort "$1" | sed 's/"created":[0-9]*,//'; }
 # both NAME INPUT [flags...]: TPINFER_OVERLAP=0 and the default, the same completions; prints
@@ -54,7 +58,9 @@ if [ "$backend" = cpu ]; then
     grep -q " 0 preempted" "$TMP/tight1.err" && { cat "$TMP/tight1.err"; fail "the tight KV cache did not force preemption"; }
 fi
 TPINFER_PAD_DECODE=1 both padded "$TMP/in.jsonl" >/dev/null || exit 1
-n=$(both mixed "$TMP/mixed.jsonl") && [ "$n" -eq 0 ] || fail "a sampled request: $n steps enqueued ahead"
+n=$(both sampled "$TMP/sampled.jsonl") && [ "$n" -gt 10 ] || fail "sampled requests: $n steps enqueued ahead"
+grep -q '"id":"c".*"logprobs"' "$TMP/sampled1.jsonl" || { cat "$TMP/sampled1.jsonl"; fail "no logprobs"; }
+n=$(both penalty "$TMP/penalty.jsonl") && [ "$n" -eq 0 ] || fail "a request with a penalty: $n steps enqueued ahead"
 [ "$backend" = cpu ] || exit 0
 # two replicas of one rank each: every rank enqueues ahead
 for ov in 0 1; do
