@@ -218,6 +218,28 @@ static void trace_call(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cac
         printf("#   %-10s %7.2f %7.2f %7.2f %7.2f %7.2f\n", what[k], v[0] * 1e-3, v[blocks / 10] * 1e-3,
                v[blocks / 2] * 1e-3, v[blocks * 9 / 10] * 1e-3, v[blocks - 1] * 1e-3);
     }
+    /* the SMs by how many blocks they held: their last block's end, mean and range */
+    double sum[17] = {0}, lo_e[17], hi_e[17];
+    int cnt[17] = {0};
+    unsigned long long end_of[1024] = {0};
+    for (int i = 0; i < blocks; i++) {
+        const unsigned long long *r = rec + 4 * i;
+        if (r[3] < 1024 && r[2] - base > end_of[r[3]]) end_of[r[3]] = r[2] - base;
+    }
+    for (int s = 0; s < 1024; s++) {
+        if (!per_sm[s]) continue;
+        const int k = per_sm[s] < 16 ? per_sm[s] : 16;
+        const double e = end_of[s] * 1e-3;
+        if (!cnt[k]) lo_e[k] = hi_e[k] = e;
+        lo_e[k] = e < lo_e[k] ? e : lo_e[k];
+        hi_e[k] = e > hi_e[k] ? e : hi_e[k];
+        sum[k] += e;
+        cnt[k]++;
+    }
+    for (int k = 1; k <= 16; k++)
+        if (cnt[k])
+            printf("#   SMs holding %2d blocks: %3d, their last block ends at %.2f us (%.2f - %.2f)\n", k, cnt[k],
+                   sum[k] / cnt[k], lo_e[k], hi_e[k]);
     free(rec);
     free(v);
 }

@@ -8,6 +8,10 @@
 # PROFILE_FIRST_STEP=1: only the kernels up to the first argmax (with TPINFER_WARMUP=0 and
 # SKIP 0, the first step: the prefill), and the first 40 of them in order (a layer's sequence).
 # PROFILE_NCU_ARGS: more ncu options (e.g. "--cache-control none": caches as the step leaves them).
+# PROFILE_STEPS=A:B: ncu captures only steps A to B of the run (TPINFER_PROFILE_STEPS, from 0:
+# with b128 the prefill is step 0), SKIP and COUNT counting within them; ncu follows every
+# launch of a run, so a run of many steps under ncu without it can take minutes before the
+# first kernel it times (the tenth session lost a call that way).
 set -u
 T=$1 MODEL=$2 PROMPTS=$3 SKIP=$4 COUNT=$5
 shift 5
@@ -15,8 +19,10 @@ OUTDIR=${OUT:-/tmp/tpinfer-profile}
 mkdir -p "$OUTDIR"
 csv=$OUTDIR/ncu-$(basename "$PROMPTS" .jsonl).csv
 rm -f "$OUTDIR/profile-out.jsonl"*
-ncu --clock-control none ${PROFILE_NCU_ARGS:-} --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
-    "$T" --model "$MODEL" --input "$PROMPTS" --output "$OUTDIR/profile-out.jsonl" "$@" >"$csv" 2>"$csv.err" ||
+range=()
+[ -n "${PROFILE_STEPS:-}" ] && range=(--profile-from-start off) && export TPINFER_PROFILE_STEPS=$PROFILE_STEPS
+ncu --clock-control none "${range[@]}" ${PROFILE_NCU_ARGS:-} --metrics gpu__time_duration.sum --csv --launch-skip "$SKIP" \
+    --launch-count "$COUNT" "$T" --model "$MODEL" --input "$PROMPTS" --output "$OUTDIR/profile-out.jsonl" "$@" >"$csv" 2>"$csv.err" ||
     { tail -5 "$csv.err"; exit 1; }
 python3 - "$csv" "${PROFILE_FIRST_STEP:-0}" <<'PY'
 import csv, re, sys

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
@@ -242,6 +243,12 @@ static tp_status cuda_download_wait(tp_backend *b, int k, void *dst)
         memcpy(dst, ctx->dl[k], ctx->dl_bytes[k]);
     }
     return TP_OK;
+}
+
+static void cuda_profile_range(tp_backend *b, int on)
+{
+    (void)b;
+    if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();
 }
 
 // ----------------------------------------------------------------------------
@@ -688,6 +695,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .take_ids     = */ cuda_take_ids,
     /* .download_start = */ cuda_download_start,
     /* .download_wait  = */ cuda_download_wait,
+    /* .profile_range  = */ cuda_profile_range,
     /* .destroy      = */ cuda_destroy,
 };
 

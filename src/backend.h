@@ -234,6 +234,10 @@ struct tp_backend_ops {
     tp_status (*download_start)(tp_backend *b, int k, const void *src, size_t bytes);
     tp_status (*download_wait)(tp_backend *b, int k, void *dst);
 
+    /* Optional: a profiler's capture range (on GPUs cudaProfilerStart / Stop), so that a
+     * profiler started with capture off sees only the steps TPINFER_PROFILE_STEPS names. */
+    void (*profile_range)(tp_backend *b, int on);
+
     void (*destroy)(tp_backend *b);
 };
 

@@ -1107,6 +1107,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .take_ids     = */ cpu_take_ids,
     /* .download_start = */ cpu_download_start,
     /* .download_wait  = */ cpu_download_wait,
+    /* .profile_range  = */ NULL,
     /* .destroy      = */ cpu_destroy,
 };
 

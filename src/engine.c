@@ -147,6 +147,7 @@ typedef struct engine {
     int32_t *slot, *block_table, *rows, *extra_seq, *sync, *take;
     ahead_step ahead[2];    /* loop_ahead: by id % 2 (the ids' host slot) */
     int64_t launched;       /* loop_ahead: steps enqueued */
+    int64_t prof_from, prof_to; /* TPINFER_PROFILE_STEPS: the profiler's range, in steps (-1: none) */
     int32_t n_extra;
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
@@ -1158,6 +1159,26 @@ static tp_status warm_up(engine *e)
     return TP_OK;
 }
 
+/* TPINFER_PROFILE_STEPS=A:B: a profiler started with capture off (ncu --profile-from-start
+ * off) sees steps A to B of this rank (from 0), not the load, warm-up or other steps. */
+static void profile_steps_parse(engine *e)
+{
+    const char *v = getenv("TPINFER_PROFILE_STEPS");
+    long long a = -1, b = -1;
+    e->prof_from = e->prof_to = -1;
+    if (!v || sscanf(v, "%lld:%lld", &a, &b) != 2 || a < 0 || b < a || !e->backend->ops->profile_range) return;
+    e->prof_from = a;
+    e->prof_to = b;
+}
+
+/* step: the step about to be enqueued (begin) or just read (end) */
+static void profile_steps_mark(engine *e, int64_t step, int begin)
+{
+    if (e->prof_from < 0) return;
+    if (begin && step == e->prof_from) e->backend->ops->profile_range(e->backend, 1);
+    if (!begin && step == e->prof_to) e->backend->ops->profile_range(e->backend, 0);
+}
+
 static tp_status loop(engine *e)
 {
     tp_step step;
@@ -1172,6 +1193,7 @@ static tp_status loop(engine *e)
         int mine = stage_engine(e, tick, e->g->pp_rank);
         double t_tick = now_s(), t_forward = 0;
         if (mine >= 0) {
+            profile_steps_mark(e, e->forward_steps, 1);
             TP_CHECK(run_stage(e, mine, &step));
             t_forward = now_s() - t_tick;
             e->forward_seconds += t_forward;
@@ -1182,6 +1204,7 @@ static tp_status loop(engine *e)
         if (last >= 0) {
             TP_CHECK(sample_and_commit(e, last));
             e->inflight[last] = 0;
+            profile_steps_mark(e, e->forward_steps - 1, 0);
         } else if (e->g->tp * e->g->pp == 1 && stop_signal) {
             e->stopping = 1;
         }
@@ -1317,13 +1340,17 @@ static tp_status loop_ahead(engine *e)
             TP_CHECK(tp_scheduler_schedule(e->S[0], &e->B[0]));
             if (e->B[0].n_tokens > 0) {
                 note_scheduled(e, &e->B[0]);
+                profile_steps_mark(e, e->launched, 1);
                 const int64_t id = ++e->launched;
                 cur = &e->ahead[id % 2];
                 cur->id = id;
                 TP_CHECK(ahead_launch(e, prev, cur));
             }
         }
-        if (prev) TP_CHECK(ahead_read(e, prev));
+        if (prev) {
+            TP_CHECK(ahead_read(e, prev));
+            profile_steps_mark(e, prev->id - 1, 0);
+        }
         TP_CHECK(tp_collector_poll(e->collector));
         if (cur && e->g->rank == 0 && tp_log_enabled(TP_LOG_DEBUG))
             tp_log(TP_LOG_DEBUG, "step %" PRId64 " at %.1f ms: %" PRId32 " tokens of %" PRId32 " sequences, %" PRId32
@@ -1522,6 +1549,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
             return st;
         }
         e->t0 = now_s();
+        profile_steps_parse(e);
         st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
             *must_abort = 1;
