@@ -1276,6 +1276,7 @@ extern "C" tp_status tp_cuda_attention_trace(int on, unsigned long long *host, i
     if (on && !trace_dev) {
         TP_CUDA_CHECK(cudaMalloc((void **)&trace_dev, (size_t)4 * TRACE_BLOCKS * sizeof *trace_dev));
         TP_CUDA_CHECK(cudaMemset(trace_dev, 0, (size_t)4 * TRACE_BLOCKS * sizeof *trace_dev));
+        TP_CUDA_CHECK(cudaDeviceSynchronize()); /* the legacy stream's memset, before the backend's stream */
     }
     trace_on = on && trace_dev;
     if (host && trace_dev) {

@@ -1316,7 +1316,10 @@ static tp_status ahead_read(engine *e, ahead_step *a)
         int ends = 0;
         TP_CHECK(sample_one(e, q, NULL, a->sampled ? &a->sout[i] : NULL, &token, &ends));
         e->generated_tokens++;
-        (void)tp_scheduler_resolve(e->S[0], a->keys[i], token, ends);
+        /* 0 only for a sequence the scheduler ended by length (popped: end_id is set) */
+        if (!tp_scheduler_resolve(e->S[0], a->keys[i], token, ends) && !q->end_id)
+            return tp_error(TP_ERR_INTERNAL, "the scheduler has no pending token of sequence %lld read at step %lld",
+                            (long long)a->keys[i], (long long)a->id);
         if (ends || q->end_id == a->id) {
             q->dead = 1;
             TP_CHECK(end_sequence(e, q));

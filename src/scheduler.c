@@ -584,9 +584,13 @@ tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const in
                         (int)s->n_logits);
     if (s->n_logits > 0 && !sampled)
         return tp_error(TP_ERR_INVALID_ARG, "scheduler commit without sampled tokens");
-    /* make room for the new tokens first, so an OOM changes nothing */
+    /* make room for the new tokens first, so an OOM changes nothing; a known token after a
+     * pending one would be overwritten by the next resolve: pending ones come last */
     for (int32_t i = 0; i < s->n_logits; i++) {
         seq *sq = s->rows[s->logit_seq[i]].sq;
+        if (sampled && sampled[i] != TP_TOKEN_PENDING && sq->n_resolved != sq->len)
+            return tp_error(TP_ERR_INTERNAL, "scheduler commit of a known token after %d pending ones of sequence "
+                            "%lld", (int)(sq->len - sq->n_resolved), (long long)sq->key);
         if (!grow32(&sq->tokens, &sq->cap, sq->len + 1, sq->n_prompt + sq->max_new))
             return tp_error(TP_ERR_OOM, "out of memory for generated tokens");
     }

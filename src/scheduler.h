@@ -67,7 +67,8 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b);
 #define TP_TOKEN_PENDING (-1)
 
 /* Apply the step's outcome: for each logit row i, sampled[i] is the new token of
- * logit_seq[i] (or TP_TOKEN_PENDING), and finish[i] (0/1) says the caller ends that sequence
+ * logit_seq[i] (or TP_TOKEN_PENDING; a known token after a pending one of the same sequence
+ * is refused, TP_ERR_INTERNAL), and finish[i] (0/1) says the caller ends that sequence
  * (EOS, stop, limit). A sequence that reaches its max_new_tokens finishes here whatever
  * finish[] says. finish may be NULL (no sequence ended by the caller). Must be called once
  * after each non-empty schedule, before the next schedule. */

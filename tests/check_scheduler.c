@@ -808,6 +808,19 @@ START_TEST(pending_tokens_resolve)
     ck_assert_int_eq(key, victim);
     ck_assert_int_eq(gen[n - 1], 77);
     for (int32_t i = 0; i < n - 1; i++) ck_assert_int_ne(gen[i], TP_TOKEN_PENDING);
+
+    tp_scheduler_destroy(s);
+
+    /* a known token after a pending one would be overwritten by the next resolve: refused */
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 30, prompt, 3, 4), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    int32_t known = 5;
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, &known, NULL), TP_ERR_INTERNAL);
+    ck_assert_msg(strstr(tp_error_message(), "known token after 1 pending") != NULL, "%s", tp_error_message());
+    tp_error_clear();
     tp_scheduler_destroy(s);
 }
 END_TEST

@@ -59,6 +59,8 @@ if [ "$backend" = cpu ]; then
 fi
 TPINFER_PAD_DECODE=1 both padded "$TMP/in.jsonl" >/dev/null || exit 1
 n=$(both sampled "$TMP/sampled.jsonl") && [ "$n" -gt 10 ] || fail "sampled requests: $n steps enqueued ahead"
+# sampled requests admitted later: argmax steps then sample-op steps, taking from each other
+both sampled2 "$TMP/sampled.jsonl" --max-num-seqs 2 >/dev/null || exit 1
 grep -q '"id":"c".*"logprobs"' "$TMP/sampled1.jsonl" || { cat "$TMP/sampled1.jsonl"; fail "no logprobs"; }
 n=$(both penalty "$TMP/penalty.jsonl") && [ "$n" -eq 0 ] || fail "a request with a penalty: $n steps enqueued ahead"
 [ "$backend" = cpu ] || exit 0
