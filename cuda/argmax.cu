@@ -136,3 +136,29 @@ extern "C" tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logpr
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;
 }
+
+/* ids[i] from the TP ranks' winners of row i, as tp_argmax_merge: the largest value, the
+ * lower rank on ties (a NaN value never wins; argmax recorded its fault) */
+__global__ void argmax_merge_kernel(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
+{
+    pdl_begin(); /* pairs come from the previous kernel (the all-gather) */
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int32_t best = pairs[i];
+    float best_v = __int_as_float(pairs[L + i]);
+    for (int r = 1; r < n_tp; r++) {
+        const int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
+        const float v = __int_as_float(pr[L + i]);
+        if (v > best_v) best_v = v, best = (int32_t)(r * vocab_pad) + pr[i];
+    }
+    ids[i] = best;
+}
+
+extern "C" tp_status tp_cuda_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad,
+                                          int32_t *ids, cudaStream_t stream)
+{
+    if (n <= 0) return TP_OK;
+    tp_launch(argmax_merge_kernel, (unsigned)CEIL_DIV(n, 128), 128, 0, stream, pairs, n_tp, L, n, vocab_pad, ids);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
+}

@@ -378,6 +378,15 @@ static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tens
     return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
 }
 
+static tp_status cuda_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
+                                   int64_t vocab_pad, int32_t *ids)
+{
+    if (n_tp < 1 || L < 0 || n < 0 || n > L)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: %d ranks, %d rows of %d", n_tp, n, L);
+    if (n > 0 && (!pairs || !ids)) return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: NULL pointer");
+    return tp_cuda_argmax_merge(pairs, n_tp, L, n, vocab_pad, ids, ctx_of(b)->stream);
+}
+
 static tp_status cuda_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
                                const int32_t *take, int32_t n)
 {
@@ -693,6 +702,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .upload_staged= */ cuda_upload_staged,
     /* .matmul_tune  = */ cuda_matmul_tune,
     /* .take_ids     = */ cuda_take_ids,
+    /* .argmax_merge = */ cuda_argmax_merge,
     /* .download_start = */ cuda_download_start,
     /* .download_wait  = */ cuda_download_wait,
     /* .profile_range  = */ cuda_profile_range,

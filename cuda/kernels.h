@@ -115,6 +115,10 @@ tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream
 tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_tensor out,
                               tp_cuda_fault *fault, cudaStream_t stream);
 
+/* tp_argmax_merge on the device */
+tp_status tp_cuda_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids,
+                               cudaStream_t stream);
+
 /* ids[i] = from[take[i] * stride] where take[i] >= 0 */
 tp_status tp_cuda_take_ids(int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride, const int32_t *take,
                            int32_t n, tp_cuda_fault *fault, cudaStream_t stream);

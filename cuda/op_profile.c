@@ -237,6 +237,7 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.graph_launch = NULL;
     outer.graph_free = NULL;
     outer.take_ids = NULL; /* and every step waits for the one before */
+    outer.argmax_merge = NULL;
     outer.download_start = NULL;
     outer.download_wait = NULL;
     outer.destroy = p_destroy;

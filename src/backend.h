@@ -227,6 +227,10 @@ struct tp_backend_ops {
      * through the fault word as argmax). */
     tp_status (*take_ids)(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
                           const int32_t *take, int32_t n);
+    /* tp_argmax_merge in backend memory: pairs [n_tp][L ids | L values] (the TP ranks'
+     * argmax winners, gathered), ids [n] */
+    tp_status (*argmax_merge)(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad,
+                              int32_t *ids);
     /* download_start copies bytes from src into the backend's host slot k (0 or 1; it grows
      * to bytes, which may wait for the device) after everything enqueued so far;
      * download_wait waits for that copy alone (work enqueued after it may still run), puts it
@@ -248,6 +252,12 @@ struct tp_backend {
     tp_dtype act_dtype; /* dtype of activations between operations */
     void *stream;       /* what comm operations are ordered on (cudaStream_t; NULL on CPU) */
 };
+
+/* The greedy ids of rows 0..n-1 from every TP rank's winners: pairs is [n_tp][L ids | L f32
+ * values] (argmax of each rank's vocabulary slice, columns from r * vocab_pad); the largest
+ * value wins, the lower rank on ties, so the lowest column as argmax's rule wants. Host
+ * memory; the argmax_merge op does it in backend memory. */
+void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids);
 
 /* The CPU backend (OpenMP threads; f32 activations). */
 tp_status tp_backend_cpu_create(tp_backend **out);

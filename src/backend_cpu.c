@@ -733,6 +733,16 @@ static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
 }
 
 /* out[i] = x[rows[i]], converting when the dtypes differ. */
+static tp_status cpu_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
+                                  int64_t vocab_pad, int32_t *ids)
+{
+    if (n_tp < 1 || L < 0 || n < 0 || n > L)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: %d ranks, %d rows of %d", n_tp, n, L);
+    if (n > 0 && (!pairs || !ids)) return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: NULL pointer");
+    tp_argmax_merge(pairs, n_tp, L, n, vocab_pad, ids);
+    return TP_OK;
+}
+
 static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
                               const int32_t *take, int32_t n)
 {
@@ -1105,6 +1115,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .upload_staged= */ cpu_upload_staged,
     /* .matmul_tune  = */ NULL,
     /* .take_ids     = */ cpu_take_ids,
+    /* .argmax_merge = */ cpu_argmax_merge,
     /* .download_start = */ cpu_download_start,
     /* .download_wait  = */ cpu_download_wait,
     /* .profile_range  = */ NULL,

@@ -1226,22 +1226,23 @@ static tp_status loop(engine *e)
 // already enqueued: it is dropped, and its blocks given back are safe to reuse, since the
 // steps scheduled later run after it on the device.
 
-/* A single-rank replica (tp 1, pp 1) whose every request has its tokens chosen on the
- * device without the host's help: plain greedy (argmax), or sampled by the sample op without
- * penalties (which would need the tokens not read yet), and no prompt rows; on a backend that
- * can (TPINFER_OVERLAP=0: never; each step then waits for the one before, as every other run
- * does). */
+/* A replica of one pipeline stage (pp 1) whose every request has its tokens chosen on the
+ * device without the host's help: plain greedy (argmax; over tp the ranks' winners compared
+ * on the device), or at tp 1 sampled by the sample op without penalties (which would need the
+ * tokens not read yet), and no prompt rows; on a backend that can (TPINFER_OVERLAP=0: never;
+ * each step then waits for the one before, as every other run does). Alike on every rank of
+ * the replica: the requests, the grid and the backend are. */
 static int ahead_wanted(const engine *e)
 {
     const char *v = getenv("TPINFER_OVERLAP");
-    if ((v && !strcmp(v, "0")) || e->P != 1 || e->g->tp * e->g->pp != 1 || e->o->dump_logits ||
-        !tp_model_can_overlap(&e->model))
+    if ((v && !strcmp(v, "0")) || e->P != 1 || e->g->pp != 1 || e->o->dump_logits || !tp_model_can_overlap(&e->model))
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
         const tp_sampling_params *p = &r->sp;
         const int penalties = p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
-        if (wants_prompt_rows(e, r, e->S_[k].choice) || (!plain_greedy(r) && (penalties || !device_sample(e))))
+        if (wants_prompt_rows(e, r, e->S_[k].choice) ||
+            (!plain_greedy(r) && (e->g->tp > 1 || penalties || !device_sample(e))))
             return 0;
     }
     return 1;
@@ -1302,33 +1303,49 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
     return TP_OK;
 }
 
-/* Read step a's tokens (the steps after it keep running) and apply them: output text,
- * stops, the scheduler's pending tokens, finished requests. */
+/* Read step a's tokens (the steps after it keep running) and apply them: the sampler rank
+ * turns them into text, checks stops and writes finished requests; over tp it shares the
+ * tokens and its stop decisions, and every rank's scheduler takes them alike. */
 static tp_status ahead_read(engine *e, ahead_step *a)
 {
+    const int32_t n = a->n;
     double t0 = now_s();
     TP_CHECK(tp_model_forward_wait(&e->model, (int)(a->id % 2), a->sampled ? (void *)a->sout : (void *)a->ids));
     e->forward_seconds += now_s() - t0;
-    for (int32_t i = 0; i < a->n; i++) {
+    if (e->is_sampler) {
+        for (int32_t i = 0; i < n; i++) {
+            seq *q = &e->S_[a->keys[i]];
+            int32_t token = a->sampled ? a->sout[i].token : a->ids[i];
+            int ends = 0;
+            /* a row of a sequence that ended at an earlier step ran past its end: dropped */
+            if (!q->dead) TP_CHECK(sample_one(e, q, NULL, a->sampled ? &a->sout[i] : NULL, &token, &ends));
+            e->sync[i] = token;
+            e->sync[n + i] = ends;
+        }
+        e->sync[2 * n] = stop_signal != 0;
+    }
+    if (e->g->tp > 1) /* from the sampler: the TP group's rank 0 of the one stage */
+        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n + 1, TP_DTYPE_I32, 0, NULL));
+    for (int32_t i = 0; i < n; i++) {
         seq *q = &e->S_[a->keys[i]];
-        if (q->dead) continue; /* ended at an earlier step: this row ran past its end */
-        int32_t token = a->sampled ? a->sout[i].token : a->ids[i];
-        int ends = 0;
-        TP_CHECK(sample_one(e, q, NULL, a->sampled ? &a->sout[i] : NULL, &token, &ends));
+        if (q->dead) continue;
+        const int ends = e->sync[n + i] != 0;
         e->generated_tokens++;
         /* 0 only for a sequence the scheduler ended by length (popped: end_id is set) */
-        if (!tp_scheduler_resolve(e->S[0], a->keys[i], token, ends) && !q->end_id)
+        if (!tp_scheduler_resolve(e->S[0], a->keys[i], e->sync[i], ends) && !q->end_id)
             return tp_error(TP_ERR_INTERNAL, "the scheduler has no pending token of sequence %lld read at step %lld",
                             (long long)a->keys[i], (long long)a->id);
         if (ends || q->end_id == a->id) {
             q->dead = 1;
-            TP_CHECK(end_sequence(e, q));
+            if (e->is_sampler) TP_CHECK(end_sequence(e, q));
         }
     }
     ahead_pop(e, 0); /* those resolve ended: done above */
-    if (stop_signal && !e->stopping) {
+    if (e->sync[2 * n] && !e->stopping) {
         e->stopping = 1;
-        tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest", (int)stop_signal);
+        if (e->is_sampler)
+            tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest",
+                   (int)stop_signal);
     }
     return TP_OK;
 }

@@ -160,8 +160,13 @@ static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, in
         tp_tensor mine = tp_tensor_cols(&lg, 0, d->vocab);
         const int n_tp = m->plan.tp;
         TP_CHECK(b->ops->argmax(b, &mine, buf->argmax_ids, NULL, n_tp > 1 ? (float *)(buf->argmax_ids + L) : NULL));
-        if (n_tp > 1)
+        if (n_tp > 1) {
             TP_CHECK(tp_comm_all_gather(tp, buf->argmax_ids, buf->argmax_all, (size_t)(2 * L), TP_DTYPE_I32, b->stream));
+            /* the winners compared on the device: only ids come back, and a step enqueued
+             * ahead can take them */
+            if (buf->argmax_merged)
+                TP_CHECK(b->ops->argmax_merge(b, buf->argmax_all, n_tp, L, L, d->vocab_pad, buf->argmax_merged));
+        }
     } else {
         if (m->plan.tp > 1)
             TP_CHECK(tp_comm_all_gather(tp, lg.data, buf->gathered.data, (size_t)(L * d->vocab_pad), TP_DTYPE_F32,
@@ -213,8 +218,9 @@ static tp_status ids_read(tp_model *m, tp_step_buffers *buf, int32_t L, int32_t 
 {
     tp_backend *b = m->backend;
     const int n_tp = m->plan.tp;
-    if (n_tp == 1) {
-        TP_CHECK(b->ops->download(b, ids_host, buf->argmax_ids, (size_t)n * sizeof(int32_t)));
+    if (n_tp == 1 || buf->argmax_merged) {
+        TP_CHECK(b->ops->download(b, ids_host, n_tp == 1 ? buf->argmax_ids : buf->argmax_merged,
+                                  (size_t)n * sizeof(int32_t)));
         return b->ops->synchronize(b);
     }
     TP_CHECK(b->ops->download(b, buf->pair_host, buf->argmax_all, (size_t)n_tp * 2 * (size_t)L * sizeof(int32_t)));
@@ -299,22 +305,6 @@ static tp_status sample_read(tp_model *m, tp_step_buffers *buf, int32_t n, const
     TP_CHECK(b->ops->synchronize(b));
     buf->sample_ready = 1;
     return TP_OK;
-}
-
-void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
-{
-    for (int32_t i = 0; i < n; i++) {
-        int32_t best = pairs[i];
-        float best_v;
-        memcpy(&best_v, pairs + L + i, sizeof best_v);
-        for (int r = 1; r < n_tp; r++) {
-            const int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
-            float v;
-            memcpy(&v, pr + L + i, sizeof v);
-            if (v > best_v) best_v = v, best = (int32_t)(r * vocab_pad) + pr[i];
-        }
-        ids[i] = best;
-    }
 }
 
 /* Everything of a step after its upload, enqueued without a wait (so it can be recorded
@@ -479,7 +469,8 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
     }
     /* what the next step's take names: the token field of each result (the first) */
     _Static_assert(offsetof(tp_sample_out, token) == 0 && sizeof(tp_sample_out) % 4 == 0, "tp_sample_out.token");
-    buf->chosen = out == OUT_IDS ? buf->argmax_ids : out == OUT_SAMPLE ? (const int32_t *)buf->sample_out : NULL;
+    const int32_t *ids = m->plan.tp > 1 ? buf->argmax_merged : buf->argmax_ids;
+    buf->chosen = out == OUT_IDS ? ids : out == OUT_SAMPLE ? (const int32_t *)buf->sample_out : NULL;
     buf->chosen_rows = buf->chosen ? L : 0;
     buf->chosen_stride = out == OUT_SAMPLE ? (int32_t)(sizeof(tp_sample_out) / 4) : 1;
     *L_out = L;
@@ -510,16 +501,17 @@ tp_status tp_model_forward(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
 int tp_model_can_overlap(const tp_model *m)
 {
     const struct tp_backend_ops *ops = m->backend->ops;
-    return m->plan.tp == 1 && m->plan.has_embedding && m->plan.has_lm_head && tp_model_can_argmax(m) &&
-           ops->take_ids && ops->download_start && ops->download_wait;
+    return (m->plan.tp == 1 || ops->argmax_merge) && m->plan.has_embedding && m->plan.has_lm_head &&
+           tp_model_can_argmax(m) && ops->take_ids && ops->download_start && ops->download_wait;
 }
 
 tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
                                  tp_comm *tp, const tp_sample_request *sample, int k)
 {
-    if (!tp_model_can_overlap(m) || (sample && !tp_model_can_sample(m)))
-        return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's tokens are read needs tp 1, "
-                        "pp 1 and a backend with argmax (or sample), take_ids and download_start");
+    if (!tp_model_can_overlap(m) || (sample && (!tp_model_can_sample(m) || m->plan.tp > 1)))
+        return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's tokens are read needs pp 1, "
+                        "a backend with argmax (and argmax_merge over tp, or sample at tp 1), take_ids and "
+                        "download_start");
     tp_backend *b = m->backend;
     const int out = sample ? OUT_SAMPLE : OUT_IDS;
     int32_t L = 0;
@@ -529,7 +521,9 @@ tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
         if (out == OUT_SAMPLE) buf->sample_ready = 1;
     }
     const size_t each = out == OUT_SAMPLE ? sizeof(tp_sample_out) : sizeof(int32_t);
-    const void *src = out == OUT_SAMPLE ? (const void *)buf->sample_out : (const void *)buf->argmax_ids;
+    const void *src = out == OUT_SAMPLE ? (const void *)buf->sample_out
+                      : m->plan.tp > 1  ? (const void *)buf->argmax_merged
+                                        : (const void *)buf->argmax_ids;
     return b->ops->download_start(b, k, src, (size_t)(s->n_tokens > 0 ? s->n_logits : 0) * each);
 }
 

@@ -325,6 +325,8 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     if (!s->meta_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
     TP_CHECK(model_alloc(m, 2 * (size_t)L * i32, (void **)&s->argmax_ids));
     TP_CHECK(model_alloc(m, (size_t)m->plan.tp * 2 * (size_t)L * i32, (void **)&s->argmax_all));
+    if (m->plan.tp > 1 && m->backend->ops->argmax_merge)
+        TP_CHECK(model_alloc(m, (size_t)L * i32, (void **)&s->argmax_merged));
     s->pair_host = malloc((size_t)m->plan.tp * 2 * (size_t)L * i32);
     if (!s->pair_host) return tp_error(TP_ERR_OOM, "out of memory for the step buffers");
     /* a padded decode step: ids, pos, seq, slot, logit rows, take [B] and the table [B, max_blocks] */
@@ -356,6 +358,7 @@ int64_t tp_step_buffers_bytes(const tp_model *m, int32_t T, int32_t L, int32_t m
     const tp_model_dims *d = &m->dims;
     const int64_t a = (int64_t)tp_dtype_size(m->backend->act_dtype), f = 4, tp = m->plan.tp;
     int64_t b = (5 * (int64_t)T + (int64_t)max_seqs * max_blocks + L) * 4 + (1 + tp) * 2 * (int64_t)L * 4;
+    if (tp > 1) b += (int64_t)L * 4; /* argmax_merged */
     b += 2 * (int64_t)T * d->d * f;                                           /* x, delta */
     b += (int64_t)T * (d->d + (d->hq + 2 * d->hk) * d->hd + d->hq * d->hd + 3 * d->m) * a; /* xn .. act */
     b += (int64_t)L * d->d * a + (tp > 1 ? 1 + tp : 1) * (int64_t)L * d->vocab_pad * f; /* rows, logits */

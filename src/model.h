@@ -94,6 +94,7 @@ typedef struct tp_step_buffers {
     const int32_t *chosen; /* the last step's device-chosen tokens (what a step's take names): */
     int32_t chosen_rows, chosen_stride; /* rows, int32s between them (argmax_ids or sample_out) */
     int32_t *argmax_all;  /* [tp, 2L] every TP rank's argmax_ids */
+    int32_t *argmax_merged; /* [L] over tp, where the backend has argmax_merge: the step's greedy ids */
     int32_t *pair_host;   /* host copy of argmax_all */
     tp_tensor x, delta;   /* [T, d] residual stream and the last layer output (f32) */
     tp_tensor xn;         /* [T, d] normalized */
@@ -217,10 +218,6 @@ int tp_model_can_sample(const tp_model *m);
  * vocabulary slice on every TP rank (their winners are compared, not their logits). */
 int tp_model_can_argmax(const tp_model *m);
 
-/* The greedy ids of rows 0..n-1 from every TP rank's winners: pairs is [n_tp][L ids | L f32
- * values] (argmax of each rank's vocabulary slice, columns from r * vocab_pad); the largest
- * value wins, the lower rank on ties, so the lowest column as argmax's rule wants. */
-void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids);
 
 #ifdef __cplusplus
 }

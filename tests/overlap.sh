@@ -5,7 +5,8 @@
 # (TPINFER_OVERLAP=0): with sequences ending on a stop token, a stop string and by length
 # while their next row is already enqueued, n = 2, admissions as others finish, chunked
 # prefill, preemption, padded decode steps, sampled requests (the sample op, logprobs,
-# min_tokens) and two data-parallel replicas. A run with a penalty keeps to the waiting loop.
+# min_tokens), two data-parallel replicas and tp 2 (greedy). A run with a penalty keeps to the
+# waiting loop, as a sampled one at tp 2 does.
 # OVERLAP_BACKEND=cuda runs it on a GPU (tests/gpu: one GPU, so no data-parallel part).
 . "$top_srcdir/tests/lib.sh"
 need_shared
@@ -28,6 +29,7 @@ EOF
 sed -e '$ s/^{/{"temperature": 0.8, "seed": 5, /' -e '1 s/^{/{"temperature": 0.7, "top_p": 0.9, "min_tokens": 30, /' \
     -e '3 s/^{/{"logprobs": 2, /' "$TMP/in.jsonl" >"$TMP/sampled.jsonl"
 sed '2 s/^{/{"temperature": 0.8, "repetition_penalty": 1.2, /' "$TMP/in.jsonl" >"$TMP/penalty.jsonl"
+sed '$ s/^{/{"temperature": 0.8, "seed": 5, /' "$TMP/in.jsonl" >"$TMP/mixed.jsonl"
 
 norm() { sort "$1" | sed 's/"created":[0-9]*,//'; }
 # both NAME INPUT [flags...]: TPINFER_OVERLAP=0 and the default, the same completions; prints
@@ -71,4 +73,19 @@ for ov in 0 1; do
 done
 [ "$(norm "$TMP/dp0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 without overlap differs from one rank"
 [ "$(norm "$TMP/dp1.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 with steps enqueued ahead differs"
+# tp 2: the ranks' argmax winners compared on the device, the sampler's stop decisions shared;
+# padded decode steps (as graphs run them); a sampled request keeps tp 2 to the waiting loop
+for input in in mixed; do
+    for ov in 0 1; do
+        TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend cpu --tp 2 \
+            --input "$TMP/$input.jsonl" --output "$TMP/tp$input$ov.jsonl" 2>"$TMP/tp$input$ov.err" ||
+            { cat "$TMP/tp$input$ov.err"; fail "tp 2 $input, TPINFER_OVERLAP=$ov"; }
+    done
+    [ "$(norm "$TMP/tp${input}0.jsonl")" = "$(norm "$TMP/tp${input}1.jsonl")" ] ||
+        { diff "$TMP/tp${input}0.jsonl" "$TMP/tp${input}1.jsonl" | head; fail "tp 2 $input: the completions differ"; }
+done
+n=$(grep -c "enqueued before the step before was read" "$TMP/tpin1.err") && [ "$n" -gt 10 ] || fail "tp 2: $n steps enqueued ahead"
+# and the winners compared right: tp 1's greedy completions (no near ties in these)
+[ "$(norm "$TMP/tpin0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "tp 2's greedy completions differ from tp 1's"
+! grep -q "enqueued before the step before was read" "$TMP/tpmixed1.err" || fail "tp 2 with a sampled request enqueued ahead"
 exit 0
