@@ -1518,6 +1518,41 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
                      (double)hlg[bad_lp], (double)hlc[bad_lp]);
 }
 
+/* argmax_merge against tp_argmax_merge (the host's rule): 1 to 8 ranks, values with ties
+ * between ranks (the lower rank wins), -inf and NaN (never a winner), n below L. */
+START_TEST(argmax_merge_cases)
+{
+    static const int32_t cases[][3] = {{1, 4, 4}, {2, 128, 128}, {2, 130, 97}, {4, 256, 200}, {8, 33, 33}};
+    FOR_EACH_GPU {
+        seed(21);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int n_tp = cases[c][0];
+            const int32_t L = cases[c][1], n = cases[c][2];
+            const int64_t vocab_pad = 64128;
+            int32_t *pairs = host_alloc((size_t)n_tp * 2 * (size_t)L * 4), *want = host_alloc((size_t)n * 4);
+            int32_t *got = host_alloc((size_t)n * 4);
+            for (int r = 0; r < n_tp; r++)
+                for (int32_t i = 0; i < L; i++) {
+                    int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
+                    pr[i] = rand_int((int)vocab_pad);
+                    const int k = rand_int(8);
+                    float v = k == 0 ? 1.5f : k == 1 ? -INFINITY : k == 2 ? NAN : (float)rand_int(1000) / 7.0f;
+                    memcpy(&pr[L + i], &v, 4); /* k == 0: ties between ranks */
+                }
+            tp_argmax_merge(pairs, n_tp, L, n, vocab_pad, want);
+            int32_t *dp = dev_copy(gb, pairs, (size_t)n_tp * 2 * (size_t)L * 4), *dids = dev_alloc(gb, (size_t)n * 4);
+            ck_assert_msg(gb->ops->argmax_merge(gb, dp, n_tp, L, n, vocab_pad, dids) == TP_OK, "%s", tp_error_message());
+            ck_assert_int_eq(gb->ops->download(gb, got, dids, (size_t)n * 4), TP_OK);
+            ck_assert_msg(gb->ops->synchronize(gb) == TP_OK, "%s", tp_error_message());
+            for (int32_t i = 0; i < n; i++)
+                ck_assert_msg(got[i] == want[i], "argmax_merge %d ranks, row %d of %d: %d, want %d", n_tp, i, n, got[i],
+                              want[i]);
+            printf("  %-13s %-9s %-58s ok\n", "argmax_merge", "i32", "");
+        }
+    }
+}
+END_TEST
+
 START_TEST(argmax_cases)
 {
     static const int64_t shapes[][3] = {{1, 1, 0},         {3, 1, 2},      {4, 7, 3},       {5, 1000, 0},
@@ -2347,7 +2382,7 @@ static Suite *make_suite(void)
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases, qk_rope_store_cases, attention_long, attention_prefill}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
-        {"argmax", {argmax_cases}},
+        {"argmax", {argmax_cases, argmax_merge_cases}},
         {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},
         {"errors", {bad_shapes, device_faults, attention_faults, attention_prefill_faults}},
         {"nccl", {nccl_one_rank}},

@@ -7,7 +7,8 @@
 # prefill, preemption, padded decode steps, sampled requests (the sample op, logprobs,
 # min_tokens), two data-parallel replicas and tp 2 (greedy). A run with a penalty keeps to the
 # waiting loop, as a sampled one at tp 2 does.
-# OVERLAP_BACKEND=cuda runs it on a GPU (tests/gpu: one GPU, so no data-parallel part).
+# OVERLAP_BACKEND=cuda runs it on GPUs (tests/gpu/overlap.sh: no data-parallel part, and the
+# tp 2 part with OVERLAP_TP2=1 where two GPUs are).
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -65,7 +66,7 @@ n=$(both sampled "$TMP/sampled.jsonl") && [ "$n" -gt 10 ] || fail "sampled reque
 both sampled2 "$TMP/sampled.jsonl" --max-num-seqs 2 >/dev/null || exit 1
 grep -q '"id":"c".*"logprobs"' "$TMP/sampled1.jsonl" || { cat "$TMP/sampled1.jsonl"; fail "no logprobs"; }
 n=$(both penalty "$TMP/penalty.jsonl") && [ "$n" -eq 0 ] || fail "a request with a penalty: $n steps enqueued ahead"
-[ "$backend" = cpu ] || exit 0
+if [ "$backend" = cpu ]; then
 # two replicas of one rank each: every rank enqueues ahead
 for ov in 0 1; do
     TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/in.jsonl" \
@@ -73,11 +74,13 @@ for ov in 0 1; do
 done
 [ "$(norm "$TMP/dp0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 without overlap differs from one rank"
 [ "$(norm "$TMP/dp1.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "dp 2 with steps enqueued ahead differs"
+fi
+[ "$backend" = cpu ] || [ "${OVERLAP_TP2:-0}" = 1 ] || exit 0 # (on GPUs: OVERLAP_TP2=1 where two are)
 # tp 2: the ranks' argmax winners compared on the device, the sampler's stop decisions shared;
 # padded decode steps (as graphs run them); a sampled request keeps tp 2 to the waiting loop
 for input in in mixed; do
     for ov in 0 1; do
-        TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend cpu --tp 2 \
+        TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend "$backend" --tp 2 \
             --input "$TMP/$input.jsonl" --output "$TMP/tp$input$ov.jsonl" 2>"$TMP/tp$input$ov.err" ||
             { cat "$TMP/tp$input$ov.err"; fail "tp 2 $input, TPINFER_OVERLAP=$ov"; }
     done

@@ -3,10 +3,11 @@
 # reads this one's tokens) on a GPU machine, in one call, from the repository root (the -dev
 # packages in .gpu-deps/ as for tests/gpu/run.sh):
 #   1. build tpinfer, tests/check_backend_ops; the elementwise group (take_ids and the two
-#      download slots against the CPU) and the errors group (take_ids' fault, reported by
-#      download_wait);
+#      download slots against the CPU), the argmax group (argmax_merge) and the errors group
+#      (take_ids' fault, reported by download_wait);
 #   2. tests/overlap.sh on the CUDA backend (TPINFER_OVERLAP=0 and the default give the same
-#      completions: stop tokens, stop strings, lengths, n = 2, admissions, chunks, padding);
+#      completions: stop tokens, stop strings, lengths, n = 2, admissions, chunks, padding,
+#      sampled requests; on a machine of 2 GPUs also tp 2, equal to tp 1's greedy completions);
 #   3. unless GPU_OV_AB=0: bench/ab_decode.sh b128 (and b1) with TPINFER_OVERLAP=0 and the
 #      default, GPU_OV_REPEAT times (default 2), interleaved.
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-ov-out).
@@ -26,7 +27,7 @@ record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
   make -j16 tpinfer tests/check_backend_ops >"$OUTDIR/build.log" 2>&1
 ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
 B=$root/build-gpu
-for group in elementwise errors; do
+for group in elementwise argmax errors; do
     if CK_FORK=no CK_RUN_CASE=$group timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
         record "check_backend_ops $group" PASS
     else
@@ -34,9 +35,12 @@ for group in elementwise errors; do
     fi
 done
 SHARED=${TPINFER_SHARED:-$root/../shared}
-if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED OVERLAP_BACKEND=cuda MPIRUN=no \
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
+tp2=0 mpirun=no
+[ "$ngpu" -ge 2 ] && tp2=1 mpirun=$(command -v mpirun || echo no)
+if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED OVERLAP_BACKEND=cuda OVERLAP_TP2=$tp2 MPIRUN=$mpirun \
     timeout 300 bash tests/overlap.sh >"$OUTDIR/overlap.log" 2>&1; then
-    record "tests/overlap.sh on cuda" PASS
+    record "tests/overlap.sh on cuda ($([ $tp2 = 1 ] && echo "tp 1 and tp 2" || echo "tp 1"))" PASS
 else
     record "tests/overlap.sh on cuda" "FAIL rc $?: $(tail -3 "$OUTDIR/overlap.log" | tr '|\n' '/ ' | cut -c1-300)"
 fi
