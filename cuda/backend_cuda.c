@@ -33,6 +33,7 @@
 #define SCRATCH_BYTES ((size_t)64 << 20)   /* matmul's dtype conversions */
 #define ATTN_SCRATCH_BYTES ((size_t)64 << 20) /* attention's split-KV partials */
 #define SMALL_UPLOAD_BYTES ((size_t)256 << 10) /* a step's metadata: one upload that need not wait */
+#define SMALL_UPLOAD_MAX ((size_t)16 << 20)    /* the two buffers grow to this (long block tables) */
 
 typedef struct cuda_ctx {
     int device;
@@ -45,7 +46,8 @@ typedef struct cuda_ctx {
     size_t stage_cap[2];
     cudaEvent_t stage_done[2]; /* recorded after the last copy out of each */
     int stage_next;
-    void *small[2];            /* pinned: upload()s of up to SMALL_UPLOAD_BYTES, alternately */
+    void *small[2];            /* pinned: upload()s of up to small_cap bytes, alternately */
+    size_t small_cap;          /* SMALL_UPLOAD_BYTES, grown up to SMALL_UPLOAD_MAX */
     cudaEvent_t small_done[2]; /* recorded after the copy out of each */
     int small_next;
     unsigned int *sample_flags; /* sample(): one zeroed flag word per column per block */
@@ -152,16 +154,36 @@ static void cuda_free(tp_backend *b, void *p)
     if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); /* cudaFree waits for the device */
 }
 
-/* The contract lets the caller reuse the host buffer at once. Small uploads (a step's
- * metadata) go through one of two pinned buffers and are not waited for: the buffer is
- * reused only after its previous copy is done (its event), by which time the step that
- * copy fed has long been synchronised. Larger ones copy, then wait. */
+/* Both small buffers at least bytes (at most SMALL_UPLOAD_MAX), their last copies done first. */
+static tp_status small_grow(cuda_ctx *ctx, size_t bytes)
+{
+    size_t cap = ctx->small_cap;
+    while (cap < bytes) cap *= 2;
+    if (cap > SMALL_UPLOAD_MAX) cap = SMALL_UPLOAD_MAX;
+    for (int i = 0; i < 2; i++) {
+        TP_CUDA_CHECK(cudaEventSynchronize(ctx->small_done[i]));
+        TP_CUDA_CHECK(cudaFreeHost(ctx->small[i]));
+        ctx->small[i] = NULL;
+    }
+    ctx->small_cap = 0; /* until both are back */
+    for (int i = 0; i < 2; i++) TP_CUDA_CHECK(cudaMallocHost(&ctx->small[i], cap));
+    ctx->small_cap = cap;
+    return TP_OK;
+}
+
+/* The contract lets the caller reuse the host buffer at once. Uploads of up to
+ * SMALL_UPLOAD_MAX bytes (a step's metadata: with long sequences its block table is the most
+ * of it) go through one of two pinned buffers and are not waited for: the buffer is reused
+ * only after its previous copy is done (its event), by which time the step that copy fed has
+ * been enqueued long since, and a step enqueued ahead need not wait for the one before.
+ * Larger ones copy, then wait. */
 static tp_status cuda_upload(tp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0) return TP_OK;
     if (!dst || !src) return tp_error(TP_ERR_INVALID_ARG, "upload: NULL pointer for %zu bytes", bytes);
     cuda_ctx *ctx = ctx_of(b);
-    if (bytes <= SMALL_UPLOAD_BYTES && ctx->small[0] && ctx->small[1]) {
+    if (bytes <= SMALL_UPLOAD_MAX && ctx->small[0] && ctx->small[1]) {
+        if (bytes > ctx->small_cap) TP_CHECK(small_grow(ctx, bytes));
         const int s = ctx->small_next;
         ctx->small_next ^= 1;
         TP_CUDA_CHECK(cudaEventSynchronize(ctx->small_done[s]));
@@ -748,6 +770,7 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
     memset(ctx->fault_host, 0, sizeof *ctx->fault_host);
     for (int i = 0; i < 2; i++) {
         TP_CUDA_CHECK_GOTO(cudaMallocHost(&ctx->small[i], SMALL_UPLOAD_BYTES), st, fail);
+        ctx->small_cap = SMALL_UPLOAD_BYTES;
         TP_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&ctx->small_done[i], cudaEventDisableTiming), st, fail);
     }
     TP_CHECK_GOTO(tp_cuda_gemm_create(WORKSPACE_BYTES, SCRATCH_BYTES, &ctx->gemm), st, fail);
