@@ -6,22 +6,6 @@
 
 #include <string.h>
 
-void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
-{
-    for (int32_t i = 0; i < n; i++) {
-        int32_t best = pairs[i];
-        float best_v;
-        memcpy(&best_v, pairs + L + i, sizeof best_v);
-        for (int r = 1; r < n_tp; r++) {
-            const int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
-            float v;
-            memcpy(&v, pr + L + i, sizeof v);
-            if (v > best_v) best_v = v, best = (int32_t)(r * vocab_pad) + pr[i];
-        }
-        ids[i] = best;
-    }
-}
-
 tp_status tp_backend_create(const char *name, int device, tp_dtype act_dtype, tp_backend **out)
 {
     *out = NULL;

@@ -732,7 +732,23 @@ static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
     return TP_OK;
 }
 
-/* out[i] = x[rows[i]], converting when the dtypes differ. */
+/* backend.h: the host's merge, and the CPU backend's argmax_merge */
+void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64_t vocab_pad, int32_t *ids)
+{
+    for (int32_t i = 0; i < n; i++) {
+        int32_t best = pairs[i];
+        float best_v;
+        memcpy(&best_v, pairs + L + i, sizeof best_v);
+        for (int r = 1; r < n_tp; r++) {
+            const int32_t *pr = pairs + (size_t)r * 2 * (size_t)L;
+            float v;
+            memcpy(&v, pr + L + i, sizeof v);
+            if (v > best_v) best_v = v, best = (int32_t)(r * vocab_pad) + pr[i];
+        }
+        ids[i] = best;
+    }
+}
+
 static tp_status cpu_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
                                   int64_t vocab_pad, int32_t *ids)
 {
@@ -759,6 +775,7 @@ static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, 
     return TP_OK;
 }
 
+/* out[i] = x[rows[i]], converting when the dtypes differ. */
 static tp_status cpu_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
                                  tp_tensor *out)
 {
