@@ -403,19 +403,14 @@ static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tens
 static tp_status cuda_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
                                    int64_t vocab_pad, int32_t *ids)
 {
-    if (n_tp < 1 || L < 0 || n < 0 || n > L)
-        return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: %d ranks, %d rows of %d", n_tp, n, L);
-    if (n > 0 && (!pairs || !ids)) return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: NULL pointer");
+    TP_CHECK(tp_check_argmax_merge(pairs, n_tp, L, n, ids));
     return tp_cuda_argmax_merge(pairs, n_tp, L, n, vocab_pad, ids, ctx_of(b)->stream);
 }
 
 static tp_status cuda_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
                                const int32_t *take, int32_t n)
 {
-    if (n < 0 || n_from < 0 || stride < 1)
-        return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d, stride %d", n, n_from, stride);
-    if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
-        return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
+    TP_CHECK(tp_check_take_ids(ids, from, n_from, stride, take, n));
     cuda_ctx *ctx = ctx_of(b);
     return tp_cuda_take_ids(ids, from, n_from, stride, take, n, ctx->fault_dev, ctx->stream);
 }

@@ -83,3 +83,21 @@ int tp_staging_slot(void *const stage[2], const size_t cap[2], const void *host,
     tp_error(TP_ERR_INVALID_ARG, "upload_staged: %zu bytes not inside a staging buffer", bytes);
     return -1;
 }
+
+tp_status tp_check_take_ids(const void *ids, const void *from, int32_t n_from, int32_t stride, const void *take,
+                            int32_t n)
+{
+    if (n < 0 || n_from < 0 || stride < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d, stride %d", n, n_from, stride);
+    if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
+        return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
+    return TP_OK;
+}
+
+tp_status tp_check_argmax_merge(const void *pairs, int n_tp, int32_t L, int32_t n, const void *ids)
+{
+    if (n_tp < 1 || L < 0 || n < 0 || n > L)
+        return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: %d ranks, %d rows of %d", n_tp, n, L);
+    if (n > 0 && (!pairs || !ids)) return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: NULL pointer");
+    return TP_OK;
+}

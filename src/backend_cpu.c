@@ -752,9 +752,7 @@ void tp_argmax_merge(const int32_t *pairs, int n_tp, int32_t L, int32_t n, int64
 static tp_status cpu_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
                                   int64_t vocab_pad, int32_t *ids)
 {
-    if (n_tp < 1 || L < 0 || n < 0 || n > L)
-        return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: %d ranks, %d rows of %d", n_tp, n, L);
-    if (n > 0 && (!pairs || !ids)) return tp_error(TP_ERR_INVALID_ARG, "argmax_merge: NULL pointer");
+    TP_CHECK(tp_check_argmax_merge(pairs, n_tp, L, n, ids));
     tp_argmax_merge(pairs, n_tp, L, n, vocab_pad, ids);
     return TP_OK;
 }
@@ -762,10 +760,7 @@ static tp_status cpu_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp,
 static tp_status cpu_take_ids(tp_backend *b, int32_t *ids, const int32_t *from, int32_t n_from, int32_t stride,
                               const int32_t *take, int32_t n)
 {
-    if (n < 0 || n_from < 0 || stride < 1)
-        return tp_error(TP_ERR_INVALID_ARG, "take_ids: n is %d, n_from %d, stride %d", n, n_from, stride);
-    if (n > 0 && (!ids || !take || (n_from > 0 && !from)))
-        return tp_error(TP_ERR_INVALID_ARG, "take_ids: NULL pointer");
+    TP_CHECK(tp_check_take_ids(ids, from, n_from, stride, take, n));
     for (int32_t i = 0; i < n; i++)
         if (take[i] >= n_from)
             return tp_error(TP_ERR_INVALID_ARG, "take_ids: take[%d] is %d, outside the %d ids of the step before", i,

@@ -1165,8 +1165,17 @@ static void profile_steps_parse(engine *e)
 {
     const char *v = getenv("TPINFER_PROFILE_STEPS");
     long long a = -1, b = -1;
+    char end = 0;
     e->prof_from = e->prof_to = -1;
-    if (!v || sscanf(v, "%lld:%lld", &a, &b) != 2 || a < 0 || b < a || !e->backend->ops->profile_range) return;
+    if (!v || !*v) return;
+    if (sscanf(v, "%lld:%lld%c", &a, &b, &end) != 2 || a < 0 || b < a) {
+        tp_log(TP_LOG_WARN, "TPINFER_PROFILE_STEPS=%s is not A:B with 0 <= A <= B (steps from 0); ignored", v);
+        return;
+    }
+    if (!e->backend->ops->profile_range) {
+        tp_log(TP_LOG_WARN, "TPINFER_PROFILE_STEPS: the %s backend has no profiler range; ignored", e->backend->name);
+        return;
+    }
     e->prof_from = a;
     e->prof_to = b;
 }

@@ -47,6 +47,13 @@ both() {
     grep -c "enqueued before the step before was read" "$TMP/${name}1.err" || :
 }
 n=$(both plain "$TMP/in.jsonl") && [ "$n" -gt 10 ] || fail "plain: $n steps enqueued ahead"
+# (and a profiler range that is not one is named, and changes nothing)
+for v in 5 3:1 x:y 1:2:3; do
+    TPINFER_PROFILE_STEPS=$v "$TPINFER" --model "$m" --backend "$backend" --input "$TMP/in.jsonl" \
+        --output "$TMP/prof.jsonl" --overwrite 2>"$TMP/prof.err" || { cat "$TMP/prof.err"; fail "TPINFER_PROFILE_STEPS=$v"; }
+    grep -q "TPINFER_PROFILE_STEPS=$v is not A:B" "$TMP/prof.err" || { cat "$TMP/prof.err"; fail "TPINFER_PROFILE_STEPS=$v: no warning"; }
+    [ "$(norm "$TMP/prof.jsonl")" = "$(norm "$TMP/plain1.jsonl")" ] || fail "TPINFER_PROFILE_STEPS=$v changed the completions"
+done
 # the ends this test means to cover happened
 for want in '"id":"d".*"finish_reason":"stop"' '"id":"g".*"finish_reason":"stop"' '"id":"h".*Max.*"finish_reason":"stop"' \
     '"id":"b".*"finish_reason":"length"' '"id":"f".*"finish_reason":"length"'; do
