@@ -1257,15 +1257,20 @@ static int ahead_wanted(const engine *e)
     return 1;
 }
 
-/* Sequences the scheduler finished (by length at a commit, or ended by the host): the first
- * end when the step `at` holding their last token is read; the others have ended already. */
-static void ahead_pop(engine *e, int64_t at)
+/* Sequences the scheduler finished (by length at the commit of step `at`, or ended by the
+ * host): the first end when step `at`, which holds their last token, is read; the others have
+ * ended already. at 0: after a read, when only the host's ends can be there. */
+static tp_status ahead_pop(engine *e, int64_t at)
 {
     int64_t key;
     const int32_t *gen;
     int32_t n_gen;
-    while (tp_scheduler_pop_finished(e->S[0], &key, &gen, &n_gen))
-        if (!e->S_[key].dead) e->S_[key].end_id = at;
+    while (tp_scheduler_pop_finished(e->S[0], &key, &gen, &n_gen)) {
+        if (e->S_[key].dead) continue;
+        if (!at) return tp_error(TP_ERR_INTERNAL, "sequence %" PRId64 " finished with no step left to read its end", key);
+        e->S_[key].end_id = at;
+    }
+    return TP_OK;
 }
 
 /* Enqueue the scheduled step as `a`: its pending tokens taken from the step before's
@@ -1308,7 +1313,7 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
     e->steps_by_path[a->sampled]++;
     for (int32_t i = 0; i < b->n_logits; i++) e->sync[i] = TP_TOKEN_PENDING;
     TP_CHECK(tp_scheduler_commit(e->S[0], b, e->sync, NULL));
-    ahead_pop(e, a->id);
+    TP_CHECK(ahead_pop(e, a->id));
     return TP_OK;
 }
 
@@ -1349,7 +1354,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
             if (e->is_sampler) TP_CHECK(end_sequence(e, q));
         }
     }
-    ahead_pop(e, 0); /* those resolve ended: done above */
+    TP_CHECK(ahead_pop(e, 0)); /* those resolve ended: done above */
     if (e->sync[2 * n] && !e->stopping) {
         e->stopping = 1;
         if (e->is_sampler)
