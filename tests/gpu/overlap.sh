@@ -9,7 +9,8 @@
 #      completions: stop tokens, stop strings, lengths, n = 2, admissions, chunks, padding,
 #      sampled requests; on a machine of 2 GPUs also tp 2, equal to tp 1's greedy completions);
 #   3. unless GPU_OV_AB=0: bench/ab_decode.sh b128 (and b1) with TPINFER_OVERLAP=0 and the
-#      default, GPU_OV_REPEAT times (default 2), interleaved.
+#      default, GPU_OV_REPEAT times (default 2), interleaved; then (GPU_OV_LONG=0 skips) b128
+#      both ways at --max-model-len 8192 (long block tables).
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-ov-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
@@ -52,6 +53,15 @@ if [ "${GPU_OV_AB:-1}" = 1 ]; then
     while IFS= read -r line; do
         case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab" "$line" ;; esac
     done <"$OUTDIR/ab.log"
+    # and b128 at --max-model-len 8192 (the block table of 512 columns a sequence: 256 KiB of
+    # a step's upload at batch 128, which waited for the stream before the upload buffers grew)
+    if [ "${GPU_OV_LONG:-1}" = 1 ]; then
+        OUT=$OUTDIR/ab-long BENCH_RUNS=b128 BENCH_ARGS="--max-model-len 8192" BENCH_TPINFER=$B/tpinfer timeout 300 \
+            bash bench/ab_decode.sh "TPINFER_OVERLAP=0" "" >"$OUTDIR/ab-long.log" 2>&1
+        while IFS= read -r line; do
+            case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab, --max-model-len 8192" "$line" ;; esac
+        done <"$OUTDIR/ab-long.log"
+    fi
 fi
 printf '\n| check | result |\n| --- | --- |\n'
 printf '%s\n' "${results[@]}"
