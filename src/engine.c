@@ -770,12 +770,17 @@ static tp_status write_dump(engine *e, req *r);
 
 /* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties or
  * min_tokens. */
+/* A repetition, presence or frequency penalty: the rule reads the tokens chosen so far. */
+static int has_penalties(const tp_sampling_params *p)
+{
+    return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
+}
+
 static int plain_greedy(const req *r)
 {
     const tp_sampling_params *p = &r->sp;
     int greedy = p->temperature < 1e-5 || p->top_k == 1;
-    return greedy && !r->in->p.has_logprobs && !r->min_tokens && p->repetition_penalty == 1.0 &&
-           p->presence_penalty == 0.0 && p->frequency_penalty == 0.0;
+    return greedy && !r->in->p.has_logprobs && !r->min_tokens && !has_penalties(p);
 }
 
 /* A step whose every sampling row is plain greedy (and no prompt rows or dumps) chooses its
@@ -860,7 +865,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
         w->step = (uint64_t)n_out;
         w->top_k = p->top_k;
         w->n_logprobs = p->logprobs;
-        if (p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0) {
+        if (has_penalties(p)) {
             TP_CHECK(stokens_reserve(e, used, (size_t)r->n_prompt + (size_t)n_out));
             w->tokens = (int32_t)used;
             w->n_prompt = r->n_prompt;
@@ -1001,6 +1006,21 @@ static tp_status end_sequence(engine *e, const seq *q)
 }
 
 /* Sampler rank decides; everyone receives the tokens and the stop decision, and commits. */
+/* The sampler's decisions in e->sync ([n tokens | n ends | stop signal]) to every rank of the
+ * replica (the sampler: TP rank 0 of the last stage), and the stop taken alike. */
+static tp_status share_decisions(engine *e, int32_t n)
+{
+    if (e->g->tp * e->g->pp > 1)
+        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n + 1, TP_DTYPE_I32,
+                                   (e->g->pp - 1) * e->g->tp, NULL));
+    if (e->sync[2 * n] && !e->stopping) {
+        e->stopping = 1;
+        if (e->is_sampler) tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest",
+                                  (int)stop_signal);
+    }
+    return TP_OK;
+}
+
 static tp_status sample_and_commit(engine *e, int p)
 {
     const tp_sched_batch *b = &e->B[p];
@@ -1019,14 +1039,7 @@ static tp_status sample_and_commit(engine *e, int p)
         }
         e->sync[2 * n] = stop_signal != 0;
     }
-    if (e->g->tp * e->g->pp > 1)
-        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n + 1, TP_DTYPE_I32,
-                                   (e->g->pp - 1) * e->g->tp, NULL));
-    if (e->sync[2 * n] && !e->stopping) {
-        e->stopping = 1;
-        if (e->is_sampler) tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest",
-                                  (int)stop_signal);
-    }
+    TP_CHECK(share_decisions(e, n));
     for (int32_t i = 0; i < n; i++) e->finish[i] = (uint8_t)e->sync[n + i];
     e->generated_tokens += n;
     TP_CHECK(tp_scheduler_commit(e->S[p], b, e->sync, e->finish));
@@ -1248,10 +1261,8 @@ static int ahead_wanted(const engine *e)
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
-        const tp_sampling_params *p = &r->sp;
-        const int penalties = p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
         if (wants_prompt_rows(e, r, e->S_[k].choice) ||
-            (!plain_greedy(r) && (e->g->tp > 1 || penalties || !device_sample(e))))
+            (!plain_greedy(r) && (e->g->tp > 1 || has_penalties(&r->sp) || !device_sample(e))))
             return 0;
     }
     return 1;
@@ -1338,8 +1349,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
         }
         e->sync[2 * n] = stop_signal != 0;
     }
-    if (e->g->tp > 1) /* from the sampler: the TP group's rank 0 of the one stage */
-        TP_CHECK(tp_comm_broadcast(e->w->replica, e->sync, (size_t)2 * (size_t)n + 1, TP_DTYPE_I32, 0, NULL));
+    TP_CHECK(share_decisions(e, n));
     for (int32_t i = 0; i < n; i++) {
         seq *q = &e->S_[a->keys[i]];
         if (q->dead) continue;
@@ -1354,14 +1364,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
             if (e->is_sampler) TP_CHECK(end_sequence(e, q));
         }
     }
-    TP_CHECK(ahead_pop(e, 0)); /* those resolve ended: done above */
-    if (e->sync[2 * n] && !e->stopping) {
-        e->stopping = 1;
-        if (e->is_sampler)
-            tp_log(TP_LOG_WARN, "signal %d: stopping; finished requests are saved, --resume runs the rest",
-                   (int)stop_signal);
-    }
-    return TP_OK;
+    return ahead_pop(e, 0); /* those resolve ended: done above */
 }
 
 static tp_status loop_ahead(engine *e)
