@@ -1490,15 +1490,34 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
     int32_t *ic = dev_copy(cpu, poison, bytes), *ig = dev_copy(gb, poison, bytes), *ig2 = dev_copy(gb, poison, bytes);
     float *lc = dev_copy(cpu, poison, bytes), *lg = dev_copy(gb, poison, bytes);
     float *vc = dev_copy(cpu, poison, bytes), *vg = dev_copy(gb, poison, bytes);
+    int32_t *ig3 = dev_copy(gb, poison, bytes);
+    float *vg3 = dev_copy(gb, poison, bytes);
     RUN_BOTH(cpu->ops->argmax(cpu, &x.c, ic, lc, vc), gb->ops->argmax(gb, &x.g, ig, lg, vg));
+    /* without the logprob (a greedy step's call; over tp with the value) */
     ck_assert_msg(gb->ops->argmax(gb, &x.g, ig2, NULL, NULL) == TP_OK, "cuda: %s", tp_error_message());
+    ck_assert_msg(gb->ops->argmax(gb, &x.g, ig3, NULL, vg3) == TP_OK, "cuda: %s", tp_error_message());
     const int32_t *hic = dev_bytes(cpu, ic, bytes), *hig = dev_bytes(gb, ig, bytes), *hig2 = dev_bytes(gb, ig2, bytes);
+    const int32_t *hig3 = dev_bytes(gb, ig3, bytes);
     const float *hlc = dev_bytes(cpu, lc, bytes), *hlg = dev_bytes(gb, lg, bytes);
-    const float *hvc = dev_bytes(cpu, vc, bytes), *hvg = dev_bytes(gb, vg, bytes);
+    const float *hvc = dev_bytes(cpu, vc, bytes), *hvg = dev_bytes(gb, vg, bytes), *hvg3 = dev_bytes(gb, vg3, bytes);
+    /* and the row's first columns as a view from column 0 (rows that start 16-byte aligned
+     * where the padded width allows: a vocabulary slice of V % 4 != 0 in a padded row) */
+    const int32_t *hic0 = hic, *hig0 = hig3;
+    const float *hvc0 = hvc, *hvg0 = hvg3;
+    if (pad > 0) {
+        tp_tensor xc0 = tp_tensor_cols(&x.cwhole, 0, V), xg0 = tp_tensor_cols(&x.gwhole, 0, V);
+        int32_t *ic0 = dev_copy(cpu, poison, bytes), *ig0 = dev_copy(gb, poison, bytes);
+        float *lc0 = dev_copy(cpu, poison, bytes), *vc0 = dev_copy(cpu, poison, bytes), *vg0 = dev_copy(gb, poison, bytes);
+        RUN_BOTH(cpu->ops->argmax(cpu, &xc0, ic0, lc0, vc0), gb->ops->argmax(gb, &xg0, ig0, NULL, vg0));
+        hic0 = dev_bytes(cpu, ic0, bytes), hig0 = dev_bytes(gb, ig0, bytes);
+        hvc0 = dev_bytes(cpu, vc0, bytes), hvg0 = dev_bytes(gb, vg0, bytes);
+    }
     int64_t bad_id = -1, bad_lp = -1;
     double err = 0.0;
     for (int64_t r = 0; r < L; r++) {
-        if ((hig[r] != hic[r] || hig2[r] != hic[r] || hvg[r] != hvc[r]) && bad_id < 0) bad_id = r;
+        if ((hig[r] != hic[r] || hig2[r] != hic[r] || hig3[r] != hic[r] || hvg[r] != hvc[r] || hvg3[r] != hvc[r] ||
+             hig0[r] != hic0[r] || hvg0[r] != hvc0[r]) && bad_id < 0)
+            bad_id = r;
         const double d = fabs((double)hlg[r] - (double)hlc[r]);
         if (!(d <= 1e-5) && bad_lp < 0) bad_lp = r; /* NaN fails */
         if (d > err) err = d;
@@ -1511,8 +1530,9 @@ static void argmax_case(int64_t L, int64_t V, int64_t pad, float lo, float hi, i
            shape, bad_id < 0 ? "equal" : "DIFFER", err, ok ? "ok" : "FAIL");
     fflush(stdout);
     if (bad_id >= 0)
-        ck_abort_msg("argmax [%s] row %lld: cuda column %d (%d without logprob), cpu %d", shape, (long long)bad_id,
-                     hig[bad_id], hig2[bad_id], hic[bad_id]);
+        ck_abort_msg("argmax [%s] row %lld: cuda column %d (%d and %d without logprob; %d from column 0, cpu %d), "
+                     "cpu %d", shape, (long long)bad_id, hig[bad_id], hig2[bad_id], hig3[bad_id], hig0[bad_id],
+                     hic0[bad_id], hic[bad_id]);
     if (bad_lp >= 0)
         ck_abort_msg("argmax [%s] row %lld: cuda logprob %.9g, cpu %.9g", shape, (long long)bad_lp,
                      (double)hlg[bad_lp], (double)hlc[bad_lp]);
@@ -1557,7 +1577,8 @@ START_TEST(argmax_cases)
 {
     static const int64_t shapes[][3] = {{1, 1, 0},         {3, 1, 2},      {4, 7, 3},       {5, 1000, 0},
                                         {7, 1025, 5},      {2, 152064, 0}, {3, 152064, 64}, {4, 262144, 1},
-                                        {3000, 33, 0},     {1000, 1031, 0}, {64, 32768, 3}};
+                                        {3000, 33, 0},     {1000, 1031, 0}, {64, 32768, 3},
+                                        {3, 1030, 2},      {2, 152063, 1},  {1, 1031, 0}};
     FOR_EACH_GPU {
         seed(12);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -2084,10 +2105,17 @@ START_TEST(device_faults)
         float *alp = dev_alloc(gb, 3 * sizeof(float)), *clp = dev_alloc(cpu, 3 * sizeof(float));
         EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp, NULL), "argmax: row 1 of logits has NaN at column 9");
         EXPECT_DEVICE_FAULT(gb, gb->ops->argmax(gb, &lg.g, aid, alp, NULL), "argmax: row 1 of logits has NaN at column 9");
-        const int32_t *hid = dev_bytes(gb, aid, 3 * sizeof(int32_t)), *hcid = dev_bytes(cpu, cid, 3 * sizeof(int32_t));
+        const int32_t *hid = dev_bytes(gb, aid, 3 * sizeof(int32_t));
+        const int32_t *hcid = dev_bytes(cpu, cid, 3 * sizeof(int32_t));
         const float *hlp = dev_bytes(gb, alp, 3 * sizeof(float)), *hclp = dev_bytes(cpu, clp, 3 * sizeof(float));
         ck_assert(hid[0] == hcid[0] && hid[2] == hcid[2] && hid[1] == 9 && hcid[1] == 9);
         ck_assert(fabsf(hlp[0] - hclp[0]) <= 1e-5f && fabsf(hlp[2] - hclp[2]) <= 1e-5f && isnan(hlp[1]));
+        /* the same without the logprob (a greedy step's kernel), with the value */
+        float *aval = dev_alloc(gb, 3 * sizeof(float));
+        EXPECT_DEVICE_FAULT(gb, gb->ops->argmax(gb, &lg.g, aid, NULL, aval), "argmax: row 1 of logits has NaN at column 9");
+        hid = dev_bytes(gb, aid, 3 * sizeof(int32_t));
+        const float *hval = dev_bytes(gb, aval, 3 * sizeof(float));
+        ck_assert(hid[0] == hcid[0] && hid[2] == hcid[2] && hid[1] == 9 && isnan(hval[1]));
         printf("  %-13s %-9s %-58s ok\n", "device faults", tp_dtype_name(A),
                "gather row, cache slot, block, position, argmax NaN");
     }
