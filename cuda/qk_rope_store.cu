@@ -19,6 +19,7 @@
 #define QKR_WARPS 4              /* heads in flight per block */
 #define QKR_MAX_HEAD_DIM 8192    /* the token's cos/sin in shared memory: 4 * head_dim bytes */
 #define QKR_MAX_GROUPS 65535     /* gridDim.y */
+#define QKR_MAX_PAIRS 4          /* pairs a lane holds in registers: head_dim 64k up to 256 */
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -74,6 +75,63 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
         const void *w = is_k ? k_norm.data : q_norm.data;
         const int32_t wdt = is_k ? (int32_t)k_norm.dtype : (int32_t)q_norm.dtype;
 
+        CT *kc = is_k && store ? (CT *)cache.k + s * width + kh * head_dim : NULL;
+        const XT *vr = kc ? row_of<const XT>(v, i) + kh * head_dim : NULL;
+        CT *vc = kc ? (CT *)cache.v + s * width + kh * head_dim : NULL;
+        if (half % WARP_SIZE == 0 && half <= QKR_MAX_PAIRS * WARP_SIZE) {
+            /* every load of the head (its pairs, and v) before the first store: the loop
+             * below had a memory latency per pair and per element of v (stores ahead of
+             * loads that might alias) */
+            const int P = half / WARP_SIZE;
+            float a1[QKR_MAX_PAIRS], a2[QKR_MAX_PAIRS], vv[2 * QKR_MAX_PAIRS];
+#pragma unroll
+            for (int u = 0; u < QKR_MAX_PAIRS; u++)
+                if (u < P) {
+                    a1[u] = to_f32(x[lane + WARP_SIZE * u]);
+                    a2[u] = to_f32(x[lane + WARP_SIZE * u + half]);
+                }
+            if (vr)
+#pragma unroll
+                for (int u = 0; u < 2 * QKR_MAX_PAIRS; u++)
+                    if (u < 2 * P) vv[u] = to_f32(vr[lane + WARP_SIZE * u]);
+            float inv = 1.0f;
+            if (norm) { /* head_rmsnorm's order: element lane + 32 t for t = 0, 1, .. */
+                float ss = 0.0f;
+#pragma unroll
+                for (int t = 0; t < 2 * QKR_MAX_PAIRS; t++)
+                    if (t < 2 * P) {
+                        const float a = t < P ? a1[t] : a2[t - P];
+                        ss += a * a;
+                    }
+                ss = warp_sum(ss);
+                inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
+            }
+#pragma unroll
+            for (int u = 0; u < QKR_MAX_PAIRS; u++) {
+                if (u >= P) continue;
+                const int j = lane + WARP_SIZE * u;
+                float x1 = a1[u], x2 = a2[u];
+                if (norm) {
+                    x1 = to_f32(from_f32<XT>(x1 * inv * weight_at(w, wdt, j)));
+                    x2 = to_f32(from_f32<XT>(x2 * inv * weight_at(w, wdt, j + half)));
+                }
+                const float c = cs_s[j], sn = cs_s[half + j];
+                const XT y1 = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
+                const XT y2 = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
+                x[j] = y1;
+                x[j + half] = y2;
+                if (kc) {
+                    kc[j] = from_f32<CT>(to_f32(y1));
+                    kc[j + half] = from_f32<CT>(to_f32(y2));
+                }
+            }
+            if (vc)
+#pragma unroll
+                for (int u = 0; u < 2 * QKR_MAX_PAIRS; u++)
+                    if (u < 2 * P) vc[lane + WARP_SIZE * u] = from_f32<CT>(vv[u]);
+            continue;
+        }
+
         /* head_rmsnorm's scale: lane-strided sum of squares, warp sum */
         float inv = 1.0f;
         if (norm) {
@@ -88,7 +146,6 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
         }
 
         /* pair j of the head belongs to one lane: norm (rounded to XT), rope (rounded to XT) */
-        CT *kc = is_k && store ? (CT *)cache.k + s * width + kh * head_dim : NULL;
         for (int j = lane; j < half; j += WARP_SIZE) {
             float x1 = to_f32(x[j]), x2 = to_f32(x[j + half]);
             if (norm) {
@@ -105,11 +162,8 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
                 kc[j + half] = from_f32<CT>(to_f32(y2));
             }
         }
-        if (kc) {
-            const XT *vr = row_of<const XT>(v, i) + kh * head_dim;
-            CT *vc = (CT *)cache.v + s * width + kh * head_dim;
+        if (vc)
             for (int e = lane; e < head_dim; e += WARP_SIZE) vc[e] = from_f32<CT>(to_f32(vr[e]));
-        }
     }
 }
 
