@@ -148,6 +148,7 @@ typedef struct engine {
     ahead_step ahead[2];    /* loop_ahead: by id % 2 (the ids' host slot) */
     int64_t launched;       /* loop_ahead: steps enqueued */
     int64_t prof_from, prof_to; /* TPINFER_PROFILE_STEPS: the profiler's range, in steps (-1: none) */
+    double t_loop_end;          /* when the loop returned (now_s) */
     int32_t n_extra;
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
@@ -1588,6 +1589,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->t0 = now_s();
         profile_steps_parse(e);
         st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
+        e->t_loop_end = now_s();
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
             *must_abort = 1;
             *n_failed = 1;
@@ -1623,11 +1625,17 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
         }
         *interrupted = e.stopping || any;
     }
+    const double t_finished = now_s();
     if (w->grid.rank == 0 && e.out) {
         tp_status cs = tp_output_close(e.out, st == TP_OK && !*interrupted);
         e.out = NULL;
         if (st == TP_OK && cs != TP_OK) st = cs;
     }
+    /* the run's end, which its throughput counts: the last results written (the collector
+     * done), then the output synced and its manifest replaced */
+    if (w->grid.rank == 0 && e.t0 > 0 && e.t_loop_end > 0)
+        tp_log(TP_LOG_DEBUG, "the loop ended at %.1f ms; the results were written by %.1f ms, the output closed by "
+               "%.1f ms", 1e3 * (e.t_loop_end - e.t0), 1e3 * (t_finished - e.t0), 1e3 * (now_s() - e.t0));
     if (w->grid.rank == 0 && e.progress) {
         tp_progress_finish(e.progress, st != TP_OK ? TP_PROGRESS_FAILED
                                        : *interrupted ? TP_PROGRESS_CANCELLED : TP_PROGRESS_COMPLETED);
