@@ -20,6 +20,11 @@ OUTDIR=${OUT:-/tmp/tpinfer-gpu-out}
 W=${GPU_WORK:-/tmp/tpinfer-gpu-work} # outputs and logit dumps; $OUTDIR keeps logs and results
 mkdir -p "$OUTDIR" "$W"
 root=$(pwd)
+# the commit: BENCH_COMMIT, else what `git archive` wrote into bench/tree-commit, else git's
+archived=$(cat "$root/bench/tree-commit" 2>/dev/null)
+commit=${BENCH_COMMIT:-}
+[ -z "$commit" ] && [ -n "$archived" ] && [ "${archived#\$}" = "$archived" ] && commit=$archived
+[ -n "$commit" ] || commit=$(git rev-parse --short HEAD 2>/dev/null || echo ?)
 SHARED=${TPINFER_SHARED:-$( [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared")}
 MODELS=$SHARED/models
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -159,7 +164,7 @@ if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; the
 fi
 
 {
-    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit ${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo ?)}"
+    echo "### $(date -u +%Y-%m-%d) $(cat "$OUTDIR/gpu.txt" | head -1) x $(grep -c . "$OUTDIR/gpu.txt"), grid tp=$TP pp=$PP dp=$DP, commit $commit"
     echo
     echo "| check | result | detail |"
     echo "| --- | --- | --- |"
