@@ -34,6 +34,27 @@ __device__ __forceinline__ float weight_at(const void *w, int32_t dt, int64_t i)
     }
 }
 
+/* Pair j of a head (x1 = x[j], x2 = x[j + half], read already): normed (rounded to XT)
+ * where norm, rotated (rounded to XT), written back to x and, where kc, to the K cache. */
+template <typename XT, typename CT>
+__device__ __forceinline__ void rope_pair(XT *x, CT *kc, int j, int half, float x1, float x2, bool norm, float inv,
+                                          const void *w, int32_t wdt, const float *cs_s)
+{
+    if (norm) {
+        x1 = to_f32(from_f32<XT>(x1 * inv * weight_at(w, wdt, j)));
+        x2 = to_f32(from_f32<XT>(x2 * inv * weight_at(w, wdt, j + half)));
+    }
+    const float c = cs_s[j], sn = cs_s[half + j];
+    const XT y1 = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
+    const XT y2 = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
+    x[j] = y1;
+    x[j + half] = y2;
+    if (kc) {
+        kc[j] = from_f32<CT>(to_f32(y1));
+        kc[j + half] = from_f32<CT>(to_f32(y2));
+    }
+}
+
 /* q [n, hq*hd], k, v [n, hk*hd] of XT (columns of one qkv); q_norm, k_norm [1, hd] or data
  * NULL; cache rows [slots, hk*hd] of CT. Dynamic shared memory: hd floats. */
 template <typename XT, typename CT>
@@ -98,33 +119,17 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
             if (norm) { /* head_rmsnorm's order: element lane + 32 t for t = 0, 1, .. */
                 float ss = 0.0f;
 #pragma unroll
-                for (int t = 0; t < 2 * QKR_MAX_PAIRS; t++)
-                    if (t < 2 * P) {
-                        const float a = t < P ? a1[t] : a2[t - P];
-                        ss += a * a;
-                    }
+                for (int u = 0; u < QKR_MAX_PAIRS; u++) /* elements lane + 32 t, t < P: the first half */
+                    if (u < P) ss += a1[u] * a1[u];
+#pragma unroll
+                for (int u = 0; u < QKR_MAX_PAIRS; u++) /* then t = P .. 2P - 1: the second half */
+                    if (u < P) ss += a2[u] * a2[u];
                 ss = warp_sum(ss);
                 inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
             }
 #pragma unroll
-            for (int u = 0; u < QKR_MAX_PAIRS; u++) {
-                if (u >= P) continue;
-                const int j = lane + WARP_SIZE * u;
-                float x1 = a1[u], x2 = a2[u];
-                if (norm) {
-                    x1 = to_f32(from_f32<XT>(x1 * inv * weight_at(w, wdt, j)));
-                    x2 = to_f32(from_f32<XT>(x2 * inv * weight_at(w, wdt, j + half)));
-                }
-                const float c = cs_s[j], sn = cs_s[half + j];
-                const XT y1 = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
-                const XT y2 = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
-                x[j] = y1;
-                x[j + half] = y2;
-                if (kc) {
-                    kc[j] = from_f32<CT>(to_f32(y1));
-                    kc[j + half] = from_f32<CT>(to_f32(y2));
-                }
-            }
+            for (int u = 0; u < QKR_MAX_PAIRS; u++)
+                if (u < P) rope_pair(x, kc, lane + WARP_SIZE * u, half, a1[u], a2[u], norm, inv, w, wdt, cs_s);
             if (vc)
 #pragma unroll
                 for (int u = 0; u < 2 * QKR_MAX_PAIRS; u++)
@@ -146,22 +151,8 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
         }
 
         /* pair j of the head belongs to one lane: norm (rounded to XT), rope (rounded to XT) */
-        for (int j = lane; j < half; j += WARP_SIZE) {
-            float x1 = to_f32(x[j]), x2 = to_f32(x[j + half]);
-            if (norm) {
-                x1 = to_f32(from_f32<XT>(x1 * inv * weight_at(w, wdt, j)));
-                x2 = to_f32(from_f32<XT>(x2 * inv * weight_at(w, wdt, j + half)));
-            }
-            const float c = cs_s[j], sn = cs_s[half + j];
-            const XT y1 = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
-            const XT y2 = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
-            x[j] = y1;
-            x[j + half] = y2;
-            if (kc) {
-                kc[j] = from_f32<CT>(to_f32(y1));
-                kc[j + half] = from_f32<CT>(to_f32(y2));
-            }
-        }
+        for (int j = lane; j < half; j += WARP_SIZE)
+            rope_pair(x, kc, j, half, to_f32(x[j]), to_f32(x[j + half]), norm, inv, w, wdt, cs_s);
         if (vc)
             for (int e = lane; e < head_dim; e += WARP_SIZE) vc[e] = from_f32<CT>(to_f32(vr[e]));
     }
