@@ -343,8 +343,9 @@ static tp_status sample_read(tp_model *m, tp_step_buffers *buf, int32_t n, const
  * as a graph): the layers of this stage and, on the last, the logits of L rows (in_order:
  * rows 0 .. L - 1, else the step's logit_rows). prune: on the last stage, the last layer
  * past its attention takes only the logit rows (a prefill's 16384 tokens, 128 of which
- * sample, skip ~88 % of a layer's products); the logits come out the same, as every
- * operation there works row by row. */
+ * sample, skip ~88 % of a layer's products); every operation there works row by row, so
+ * the logits are the same (on the CPU bit for bit; on a GPU up to rounding, as the
+ * products of fewer rows may take other algorithms). */
 static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_attn_batch *ab,
                               int32_t L, tp_comm *tp, const tp_tensor *in_x, const tp_tensor *in_delta, int out,
                               int in_order, int prune)
@@ -368,8 +369,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
                                  keep ? buf->logit_rows : NULL, L));
         first = 0;
         if (keep) {
-            static int said;
-            if (!said++) tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
+            tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
             rows = L;
             in_order = 1;
         }

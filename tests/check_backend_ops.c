@@ -1305,7 +1305,7 @@ START_TEST(qk_rope_store_cases)
     static const int shapes[][4] = {/* hd, hq, hk, n */
                                     {8, 4, 2, 5},    {64, 8, 8, 17},  {128, 32, 8, 33}, {128, 8, 1, 3},
                                     {256, 8, 4, 9},  {130, 6, 2, 7},  {2, 3, 1, 4},     {64, 2, 2, 1},
-                                    {128, 16, 4, 300}, {128, 32, 8, 2100}};
+                                    {128, 16, 4, 300}, {192, 4, 2, 5}, {128, 32, 8, 2100}};
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     FOR_EACH_GPU {
         for (int s = 0; s < n_shapes; s++)

@@ -4,7 +4,10 @@
 # prompt logprob is the same as with every row computed (TPINFER_PRUNE_LAST=0), on the CPU
 # backend bit for bit: greedy and sampled requests, n = 2, prompt logprobs (every prompt
 # row samples), prefill chunks that end inside a prompt (no row samples), models with q/k
-# norms and with biases, and tp 2.
+# norms and with biases, tp 2 and pp 2 (the last stage's input from the stage before).
+# PRUNE_BACKEND=cuda (tests/gpu/run.sh): in float32, the same tokens (the products of L
+# rows may take other cuBLASLt algorithms than those of T rows: logprobs equal up to
+# rounding), tp 2 and pp 2 where MPIRUN is given (a machine of two GPUs).
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -14,12 +17,21 @@ cat >"$TMP/in.jsonl" <<'JSONL'
 {"id": "c", "prompt": "The cat sat", "max_tokens": 8, "temperature": 0.9, "seed": 3, "logprobs": 1}
 {"id": "d", "prompt": "One day, a little girl named Sue saw a big red ball in the garden", "max_tokens": 6, "n": 2, "temperature": 0.8, "seed": 1}
 JSONL
-norm() { sed 's/"created":[0-9]*,//' "$1" | sort; }
+backend=${PRUNE_BACKEND:-cpu}
+flags=
+[ "$backend" = cpu ] || flags="--dtype float32"
+# the lines without their creation time; on a GPU without logprob values either
+if [ "$backend" = cpu ]; then
+    norm() { sed 's/"created":[0-9]*,//' "$1" | sort; }
+else
+    norm() { sed -e 's/"created":[0-9]*,//' -e 's/"logprob":[^,}]*//g' "$1" | sort; }
+fi
 # both NAME MODEL [flags...]: TPINFER_PRUNE_LAST=0 and the default give the same bytes
 both() {
     name=$1 model=$2; shift 2
     for p in 0 1; do
-        TPINFER_LOG=debug TPINFER_PRUNE_LAST=$p "$@" --model "$MODELS/$model" --backend cpu --input "$TMP/in.jsonl" \
+        TPINFER_LOG=debug TPINFER_WARMUP=0 TPINFER_PRUNE_LAST=$p "$@" --model "$MODELS/$model" --backend "$backend" \
+            $flags --input "$TMP/in.jsonl" \
             --output "$TMP/$name$p.jsonl" 2>"$TMP/$name$p.err" || { cat "$TMP/$name$p.err"; fail "$name, TPINFER_PRUNE_LAST=$p"; }
     done
     [ "$(norm "$TMP/${name}0.jsonl")" = "$(norm "$TMP/${name}1.jsonl")" ] ||
@@ -34,5 +46,6 @@ both qwen3 tiny-qwen3 "$TPINFER"
 both qwen2 tiny-qwen2 "$TPINFER" --max-num-batched-tokens 7
 if [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ]; then
     both tp2 stories260K-hf mpi 2 "$TPINFER" --tp 2
+    both pp2 stories260K-hf mpi 2 "$TPINFER" --pp 2
 fi
 exit 0

@@ -137,6 +137,20 @@ for mode in eager graphs; do
     fi
 done
 
+# the last layer pruned to the logit rows (TPINFER_PRUNE_LAST) gives the tokens every row
+# gives, in float32; at tp 2 and pp 2 too on a machine of two GPUs (once, at grid 1 1 1)
+if [ "$NP" -eq 1 ] && [ "${GPU_MODELS:-1}" = 1 ]; then
+    ngpu=$(grep -c . "$OUTDIR/gpu.txt")
+    mpi_for=no
+    [ "$ngpu" -ge 2 ] && mpi_for=$(command -v mpirun || echo no)
+    if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED PRUNE_BACKEND=cuda MPIRUN=$mpi_for \
+        timeout 300 bash "$root/tests/prune_last.sh" >"$OUTDIR/prune-last.log" 2>&1; then
+        record "last layer pruned = every row (tokens, f32)" PASS "$([ "$mpi_for" = no ] && echo tp1 || echo "tp1, tp2, pp2")"
+    else
+        record "last layer pruned = every row (tokens, f32)" FAIL "$(tail -2 "$OUTDIR/prune-last.log" | tr '|\n' '/ ' | cut -c1-150)"
+    fi
+fi
+
 # Hugging Face itself in bfloat16 on this GPU, against the same float32 references: the
 # yardstick for the bfloat16 rows above (informational; recorded in tests/gpu/RESULTS.md)
 if [ "$NP" -eq 1 ] && [ "${GPU_HF_BF16:-1}" = 1 ]; then
