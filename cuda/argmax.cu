@@ -94,6 +94,15 @@ template <bool SUM> __device__ __forceinline__ void push(argmax_state &a, float 
     }
 }
 
+/* the four columns c .. c + 3 of v, in order */
+template <bool SUM> __device__ __forceinline__ void push4(argmax_state &a, const float4 &v, int32_t c)
+{
+    push<SUM>(a, v.x, c);
+    push<SUM>(a, v.y, c + 1);
+    push<SUM>(a, v.z, c + 2);
+    push<SUM>(a, v.w, c + 3);
+}
+
 /* VEC: the row starts 16-byte aligned and its columns are read as float4, four of them in
  * flight a thread (a scalar load each, four in flight, kept ~16 KB in flight an SM: 40 us for
  * 128 rows of 128256 on an H200, latency-bound). Either way a thread's columns rise, and
@@ -117,22 +126,9 @@ argmax_kernel(tp_tensor logits, int32_t *ids, float *logprob, float *value, tp_c
 #pragma unroll
             for (int u = 0; u < 4; u++) v[u] = __ldg(x4 + j + u * step);
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int32_t c = (int32_t)(4 * (j + u * step));
-                push<SUM>(st, v[u].x, c);
-                push<SUM>(st, v[u].y, c + 1);
-                push<SUM>(st, v[u].z, c + 2);
-                push<SUM>(st, v[u].w, c + 3);
-            }
+            for (int u = 0; u < 4; u++) push4<SUM>(st, v[u], (int32_t)(4 * (j + u * step)));
         }
-        for (; j < V4; j += step) {
-            const float4 v = __ldg(x4 + j);
-            const int32_t c = (int32_t)(4 * j);
-            push<SUM>(st, v.x, c);
-            push<SUM>(st, v.y, c + 1);
-            push<SUM>(st, v.z, c + 2);
-            push<SUM>(st, v.w, c + 3);
-        }
+        for (; j < V4; j += step) push4<SUM>(st, __ldg(x4 + j), (int32_t)(4 * j));
         /* the last V % 4 columns: thread t takes column 4 V4 + t, past every column it read */
         if (threadIdx.x < V - 4 * V4) push<SUM>(st, __ldg(x + 4 * V4 + threadIdx.x), (int32_t)(4 * V4 + threadIdx.x));
     } else {
