@@ -158,19 +158,8 @@ PY
 )
     echo "copy bandwidth: ${bw:-?} B/s"
 fi
-# BENCH_COMMIT, else the commit `git archive` wrote into bench/tree-commit (a tree copied
-# without its .git: inside a checkout git would name the checkout's commit), else the
-# checkout's commit (+dirty with local changes)
-archived=$(cat "$root/bench/tree-commit" 2>/dev/null)
-if [ -n "${BENCH_COMMIT:-}" ]; then
-    commit=$BENCH_COMMIT
-elif [ -n "$archived" ] && [ "${archived#\$}" = "$archived" ]; then
-    commit=$archived
-elif commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
-    [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
-else
-    commit=?
-fi
+. "$root/bench/tree_commit.sh"
+commit=$(tree_commit "$root")
 command=
 for v in "${!BENCH_@}"; do # the BENCH_ settings, quoted where they need it, then the call
     if [[ ${!v} =~ ^[A-Za-z0-9_./:,=+-]*$ ]]; then command+="$v=${!v} "; else command+="$v=\"${!v}\" "; fi

@@ -20,11 +20,8 @@ OUTDIR=${OUT:-/tmp/tpinfer-gpu-out}
 W=${GPU_WORK:-/tmp/tpinfer-gpu-work} # outputs and logit dumps; $OUTDIR keeps logs and results
 mkdir -p "$OUTDIR" "$W"
 root=$(pwd)
-# the commit: BENCH_COMMIT, else what `git archive` wrote into bench/tree-commit, else git's
-archived=$(cat "$root/bench/tree-commit" 2>/dev/null)
-commit=${BENCH_COMMIT:-}
-[ -z "$commit" ] && [ -n "$archived" ] && [ "${archived#\$}" = "$archived" ] && commit=$archived
-[ -n "$commit" ] || commit=$(git rev-parse --short HEAD 2>/dev/null || echo ?)
+. "$root/bench/tree_commit.sh"
+commit=$(tree_commit "$root")
 SHARED=${TPINFER_SHARED:-$( [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared")}
 MODELS=$SHARED/models
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
