@@ -135,6 +135,7 @@ typedef struct engine {
     int is_sampler;
     int greedy_on_device;   /* this step's tokens are chosen by the backend's argmax */
     int sample_on_device;   /* sampler rank: this step's rows were sampled by the backend's sample op */
+    int sample_op_ran;      /* every rank alike: a step (or the warm-up) ran the sample op on some rows */
     tp_sample_row *srows;   /* [max_rows] their rules */
     tp_sample_out *sout;    /* [max_rows] their results */
     int32_t *stokens;       /* their penalty and banned ids */
@@ -1063,15 +1064,28 @@ static tp_status run_stage(engine *e, int p, tp_step *s)
     }
     e->greedy_on_device = device_greedy(e, &e->B[p]);
     e->sample_on_device = 0;
+    /* alike on every rank: the sampler runs the sample op, its TP peers gather for it */
+    const int group_samples = !e->greedy_on_device && device_sample(e);
     tp_sample_request rq;
-    if (e->is_sampler && !e->greedy_on_device && device_sample(e)) {
+    if (e->is_sampler && group_samples) {
         TP_CHECK(sample_rows(e, &e->B[p], 0, &rq));
         e->sample_on_device = 1;
     }
     if (e->is_sampler) e->steps_by_path[e->greedy_on_device ? 0 : e->sample_on_device ? 1 : 2]++;
-    return tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
-                            e->is_sampler && !e->greedy_on_device && !e->sample_on_device ? e->logits_host : NULL,
-                            e->greedy_on_device ? e->sync : NULL, e->sample_on_device ? &rq : NULL);
+    /* The first step whose rows the sample op takes is not recorded as a graph on the sampler
+     * (the backend makes the op's scratch then); its TP peers run it eagerly too, since a graph
+     * pads the batch and the ranks' all-reduces and all-gathers must have one size (without
+     * the warm-up, a prefill with prompt rows on the host sampler left the first decode step
+     * padded on the peers only: MPI_ERR_TRUNCATE on the CPU, a hang on GPUs). */
+    const int first_sample = group_samples && s->n_logits > 0 && !e->sample_op_ran && e->buf.use_graphs;
+    if (first_sample) e->buf.use_graphs = 0;
+    const tp_status st = tp_model_forward(&e->model, &e->kv, &e->buf, s, e->tpc, in_x, in_delta,
+                                          e->is_sampler && !e->greedy_on_device && !e->sample_on_device
+                                              ? e->logits_host : NULL,
+                                          e->greedy_on_device ? e->sync : NULL, e->sample_on_device ? &rq : NULL);
+    if (first_sample) e->buf.use_graphs = 1;
+    if (group_samples && s->n_logits > 0) e->sample_op_ran = 1;
+    return st;
 }
 
 /* After every stage computed: stage s receives what s-1 produced (for its next tick),
@@ -1165,6 +1179,7 @@ static tp_status warm_up(engine *e)
         w.in_delta = &e->rdelta;
     }
     TP_CHECK(tp_model_warm_up(&e->model, &e->kv, &e->buf, e->tpc, &w));
+    if (w.sampled && w.graphs) e->sample_op_ran = 1; /* its eager sampled step (tp_model_warm_up) */
     if (e->g->pp_rank < e->g->pp - 1) {
         TP_CHECK(send_to_next(e, n));
         TP_CHECK(e->backend->ops->synchronize(e->backend));

@@ -3,14 +3,16 @@
 # gives what the host sampler gives: the same completions, logprobs and top logprobs, for
 # temperature, top-k, top-p, min-p, the three penalties, min_tokens (end tokens banned),
 # n > 1 (each choice its own stream) and greedy rows with logprobs, at tp 1 and tp 2 (where
-# the gathered logits are re-laid out on the device). CPU backend; tests/gpu/run.sh does the
-# same on a GPU.
+# the gathered logits are re-laid out on the device), also where the first step the sample
+# op takes is a padded decode step (a prefill with prompt logprobs goes to the host sampler:
+# tp 2's ranks must all run that step unpadded). CPU backend; tests/gpu/run.sh does the same
+# on a GPU.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
 in="$top_srcdir/tests/sample_prompts.jsonl"
-run() { # run NAME NP [NAME=VALUE...]: tpinfer on the prompts (under mpirun at tp NP when NP is set)
+run() { # run NAME NP [NAME=VALUE...]: tpinfer on $in (under mpirun at tp NP when NP is set)
     name=$1 np=$2; shift 2
     ( export TPINFER_PAD_DECODE=0
       for kv in "$@"; do export "$kv"; done
@@ -39,5 +41,14 @@ if [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ]; then
     cmp -s "$TMP/device2.jsonl" "$TMP/host2.jsonl" || fail "tp 2: the sample op and the host sampler differ"
     run padded2 2 TPINFER_SAMPLE_ON_HOST=0 TPINFER_PAD_DECODE=1
     cmp -s "$TMP/padded2.jsonl" "$TMP/host2.jsonl" || fail "tp 2: padded steps with the sample op differ"
+    # prompt logprobs: the prefill on the host sampler, the sample op first in a decode step
+    sed '1 s/^{/{"prompt_logprobs":1,/' "$top_srcdir/tests/sample_prompts.jsonl" >"$TMP/prompt_lp.jsonl"
+    in=$TMP/prompt_lp.jsonl
+    run plhost2 2 TPINFER_SAMPLE_ON_HOST=1
+    run plpadded2 2 TPINFER_SAMPLE_ON_HOST=0 TPINFER_PAD_DECODE=1 TPINFER_LOG=debug
+    grep -q "by its sample op, 1 by the host sampler" "$TMP/plpadded2.err" ||
+        { grep "tokens chosen" "$TMP/plpadded2.err"; fail "tp 2, prompt logprobs: not one host-sampled prefill, then the sample op"; }
+    cmp -s "$TMP/plpadded2.jsonl" "$TMP/plhost2.jsonl" ||
+        fail "tp 2, prompt logprobs: padded steps with the sample op differ from the host sampler"
 fi
 echo "PASS: the sample op and the host sampler agree"
