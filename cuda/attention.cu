@@ -65,6 +65,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_fp16.h>
 
@@ -337,6 +338,10 @@ struct fa_params {
     unsigned long long *trace; /* the decode kernel's per-block timeline (tp_cuda_attention_trace) or NULL */
     int32_t *pf_list;       /* the tensor-core decode kernel under pf_skip: the tokens the prefill */
     int32_t *pf_count;      /* kernel left (pf_list_kernel), or NULL (a block per token, pf_took) */
+    /* the tensor-core decode kernel with qk_rope_store's rope and store (tp_cuda_attention_rope);
+     * rope_k.data NULL: q is roped and the step's rows are stored already */
+    tp_tensor rope_k, rope_v; /* the k and v columns of q's qkv */
+    const float *inv_freq;
 };
 
 /* 16 bytes of cache row as f32 */
@@ -1010,6 +1015,85 @@ __global__ void __launch_bounds__(PF_THREADS)
 
 template <int D, int W, int NB> __host__ __device__ constexpr size_t dt_smem_bytes() { return (size_t)NB * 2 * 16 * W * (D + PF_PAD) * 2; }
 
+/* The fused qk_rope_store's share of item (token i, KV head kh), by its block's W warps (q, k
+ * and v from the step's qkv, so after the wait for the previous kernel): q heads h0 .. h0 +
+ * gn - 1 rotated into q_s (rows of pitch D + PF_PAD: the q fragments' source) and, where
+ * write_q, back into q; where store, k head kh rotated back into k and stored with v head kh
+ * at the token's slot (kv_store's rule: below zero is padding, past the cache a fault). cs:
+ * the cos [D / 2], then the sin, of pos. rope_rotate without a norm, rounded as rope_pair
+ * rounds: qk_rope_store's bits. */
+template <typename T, int D, int W>
+__device__ __forceinline__ void dt_rope(const tp_tensor &q, const fa_params &P, const tp_kv_layer &cache,
+                                        const tp_attn_batch &batch, tp_cuda_fault *fault, int64_t i, int kh, int h0,
+                                        int gn, const float *cs, T *q_s, bool write_q, bool store)
+{
+    constexpr int HALF = D / 2, THREADS = W * WARP_SIZE, LD = D + PF_PAD;
+    constexpr int QP = DT_MAX_GROUP * HALF / THREADS; /* q pairs a thread takes, at most */
+    constexpr int KP = CEIL_DIV(HALF, THREADS), VE = CEIL_DIV(D, THREADS);
+    const int tid = threadIdx.x;
+    T *qr = (T *)q.data + i * q.stride + (int64_t)h0 * D;
+    T *kr = (T *)P.rope_k.data + i * P.rope_k.stride + (int64_t)kh * D;
+    const T *vr = (const T *)P.rope_v.data + i * P.rope_v.stride + (int64_t)kh * D;
+    /* every load first: the stores below would otherwise hold each one up (they may alias) */
+    float q1[QP], q2[QP], k1[KP], k2[KP], vv[VE];
+#pragma unroll
+    for (int u = 0; u < QP; u++) {
+        const int p = tid + u * THREADS, h = p / HALF, j = p % HALF;
+        if (h < gn) q1[u] = to_f32(qr[h * D + j]), q2[u] = to_f32(qr[h * D + j + HALF]);
+    }
+    if (store) {
+#pragma unroll
+        for (int u = 0; u < KP; u++) {
+            const int j = tid + u * THREADS;
+            if (j < HALF) k1[u] = to_f32(kr[j]), k2[u] = to_f32(kr[j + HALF]);
+        }
+#pragma unroll
+        for (int u = 0; u < VE; u++) {
+            const int e = tid + u * THREADS;
+            if (e < D) vv[u] = to_f32(vr[e]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < QP; u++) {
+        const int p = tid + u * THREADS, h = p / HALF, j = p % HALF;
+        if (h >= gn) continue;
+        float y1, y2;
+        rope_rotate(q1[u], q2[u], cs[j], cs[HALF + j], &y1, &y2);
+        const T a = from_f32<T>(y1), b = from_f32<T>(y2);
+        q_s[h * LD + j] = a;
+        q_s[h * LD + j + HALF] = b;
+        if (write_q) qr[h * D + j] = a, qr[h * D + j + HALF] = b;
+    }
+    if (!store) return;
+    const int64_t slot = batch.slot[i], slots = (int64_t)cache.n_blocks * cache.block_size;
+    const bool keep = slot >= 0 && slot < slots;
+    if (slot >= slots && kh == 0 && tid == 0) fault_record(fault, TP_CUDA_FAULT_KV_SLOT, i, slot, slots);
+    const int64_t row = (keep ? slot : 0) * cache.n_kv_heads * D + (int64_t)kh * D;
+    T *kc = (T *)cache.k + row, *vc = (T *)cache.v + row;
+#pragma unroll
+    for (int u = 0; u < KP; u++) {
+        const int j = tid + u * THREADS;
+        if (j >= HALF) continue;
+        float y1, y2;
+        rope_rotate(k1[u], k2[u], cs[j], cs[HALF + j], &y1, &y2);
+        const T a = from_f32<T>(y1), b = from_f32<T>(y2);
+        kr[j] = a, kr[j + HALF] = b;
+        if (keep) kc[j] = a, kc[j + HALF] = b;
+    }
+#pragma unroll
+    for (int u = 0; u < VE; u++) {
+        const int e = tid + u * THREADS;
+        if (keep && e < D) vc[e] = from_f32<T>(vv[u]);
+    }
+}
+
+/* cos [D / 2], then sin, of pos into cs, by the block's threads */
+template <int D>
+__device__ __forceinline__ void dt_rope_angles(const float *inv_freq, int32_t pos, float *cs)
+{
+    for (int j = threadIdx.x; j < D / 2; j += blockDim.x) rope_angle(pos, __ldg(inv_freq + j), &cs[j], &cs[D / 2 + j]);
+}
+
 /* One item of the kernel below: token i (its seq and pos), KV head kh, split blockIdx.y;
  * NB tile buffers (NB - 1 tiles travel while one is used). pdl_pending: the kernel has not
  * waited for its predecessor yet (a decode step's, batch.one_per_seq): where the first NB - 1
@@ -1030,6 +1114,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     static_assert(DT_BN == 16 * DT_WARPS, "a warp takes 16 keys of a tile");
     static_assert(DT_BN * CPR % DT_THREADS == 0, "tile loads must divide over the threads");
     static_assert(DT_WARPS * DT_MAX_GROUP * D * 4 <= dt_smem_bytes<D, W, NB>(), "the merge reuses the tile buffers");
+    static_assert(DT_MAX_GROUP <= DT_BN && 2 * D <= DT_BN * LD, "the fused rope's q and cos/sin fit a tile buffer");
     extern __shared__ __align__(16) unsigned char dt_smem[];
     T *kbuf = (T *)dt_smem, *vbuf = kbuf + NB * DT_BN * LD;
     __shared__ float m_s[DT_WARPS][DT_MAX_GROUP], l_s[DT_WARPS][DT_MAX_GROUP];
@@ -1047,8 +1132,18 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     unsigned long long *tr = P.trace && tid == 0 && trace_at < TRACE_BLOCKS ? P.trace + 4 * trace_at : NULL;
     if (tr) tr[0] = globaltimer_ns();
     const int32_t code = token_fault(seq, pos, batch, bs, &value, &limit);
+    /* the fused rope's scratch (P.rope_k.data): tile buffer NB - 1, which no tile takes before
+     * the main loop (the prologue fills buffers 0 .. NB - 2) */
+    const bool rope = P.rope_k.data != nullptr;
+    float *rope_cs = (float *)(vbuf + (NB - 1) * DT_BN * LD);
+    T *rope_q = kbuf + (NB - 1) * DT_BN * LD;
     if (code != TP_CUDA_FAULT_NONE) {
         if (pdl_pending) pdl_wait(); /* out may still be read by an earlier kernel */
+        if (rope && s == 0) { /* the rope and the store happen all the same (qk_rope_store's) */
+            dt_rope_angles<D>(P.inv_freq, pos, rope_cs);
+            __syncthreads();
+            dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, true, true);
+        }
         if (tid == 0 && s == 0) fault_record(fault, code, i, value, limit);
         if (S == 1) /* no combine kernel to zero it */
             for (int e = tid; e < gn * D; e += DT_THREADS)
@@ -1153,6 +1248,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         }
     };
     if (early) prologue();
+    if (rope) dt_rope_angles<D>(P.inv_freq, pos, rope_cs); /* uploads: ahead of the wait */
     if (pdl_pending) {
         pdl_wait(); /* q and the step's own K/V rows come from earlier kernels */
         waited = true;
@@ -1162,7 +1258,16 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     }
     /* q fragments: rows g and g + 8 are q heads h0 + g, h0 + g + 8 (zeros past the group) */
     uint32_t qf[KS][4];
-    {
+    if (rope) {
+        /* q rotated into rope_q; the split holding pos stores the step's K and V rows (the early
+         * tiles end before pos), the barrier then ordering them before this block's copies */
+        __syncthreads(); /* rope_cs */
+        dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, s == 0, b0 <= pos && pos < b1);
+        __syncthreads();
+        const uint16_t *qa = (const uint16_t *)rope_q + g * LD;
+        fa_load_q<KS>(qf, qa, qa + 8 * LD, g < gn, g + 8 < gn, tig, true);
+        __syncthreads(); /* every warp holds its fragments before buffer NB - 1 takes a tile */
+    } else {
         const uint16_t *qa = (const uint16_t *)q.data + i * q.stride + (int64_t)(h0 + g) * D;
         fa_load_q<KS>(qf, qa, qa + 8 * D, g < gn, g + 8 < gn, tig, ((uintptr_t)q.data & 3) == 0 && (q.stride & 1) == 0);
     }
@@ -1439,9 +1544,13 @@ static int decode_tc_wanted(const tp_tensor &q, const tp_kv_layer &cache, int gr
     return (cache.head_dim == 64 || cache.head_dim == 128) && group <= DT_MAX_GROUP;
 }
 
+/* rope_k (with rope_v and inv_freq): the tensor-core decode kernel ropes and stores the step's
+ * rows too (tp_cuda_attention_rope; the caller made sure it takes the batch); else NULL. */
 static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,
                                  float scale, tp_tensor out, tp_cuda_attn_scratch scratch, int lp_log2, int vpl,
-                                 int pf_skip, tp_cuda_fault *fault, cudaStream_t stream)
+                                 int pf_skip, tp_cuda_fault *fault, cudaStream_t stream,
+                                 const tp_tensor *rope_k = NULL, const tp_tensor *rope_v = NULL,
+                                 const float *inv_freq = NULL)
 {
     const int64_t n = batch.n_tokens, kvh = cache.n_kv_heads, hd = cache.head_dim;
     const int group = q_heads / (int)kvh;
@@ -1497,6 +1606,14 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.trace = trace_on ? trace_dev : NULL;
     P.pf_count = listed ? (int32_t *)((char *)scratch.data + scratch.bytes) : NULL;
     P.pf_list = listed ? P.pf_count + 1 : NULL;
+    memset(&P.rope_k, 0, sizeof P.rope_k);
+    memset(&P.rope_v, 0, sizeof P.rope_v);
+    P.inv_freq = inv_freq;
+    if (rope_k) {
+        if (!tc || listed) return tp_error(TP_ERR_INTERNAL, "attention: the fused rope needs the decode kernel alone");
+        P.rope_k = *rope_k;
+        P.rope_v = *rope_v;
+    }
     static int early_env = -1; /* TPINFER_ATTN_EARLY_KV=0: a decode step's keys only after the wait */
     if (early_env < 0) early_env = env_int("TPINFER_ATTN_EARLY_KV", 1, 0, 1);
     if (!early_env) batch.one_per_seq = 0;
@@ -1634,6 +1751,32 @@ static tp_status attention_simple(tp_tensor q, tp_kv_layer cache, tp_attn_batch 
     });
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;
+}
+
+extern "C" int tp_cuda_attention_rope_fits(tp_tensor q, tp_tensor k, tp_tensor v, tp_kv_layer cache,
+                                           tp_attn_batch batch, int32_t q_heads)
+{
+    static int env = -1;
+    if (env < 0) env = env_int("TPINFER_ROPE_ATTENTION", 1, 0, 1);
+    int vpl = 1;
+    if (!env || !batch.one_per_seq || force_simple || flash_lanes_log2(cache, &vpl) < 0) return 0;
+    if (k.dtype != cache.dtype || v.dtype != cache.dtype || q_heads % cache.n_kv_heads != 0) return 0;
+    return decode_tc_wanted(q, cache, q_heads / cache.n_kv_heads);
+}
+
+extern "C" tp_status tp_cuda_attention_rope(tp_tensor q, tp_tensor k, tp_tensor v, const float *inv_freq,
+                                            tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads, float scale,
+                                            tp_tensor out, tp_cuda_attn_scratch scratch, tp_cuda_fault *fault,
+                                            cudaStream_t stream)
+{
+    if ((int64_t)batch.n_tokens * q_heads <= 0) return TP_OK;
+    if (!tp_cuda_attention_rope_fits(q, k, v, cache, batch, q_heads))
+        return tp_error(TP_ERR_INTERNAL, "attention: the fused rope does not take this batch");
+    int vpl = 1;
+    const int lp_log2 = flash_lanes_log2(cache, &vpl);
+    /* one token per sequence: nothing for the prefill kernel */
+    return attention_flash(q, cache, batch, q_heads, scale, out, scratch, lp_log2, vpl, 0, fault, stream, &k, &v,
+                           inv_freq);
 }
 
 extern "C" tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, int32_t q_heads,

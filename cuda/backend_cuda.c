@@ -366,8 +366,8 @@ static tp_status cuda_kv_store(tp_backend *b, const tp_tensor *k, const tp_tenso
     return tp_cuda_kv_store(*k, *v, *cache, batch->slot, (int32_t)n, ctx->fault_dev, ctx->stream);
 }
 
-static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
-                                const tp_attn_batch *batch, int32_t q_heads, float scale, tp_tensor *out)
+static tp_status attention_check(const tp_tensor *q, const tp_kv_layer *cache, const tp_attn_batch *batch,
+                                 int32_t q_heads, const tp_tensor *out)
 {
     TP_CHECK(tp_check_cache("attention", cache));
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "attention: batch is NULL");
@@ -380,12 +380,20 @@ static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_l
     if (n < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has %lld tokens", (long long)n);
     TP_CHECK(tp_check_shape("attention", "q", q, n, q_heads * hd));
     TP_CHECK(tp_check_shape("attention", "out", out, n, q_heads * hd));
-    if (n == 0) return TP_OK;
+    if (n == 0) return TP_OK; /* the tables are not read */
     if (!batch->seq || !batch->pos || !batch->block_table)
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has a NULL seq, pos or block_table");
     if (batch->max_blocks <= 0 || batch->max_pos <= 0)
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
                         "must be > 0", batch->max_blocks, batch->max_pos);
+    return TP_OK;
+}
+
+static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_layer *cache,
+                                const tp_attn_batch *batch, int32_t q_heads, float scale, tp_tensor *out)
+{
+    TP_CHECK(attention_check(q, cache, batch, q_heads, out));
+    if (batch->n_tokens == 0) return TP_OK;
     cuda_ctx *ctx = ctx_of(b);
     return tp_cuda_attention(*q, *cache, *batch, q_heads, scale, *out, ctx->attn, ctx->fault_dev, ctx->stream);
 }
@@ -513,9 +521,9 @@ static tp_status cuda_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_
 
 /* head_rmsnorm (when q_norm is given), rope of q and k, kv_store: their checks under one
  * name, then one kernel. A slot past the cache is kv_store's device fault. */
-static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
-                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
-                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
+static tp_status qk_rope_store_check(const tp_tensor *q, const tp_tensor *k, const tp_tensor *v,
+                                     const tp_tensor *q_norm, const tp_tensor *k_norm, int32_t head_dim,
+                                     const float *inv_freq, const tp_kv_layer *cache, const tp_attn_batch *batch)
 {
     const char *op = "qk_rope_store";
     if (!batch) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch is NULL");
@@ -531,8 +539,6 @@ static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, c
     TP_CHECK(tp_check_shape(op, "q", q, n, q->cols));
     TP_CHECK(tp_check_shape(op, "k", k, n, width));
     TP_CHECK(tp_check_shape(op, "v", v, n, width));
-    tp_tensor none;
-    memset(&none, 0, sizeof none);
     if (q_norm) {
         if (!k_norm) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: q_norm without k_norm");
         TP_CHECK(check_tensor(op, "q_norm", q_norm));
@@ -544,14 +550,44 @@ static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, c
         return tp_error(TP_ERR_UNSUPPORTED, "qk_rope_store: q, k and v are %s, %s and %s; the CUDA kernel "
                         "takes them in one dtype (columns of one qkv)", tp_dtype_name(q->dtype),
                         tp_dtype_name(k->dtype), tp_dtype_name(v->dtype));
-    if (n == 0) return TP_OK;
+    if (n == 0) return TP_OK; /* pos, slot and inv_freq are not read */
     if (!batch->pos || !batch->slot)
         return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: batch has a NULL pos or slot");
     if (!inv_freq) return tp_error(TP_ERR_INVALID_ARG, "qk_rope_store: inv_freq is NULL");
+    return TP_OK;
+}
+
+static tp_status cuda_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
+{
+    TP_CHECK(qk_rope_store_check(q, k, v, q_norm, k_norm, head_dim, inv_freq, cache, batch));
+    if (batch->n_tokens == 0) return TP_OK;
+    tp_tensor none;
+    memset(&none, 0, sizeof none);
     cuda_ctx *ctx = ctx_of(b);
     return tp_cuda_qk_rope_store(*q, *k, *v, q_norm ? *q_norm : none, q_norm ? *k_norm : none, eps, head_dim,
-                                 batch->pos, inv_freq, *cache, batch->slot, (int32_t)n, ctx->fault_dev,
-                                 ctx->stream);
+                                 batch->pos, inv_freq, *cache, batch->slot, (int32_t)batch->n_tokens,
+                                 ctx->fault_dev, ctx->stream);
+}
+
+/* qk_rope_store then attention, both ops' checks; one kernel where the decode kernel can rope
+ * and store its own item's rows (tp_cuda_attention_rope_fits: a decode step's batch without
+ * q/k norms), else the two ops. */
+static tp_status cuda_qk_rope_attention(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                        const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                        const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch,
+                                        int32_t q_heads, float scale, tp_tensor *out)
+{
+    TP_CHECK(qk_rope_store_check(q, k, v, q_norm, k_norm, head_dim, inv_freq, cache, batch));
+    TP_CHECK(attention_check(q, cache, batch, q_heads, out));
+    if (batch->n_tokens == 0) return TP_OK;
+    cuda_ctx *ctx = ctx_of(b);
+    if (!q_norm && head_dim == cache->head_dim && tp_cuda_attention_rope_fits(*q, *k, *v, *cache, *batch, q_heads))
+        return tp_cuda_attention_rope(*q, *k, *v, inv_freq, *cache, *batch, q_heads, scale, *out, ctx->attn,
+                                      ctx->fault_dev, ctx->stream);
+    TP_CHECK(cuda_qk_rope_store(b, q, k, v, q_norm, k_norm, eps, head_dim, inv_freq, cache, batch));
+    return cuda_attention(b, q, cache, batch, q_heads, scale, out);
 }
 
 static tp_status cuda_matmul_tune(tp_backend *b, int on, int *tuned)
@@ -711,6 +747,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .sample       = */ cuda_sample,
     /* .matmul_swiglu= */ cuda_matmul_swiglu,
     /* .qk_rope_store= */ cuda_qk_rope_store,
+    /* .qk_rope_attention = */ cuda_qk_rope_attention,
     /* .graph_begin  = */ cuda_graph_begin,
     /* .graph_end    = */ cuda_graph_end,
     /* .graph_launch = */ cuda_graph_launch,

@@ -149,6 +149,24 @@ __device__ __forceinline__ float block_sum(float v)
 }
 
 // ----------------------------------------------------------------------------
+// rotate-half rope (rope.cu, qk_rope_store.cu, attention.cu's fused form): the CPU backend's
+// method, angle = (float)pos * inv_freq[j] (one f32 product), its cos and sin in f32, and
+// each product and sum rounded on its own (no FMA contraction), so every kernel gives the
+// same bits
+
+__device__ __forceinline__ void rope_angle(int32_t pos, float inv_freq, float *c, float *s)
+{
+    sincosf(__fmul_rn((float)pos, inv_freq), s, c);
+}
+
+/* the pair (x1, x2) = (x[j], x[j + half]) rotated by (c, s), in f32 */
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float *y1, float *y2)
+{
+    *y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    *y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
+// ----------------------------------------------------------------------------
 // faults: the first kernel to see a bad index records it; backend_cuda.c reports it
 
 __device__ __forceinline__ void fault_record(tp_cuda_fault *f, int32_t code, int64_t index,

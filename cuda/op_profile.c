@@ -181,6 +181,16 @@ static tp_status p_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, cons
     TIMED(inner->qk_rope_store(b, q, k, v, q_norm, k_norm, eps, head_dim, inv_freq, cache, batch), "qk_rope_store");
 }
 
+static tp_status p_qk_rope_attention(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                     const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                     const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch,
+                                     int32_t q_heads, float scale, tp_tensor *out)
+{
+    TIMED(inner->qk_rope_attention(b, q, k, v, q_norm, k_norm, eps, head_dim, inv_freq, cache, batch, q_heads, scale,
+                                   out),
+          "qk_rope_attention %d tokens", (int)batch->n_tokens);
+}
+
 static int by_time(const void *a, const void *b)
 {
     const entry *x = a, *y = b;
@@ -232,6 +242,7 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.sample = inner->sample ? p_sample : NULL;
     outer.matmul_swiglu = p_matmul_swiglu;
     outer.qk_rope_store = p_qk_rope_store;
+    outer.qk_rope_attention = inner->qk_rope_attention ? p_qk_rope_attention : NULL;
     outer.graph_begin = NULL; /* eager steps: forward.c pads decode steps but runs them */
     outer.graph_end = NULL;
     outer.graph_launch = NULL;

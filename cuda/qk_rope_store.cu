@@ -44,9 +44,9 @@ __device__ __forceinline__ void rope_pair(XT *x, CT *kc, int j, int half, float 
         x1 = to_f32(from_f32<XT>(x1 * inv * weight_at(w, wdt, j)));
         x2 = to_f32(from_f32<XT>(x2 * inv * weight_at(w, wdt, j + half)));
     }
-    const float c = cs_s[j], sn = cs_s[half + j];
-    const XT y1 = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
-    const XT y2 = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
+    float r1, r2;
+    rope_rotate(x1, x2, cs_s[j], cs_s[half + j], &r1, &r2);
+    const XT y1 = from_f32<XT>(r1), y2 = from_f32<XT>(r2);
     x[j] = y1;
     x[j + half] = y2;
     if (kc) {
@@ -68,16 +68,10 @@ __global__ void __launch_bounds__(QKR_WARPS * WARP_SIZE)
     const int64_t i = blockIdx.x;
     const int half = head_dim / 2, lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
 
-    /* rope.cu's angle: one f32 product, then sincosf. Positions, slots and inv_freq are
-     * uploads, never a kernel's output: done while the previous kernel finishes. */
-    const float p = (float)pos[i];
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float f = __fmul_rn(p, inv_freq[j]);
-        float sn, cn;
-        sincosf(f, &sn, &cn);
-        cs_s[j] = cn;
-        cs_s[half + j] = sn;
-    }
+    /* rope.cu's angle. Positions, slots and inv_freq are uploads, never a kernel's output:
+     * done while the previous kernel finishes. */
+    const int32_t p = pos[i];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(p, inv_freq[j], &cs_s[j], &cs_s[half + j]);
     const int64_t s = slot[i], slots = (int64_t)cache.n_blocks * cache.block_size;
     pdl_wait(); /* q, k, v from the previous kernel */
     __syncthreads();

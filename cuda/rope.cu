@@ -1,9 +1,8 @@
 /*
  * rope.cu: Hugging Face rotate-half rotary embedding in place, one block per row. The
- * method is the CPU backend's: angle = (float)pos * inv_freq[j] (one f32 product), cos
- * and sin of it in f32, x[j] <- x[j] c - x[j+h] s, x[j+h] <- x[j+h] c + x[j] s, with the
- * products and sums rounded separately (no FMA contraction), computed in f32 and rounded
- * once to x's dtype. Each (head, j) pair belongs to one thread.
+ * method is the CPU backend's (common.cuh's rope_angle and rope_rotate): x[j] <- x[j] c -
+ * x[j+h] s, x[j+h] <- x[j+h] c + x[j] s in f32, rounded once to x's dtype. Each (head, j)
+ * pair belongs to one thread.
  */
 #include "common.cuh"
 
@@ -14,17 +13,16 @@ template <typename XT>
 __global__ void rope_kernel(tp_tensor x, int32_t head_dim, int64_t heads, const int32_t *pos, const float *inv_freq)
 {
     const int64_t i = blockIdx.x, half = head_dim / 2;
-    const float p = (float)pos[i];
+    const int32_t p = pos[i];
     XT *r = row_of<XT>(x, i);
     for (int64_t t = threadIdx.x; t < heads * half; t += blockDim.x) {
         const int64_t h = t / half, j = t % half;
-        const float f = __fmul_rn(p, inv_freq[j]);
-        float s, c;
-        sincosf(f, &s, &c);
+        float s, c, y1, y2;
+        rope_angle(p, inv_freq[j], &c, &s);
         XT *v = r + h * head_dim;
-        const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
-        v[j] = from_f32<XT>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-        v[j + half] = from_f32<XT>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+        rope_rotate(to_f32(v[j]), to_f32(v[j + half]), c, s, &y1, &y2);
+        v[j] = from_f32<XT>(y1);
+        v[j + half] = from_f32<XT>(y2);
     }
 }
 

@@ -194,6 +194,13 @@ struct tp_backend_ops {
     tp_status (*qk_rope_store)(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
                                const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch);
+    /* Optional (NULL: the forward calls the two): qk_rope_store, then attention of q into out
+     * (its arguments as those two take them), in one pass where the backend can (on a GPU a
+     * decode step's batch, batch->one_per_seq, without q/k norms), else as the two. */
+    tp_status (*qk_rope_attention)(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
+                                   const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
+                                   const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch,
+                                   int32_t q_heads, float scale, tp_tensor *out);
 
     /* ---- graphs are optional (NULL where the backend has none); staging is not ---- */
     /* Graphs: what is enqueued between graph_begin and graph_end is recorded, not run (no

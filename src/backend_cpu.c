@@ -1119,6 +1119,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .sample       = */ cpu_sample,
     /* .matmul_swiglu= */ cpu_matmul_swiglu,
     /* .qk_rope_store= */ cpu_qk_rope_store,
+    /* .qk_rope_attention = */ NULL, /* the forward calls the two */
     /* .graph_begin  = */ NULL,
     /* .graph_end    = */ NULL,
     /* .graph_launch = */ NULL,

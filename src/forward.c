@@ -109,19 +109,25 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
     tp_tensor v = tp_tensor_cols(&qkv, (d->hq + d->hk) * d->hd, d->hk * d->hd);
-    if (b->ops->qk_rope_store) {
-        TP_CHECK(b->ops->qk_rope_store(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
-                                       m->inv_freq, cache, ab));
+    const float scale = 1.0f / sqrtf((float)d->hd);
+    if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */
+        TP_CHECK(b->ops->qk_rope_attention(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
+                                           m->inv_freq, cache, ab, (int32_t)d->hq, scale, &attn));
     } else {
-        if (L->q_norm.data) {
-            TP_CHECK(b->ops->head_rmsnorm(b, &q, (int32_t)d->hd, &L->q_norm, eps));
-            TP_CHECK(b->ops->head_rmsnorm(b, &k, (int32_t)d->hd, &L->k_norm, eps));
+        if (b->ops->qk_rope_store) {
+            TP_CHECK(b->ops->qk_rope_store(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
+                                           m->inv_freq, cache, ab));
+        } else {
+            if (L->q_norm.data) {
+                TP_CHECK(b->ops->head_rmsnorm(b, &q, (int32_t)d->hd, &L->q_norm, eps));
+                TP_CHECK(b->ops->head_rmsnorm(b, &k, (int32_t)d->hd, &L->k_norm, eps));
+            }
+            TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, m->inv_freq));
+            TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, m->inv_freq));
+            TP_CHECK(b->ops->kv_store(b, &k, &v, cache, ab));
         }
-        TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, m->inv_freq));
-        TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, m->inv_freq));
-        TP_CHECK(b->ops->kv_store(b, &k, &v, cache, ab));
+        TP_CHECK(b->ops->attention(b, &q, cache, ab, (int32_t)d->hq, scale, &attn));
     }
-    TP_CHECK(b->ops->attention(b, &q, cache, ab, (int32_t)d->hq, 1.0f / sqrtf((float)d->hd), &attn));
     if (keep) {
         tp_tensor x_kept = tp_tensor_make(buf->delta.data, TP_DTYPE_F32, R, d->d);
         tp_tensor attn_kept = tp_tensor_make(buf->qkv.data, attn.dtype, R, d->hq * d->hd);

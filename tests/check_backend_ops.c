@@ -1318,6 +1318,178 @@ START_TEST(qk_rope_store_cases)
 }
 END_TEST
 
+/* ---- qk_rope_store and attention in one op --------------------------------------------------- */
+
+typedef struct rope_attn_case {
+    int kvh, ratio, hd, n;
+    int hist[8]; /* token i is sequence i's new one, at position hist[i] (n > 8: random) */
+    int pad_last, graph, bad_slot;
+} rope_attn_case;
+
+/* A decode step's batch (token i of sequence i; earlier keys are the cache's random rows):
+ * qk_rope_attention against the CPU's qk_rope_store then attention, and on the GPU bit for bit
+ * its own two ops run on copies of the same inputs (q and k in place, both caches, out),
+ * directly or (graph) recorded and replayed. pad_last: the last token is padding (slot -1, as
+ * graphs pad); bad_slot: token 0's slot is past the cache, a kv_store fault either way (then
+ * no CPU side). Where the GPU's activations are 16-bit the fused kernel takes the batch. */
+static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
+{
+    seed(s);
+    const tp_dtype A = gb->act_dtype;
+    const int kvh = c->kvh, hd = c->hd, qh = kvh * c->ratio, width = kvh * hd, bs = 16, n = c->n;
+    const int64_t qw = (int64_t)qh * hd, cols = qw + 2 * (int64_t)width;
+    int32_t *hist = host_alloc((size_t)n * 4);
+    int max_blocks = 1, need = 0;
+    for (int i = 0; i < n; i++) {
+        hist[i] = n <= 8 ? c->hist[i] : rand_int(300);
+        const int b = hist[i] / bs + 1;
+        need += b;
+        if (b > max_blocks) max_blocks = b;
+    }
+    const int n_blocks = need + 2, n_slots = n_blocks * bs;
+    int32_t *perm = host_alloc((size_t)n_blocks * 4), *table = host_alloc((size_t)(n * max_blocks) * 4);
+    random_permutation(perm, n_blocks);
+    for (int i = 0, next = 0; i < n; i++)
+        for (int lb = 0; lb < max_blocks; lb++) table[i * max_blocks + lb] = lb <= hist[i] / bs ? perm[next++] : -1;
+    int32_t *seq = host_alloc((size_t)n * 4), *slot = host_alloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) {
+        seq[i] = i;
+        slot[i] = table[i * max_blocks + hist[i] / bs] * bs + hist[i] % bs;
+    }
+    if (c->pad_last) slot[n - 1] = -1;
+    if (c->bad_slot) slot[0] = n_slots;
+    int32_t *tc, *tg, *sc, *sg, *pc, *pg, *lc, *lg;
+    ints_both(table, n * max_blocks, &tc, &tg);
+    ints_both(seq, n, &sc, &sg);
+    ints_both(hist, n, &pc, &pg);
+    ints_both(slot, n, &lc, &lg);
+    const int max_pos = max_blocks * bs; /* a bound, as a graph's */
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1};
+
+    /* the caches: the same random rows on the CPU and in both GPU caches */
+    const tp_dtype cdt = A;
+    const size_t cache_n = (size_t)n_slots * (size_t)width, cache_bytes = cache_n * tp_dtype_size(cdt);
+    unsigned char *init[2];
+    for (int kv = 0; kv < 2; kv++) {
+        float *f = host_alloc(cache_n * sizeof(float) + 1);
+        for (size_t e = 0; e < cache_n; e++) f[e] = uniform(-1.0f, 1.0f);
+        init[kv] = host_alloc(cache_bytes + 1);
+        tp_convert(init[kv], cdt, f, TP_DTYPE_F32, cache_n);
+    }
+    tp_kv_layer cc = {dev_copy(cpu, init[0], cache_bytes), dev_copy(cpu, init[1], cache_bytes), cdt, n_blocks, bs, kvh, hd};
+    tp_kv_layer cg = {dev_copy(gb, init[0], cache_bytes), dev_copy(gb, init[1], cache_bytes), cdt, n_blocks, bs, kvh, hd};
+    tp_kv_layer cr = {dev_copy(gb, init[0], cache_bytes), dev_copy(gb, init[1], cache_bytes), cdt, n_blocks, bs, kvh, hd};
+
+    /* qkv (on the CPU and the fused op's GPU copy; the two ops' copy), Llama 3's frequencies */
+    const size_t nv = (size_t)(n * (cols + 4));
+    float *vals = host_alloc(nv * sizeof(float) + 1);
+    for (size_t e = 0; e < nv; e++) vals[e] = uniform(-2.0f, 2.0f);
+    pt qkv = pt_from(A, ACT, n, cols, 4, vals), ref = pt_from(A, ACT, n, cols, 4, vals);
+    tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qw), kc = tp_tensor_cols(&qkv.c, qw, width);
+    tp_tensor vc = tp_tensor_cols(&qkv.c, qw + width, width), qg = tp_tensor_cols(&qkv.g, 0, qw);
+    tp_tensor kg = tp_tensor_cols(&qkv.g, qw, width), vg = tp_tensor_cols(&qkv.g, qw + width, width);
+    tp_tensor qr = tp_tensor_cols(&ref.g, 0, qw), kr = tp_tensor_cols(&ref.g, qw, width);
+    tp_tensor vr = tp_tensor_cols(&ref.g, qw + width, width);
+    float *inv = host_alloc((size_t)hd / 2 * sizeof(float) + 1);
+    tp_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.head_dim = hd;
+    cfg.rope_theta = 500000.0;
+    tp_rope_inv_freq(&cfg, inv);
+    const float *ic = dev_copy(cpu, inv, (size_t)hd / 2 * sizeof(float) + 1);
+    const float *ig = dev_copy(gb, inv, (size_t)hd / 2 * sizeof(float) + 1);
+    pt out = pt_poison(A, n, qw, 3), outr = pt_poison(A, n, qw, 3);
+    const float scale = 1.0f / sqrtf((float)hd), eps = 1e-6f;
+
+    char shape[160];
+    int fused = 0;
+#ifdef HAVE_CUDA
+    fused = tp_cuda_attention_rope_fits(qg, kg, vg, cg, bg, qh);
+#endif
+    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s", kvh, c->ratio, hd, n,
+             c->pad_last ? " padded" : "", c->graph ? " graph" : "", c->bad_slot ? " bad slot" : "",
+             fused ? " fused" : " two ops");
+    ck_assert_msg(fused == (A != TP_DTYPE_F32), "qk_rope_attention [%s]: the fused kernel %s the batch", shape,
+                  fused ? "takes" : "does not take");
+
+    /* the fused op (directly or as a replayed graph), then the two ops */
+    tp_error_clear();
+    tp_status st;
+    if (c->graph) {
+        void *gr = NULL;
+        ck_assert_msg(gb->ops->graph_begin(gb) == TP_OK, "cuda graph_begin: %s", tp_error_message());
+        st = gb->ops->qk_rope_attention(gb, &qg, &kg, &vg, NULL, NULL, eps, hd, ig, &cg, &bg, qh, scale, &out.g);
+        ck_assert_msg(gb->ops->graph_end(gb, &gr) == TP_OK && st == TP_OK, "cuda graph: %s", tp_error_message());
+        st = gb->ops->graph_launch(gb, gr);
+        ck_assert_msg(st == TP_OK, "cuda graph_launch: %s", tp_error_message());
+        gb->ops->graph_free(gb, gr);
+    } else {
+        st = gb->ops->qk_rope_attention(gb, &qg, &kg, &vg, NULL, NULL, eps, hd, ig, &cg, &bg, qh, scale, &out.g);
+    }
+    if (c->bad_slot) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "kv_store: token 0 has slot %d, past the cache's %d slots", n_slots, n_slots);
+        EXPECT_DEVICE_FAULT(gb, st, needle);
+        EXPECT_DEVICE_FAULT(gb, gb->ops->qk_rope_store(gb, &qr, &kr, &vr, NULL, NULL, eps, hd, ig, &cr, &bg), needle);
+        ck_assert_msg(gb->ops->attention(gb, &qr, &cr, &bg, qh, scale, &outr.g) == TP_OK, "%s", tp_error_message());
+    } else {
+        ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
+        ck_assert_msg(gb->ops->qk_rope_store(gb, &qr, &kr, &vr, NULL, NULL, eps, hd, ig, &cr, &bg) == TP_OK, "%s",
+                      tp_error_message());
+        ck_assert_msg(gb->ops->attention(gb, &qr, &cr, &bg, qh, scale, &outr.g) == TP_OK, "%s", tp_error_message());
+        /* against the CPU: out, and q and k in place */
+        ck_assert_msg(cpu->ops->qk_rope_store(cpu, &qc, &kc, &vc, NULL, NULL, eps, hd, ic, &cc, &bc) == TP_OK &&
+                          cpu->ops->attention(cpu, &qc, &cc, &bc, qh, scale, &out.c) == TP_OK,
+                      "cpu: %s", tp_error_message());
+        compare("qk_rope_attn", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * qw), REDUCTION, A);
+        const float *g = pt_get(&qkv, 1), *h = pt_get(&qkv, 0);
+        compare("qk_rope_attn.q", shape, cols_of(g, n, cols, 0, qw), cols_of(h, n, cols, 0, qw), (size_t)(n * qw),
+                ELEMENTWISE, A);
+        compare("qk_rope_attn.k", shape, cols_of(g, n, cols, qw, width), cols_of(h, n, cols, qw, width),
+                (size_t)(n * width), ELEMENTWISE, A);
+    }
+    ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
+    pt_guards("qk_rope_attention out", &out);
+    pt_guards("qk_rope_attention qkv", &qkv);
+
+    /* bit for bit the two ops */
+    const size_t qkv_bytes = nv * tp_dtype_size(A) + 1, out_bytes = (size_t)(n * (qw + 3)) * tp_dtype_size(A) + 1;
+    const int same_qkv = !memcmp(dev_bytes(gb, qkv.gwhole.data, qkv_bytes), dev_bytes(gb, ref.gwhole.data, qkv_bytes),
+                                 qkv_bytes);
+    const int same_k = !memcmp(dev_bytes(gb, cg.k, cache_bytes), dev_bytes(gb, cr.k, cache_bytes), cache_bytes);
+    const int same_v = !memcmp(dev_bytes(gb, cg.v, cache_bytes), dev_bytes(gb, cr.v, cache_bytes), cache_bytes);
+    /* out: every real token's rows (a padding token reads a row another token may be storing) */
+    const unsigned char *o1 = dev_bytes(gb, out.gwhole.data, out_bytes), *o2 = dev_bytes(gb, outr.gwhole.data, out_bytes);
+    const size_t row_bytes = (size_t)(qw + 3) * tp_dtype_size(A);
+    const int same_out = !memcmp(o1, o2, (size_t)(n - (c->pad_last ? 1 : 0)) * row_bytes);
+    const int same = same_qkv && same_k && same_v && same_out;
+    printf("  %-13s %-9s %-58s %s\n", "qk_rope_attn.bits", tp_dtype_name(A), shape,
+           same ? "bit-identical  ok" : "DIFFERENT  FAIL");
+    fflush(stdout);
+    ck_assert_msg(same, "qk_rope_attention [%s]: differs from qk_rope_store + attention on the GPU (qkv %s, K cache "
+                  "%s, V cache %s, out %s)", shape, same_qkv ? "same" : "DIFFERENT", same_k ? "same" : "DIFFERENT",
+                  same_v ? "same" : "DIFFERENT", same_out ? "same" : "DIFFERENT");
+}
+
+START_TEST(qk_rope_attention_cases)
+{
+    static const rope_attn_case cases[] = {
+        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0}, /* Llama 3's heads; a first position; padding */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0},         /* head_dim 64; a position starting a tile */
+        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0},   /* 16 q heads a KV head */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0},         /* few long items: splits of four warps */
+        {4, 8, 64, 130, {0}, 0, 0, 0},                /* many items: one warp a block */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0}, /* recorded as a graph */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1},         /* a slot past the cache */
+    };
+    FOR_EACH_GPU {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (!cases[i].graph || gb->ops->graph_begin) qk_rope_attention_case(&cases[i], 700 + i);
+    }
+}
+END_TEST
+
 /* ---- element-wise, gathers, conversions ------------------------------------------------------ */
 
 START_TEST(swiglu_shapes)
@@ -2408,7 +2580,7 @@ static Suite *make_suite(void)
         {"memory", {create_fields, memory}},
         {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
-        {"attention", {attention_cases, qk_rope_store_cases, attention_long, attention_prefill}},
+        {"attention", {attention_cases, qk_rope_store_cases, qk_rope_attention_cases, attention_long, attention_prefill}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
         {"argmax", {argmax_cases, argmax_merge_cases}},
         {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},
