@@ -1017,73 +1017,45 @@ template <int D, int W, int NB> __host__ __device__ constexpr size_t dt_smem_byt
 
 /* The fused qk_rope_store's share of item (token i, KV head kh), by its block's W warps (q, k
  * and v from the step's qkv, so after the wait for the previous kernel): q heads h0 .. h0 +
- * gn - 1 rotated into q_s (rows of pitch D + PF_PAD: the q fragments' source) and, where
- * write_q, back into q; where store, k head kh rotated back into k and stored with v head kh
- * at the token's slot (kv_store's rule: below zero is padding, past the cache a fault). cs:
- * the cos [D / 2], then the sin, of pos. rope_rotate without a norm, rounded as rope_pair
- * rounds: qk_rope_store's bits. */
+ * gn - 1 rotated into q_s (rows of pitch D + PF_PAD: the q fragments' source); where store, k
+ * head kh rotated and stored with v head kh at the token's slot (kv_store's rule: below zero is
+ * padding, past the cache a fault). q and k in qkv are left as they were: splits of one item
+ * read them at different times. cs: the cos [D / 2], then the sin, of pos. rope_rotate
+ * without a norm, rounded as rope_pair rounds: qk_rope_store's bits. Few registers: the
+ * kernel keeps ~170 a thread (12 blocks an SM), and arrays held across this spilled its loop. */
 template <typename T, int D, int W>
 __device__ __forceinline__ void dt_rope(const tp_tensor &q, const fa_params &P, const tp_kv_layer &cache,
                                         const tp_attn_batch &batch, tp_cuda_fault *fault, int64_t i, int kh, int h0,
-                                        int gn, const float *cs, T *q_s, bool write_q, bool store)
+                                        int gn, const float *cs, T *q_s, bool store)
 {
     constexpr int HALF = D / 2, THREADS = W * WARP_SIZE, LD = D + PF_PAD;
-    constexpr int QP = DT_MAX_GROUP * HALF / THREADS; /* q pairs a thread takes, at most */
-    constexpr int KP = CEIL_DIV(HALF, THREADS), VE = CEIL_DIV(D, THREADS);
     const int tid = threadIdx.x;
-    T *qr = (T *)q.data + i * q.stride + (int64_t)h0 * D;
-    T *kr = (T *)P.rope_k.data + i * P.rope_k.stride + (int64_t)kh * D;
-    const T *vr = (const T *)P.rope_v.data + i * P.rope_v.stride + (int64_t)kh * D;
-    /* every load first: the stores below would otherwise hold each one up (they may alias) */
-    float q1[QP], q2[QP], k1[KP], k2[KP], vv[VE];
-#pragma unroll
-    for (int u = 0; u < QP; u++) {
-        const int p = tid + u * THREADS, h = p / HALF, j = p % HALF;
-        if (h < gn) q1[u] = to_f32(qr[h * D + j]), q2[u] = to_f32(qr[h * D + j + HALF]);
-    }
-    if (store) {
-#pragma unroll
-        for (int u = 0; u < KP; u++) {
-            const int j = tid + u * THREADS;
-            if (j < HALF) k1[u] = to_f32(kr[j]), k2[u] = to_f32(kr[j + HALF]);
-        }
-#pragma unroll
-        for (int u = 0; u < VE; u++) {
-            const int e = tid + u * THREADS;
-            if (e < D) vv[u] = to_f32(vr[e]);
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < QP; u++) {
-        const int p = tid + u * THREADS, h = p / HALF, j = p % HALF;
-        if (h >= gn) continue;
+    const T *qr = (const T *)q.data + i * q.stride + (int64_t)h0 * D;
+#pragma unroll 8
+    for (int p = tid; p < gn * HALF; p += THREADS) {
+        const int h = p / HALF, j = p % HALF;
         float y1, y2;
-        rope_rotate(q1[u], q2[u], cs[j], cs[HALF + j], &y1, &y2);
-        const T a = from_f32<T>(y1), b = from_f32<T>(y2);
-        q_s[h * LD + j] = a;
-        q_s[h * LD + j + HALF] = b;
-        if (write_q) qr[h * D + j] = a, qr[h * D + j + HALF] = b;
+        rope_rotate(to_f32(qr[h * D + j]), to_f32(qr[h * D + j + HALF]), cs[j], cs[HALF + j], &y1, &y2);
+        q_s[h * LD + j] = from_f32<T>(y1);
+        q_s[h * LD + j + HALF] = from_f32<T>(y2);
     }
     if (!store) return;
     const int64_t slot = batch.slot[i], slots = (int64_t)cache.n_blocks * cache.block_size;
-    const bool keep = slot >= 0 && slot < slots;
     if (slot >= slots && kh == 0 && tid == 0) fault_record(fault, TP_CUDA_FAULT_KV_SLOT, i, slot, slots);
-    const int64_t row = (keep ? slot : 0) * cache.n_kv_heads * D + (int64_t)kh * D;
+    if (slot < 0 || slot >= slots) return;
+    const T *kr = (const T *)P.rope_k.data + i * P.rope_k.stride + (int64_t)kh * D;
+    const T *vr = (const T *)P.rope_v.data + i * P.rope_v.stride + (int64_t)kh * D;
+    const int64_t row = slot * cache.n_kv_heads * D + (int64_t)kh * D;
     T *kc = (T *)cache.k + row, *vc = (T *)cache.v + row;
 #pragma unroll
-    for (int u = 0; u < KP; u++) {
-        const int j = tid + u * THREADS;
-        if (j >= HALF) continue;
+    for (int j = tid; j < HALF; j += THREADS) {
         float y1, y2;
-        rope_rotate(k1[u], k2[u], cs[j], cs[HALF + j], &y1, &y2);
-        const T a = from_f32<T>(y1), b = from_f32<T>(y2);
-        kr[j] = a, kr[j + HALF] = b;
-        if (keep) kc[j] = a, kc[j + HALF] = b;
-    }
-#pragma unroll
-    for (int u = 0; u < VE; u++) {
-        const int e = tid + u * THREADS;
-        if (keep && e < D) vc[e] = from_f32<T>(vv[u]);
+        const float v1 = to_f32(vr[j]), v2 = to_f32(vr[j + HALF]);
+        rope_rotate(to_f32(kr[j]), to_f32(kr[j + HALF]), cs[j], cs[HALF + j], &y1, &y2);
+        kc[j] = from_f32<T>(y1);
+        kc[j + HALF] = from_f32<T>(y2);
+        vc[j] = from_f32<T>(v1);
+        vc[j + HALF] = from_f32<T>(v2);
     }
 }
 
@@ -1139,10 +1111,10 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
     T *rope_q = kbuf + (NB - 1) * DT_BN * LD;
     if (code != TP_CUDA_FAULT_NONE) {
         if (pdl_pending) pdl_wait(); /* out may still be read by an earlier kernel */
-        if (rope && s == 0) { /* the rope and the store happen all the same (qk_rope_store's) */
+        if (rope && s == 0) { /* the store happens all the same (qk_rope_store's) */
             dt_rope_angles<D>(P.inv_freq, pos, rope_cs);
             __syncthreads();
-            dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, true, true);
+            dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, true);
         }
         if (tid == 0 && s == 0) fault_record(fault, code, i, value, limit);
         if (S == 1) /* no combine kernel to zero it */
@@ -1262,7 +1234,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
         /* q rotated into rope_q; the split holding pos stores the step's K and V rows (the early
          * tiles end before pos), the barrier then ordering them before this block's copies */
         __syncthreads(); /* rope_cs */
-        dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, s == 0, b0 <= pos && pos < b1);
+        dt_rope<T, D, W>(q, P, cache, batch, fault, i, kh, h0, gn, rope_cs, rope_q, b0 <= pos && pos < b1);
         __syncthreads();
         const uint16_t *qa = (const uint16_t *)rope_q + g * LD;
         fa_load_q<KS>(qf, qa, qa + 8 * LD, g < gn, g + 8 < gn, tig, true);

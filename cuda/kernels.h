@@ -91,12 +91,13 @@ tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
                             cudaStream_t stream);
 
 /* qk_rope_store without q/k norms, then attention, in the tensor-core decode kernel: each item
- * (token, KV head) ropes its q heads and, in the split that holds pos, its k head, which it
- * stores with v at the token's slot before reading that row back. Bit for bit
- * tp_cuda_qk_rope_store then tp_cuda_attention (q and k roped in place, the cache, out, the
- * faults). _fits: whether it takes the batch (one token per sequence, batch.one_per_seq, as no
- * item then reads a row another writes; a 16-bit cache with q, k and v of its dtype, head_dim
- * 64 or 128, at most 16 q heads per KV head; not TPINFER_ROPE_ATTENTION=0). */
+ * (token, KV head) ropes its q heads into shared memory and, in the split that holds pos, its
+ * k head, which it stores with v at the token's slot before reading that row back. Bit for
+ * bit tp_cuda_qk_rope_store then tp_cuda_attention (the cache, out, the faults), except that q
+ * and k in qkv stay as they were. _fits: whether it takes the batch (one token per sequence,
+ * batch.one_per_seq, as no item then reads a row another writes, but for padding tokens,
+ * whose output is unused; a 16-bit cache with q, k and v of its dtype, head_dim 64 or 128, at
+ * most 16 q heads per KV head; not TPINFER_ROPE_ATTENTION=0). */
 int tp_cuda_attention_rope_fits(tp_tensor q, tp_tensor k, tp_tensor v, tp_kv_layer cache, tp_attn_batch batch,
                                 int32_t q_heads);
 tp_status tp_cuda_attention_rope(tp_tensor q, tp_tensor k, tp_tensor v, const float *inv_freq, tp_kv_layer cache,

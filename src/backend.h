@@ -196,7 +196,9 @@ struct tp_backend_ops {
                                const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch);
     /* Optional (NULL: the forward calls the two): qk_rope_store, then attention of q into out
      * (its arguments as those two take them), in one pass where the backend can (on a GPU a
-     * decode step's batch, batch->one_per_seq, without q/k norms), else as the two. */
+     * decode step's batch, batch->one_per_seq, without q/k norms), else as the two. The cache
+     * and out are the two ops'; q and k afterwards are unspecified (roped in place, or as
+     * they were: the one pass keeps its rotated q and k to itself). */
     tp_status (*qk_rope_attention)(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch,

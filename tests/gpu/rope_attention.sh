@@ -7,7 +7,8 @@
 #   2. every 16-bit shared model (stories260K, tiny-llama3, tiny-mistral, tiny-qwen2; tiny-qwen3's
 #      q/k norms keep the two ops) in bfloat16: the same completions, byte for byte, with
 #      TPINFER_ROPE_ATTENTION=0 and without (decode steps as graphs, padded to their batch sizes);
-#   3. tests/prune_last.sh on cuda (tp 2 and pp 2 where two GPUs are: the first sampled step of
+#   3. compute-sanitizer memcheck and racecheck on tiny-llama3 in bfloat16 (GPU_RA_SAN=0 skips);
+#      tests/prune_last.sh on cuda (tp 2 and pp 2 where two GPUs are: the first sampled step of
 #      a run without the warm-up runs eagerly on every rank, a074d86's fix);
 #   4. unless GPU_RA_AB=0: bench/ab_decode.sh b128 and b1 with TPINFER_ROPE_ATTENTION=0 and the
 #      default, GPU_RA_REPEAT times (default 2), interleaved.
@@ -58,6 +59,18 @@ for model in stories260K-hf tiny-llama3 tiny-mistral tiny-qwen2; do
         record "$model bfloat16: fused = two ops" "FAIL ($(tail -1 "$OUTDIR/$model-1.err" | cut -c1-150); $(diff "$W/$model-0.sorted" "$W/$model-1.sorted" | head -2 | cut -c1-120 | tr '\n' ' '))"
     fi
 done
+
+# the fused kernel under compute-sanitizer (its shared tile buffer and the rows it stores)
+if [ "${GPU_RA_SAN:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+        if timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$T" --model "$SHARED/models/tiny-llama3" \
+            --dtype bfloat16 --input "$W/in.jsonl" --output "$W/san-$tool.jsonl" >"$OUTDIR/san-$tool.log" 2>&1; then
+            record "compute-sanitizer $tool, tiny-llama3 bfloat16" "PASS ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUTDIR/san-$tool.log"))"
+        else
+            record "compute-sanitizer $tool, tiny-llama3 bfloat16" "FAIL: $(grep -m2 -E 'Error|Race|SUMMARY' "$OUTDIR/san-$tool.log" | cut -c1-200 | tr '\n' ' ')"
+        fi
+    done
+fi
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 mpirun=no
