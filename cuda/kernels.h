@@ -93,8 +93,9 @@ tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
 /* qk_rope_store without q/k norms, then attention, in the tensor-core decode kernel: each item
  * (token, KV head) ropes its q heads into shared memory and, in the split that holds pos, its
  * k head, which it stores with v at the token's slot before reading that row back. Bit for
- * bit tp_cuda_qk_rope_store then tp_cuda_attention (the cache, out, the faults), except that q
- * and k in qkv stay as they were. _fits: whether it takes the batch (one token per sequence,
+ * bit tp_cuda_qk_rope_store then tp_cuda_attention (the cache and out; the same faults, but
+ * where one token has two, e.g. a bad slot and a bad block, either may be the one reported),
+ * except that q and k in qkv stay as they were. _fits: whether it takes the batch (one token per sequence,
  * batch.one_per_seq, as no item then reads a row another writes, but for padding tokens,
  * whose output is unused; a 16-bit cache with q, k and v of its dtype, head_dim 64 or 128, at
  * most 16 q heads per KV head; not TPINFER_ROPE_ATTENTION=0). */

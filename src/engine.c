@@ -136,6 +136,10 @@ typedef struct engine {
     int greedy_on_device;   /* this step's tokens are chosen by the backend's argmax */
     int sample_on_device;   /* sampler rank: this step's rows were sampled by the backend's sample op */
     int sample_op_ran;      /* every rank alike: a step (or the warm-up) ran the sample op on some rows */
+    /* what the environment asks that changes a step's collectives, agreed by the replica's
+     * ranks (env_wanted, then the start-up all-gather): TPINFER_SAMPLE_ON_HOST, decode steps
+     * padded as graphs (graphs, or TPINFER_PAD_DECODE=1), TPINFER_PRUNE_LAST */
+    int sample_on_host, pad_decode, prune_last;
     tp_sample_row *srows;   /* [max_rows] their rules */
     tp_sample_out *sout;    /* [max_rows] their results */
     int32_t *stokens;       /* their penalty and banned ids */
@@ -634,11 +638,8 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->max_rows = logit_rows(e, T); /* sampling rows (+ prompt rows: prompt logprobs, dumps) */
     TP_CHECK(tp_kv_cache_create(&e->model, n_blocks, bs, e->backend->act_dtype, &e->kv));
     TP_CHECK(tp_step_buffers_create(&e->model, T, e->max_rows, seqs, need, &e->buf));
-    /* TPINFER_PAD_DECODE=1 pads decode steps as graphs do, also on a backend without
-     * graphs: the tests check on the CPU that padding changes no result */
-    const char *pad = getenv("TPINFER_PAD_DECODE");
-    e->buf.use_graphs = !o->enforce_eager && e->g->pp == 1 &&
-                        (e->backend->ops->graph_begin || (pad && !strcmp(pad, "1")));
+    e->buf.use_graphs = e->pad_decode;
+    e->buf.prune_last = e->prune_last;
     void *p1 = NULL, *p2 = NULL;
     TP_CHECK(e->backend->ops->alloc(e->backend, (size_t)T * (size_t)d->d * sizeof(float), &p1));
     e->rx = tp_tensor_make(p1, TP_DTYPE_F32, T, d->d);
@@ -805,12 +806,7 @@ static int device_greedy(const engine *e, const tp_sched_batch *b)
  * sampled by the backend's sample op; TPINFER_SAMPLE_ON_HOST=1 keeps the host sampler. */
 static int device_sample(const engine *e)
 {
-    static int on_host = -1;
-    if (on_host < 0) {
-        const char *v = getenv("TPINFER_SAMPLE_ON_HOST");
-        on_host = v && !strcmp(v, "1");
-    }
-    return !on_host && !e->n_extra && !e->o->dump_logits && tp_model_can_sample(&e->model);
+    return !e->sample_on_host && !e->n_extra && !e->o->dump_logits && tp_model_can_sample(&e->model);
 }
 
 static tp_status choice_of(engine *e, req *r, int32_t j, tp_choice **out);
@@ -1131,14 +1127,23 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
     }
 }
 
-/* What this rank's environment asks of the warm-up (the replica's ranks then agree): on by
+/* What this rank's environment asks (the replica's ranks then agree): the warm-up, on by
  * default where the backend records graphs (TPINFER_WARMUP=0 or 1 overrides), cuBLASLt tuning
- * in it unless TPINFER_GEMM_TUNE=0. */
-static void warm_up_wanted(engine *e)
+ * in it unless TPINFER_GEMM_TUNE=0; the host sampler for every row (TPINFER_SAMPLE_ON_HOST=1);
+ * decode steps padded as graphs (the backend's graphs, unless --enforce-eager or pp > 1;
+ * TPINFER_PAD_DECODE=1 pads them also on a backend without graphs: the tests check on the CPU
+ * that padding changes no result); the last layer pruned (unless TPINFER_PRUNE_LAST=0). */
+static void env_wanted(engine *e)
 {
     const char *env = getenv("TPINFER_WARMUP"), *tune = getenv("TPINFER_GEMM_TUNE");
+    const char *host = getenv("TPINFER_SAMPLE_ON_HOST"), *pad = getenv("TPINFER_PAD_DECODE");
+    const char *prune = getenv("TPINFER_PRUNE_LAST");
     e->warm = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
     e->tune = !tune || strcmp(tune, "0") != 0;
+    e->sample_on_host = host && !strcmp(host, "1");
+    e->pad_decode = !e->o->enforce_eager && e->g->pp == 1 &&
+                    (e->backend->ops->graph_begin || (pad && !strcmp(pad, "1")));
+    e->prune_last = !(prune && !strcmp(prune, "0"));
 }
 
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
@@ -1578,21 +1583,26 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     if (e->n_runnable) {
         TP_CHECK(report_load(e));
         /* every rank of a replica must hold the same number of blocks and take the same
-         * steps (the warm-up's too, whatever each rank's environment says): the smallest of
-         * each */
-        warm_up_wanted(e);
-        int32_t mine[4] = {n_blocks, e->max_batched, e->warm, e->tune};
+         * steps, of the same sizes (the warm-up's too, whatever each rank's environment
+         * says): the smallest of each, but the host sampler where any rank asks for it */
+        env_wanted(e);
+        enum { N_AGREED = 7 };
+        int32_t mine[N_AGREED] = {n_blocks, e->max_batched, e->warm, e->tune, !e->sample_on_host, e->pad_decode,
+                                  e->prune_last};
         int32_t *all = malloc((size_t)e->w->replica->size * sizeof mine);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
-        st = tp_comm_all_gather(e->w->replica, mine, all, 4, TP_DTYPE_I32, NULL);
-        for (int i = 0; i < e->w->replica->size; i++) {
-            const int32_t *r = all + 4 * i;
-            n_blocks = r[0] < n_blocks ? r[0] : n_blocks;
-            e->max_batched = r[1] < e->max_batched ? r[1] : e->max_batched;
-            e->warm = r[2] < e->warm ? r[2] : e->warm;
-            e->tune = r[3] < e->tune ? r[3] : e->tune;
-        }
+        st = tp_comm_all_gather(e->w->replica, mine, all, N_AGREED, TP_DTYPE_I32, NULL);
+        for (int i = 0; i < e->w->replica->size && st == TP_OK; i++)
+            for (int k = 0; k < N_AGREED; k++)
+                mine[k] = all[N_AGREED * i + k] < mine[k] ? all[N_AGREED * i + k] : mine[k];
         free(all);
+        n_blocks = mine[0];
+        e->max_batched = mine[1];
+        e->warm = mine[2];
+        e->tune = mine[3];
+        e->sample_on_host = !mine[4];
+        e->pad_decode = mine[5];
+        e->prune_last = mine[6];
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
         st = warm_up(e);

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,18 +27,6 @@ static int skip_all_reduce(void)
                          "output is wrong (a benchmark setting)");
     }
     return skip;
-}
-
-/* TPINFER_PRUNE_LAST=0 runs the last layer's o projection, MLP and final norm on every
- * token of a step, as before the pruning below (for an A/B of it). */
-static int prune_last_wanted(void)
-{
-    static int want = -1;
-    if (want < 0) {
-        const char *v = getenv("TPINFER_PRUNE_LAST");
-        want = !(v && !strcmp(v, "0"));
-    }
-    return want;
 }
 
 /* What the last stage's logits become on the device: copied whole to the host, the greedy
@@ -479,6 +468,16 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
         tp_status st = enqueue_step(m, kv, buf, ab, ab->n_tokens, tp, NULL, NULL, out, 1, 0);
         tp_status end = b->ops->graph_end(b, st == TP_OK ? g : NULL);
         if (st != TP_OK || end != TP_OK) {
+            /* over tp the peers would go on padding their steps to graphs' sizes while this rank
+             * did not: their collectives would not match (the engine ends every rank instead) */
+            if (m->plan.tp > 1) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", tp_error_message());
+                tp_error_clear();
+                return tp_error(st != TP_OK ? st : end, "cannot record a decode step of %d tokens as a CUDA graph "
+                                "(%s); at tp %d every rank must take graphs or none: run with --enforce-eager",
+                                ab->n_tokens, why, m->plan.tp);
+            }
             tp_log(TP_LOG_WARN, "cannot record a decode step of %d tokens as a CUDA graph (%s); running every "
                    "step eagerly from now on", ab->n_tokens, tp_error_message());
             tp_error_clear();
@@ -520,7 +519,7 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
                             one_per_seq(s)};
         int in_order = 1;
         for (int32_t i = 0; i < L && in_order; i++) in_order = s->logit_rows[i] == i;
-        TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out, in_order, prune_last_wanted()));
+        TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out, in_order, buf->prune_last));
     }
     /* what the next step's take names: the token field of each result (the first) */
     _Static_assert(offsetof(tp_sample_out, token) == 0 && sizeof(tp_sample_out) % 4 == 0, "tp_sample_out.token");

@@ -1323,16 +1323,22 @@ END_TEST
 typedef struct rope_attn_case {
     int kvh, ratio, hd, n;
     int hist[8]; /* token i is sequence i's new one, at position hist[i] (n > 8: random) */
-    int pad_last, graph, bad_slot;
+    int pad_last, graph, bad_slot, bad_pos;
 } rope_attn_case;
 
-/* A decode step's batch (token i of sequence i; earlier keys are the cache's random rows):
- * qk_rope_attention against the CPU's qk_rope_store then attention, and on the GPU bit for bit
- * its own two ops run on copies of the same inputs (both caches, out; v untouched, q and k
- * unspecified), directly or (graph) recorded and replayed. pad_last: the last token is padding (slot -1, as
- * graphs pad); bad_slot: token 0's slot is past the cache, a kv_store fault either way (then
- * no CPU side). Where the GPU's activations are 16-bit the fused kernel takes the batch. */
-static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
+static void force_decode_warps(int w);
+
+/* A decode step's batch (token i of sequence i; earlier keys are the cache's random rows, the
+ * rows the step stores NaN until it does, so that a read before the store shows): the
+ * qk_rope_attention op against the CPU's qk_rope_store then attention, and on the GPU bit for
+ * bit its own two ops run on copies of the same inputs (both caches, out; v untouched, q and k
+ * unspecified), directly or (graph) recorded and replayed, with the decode kernel's warps
+ * forced (warps 1, 2 or 4; 0 its choice). pad_last: the last token is padding (slot -1, as
+ * graphs pad); bad_slot: token 0's slot is past the cache, a kv_store fault either way;
+ * bad_pos: token 0's position is max_pos, an attention fault, its row stored all the same
+ * (with either, no CPU side). Where the GPU's activations are 16-bit the fused kernel takes
+ * the batch. */
+static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t s)
 {
     seed(s);
     const tp_dtype A = gb->act_dtype;
@@ -1363,7 +1369,7 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
     ints_both(seq, n, &sc, &sg);
     ints_both(hist, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
-    const int max_pos = max_blocks * bs; /* a bound, as a graph's */
+    const int max_pos = c->bad_pos ? hist[0] : max_blocks * bs; /* a bound, as a graph's */
     tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
@@ -1375,6 +1381,9 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
         for (size_t e = 0; e < cache_n; e++) f[e] = uniform(-1.0f, 1.0f);
         init[kv] = host_alloc(cache_bytes + 1);
         tp_convert(init[kv], cdt, f, TP_DTYPE_F32, cache_n);
+        for (int i = 0; i < n; i++) /* the rows this step stores: NaN bytes */
+            if (slot[i] >= 0 && slot[i] < n_slots)
+                memset(init[kv] + (size_t)slot[i] * width * tp_dtype_size(cdt), 0xff, (size_t)width * tp_dtype_size(cdt));
     }
     tp_kv_layer cc = {dev_copy(cpu, init[0], cache_bytes), dev_copy(cpu, init[1], cache_bytes), cdt, n_blocks, bs, kvh, hd};
     tp_kv_layer cg = {dev_copy(gb, init[0], cache_bytes), dev_copy(gb, init[1], cache_bytes), cdt, n_blocks, bs, kvh, hd};
@@ -1406,13 +1415,14 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
 #ifdef HAVE_CUDA
     fused = tp_cuda_attention_rope_fits(qg, kg, vg, cg, bg, qh);
 #endif
-    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s", kvh, c->ratio, hd, n,
+    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s warps %d%s", kvh, c->ratio, hd, n,
              c->pad_last ? " padded" : "", c->graph ? " graph" : "", c->bad_slot ? " bad slot" : "",
-             fused ? " fused" : " two ops");
+             c->bad_pos ? " bad pos" : "", warps, fused ? " fused" : " two ops");
     ck_assert_msg(fused == (A != TP_DTYPE_F32), "qk_rope_attention [%s]: the fused kernel %s the batch", shape,
                   fused ? "takes" : "does not take");
 
     /* the fused op (directly or as a replayed graph), then the two ops */
+    force_decode_warps(warps);
     tp_error_clear();
     tp_status st;
     if (c->graph) {
@@ -1432,6 +1442,13 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
         EXPECT_DEVICE_FAULT(gb, st, needle);
         EXPECT_DEVICE_FAULT(gb, gb->ops->qk_rope_store(gb, &qr, &kr, &vr, NULL, NULL, eps, hd, ig, &cr, &bg), needle);
         ck_assert_msg(gb->ops->attention(gb, &qr, &cr, &bg, qh, scale, &outr.g) == TP_OK, "%s", tp_error_message());
+    } else if (c->bad_pos) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "attention: token 0 has position %d, outside [0, max_pos %d)", hist[0], max_pos);
+        EXPECT_DEVICE_FAULT(gb, st, needle);
+        ck_assert_msg(gb->ops->qk_rope_store(gb, &qr, &kr, &vr, NULL, NULL, eps, hd, ig, &cr, &bg) == TP_OK, "%s",
+                      tp_error_message());
+        EXPECT_DEVICE_FAULT(gb, gb->ops->attention(gb, &qr, &cr, &bg, qh, scale, &outr.g), needle);
     } else {
         ck_assert_msg(st == TP_OK, "cuda: %s", tp_error_message());
         ck_assert_msg(gb->ops->qk_rope_store(gb, &qr, &kr, &vr, NULL, NULL, eps, hd, ig, &cr, &bg) == TP_OK, "%s",
@@ -1446,6 +1463,7 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
         compare("qk_rope_attn.v", shape, cols_of(g, n, cols, qw + width, width), cols_of(h, n, cols, qw + width, width),
                 (size_t)(n * width), EXACT, A);
     }
+    force_decode_warps(0);
     ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
     pt_guards("qk_rope_attention out", &out);
     pt_guards("qk_rope_attention qkv", &qkv);
@@ -1468,18 +1486,21 @@ static void qk_rope_attention_case(const rope_attn_case *c, uint64_t s)
 START_TEST(qk_rope_attention_cases)
 {
     static const rope_attn_case cases[] = {
-        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0}, /* Llama 3's heads; a first position; padding */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0},         /* head_dim 64; a position starting a tile */
-        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0},   /* 16 q heads a KV head */
-        {2, 4, 128, 2, {300, 1000}, 0, 0, 0},         /* few long items: splits of four warps */
-        {4, 8, 64, 130, {0}, 0, 0, 0},                /* many items: one warp a block */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0}, /* recorded as a graph */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1},         /* a slot past the cache */
+        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot, bad_pos */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0}, /* Llama 3's heads; a first position; padding */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0, 0},         /* head_dim 64; a position starting a tile */
+        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0, 0},   /* 16 q heads a KV head */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0},         /* few long items: splits */
+        {4, 8, 64, 130, {0}, 0, 0, 0, 0},                /* many items: no splits */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0}, /* recorded as a graph */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1, 0},         /* a slot past the cache */
+        {2, 2, 64, 3, {64, 31, 16}, 0, 0, 0, 1},         /* token 0 at max_pos */
     };
+    static const int warps[] = {0, 1, 2, 4};
     FOR_EACH_GPU {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            if (!cases[i].graph || gb->ops->graph_begin) qk_rope_attention_case(&cases[i], 700 + i);
+            for (size_t w = 0; w < sizeof warps / sizeof warps[0]; w++)
+                if (!cases[i].graph || gb->ops->graph_begin) qk_rope_attention_case(&cases[i], warps[w], 700 + i);
     }
 }
 END_TEST

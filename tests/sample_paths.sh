@@ -5,8 +5,8 @@
 # n > 1 (each choice its own stream) and greedy rows with logprobs, at tp 1 and tp 2 (where
 # the gathered logits are re-laid out on the device), also where the first step the sample
 # op takes is a padded decode step (a prefill with prompt logprobs goes to the host sampler:
-# tp 2's ranks must all run that step unpadded). CPU backend; tests/gpu/run.sh does the same
-# on a GPU.
+# tp 2's ranks must all run that step unpadded), and where a setting that changes the steps'
+# collectives reaches one rank only. CPU backend; tests/gpu/run.sh does the same on a GPU.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -50,5 +50,20 @@ if [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ]; then
         { grep "tokens chosen" "$TMP/plpadded2.err"; fail "tp 2, prompt logprobs: not one host-sampled prefill, then the sample op"; }
     cmp -s "$TMP/plpadded2.jsonl" "$TMP/plhost2.jsonl" ||
         fail "tp 2, prompt logprobs: padded steps with the sample op differ from the host sampler"
+    # a setting that changes a step's collectives, given to one rank only (mpirun without -x
+    # across hosts): the ranks agree on it (the host sampler where one asks; padding and the
+    # pruned last layer only where all do), so the run ends and matches the host sampler's
+    in=$top_srcdir/tests/sample_prompts.jsonl
+    for v in TPINFER_SAMPLE_ON_HOST=1 TPINFER_PAD_DECODE=1 TPINFER_PRUNE_LAST=0; do
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$MPIRUN" --oversubscribe \
+            -np 1 env TPINFER_PAD_DECODE=0 "$v" "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$in" \
+            --output "$TMP/one-rank.jsonl" : \
+            -np 1 env TPINFER_PAD_DECODE=0 "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$in" \
+            --output "$TMP/one-rank.jsonl" 2>"$TMP/one-rank.err" || { cat "$TMP/one-rank.err"; fail "tp 2, $v on rank 0 only"; }
+        want=$TMP/device2.jsonl
+        [ "$v" = TPINFER_SAMPLE_ON_HOST=1 ] && want=$TMP/host2.jsonl
+        cmp -s "$TMP/one-rank.jsonl" "$want" || fail "tp 2, $v on rank 0 only: the completions differ"
+        rm -f "$TMP/one-rank.jsonl"*
+    done
 fi
 echo "PASS: the sample op and the host sampler agree"
