@@ -1139,6 +1139,19 @@ END_TEST
 
 /* ---- the fused qk_rope_store ------------------------------------------------------------------ */
 
+/* Whether two GPU buffers hold the same bytes. */
+static int same_gpu_bytes(const void *a, const void *b, size_t bytes)
+{
+    return !memcmp(dev_bytes(gb, a, bytes), dev_bytes(gb, b, bytes), bytes);
+}
+
+/* A fused op's row of the table against the ops it replaces: bit-identical or not. */
+static void bits_row(const char *op, const char *shape, int same)
+{
+    printf("  %-13s %-9s %-58s %s\n", op, tp_dtype_name(gb->act_dtype), shape, same ? "bit-identical  ok" : "DIFFERENT  FAIL");
+    fflush(stdout);
+}
+
 /* Columns [c0, c0 + w) of an [n, cols] f32 matrix, as a dense [n, w] one. */
 static float *cols_of(const float *m, int64_t n, int64_t cols, int64_t c0, int64_t w)
 {
@@ -1286,15 +1299,10 @@ static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype
     }
 
     /* bit for bit the unfused CUDA ops */
-    const size_t qkv_bytes = nv * tp_dtype_size(A) + 1;
-    const int same_qkv = !memcmp(dev_bytes(gb, qkv.gwhole.data, qkv_bytes), dev_bytes(gb, ref.gwhole.data, qkv_bytes),
-                                 qkv_bytes);
-    const int same_k = !memcmp(dev_bytes(gb, cg.k, cache_bytes), dev_bytes(gb, cr.k, cache_bytes), cache_bytes);
-    const int same_v = !memcmp(dev_bytes(gb, cg.v, cache_bytes), dev_bytes(gb, cr.v, cache_bytes), cache_bytes);
+    const int same_qkv = same_gpu_bytes(qkv.gwhole.data, ref.gwhole.data, nv * tp_dtype_size(A) + 1);
+    const int same_k = same_gpu_bytes(cg.k, cr.k, cache_bytes), same_v = same_gpu_bytes(cg.v, cr.v, cache_bytes);
     const int same = same_qkv && same_k && same_v;
-    printf("  %-13s %-9s %-58s %s\n", "qk_rope.bits", tp_dtype_name(A), shape,
-           same ? "bit-identical  ok" : "DIFFERENT  FAIL");
-    fflush(stdout);
+    bits_row("qk_rope.bits", shape, same);
     ck_assert_msg(same, "qk_rope_store [%s]: differs from head_rmsnorm + rope + kv_store on the GPU (qkv %s, "
                   "K cache %s, V cache %s)", shape, same_qkv ? "same" : "DIFFERENT", same_k ? "same" : "DIFFERENT",
                   same_v ? "same" : "DIFFERENT");
@@ -1469,15 +1477,10 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
     pt_guards("qk_rope_attention qkv", &qkv);
 
     /* bit for bit the two ops */
-    const size_t out_bytes = (size_t)(n * (qw + 3)) * tp_dtype_size(A) + 1;
-    const int same_k = !memcmp(dev_bytes(gb, cg.k, cache_bytes), dev_bytes(gb, cr.k, cache_bytes), cache_bytes);
-    const int same_v = !memcmp(dev_bytes(gb, cg.v, cache_bytes), dev_bytes(gb, cr.v, cache_bytes), cache_bytes);
-    const int same_out = !memcmp(dev_bytes(gb, out.gwhole.data, out_bytes), dev_bytes(gb, outr.gwhole.data, out_bytes),
-                                 out_bytes);
+    const int same_k = same_gpu_bytes(cg.k, cr.k, cache_bytes), same_v = same_gpu_bytes(cg.v, cr.v, cache_bytes);
+    const int same_out = same_gpu_bytes(out.gwhole.data, outr.gwhole.data, (size_t)(n * (qw + 3)) * tp_dtype_size(A) + 1);
     const int same = same_k && same_v && same_out;
-    printf("  %-13s %-9s %-58s %s\n", "qk_rope_attn.bits", tp_dtype_name(A), shape,
-           same ? "bit-identical  ok" : "DIFFERENT  FAIL");
-    fflush(stdout);
+    bits_row("qk_rope_attn.bits", shape, same);
     ck_assert_msg(same, "qk_rope_attention [%s]: differs from qk_rope_store + attention on the GPU (K cache %s, "
                   "V cache %s, out %s)", shape, same_k ? "same" : "DIFFERENT", same_v ? "same" : "DIFFERENT",
                   same_out ? "same" : "DIFFERENT");

@@ -15,19 +15,10 @@
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
 mkdir -p "$OUTDIR"
-root=$(pwd)
-deps=$root/.gpu-deps/root
-lib=$deps/usr/lib/x86_64-linux-gnu
-export PKG_CONFIG_PATH=$lib/pkgconfig LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NCCL_NVLS_ENABLE=0
+. tests/gpu/build.sh
 results=()
 record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
-( set -e
-  autoreconf -fi >/dev/null 2>&1
-  mkdir -p build-gpu && cd build-gpu
-  [ -f Makefile ] || ../configure -q --with-cuda CPPFLAGS="-I$deps/usr/include" LDFLAGS="-L$lib" >"$OUTDIR/configure.log" 2>&1
-  make -j16 tpinfer tests/check_backend_ops >"$OUTDIR/build.log" 2>&1
-) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
-B=$root/build-gpu
+gpu_build tpinfer tests/check_backend_ops
 for group in elementwise argmax errors; do
     if CK_FORK=no CK_RUN_CASE=$group timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
         record "check_backend_ops $group" PASS

@@ -16,24 +16,15 @@
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ra-out}
 mkdir -p "$OUTDIR"
-root=$(pwd)
-deps=$root/.gpu-deps/root
-lib=$deps/usr/lib/x86_64-linux-gnu
-export PKG_CONFIG_PATH=$lib/pkgconfig LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NCCL_NVLS_ENABLE=0
+. tests/gpu/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 results=()
 record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
-( set -e
-  autoreconf -fi >/dev/null 2>&1
-  mkdir -p build-gpu && cd build-gpu
-  [ -f Makefile ] || ../configure -q --with-cuda CPPFLAGS="-I$deps/usr/include" LDFLAGS="-L$lib" >"$OUTDIR/configure.log" 2>&1
-  make -j16 tpinfer tests/check_backend_ops >"$OUTDIR/build.log" 2>&1
-) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
-B=$root/build-gpu
+gpu_build tpinfer tests/check_backend_ops
 T=$B/tpinfer
 for group in attention errors; do
     if CK_FORK=no CK_RUN_CASE=$group timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
-        record "check_backend_ops $group" "PASS ($(grep -c 'qk_rope_attn.bits.*ok' "$OUTDIR/ops-$group.log") fused-against-two-ops cases bit-identical)"
+        record "check_backend_ops $group" "PASS$([ $group = attention ] && echo " ($(grep -c 'qk_rope_attn.bits.*ok' "$OUTDIR/ops-$group.log") qk_rope_attention cases bit-identical to the two ops)")"
     else
         record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
     fi

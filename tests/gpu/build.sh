@@ -1,0 +1,18 @@
+# tests/gpu/build.sh, sourced from the repository root by the GPU scripts: the environment for
+# the -dev packages that machine lacks (gathered here into .gpu-deps/ by ../shared/tools/gpu-deps)
+# and gpu_build TARGET...: autoreconf, configure --with-cuda into build-gpu/ (once; a warm
+# machine keeps it) and make the targets, logs in $OUTDIR; B is the build folder. Exits on a
+# failed build, with the logs' tails.
+root=$(pwd)
+deps=$root/.gpu-deps/root
+lib=$deps/usr/lib/x86_64-linux-gnu
+export PKG_CONFIG_PATH=$lib/pkgconfig LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NCCL_NVLS_ENABLE=0
+B=$root/build-gpu
+gpu_build() {
+    ( set -e
+      autoreconf -fi >/dev/null 2>&1
+      mkdir -p "$B" && cd "$B"
+      [ -f Makefile ] || ../configure -q --with-cuda CPPFLAGS="-I$deps/usr/include" LDFLAGS="-L$lib" >"$OUTDIR/configure.log" 2>&1
+      make -j16 "$@" >"$OUTDIR/build.log" 2>&1
+    ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
+}
