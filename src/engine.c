@@ -138,8 +138,9 @@ typedef struct engine {
     int sample_op_ran;      /* every rank alike: a step (or the warm-up) ran the sample op on some rows */
     /* what the environment asks that changes a step's collectives, agreed by the replica's
      * ranks (env_wanted, then the start-up all-gather): TPINFER_SAMPLE_ON_HOST, decode steps
-     * padded as graphs (graphs, or TPINFER_PAD_DECODE=1), TPINFER_PRUNE_LAST */
-    int sample_on_host, pad_decode, prune_last;
+     * padded as graphs (graphs, or TPINFER_PAD_DECODE=1), TPINFER_PRUNE_LAST, steps enqueued
+     * ahead (unless TPINFER_OVERLAP=0) */
+    int sample_on_host, pad_decode, prune_last, overlap;
     tp_sample_row *srows;   /* [max_rows] their rules */
     tp_sample_out *sout;    /* [max_rows] their results */
     int32_t *stokens;       /* their penalty and banned ids */
@@ -1132,18 +1133,20 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
  * in it unless TPINFER_GEMM_TUNE=0; the host sampler for every row (TPINFER_SAMPLE_ON_HOST=1);
  * decode steps padded as graphs (the backend's graphs, unless --enforce-eager or pp > 1;
  * TPINFER_PAD_DECODE=1 pads them also on a backend without graphs: the tests check on the CPU
- * that padding changes no result); the last layer pruned (unless TPINFER_PRUNE_LAST=0). */
+ * that padding changes no result); the last layer pruned (unless TPINFER_PRUNE_LAST=0); steps
+ * enqueued ahead where they can be (unless TPINFER_OVERLAP=0). */
 static void env_wanted(engine *e)
 {
     const char *env = getenv("TPINFER_WARMUP"), *tune = getenv("TPINFER_GEMM_TUNE");
     const char *host = getenv("TPINFER_SAMPLE_ON_HOST"), *pad = getenv("TPINFER_PAD_DECODE");
-    const char *prune = getenv("TPINFER_PRUNE_LAST");
+    const char *prune = getenv("TPINFER_PRUNE_LAST"), *overlap = getenv("TPINFER_OVERLAP");
     e->warm = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
     e->tune = !tune || strcmp(tune, "0") != 0;
     e->sample_on_host = host && !strcmp(host, "1");
     e->pad_decode = !e->o->enforce_eager && e->g->pp == 1 &&
                     (e->backend->ops->graph_begin || (pad && !strcmp(pad, "1")));
     e->prune_last = !(prune && !strcmp(prune, "0"));
+    e->overlap = !(overlap && !strcmp(overlap, "0"));
 }
 
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
@@ -1277,8 +1280,7 @@ static tp_status loop(engine *e)
  * the replica: the requests, the grid and the backend are. */
 static int ahead_wanted(const engine *e)
 {
-    const char *v = getenv("TPINFER_OVERLAP");
-    if ((v && !strcmp(v, "0")) || e->P != 1 || e->g->pp != 1 || e->o->dump_logits || !tp_model_can_overlap(&e->model))
+    if (!e->overlap || e->P != 1 || e->g->pp != 1 || e->o->dump_logits || !tp_model_can_overlap(&e->model))
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
@@ -1586,9 +1588,9 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
          * steps, of the same sizes (the warm-up's too, whatever each rank's environment
          * says): the smallest of each, but the host sampler where any rank asks for it */
         env_wanted(e);
-        enum { N_AGREED = 7 };
+        enum { N_AGREED = 8 };
         int32_t mine[N_AGREED] = {n_blocks, e->max_batched, e->warm, e->tune, !e->sample_on_host, e->pad_decode,
-                                  e->prune_last};
+                                  e->prune_last, e->overlap};
         int32_t *all = malloc((size_t)e->w->replica->size * sizeof mine);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
         st = tp_comm_all_gather(e->w->replica, mine, all, N_AGREED, TP_DTYPE_I32, NULL);
@@ -1603,6 +1605,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->sample_on_host = !mine[4];
         e->pad_decode = mine[5];
         e->prune_last = mine[6];
+        e->overlap = mine[7];
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
         st = warm_up(e);

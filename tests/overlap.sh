@@ -98,4 +98,15 @@ n=$(grep -c "enqueued before the step before was read" "$TMP/tpin1.err") && [ "$
 # and the winners compared right: tp 1's greedy completions (no near ties in these)
 [ "$(norm "$TMP/tpin0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "tp 2's greedy completions differ from tp 1's"
 ! grep -q "enqueued before the step before was read" "$TMP/tpmixed1.err" || fail "tp 2 with a sampled request enqueued ahead"
+# TPINFER_OVERLAP=0 on one rank only (mpirun without -x across hosts): the ranks agree to wait
+if [ "$backend" = cpu ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$MPIRUN" --oversubscribe \
+        -np 1 env TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=0 "$TPINFER" --model "$m" --backend cpu --tp 2 \
+        --input "$TMP/in.jsonl" --output "$TMP/tpone.jsonl" : \
+        -np 1 env TPINFER_LOG=debug TPINFER_PAD_DECODE=1 "$TPINFER" --model "$m" --backend cpu --tp 2 \
+        --input "$TMP/in.jsonl" --output "$TMP/tpone.jsonl" 2>"$TMP/tpone.err" ||
+        { cat "$TMP/tpone.err"; fail "tp 2, TPINFER_OVERLAP=0 on rank 0 only"; }
+    [ "$(norm "$TMP/tpone.jsonl")" = "$(norm "$TMP/tpin0.jsonl")" ] || fail "tp 2, TPINFER_OVERLAP=0 on rank 0 only: the completions differ"
+    ! grep -q "enqueued before the step before was read" "$TMP/tpone.err" || fail "tp 2, TPINFER_OVERLAP=0 on rank 0: a rank enqueued ahead"
+fi
 exit 0
