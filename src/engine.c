@@ -772,14 +772,14 @@ static tp_status keep_prompt_rows(engine *e, const tp_sched_batch *b)
 
 static tp_status write_dump(engine *e, req *r);
 
-/* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties or
- * min_tokens. */
 /* A repetition, presence or frequency penalty: the rule reads the tokens chosen so far. */
 static int has_penalties(const tp_sampling_params *p)
 {
     return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
 }
 
+/* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties or
+ * min_tokens. */
 static int plain_greedy(const req *r)
 {
     const tp_sampling_params *p = &r->sp;
@@ -1004,7 +1004,6 @@ static tp_status end_sequence(engine *e, const seq *q)
     return TP_OK;
 }
 
-/* Sampler rank decides; everyone receives the tokens and the stop decision, and commits. */
 /* The sampler's decisions in e->sync ([n tokens | n ends | stop signal]) to every rank of the
  * replica (the sampler: TP rank 0 of the last stage), and the stop taken alike. */
 static tp_status share_decisions(engine *e, int32_t n)
@@ -1020,6 +1019,7 @@ static tp_status share_decisions(engine *e, int32_t n)
     return TP_OK;
 }
 
+/* Sampler rank decides; everyone receives the tokens and the stop decision, and commits. */
 static tp_status sample_and_commit(engine *e, int p)
 {
     const tp_sched_batch *b = &e->B[p];
@@ -1135,18 +1135,22 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
  * TPINFER_PAD_DECODE=1 pads them also on a backend without graphs: the tests check on the CPU
  * that padding changes no result); the last layer pruned (unless TPINFER_PRUNE_LAST=0); steps
  * enqueued ahead where they can be (unless TPINFER_OVERLAP=0). */
+static int env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
 static void env_wanted(engine *e)
 {
-    const char *env = getenv("TPINFER_WARMUP"), *tune = getenv("TPINFER_GEMM_TUNE");
-    const char *host = getenv("TPINFER_SAMPLE_ON_HOST"), *pad = getenv("TPINFER_PAD_DECODE");
-    const char *prune = getenv("TPINFER_PRUNE_LAST"), *overlap = getenv("TPINFER_OVERLAP");
-    e->warm = env ? strcmp(env, "0") != 0 : e->backend->ops->graph_begin != NULL;
-    e->tune = !tune || strcmp(tune, "0") != 0;
-    e->sample_on_host = host && !strcmp(host, "1");
+    const char *warm = getenv("TPINFER_WARMUP");
+    e->warm = warm ? strcmp(warm, "0") != 0 : e->backend->ops->graph_begin != NULL;
+    e->tune = !env_is("TPINFER_GEMM_TUNE", "0");
+    e->sample_on_host = env_is("TPINFER_SAMPLE_ON_HOST", "1");
     e->pad_decode = !e->o->enforce_eager && e->g->pp == 1 &&
-                    (e->backend->ops->graph_begin || (pad && !strcmp(pad, "1")));
-    e->prune_last = !(prune && !strcmp(prune, "0"));
-    e->overlap = !(overlap && !strcmp(overlap, "0"));
+                    (e->backend->ops->graph_begin || env_is("TPINFER_PAD_DECODE", "1"));
+    e->prune_last = !env_is("TPINFER_PRUNE_LAST", "0");
+    e->overlap = !env_is("TPINFER_OVERLAP", "0");
 }
 
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so

@@ -310,8 +310,7 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
                                  int32_t max_blocks, tp_step_buffers *s)
 {
     memset(s, 0, sizeof *s);
-    const char *prune = getenv("TPINFER_PRUNE_LAST");
-    s->prune_last = !(prune && !strcmp(prune, "0"));
+    s->prune_last = 1; /* the engine sets what the replica agreed (TPINFER_PRUNE_LAST) */
     const tp_model_dims *d = &m->dims;
     m->alloc_what = "the step buffers";
     const int64_t before = m->allocated_bytes;

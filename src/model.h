@@ -110,8 +110,9 @@ typedef struct tp_step_buffers {
     /* decode steps as graphs (forward.c): one per padded batch size and per what the logits
      * become (copied out, argmax, sample op); recorded on first use */
     int use_graphs;
-    /* the last layer past its attention on the logit rows alone (forward.c; TPINFER_PRUNE_LAST=0
-     * turns it off; the engine makes a replica's ranks agree: it changes all-reduce sizes) */
+    /* the last layer past its attention on the logit rows alone (forward.c; 1 at creation; the
+     * engine sets what a replica's ranks agreed from TPINFER_PRUNE_LAST: it changes all-reduce
+     * sizes) */
     int prune_last;
     void *graphs[3][TP_GRAPH_BUCKETS];
     int32_t *pad_host;    /* a padded step's host arrays */
