@@ -30,7 +30,7 @@ SWEEP=${BENCH_SWEEP-1 8 32 128}
 HF=${BENCH_HF:-1}
 HF_BATCHES=${BENCH_HF_BATCHES:-1 128}
 OPS=${BENCH_OPS:-1}
-MAX_SEQS=${BENCH_MAX_SEQS:-256}
+MAX_SEQS=${BENCH_MAX_SEQS:-auto}
 BUDGET=${BENCH_BUDGET_S:-480}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-300}
 PY=${BENCH_PYTHON:-python3}
@@ -238,9 +238,14 @@ bench_run() {
     local name=$1 dir=$2 run=$3 nio n i o f lim seqs log rc fields
     nio=$(run_name "$run") || { echo "unknown run name $run (bN or oNxINxOUT)"; return; }
     read -r n i o <<<"$nio"
+    # bN: all N at once; oN: BENCH_MAX_SEQS at once, or tpinfer's default for the card (auto)
     seqs=$n
-    [ "${run:0:1}" = o ] && [ "$n" -gt "$MAX_SEQS" ] && seqs=$MAX_SEQS
-    local meta="\"kind\":\"tpinfer\",\"model\":\"$name\",\"run\":\"$run\",\"prompts\":$n,\"in\":$i,\"out\":$o,\"max_num_seqs\":$seqs,\"max_model_len\":$((i + o))"
+    if [ "${run:0:1}" = o ]; then
+        if [ "$MAX_SEQS" = auto ]; then seqs=auto; elif [ "$n" -gt "$MAX_SEQS" ]; then seqs=$MAX_SEQS; fi
+    fi
+    local seqs_flag=(--max-num-seqs "$seqs") seqs_json=$seqs
+    [ "$seqs" = auto ] && seqs_flag=() seqs_json='"auto"'
+    local meta="\"kind\":\"tpinfer\",\"model\":\"$name\",\"run\":\"$run\",\"prompts\":$n,\"in\":$i,\"out\":$o,\"max_num_seqs\":$seqs_json,\"max_model_len\":$((i + o))"
     if ! lim=$(limit_for "$RUN_TIMEOUT"); then
         echo "$name $run: skipped (time budget or interrupted)"; record "$meta,\"status\":\"skipped\""; return
     fi
@@ -248,7 +253,7 @@ bench_run() {
     log=$name-$run.log
     rm -f "$WORK/out.jsonl"*
     timeout -k 30 "$lim" "${launch_cmd[@]}" "$T" --model "$dir" --backend "$BACKEND" --tp "$TP" --pp "$PP" \
-        --input "$f" --output "$WORK/out.jsonl" --max-model-len $((i + o)) --max-num-seqs "$seqs" "${EXTRA[@]}" \
+        --input "$f" --output "$WORK/out.jsonl" --max-model-len $((i + o)) "${seqs_flag[@]}" "${EXTRA[@]}" \
         >"$OUTDIR/$log" 2>&1
     rc=$?
     fields=$(parse_log "$OUTDIR/$log")

@@ -17,6 +17,11 @@ tp_status tp_device_query(int local_rank, tp_device_info *info)
 #endif
 }
 
+int tp_device_large(const tp_device_info *info)
+{
+    return info->count > 0 && info->total_bytes >= (INT64_C(70) << 30);
+}
+
 tp_status tp_device_versions(int *cuda_runtime, int *cuda_driver, int *nccl)
 {
     *cuda_runtime = *cuda_driver = *nccl = 0;

@@ -130,7 +130,7 @@ out:
 
 static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
                          const tp_model_config *cfg, const tp_weights *w,
-                         const tp_rank_report *all)
+                         const tp_rank_report *all, const tp_device_info *dev)
 {
     int64_t total = 0, kv = 0, file_bytes = 0;
     for (int r = 0; r < g->world; r++) total += all[r].weight_bytes;
@@ -142,14 +142,16 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     tp_format_bytes(total, tb, sizeof tb);
     tp_format_bytes(file_bytes, fb, sizeof fb);
     tp_format_bytes(kv, kb, sizeof kb);
-    tp_format_bytes(kv * ctx * o->max_num_seqs, kf, sizeof kf);
+    /* the engine's default where no --max-num-seqs is given (a GPU run where one is seen) */
+    int64_t seqs = o->max_num_seqs ? o->max_num_seqs : strcmp(o->backend, "cpu") && tp_device_large(dev) ? 1024 : 256;
+    tp_format_bytes(kv * ctx * seqs, kf, sizeof kf);
     fprintf(out, "total: %s %s, %" PRId64 " layers, world %d = dp %d x pp %d x tp %d\n",
             tp_arch_name(cfg->arch), o->model, cfg->n_layers, g->world, g->dp, g->pp, g->tp);
     fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",
             tb, total, fb, w->n_refs, w->n_shards);
     fprintf(out, "  KV cache per token per replica: %s; for --max-num-seqs %" PRId64
             " x --max-model-len %" PRId64 ": %s\n",
-            kb, o->max_num_seqs, ctx, kf);
+            kb, seqs, ctx, kf);
     fprintf(out, "  no weight data was read (--dry-run)\n");
 }
 
@@ -196,7 +198,7 @@ tp_status tp_dry_run(const tp_options *o, tp_mpi_world *world, const tp_device_i
                   st, done);
     if (g->rank == 0) {
         for (int r = 0; r < g->world; r++) fputs(all_text + (size_t)r * REPORT_CAP, out);
-        print_totals(out, o, g, &cfg, &w, all);
+        print_totals(out, o, g, &cfg, &w, all, dev);
         fflush(out);
     }
 done:

@@ -75,7 +75,7 @@ static const option_doc docs[] = {
     {{"max-model-len", required_argument, 0, OPT_MAX_MODEL_LEN}, NULL, "N",
      "context length (prompt + completion) per sequence", "the model's max_position_embeddings"},
     {{"max-num-seqs", required_argument, 0, OPT_MAX_NUM_SEQS}, NULL, "N",
-     "sequences in one batch at most", "256"},
+     "sequences in one batch at most", "1024 on GPUs of 70 GiB or more, else 256"},
     {{"max-num-batched-tokens", required_argument, 0, OPT_MAX_NUM_BATCHED_TOKENS}, NULL, "N",
      "tokens in one forward step at most (chunked prefill)", "16384 on GPUs of 70 GiB or more, else 8192"},
     {{"gpu-memory-utilization", required_argument, 0, OPT_GPU_MEMORY_UTILIZATION}, NULL, "F",
@@ -139,8 +139,8 @@ void tp_options_defaults(tp_options *o)
     o->mode = TP_MODE_GENERATE;
     o->tp = 1;
     o->pp = 1;
-    o->max_num_seqs = 256;
-    o->max_num_batched_tokens = 0; /* the engine's default for the device */
+    o->max_num_seqs = 0;           /* the engine's default for the device */
+    o->max_num_batched_tokens = 0; /* the same */
     o->gpu_memory_utilization = 0.9;
     o->dtype = "auto";
     o->backend = "auto";

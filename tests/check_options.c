@@ -42,8 +42,8 @@ START_TEST(defaults)
     ck_assert_int_eq(opts.tp, 1);
     ck_assert_int_eq(opts.pp, 1);
     ck_assert_int_eq(opts.max_model_len, 0);
-    ck_assert_int_eq(opts.max_num_seqs, 256);
-    ck_assert_int_eq(opts.max_num_batched_tokens, 0); /* the engine chooses by the device */
+    ck_assert_int_eq(opts.max_num_seqs, 0);           /* the engine chooses by the device */
+    ck_assert_int_eq(opts.max_num_batched_tokens, 0); /* the same */
     ck_assert_double_eq(opts.gpu_memory_utilization, 0.9);
     ck_assert_uint_eq(opts.seed, 0);
     ck_assert_str_eq(opts.dtype, "auto");

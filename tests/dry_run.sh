@@ -27,6 +27,16 @@ for dir in "$MODELS"/*/; do
     [ "$got" = "$want" ] || fail "$dir: dry run reads $got bytes at tp=1, the files hold $want"
 done
 
+# The KV line names the sequences the run would hold: the engine's default without a GPU
+# (256; 1024 on GPUs of 70 GiB or more), else --max-num-seqs (tiny-llama3: 512 B a token).
+"$TPINFER" --model "$MODELS/tiny-llama3" --dry-run --backend cpu >"$TMP/out" 2>&1 || fail "dry-run of tiny-llama3"
+grep -q "KV cache per token per replica: 512 B; for --max-num-seqs 256 x --max-model-len 512: 64 MiB" "$TMP/out" ||
+    fail "default sequences: $(grep 'KV cache per token per replica' "$TMP/out")"
+"$TPINFER" --model "$MODELS/tiny-llama3" --dry-run --max-num-seqs 8 --max-model-len 128 >"$TMP/out" 2>&1 ||
+    fail "dry-run of tiny-llama3 with --max-num-seqs 8"
+grep -q "for --max-num-seqs 8 x --max-model-len 128: 512 KiB" "$TMP/out" ||
+    fail "--max-num-seqs 8: $(grep 'KV cache per token per replica' "$TMP/out")"
+
 # No weight bytes are read: strace sees only the 8-byte length and header preads.
 if command -v strace >/dev/null; then
     strace -f -e trace=pread64,read -o "$TMP/trace" "$TPINFER" --model "$MODELS/stories260K-hf" --dry-run >/dev/null 2>&1 ||
