@@ -142,16 +142,18 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     tp_format_bytes(total, tb, sizeof tb);
     tp_format_bytes(file_bytes, fb, sizeof fb);
     tp_format_bytes(kv, kb, sizeof kb);
-    /* the engine's default where no --max-num-seqs is given (a GPU run where one is seen) */
-    int64_t seqs = o->max_num_seqs ? o->max_num_seqs : strcmp(o->backend, "cpu") && tp_device_large(dev) ? 1024 : 256;
+    /* the engine's default where no --max-num-seqs is given: on a large GPU at most 1024 (fewer
+     * where the KV cache holds fewer, which only the run knows) */
+    const int up_to = !o->max_num_seqs && strcmp(o->backend, "cpu") && tp_device_large(dev);
+    int64_t seqs = o->max_num_seqs ? o->max_num_seqs : up_to ? 1024 : 256;
     tp_format_bytes(kv * ctx * seqs, kf, sizeof kf);
     fprintf(out, "total: %s %s, %" PRId64 " layers, world %d = dp %d x pp %d x tp %d\n",
             tp_arch_name(cfg->arch), o->model, cfg->n_layers, g->world, g->dp, g->pp, g->tp);
     fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",
             tb, total, fb, w->n_refs, w->n_shards);
-    fprintf(out, "  KV cache per token per replica: %s; for --max-num-seqs %" PRId64
+    fprintf(out, "  KV cache per token per replica: %s; for --max-num-seqs %s%" PRId64
             " x --max-model-len %" PRId64 ": %s\n",
-            kb, seqs, ctx, kf);
+            kb, up_to ? "(by default at most) " : "", seqs, ctx, kf);
     fprintf(out, "  no weight data was read (--dry-run)\n");
 }
 

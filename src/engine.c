@@ -538,6 +538,30 @@ static int32_t logit_rows(const engine *e, int32_t T)
     return prompt_rows ? seqs + T : seqs;
 }
 
+/* The default --max-num-seqs on a large GPU: as many of this replica's sequences as
+ * blocks (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, within
+ * [lo, hi]. On an H200, 8B's 1024 prompts of 2048 / 128 with all 1024 at once preempted 92
+ * sequences and took 4 % longer than with 256; the cache holds ~380 of them whole. */
+static int32_t fit_max_seqs(const engine *e, int64_t blocks, int32_t lo, int32_t hi)
+{
+    const int64_t bs = e->o->kv_block_size;
+    int64_t n = 0, need = 0;
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        const req *r = &e->R[i];
+        if (r->runnable < 0 || r->runnable % e->g->dp != e->g->dp_rank) continue;
+        int64_t len = (int64_t)r->n_prompt + r->max_new;
+        if (len > e->max_model_len) len = e->max_model_len;
+        n += r->n;
+        need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
+    }
+    int32_t seqs = tp_sched_fit_seqs(blocks, need, n, lo, hi);
+    if (seqs < hi)
+        tp_log_info0("--max-num-seqs %d by default: the KV cache (%lld blocks of %lld tokens) holds that many of "
+                     "this run's sequences at their full length (prompt + max_tokens); the flag chooses another",
+                     (int)seqs, (long long)blocks, (long long)bs);
+    return seqs;
+}
+
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
@@ -557,8 +581,9 @@ static tp_status load(engine *e, int32_t *n_blocks)
     const int on_gpu = !strcmp(e->backend->name, "cuda") && e->dev->total_bytes > 0;
     /* as vLLM's offline defaults on GPUs of 70 GiB or more: prefill steps of 16384 tokens (its
      * GEMMs are as fast per token, and a batch of 128 prompts of 128 tokens is then one step,
-     * with no mixed step after it) and 1024 sequences at once (decode steps of 1024 rows: on
-     * an H200, 8B's 1024 prompts of 128 / 128 took 7.4 s against 8.3 at 256); else 8192 and 256 */
+     * with no mixed step after it) and up to 1024 sequences at once (decode steps of 1024
+     * rows: on an H200, 8B's 1024 prompts of 128 / 128 took 7.4 s against 8.3 at 256; below,
+     * fewer where the KV cache holds fewer); else 8192 and 256 */
     const int large = on_gpu && tp_device_large(e->dev);
     e->max_batched = (int32_t)e->o->max_num_batched_tokens;
     if (!e->max_batched) e->max_batched = large ? 16384 : 8192;
@@ -582,6 +607,7 @@ static tp_status load(engine *e, int32_t *n_blocks)
     }
     int64_t per_block = per_token * e->o->kv_block_size;
     int64_t nb = per_block > 0 ? budget / per_block : 0;
+    if (!e->o->max_num_seqs && e->max_seqs > 256) e->max_seqs = fit_max_seqs(e, nb / g->pp, 256, e->max_seqs);
     /* more blocks than every engine's --max-num-seqs sequences of --max-model-len tokens
      * could hold would never be used */
     int64_t useful = (int64_t)g->pp * e->max_seqs * TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size);

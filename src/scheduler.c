@@ -226,6 +226,15 @@ static void table_remove(tp_scheduler *s, int64_t key)
 
 /* ---- create / destroy / add ------------------------------------------------------- */
 
+int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, int32_t lo, int32_t hi)
+{
+    if (lo > hi) lo = hi;
+    if (n_seqs < 1 || seq_blocks < 1) return hi;
+    /* n_blocks / (seq_blocks / n_seqs), without the product overflowing */
+    double fit = (double)(n_blocks > 0 ? n_blocks : 0) * (double)n_seqs / (double)seq_blocks;
+    return fit < lo ? lo : fit > hi ? hi : (int32_t)fit;
+}
+
 tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out)
 {
     if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_scheduler_create needs an out pointer");

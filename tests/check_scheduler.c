@@ -930,6 +930,26 @@ END_TEST
 
 /* Thousands of keys through the key table: growth, and removal on pop must keep every
  * other key findable (a live key stays refused as a duplicate to the end). */
+START_TEST(fit_seqs)
+{
+    /* 1024 sequences of 128 + 128 tokens in blocks of 16 need 16 blocks each: 51,200 blocks
+     * hold 3,200 of them, capped at 1024 */
+    ck_assert_int_eq(tp_sched_fit_seqs(51200, 1024 * 16, 1024, 256, 1024), 1024);
+    /* 2048 + 128 tokens: 136 blocks each; 51,200 blocks hold 376 */
+    ck_assert_int_eq(tp_sched_fit_seqs(51200, 1024 * 136, 1024, 256, 1024), 376);
+    /* mixed lengths: the mean (10 of 4 blocks, 10 of 36: 20 blocks each) */
+    ck_assert_int_eq(tp_sched_fit_seqs(6000, 10 * 4 + 10 * 36, 20, 256, 1024), 300);
+    /* never under lo (preemption handles the rest), never over hi */
+    ck_assert_int_eq(tp_sched_fit_seqs(100, 1000, 10, 256, 1024), 256);
+    ck_assert_int_eq(tp_sched_fit_seqs(INT64_C(1) << 40, 16, 1, 256, 1024), 1024);
+    /* small devices: lo = hi; no sequences, no blocks */
+    ck_assert_int_eq(tp_sched_fit_seqs(51200, 1024 * 136, 1024, 256, 256), 256);
+    ck_assert_int_eq(tp_sched_fit_seqs(51200, 0, 0, 256, 1024), 1024);
+    ck_assert_int_eq(tp_sched_fit_seqs(0, 16, 1, 256, 1024), 256);
+    ck_assert_int_eq(tp_sched_fit_seqs(51200, 16, 1, 512, 300), 300);
+}
+END_TEST
+
 START_TEST(many_keys)
 {
     enum { N = 3000 };
@@ -1042,6 +1062,7 @@ int main(void)
     tcase_add_test(tc, pending_tokens_resolve);
     tcase_add_test(tc, add_refusals);
     tcase_add_test(tc, create_refusals_and_misuse);
+    tcase_add_test(tc, fit_seqs);
     tcase_add_test(tc, many_keys);
     tcase_add_test(tc, determinism);
     tcase_add_test(tc, stress);
