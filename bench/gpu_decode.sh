@@ -14,7 +14,7 @@
 # Writes $OUT/bench.json (every figure; bench/plot draws it) and $OUT/bench-results.md (the
 # table printed last, ready for bench/RESULTS.md). Ranks: TP*PP*DP under mpirun.
 # Environment (bench/README.md explains each): BENCH_BACKEND, BENCH_SHAPES, BENCH_RUNS,
-# BENCH_RUNS_OTHER, BENCH_SWEEP, BENCH_HF, BENCH_HF_BATCHES, BENCH_HF_TIMEOUT, BENCH_OPS,
+# BENCH_RUNS_OTHER, BENCH_SWEEP, BENCH_HF, BENCH_HF_BATCHES, BENCH_HF_TIMEOUT, BENCH_HF_ATTN, BENCH_OPS,
 # BENCH_OPS_TIMEOUT, BENCH_MAX_SEQS, BENCH_ARGS, BENCH_BUDGET_S, BENCH_RUN_TIMEOUT,
 # BENCH_TPINFER, BENCH_PYTHON, BENCH_GEN, BENCH_WORK, BENCH_COMMIT, BENCH_BREAKDOWN.
 set -u
@@ -266,32 +266,39 @@ bench_run() {
     [ $status = failed ] && tail -3 "$OUTDIR/$log"
 }
 
-# ---- the Hugging Face baseline: hf_run SHAPE_NAME DIR
+# ---- the Hugging Face baseline: hf_run SHAPE_NAME DIR, once per BENCH_HF_ATTN entry ("default":
+# transformers' own choice, sdpa in 5.x; "eager"; "sdpa"); the first is the one tpinfer is compared with
 hf_run() {
-    local name=$1 dir=$2 lim f
-    if ! lim=$(limit_for "${BENCH_HF_TIMEOUT:-240}"); then
-        echo "$name HF: skipped (time budget or interrupted)"; record "\"kind\":\"hf\",\"model\":\"$name\",\"status\":\"skipped\""; return
-    fi
+    local name=$1 dir=$2 lim f attn tag
     f=$(prompts 128 128 128) || return
     local dev=cuda
     [ "$BACKEND" = cpu ] && dev=cpu
-    timeout -k 10 "$lim" "$PY" "$root/bench/hf_baseline.py" --model "$dir" --prompts "$f" --batches "$HF_BATCHES" \
-        --new-tokens 128 --device $dev >"$OUTDIR/hf-$name.jsonl" 2>"$OUTDIR/hf-$name.log"
-    local rc=$?
-    local line body
-    while read -r line; do # hf_baseline.py prints one JSON object per line
-        body=${line#\{}
-        body=${body%\}}
-        case $line in
-            '{"batch"'*) record "\"kind\":\"hf\",\"model\":\"$name\",\"status\":\"ok\",$body" ;;
-            '{"event": "load"'*) record "\"kind\":\"hf_load\",\"model\":\"$name\",$body" ;;
-        esac
-    done <"$OUTDIR/hf-$name.jsonl"
-    echo "$name HF: exit $rc, $(grep -c '^{"batch"' "$OUTDIR/hf-$name.jsonl") batch(es) measured"
-    if [ $rc != 0 ]; then
-        tail -3 "$OUTDIR/hf-$name.log"
-        record "\"kind\":\"hf_error\",\"model\":\"$name\",\"exit\":$rc,\"time_limit_s\":$lim,\"log\":\"hf-$name.log\""
-    fi
+    for attn in ${BENCH_HF_ATTN:-default}; do
+        tag=$name
+        [ "$attn" = default ] || tag=$name-$attn
+        if ! lim=$(limit_for "${BENCH_HF_TIMEOUT:-240}"); then
+            echo "$tag HF: skipped (time budget or interrupted)"; record "\"kind\":\"hf\",\"model\":\"$name\",\"status\":\"skipped\""; return
+        fi
+        local attn_flag=()
+        [ "$attn" = default ] || attn_flag=(--attn "$attn")
+        timeout -k 10 "$lim" "$PY" "$root/bench/hf_baseline.py" --model "$dir" --prompts "$f" --batches "$HF_BATCHES" \
+            --new-tokens 128 --device $dev "${attn_flag[@]}" >"$OUTDIR/hf-$tag.jsonl" 2>"$OUTDIR/hf-$tag.log"
+        local rc=$?
+        local line body
+        while read -r line; do # hf_baseline.py prints one JSON object per line
+            body=${line#\{}
+            body=${body%\}}
+            case $line in
+                '{"batch"'*) record "\"kind\":\"hf\",\"model\":\"$name\",\"status\":\"ok\",\"attn_asked\":\"$attn\",$body" ;;
+                '{"event": "load"'*) record "\"kind\":\"hf_load\",\"model\":\"$name\",\"attn_asked\":\"$attn\",$body" ;;
+            esac
+        done <"$OUTDIR/hf-$tag.jsonl"
+        echo "$tag HF: exit $rc, $(grep -c '^{"batch"' "$OUTDIR/hf-$tag.jsonl") batch(es) measured"
+        if [ $rc != 0 ]; then
+            tail -3 "$OUTDIR/hf-$tag.log"
+            record "\"kind\":\"hf_error\",\"model\":\"$name\",\"exit\":$rc,\"time_limit_s\":$lim,\"log\":\"hf-$tag.log\""
+        fi
+    done
 }
 
 # ---- op microbenchmarks (built by make bench where they exist)
@@ -359,10 +366,15 @@ for r in recs:
             if m.get("hbm_limit_ms"):
                 r["hbm_fraction"] = m["hbm_limit_ms"] / itl
         m.setdefault("runs", {})[r.pop("run")] = r
-    elif kind == "hf":
-        m.setdefault("hf", {})[str(r.pop("batch"))] = r
+    elif kind == "hf":  # every attention asked for in hf_runs; the first one's in hf, which speedups use
+        if r.get("status") == "ok":
+            m.setdefault("hf_runs", []).append(dict(r))
+            first = m.setdefault("hf_attn", r.get("attn_asked", "default"))
+            if r.get("attn_asked", "default") == first:
+                m.setdefault("hf", {})[str(r.pop("batch"))] = r
     elif kind == "hf_load":
-        m["hf_load"] = r
+        m.setdefault("hf_load", r)
+        m.setdefault("hf_loads", []).append(r)
     elif kind == "hf_error":
         m["hf_error"] = r
 for m in models.values():
@@ -431,21 +443,22 @@ for name, m in models.items():
         L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, what, n(r["generated_tok_s"]), n(r.get("total_tok_s")), n(r.get("seconds"), " s"),
             pct(r.get("ttft_ms")), pct(r.get("itl_ms")), "; ".join(note)))
-hf_rows = [(name, b, h, m) for name, m in models.items() for b, h in m.get("hf", {}).items()]
+hf_rows = [(name, h, m) for name, m in models.items() for h in m.get("hf_runs", [])]
 if hf_rows:
-    L += ["", "| model | batch (128 in / 128 out) | Hugging Face generate() tok/s | tpinfer tok/s | tpinfer / HF "
-          "| HF decode tok/s | tpinfer decode tok/s (batch / ITL p50) | decode: tpinfer / HF |",
+    L += ["", "| model | batch (128 in / 128 out) | Hugging Face generate() tok/s (attention) | tpinfer tok/s | "
+          "tpinfer / HF | HF decode tok/s | tpinfer decode tok/s (batch / ITL p50) | decode: tpinfer / HF |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, b, h, m in hf_rows:
+    for name, h, m in hf_rows:
+        b = str(h["batch"])
         run = m.get("runs", {}).get("b" + b, {})
-        tpi = run.get("generated_tok_s")
-        sp = m.get("speedup_vs_hf", {}).get(b)
+        tpi = run.get("generated_tok_s") if run.get("status") == "ok" else None
+        sp = tpi / h["tok_s"] if tpi and h.get("tok_s") else None
         itl = (run.get("itl_ms") or {}).get("p50")
         tpd = int(b) * 1e3 / itl if itl else None
         hfd = h.get("decode_tok_s")
-        L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            name, b, n(h.get("tok_s")), n(tpi), "%.1fx" % sp if sp else "-", n(hfd), n(tpd),
-            "%.1fx" % (tpd / hfd) if tpd and hfd else "-"))
+        L.append("| %s | %s | %s (%s) | %s | %s | %s | %s | %s |" % (
+            name, b, n(h.get("tok_s")), h.get("attn") or h.get("attn_asked", "?"), n(tpi),
+            "%.2fx" % sp if sp else "-", n(hfd), n(tpd), "%.2fx" % (tpd / hfd) if tpd and hfd else "-"))
 for name, m in models.items():
     e = m.get("hf_error")
     if e:

@@ -107,7 +107,8 @@ def main():
             generate(ids, 1)
             sync()
             pre = time.perf_counter() - t
-            emit({"batch": b, "prompt_len": ids.shape[1], "new_tokens": new, "seconds": round(dt, 4),
+            emit({"batch": b, "attn": getattr(model.config, "_attn_implementation", None),
+                  "prompt_len": ids.shape[1], "new_tokens": new, "seconds": round(dt, 4),
                   "tok_s": b * new / dt, "total_tok_s": b * (ids.shape[1] + new) / dt,
                   "ms_per_step": 1e3 * dt / new, "prefill_seconds": round(pre, 4),
                   "decode_tok_s": b * (new - 1) / (dt - pre) if new > 1 and dt > pre else None})
