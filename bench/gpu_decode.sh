@@ -273,7 +273,7 @@ hf_run() {
     f=$(prompts 128 128 128) || return
     local dev=cuda
     [ "$BACKEND" = cpu ] && dev=cpu
-    for attn in ${BENCH_HF_ATTN:-default}; do
+    for attn in ${BENCH_HF_ATTN:-default eager}; do
         tag=$name
         [ "$attn" = default ] || tag=$name-$attn
         if ! lim=$(limit_for "${BENCH_HF_TIMEOUT:-240}"); then
