@@ -33,8 +33,9 @@
  * every kernel can tell, from seq and pos alone, which tokens the prefill kernel takes: in
  * a tile, a run of consecutive tokens of one sequence at consecutive positions (a prefill
  * chunk, or the part of it in this tile), at least PF_MIN_RUN long, none of whose tokens
- * is faulty. One block per (tile, q head), 4 warps of 16 query rows; for each run of its
- * tile the block walks keys 0 .. the run's last position in tiles of PF_BN = 64 (so a
+ * is faulty. One block per (tile, q head), 4 warps of 16 query rows (or, with
+ * TPINFER_ATTN_PF_ROWS=2, 2 warps of 32: pf_shape); for each run of its
+ * tile the block walks keys 0 .. the run's last position in tiles of BN = 64 (so a
  * chunk's prefix already in the paged cache is read like its own keys), loaded from the
  * block table into shared memory by cp.async (16 bytes a thread, zeros past the run and
  * for bad blocks), double buffered. Each warp computes S = Q K^T with mma.sync m16n8k16
@@ -87,9 +88,6 @@
 #define FA_COMBINE_THREADS 128
 
 #define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
-#define PF_BN 64         /* keys per K/V tile in shared memory */
-#define PF_WARPS 4
-#define PF_THREADS (PF_WARPS * WARP_SIZE)
 #define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
 #define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
 #define PF_PAD 8         /* elements past each shared-memory row: ldmatrix's 8 rows in distinct banks */
@@ -97,6 +95,7 @@
 static int force_simple;     /* tp_cuda_attention_force_simple(): benchmarks compare the two */
 static int force_prefill = -1; /* tp_cuda_attention_force_prefill(): < 0 the default, 0 off, > 0 on */
 static int force_warps;       /* tp_cuda_attention_force_warps(): 1, 2 or 4 warps a decode block; 0 the default */
+static int force_pf_rows;     /* tp_cuda_attention_force_pf_rows(): 1 or 2 rows tiles a prefill warp; 0 the default */
 
 /* The split tuning, from the environment once (bench/gpu_attention sweeps it). */
 static int env_int(const char *name, int fallback, int lo, int hi)
@@ -842,29 +841,87 @@ __device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4],
     }
 }
 
-/* The shared memory of one block: K and V tiles, two buffers each. */
-template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
+/* fa_qk for RW row tiles of 16 (the prefill kernel's warps of 16 RW rows): each K fragment
+ * read from shared memory serves every row tile, so RW = 2 reads half the bytes a product */
+template <typename T, int KS, int NG, int LD, int RW>
+__device__ __forceinline__ void fa_qk_rw(float (&s)[RW][2 * NG][4], const uint32_t (&qf)[RW][KS][4], const T *k_rows,
+                                         int lane)
+{
+#pragma unroll
+    for (int k = 0; k < KS; k++)
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            uint32_t b[4];
+            pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
+                                  ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int j = 0; j < RW; j++) {
+                pf_mma<T>::mma(s[j][2 * g], qf[j][k], b[0], b[1]);
+                pf_mma<T>::mma(s[j][2 * g + 1], qf[j][k], b[2], b[3]);
+            }
+        }
+}
 
-/* Block (q head h, tile): grid (q_heads, n_tiles), PF_THREADS threads, pf_smem_bytes<D>()
- * dynamic shared memory: K and V [2 buffers][PF_BN keys][D + PF_PAD] of T. T: the cache's
- * and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's element type.
- * Warp w owns the tile's rows 16w .. 16w + 15; in mma's fragment layout, lane owns rows
- * 16w + lane / 4 (a) and + 8 (b), and of each 8-column group columns 2 (lane % 4), + 1. */
-template <typename T, int D, typename OT>
-__global__ void __launch_bounds__(PF_THREADS)
+/* fa_pv16 for RW row tiles: p0[j], p1[j] the two 8-key score tiles of row tile j; each V
+ * fragment serves every row tile */
+template <typename T, int NT, int LD, int RW>
+__device__ __forceinline__ void fa_pv16_rw(float (&o)[RW][NT][4], const float (&p0)[RW][4], const float (&p1)[RW][4],
+                                           const T *v_rows, int lane)
+{
+    uint32_t a[RW][4];
+#pragma unroll
+    for (int j = 0; j < RW; j++) {
+        a[j][0] = pf_mma<T>::pack(p0[j][0], p0[j][1]), a[j][1] = pf_mma<T>::pack(p0[j][2], p0[j][3]);
+        a[j][2] = pf_mma<T>::pack(p1[j][0], p1[j][1]), a[j][3] = pf_mma<T>::pack(p1[j][2], p1[j][3]);
+    }
+#pragma unroll
+    for (int n2 = 0; n2 < NT / 2; n2++) {
+        uint32_t b[4];
+        pf_ldmatrix_x4_trans(b, v_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (2 * n2 + (lane >> 4)) * 8);
+#pragma unroll
+        for (int j = 0; j < RW; j++) {
+            pf_mma<T>::mma(o[j][2 * n2], a[j], b[0], b[1]);
+            pf_mma<T>::mma(o[j][2 * n2 + 1], a[j], b[2], b[3]);
+        }
+    }
+}
+
+/* The prefill kernel's shape: RW row tiles of 16 a warp (PF_BM / (16 RW) warps a block),
+ * K/V tiles of BN keys. RW 1, BN 64 is the default; RW 2 (TPINFER_ATTN_PF_ROWS=2) reads half
+ * the shared-memory bytes a product (each K and V fragment serves 32 rows), with BN 32 so
+ * that its registers (O and S of 32 rows) fit: ptxas, sm_90: 225 registers at head_dim 64,
+ * 255 and 56 bytes of spills at 128 (RW 1: 131 and 233, none). Not yet measured on a GPU. */
+template <int RW, int D> struct pf_shape {
+    static constexpr int BN = RW == 1 ? 64 : 32;
+    static constexpr int WARPS = PF_BM / (16 * RW);
+    static constexpr int THREADS = WARPS * WARP_SIZE;
+};
+
+/* The shared memory of one block: K and V tiles of BN keys, two buffers each. */
+template <int D, int BN> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * BN * (D + PF_PAD) * 2; }
+
+/* Block (q head h, tile): grid (q_heads, n_tiles), pf_shape<RW, D>::THREADS threads,
+ * pf_smem_bytes<D, BN>() dynamic shared memory: K and V [2 buffers][BN keys][D + PF_PAD] of
+ * T. T: the cache's and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's
+ * element type; RW, BN: pf_shape. Warp w owns the tile's rows 16 RW w .. 16 RW (w + 1) - 1,
+ * as RW tiles of 16; in mma's fragment layout, lane owns rows 16 (RW w + j) + lane / 4 (a)
+ * and + 8 (b) of tile j, and of each 8-column group columns 2 (lane % 4), + 1. */
+template <typename T, int D, typename OT, int RW, int BN>
+__global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
     attention_prefill_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, pf_params P, tp_tensor out,
                              tp_cuda_fault *fault)
 {
     pdl_begin(); /* inputs come from the previous kernel */
-    constexpr int LD = D + PF_PAD;     /* shared row pitch (elements) */
-    constexpr int CPR = D / 8;         /* 16-byte chunks per K or V row */
-    constexpr int KS = D / 16;         /* k steps of Q K^T */
-    constexpr int NT = D / 8;          /* 8-column tiles of the output */
-    constexpr int NS = PF_BN / 8;      /* 8-key tiles of S */
-    constexpr int LOADS = PF_BN * CPR / PF_THREADS; /* chunks per thread per K (or V) tile */
-    static_assert(PF_BN * CPR % PF_THREADS == 0, "tile loads must divide over the threads");
+    constexpr int THREADS = pf_shape<RW, D>::THREADS;
+    constexpr int LD = D + PF_PAD;              /* shared row pitch (elements) */
+    constexpr int CPR = D / 8;                  /* 16-byte chunks per K or V row */
+    constexpr int KS = D / 16;                  /* k steps of Q K^T */
+    constexpr int NT = D / 8;                   /* 8-column tiles of the output */
+    constexpr int NS = BN / 8;                  /* 8-key tiles of S */
+    constexpr int LOADS = BN * CPR / THREADS;   /* chunks per thread per K (or V) tile */
+    static_assert(BN * CPR % THREADS == 0, "tile loads must divide over the threads");
     extern __shared__ __align__(16) unsigned char pf_smem[];
-    T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * PF_BN * LD;
+    T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * BN * LD;
     __shared__ int bad_from_s; /* the first position whose block-table entry is bad (INT32_MAX: none) */
 
     const int h = blockIdx.x, kh = h / P.group;
@@ -872,7 +929,9 @@ __global__ void __launch_bounds__(PF_THREADS)
     const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
     const int g = lane >> 2, tig = lane & 3;
-    const int ra = warp * 16 + g, rb = ra + 8;
+    int ra[RW], rb[RW];
+#pragma unroll
+    for (int j = 0; j < RW; j++) ra[j] = (warp * RW + j) * 16 + g, rb[j] = ra[j] + 8;
     const int bs = cache.block_size;
 
     uint64_t ok;
@@ -884,9 +943,12 @@ __global__ void __launch_bounds__(PF_THREADS)
 
     /* q fragments of the warp's rows (16-bit loads: q's rows need not be 4-byte aligned);
      * rows past the step are zeros */
-    uint32_t qf[KS][4];
-    fa_load_q<KS>(qf, (const uint16_t *)q.data + (t0 + ra) * q.stride + (int64_t)h * D,
-                  (const uint16_t *)q.data + (t0 + rb) * q.stride + (int64_t)h * D, ra < cnt, rb < cnt, tig, false);
+    uint32_t qf[RW][KS][4];
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+        fa_load_q<KS>(qf[j], (const uint16_t *)q.data + (t0 + ra[j]) * q.stride + (int64_t)h * D,
+                      (const uint16_t *)q.data + (t0 + rb[j]) * q.stride + (int64_t)h * D, ra[j] < cnt, rb[j] < cnt,
+                      tig, false);
 
     const int64_t width = (int64_t)cache.n_kv_heads * D;
     const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
@@ -894,10 +956,14 @@ __global__ void __launch_bounds__(PF_THREADS)
         if (!pf_run(starts, ok, r, &r0, &r1)) continue;
         const int32_t seq = __ldg(batch.seq + t0 + r0), pos0 = __ldg(batch.pos + t0 + r0);
         const int kend = pos0 + (r1 - r0); /* keys 0 .. kend - 1: the run's last position */
-        const int nkt = CEIL_DIV(kend, PF_BN);
-        const int pa = ra >= r0 && ra < r1 ? pos0 + ra - r0 : -1; /* -1: not in the run, every key masked */
-        const int pb = rb >= r0 && rb < r1 ? pos0 + rb - r0 : -1;
-        const int wlo = max(warp * 16, r0), whi = min(warp * 16 + 16, r1) - 1;
+        const int nkt = CEIL_DIV(kend, BN);
+        int pa[RW], pb[RW]; /* -1: not in the run, every key masked */
+#pragma unroll
+        for (int j = 0; j < RW; j++) {
+            pa[j] = ra[j] >= r0 && ra[j] < r1 ? pos0 + ra[j] - r0 : -1;
+            pb[j] = rb[j] >= r0 && rb[j] < r1 ? pos0 + rb[j] - r0 : -1;
+        }
+        const int wlo = max(warp * 16 * RW, r0), whi = min((warp + 1) * 16 * RW, r1) - 1;
         const int wmax = wlo <= whi ? pos0 + whi - r0 : -1;       /* the warp's last position */
         const int wmin = wlo <= whi ? pos0 + wlo - r0 : INT32_MAX; /* its first */
         const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
@@ -906,15 +972,14 @@ __global__ void __launch_bounds__(PF_THREADS)
         if (tid == 0) bad_from_s = INT32_MAX;
         __syncthreads();
 
-        /* K and V rows of keys kt * PF_BN .. + PF_BN - 1 into buffer b: thread tid takes chunk
-         * column tid % CPR of keys tid / CPR + j * (PF_THREADS / CPR), so a row's chunks are
+        /* K and V rows of keys kt * BN .. + BN - 1 into buffer b: thread tid takes chunk
+         * column tid % CPR of keys tid / CPR + j * (THREADS / CPR), so a row's chunks are
          * consecutive threads (coalesced); zeros past kend and for a bad block */
         auto load = [&](int kt, int b) {
-            T *kd = kbuf + b * PF_BN * LD, *vd = vbuf + b * PF_BN * LD;
+            T *kd = kbuf + b * BN * LD, *vd = vbuf + b * BN * LD;
             const int col = tid % CPR;
-#pragma unroll
-            for (int j = 0; j < LOADS; j++) {
-                const int key = tid / CPR + j * (PF_THREADS / CPR), p = kt * PF_BN + key;
+            auto one = [&](int j) {
+                const int key = tid / CPR + j * (THREADS / CPR), p = kt * BN + key;
                 const T *ksrc = kc, *vsrc = vc;
                 int bytes = 0;
                 if (p < kend) {
@@ -932,12 +997,23 @@ __global__ void __launch_bounds__(PF_THREADS)
                 }
                 pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
                 pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
+            };
+            if constexpr (RW == 1) {
+#pragma unroll
+                for (int j = 0; j < LOADS; j++) one(j);
+            } else { /* rolled: RW 2's registers hold O and S of 32 rows (unrolled, it spills more) */
+#pragma unroll 1
+                for (int j = 0; j < LOADS; j++) one(j);
             }
         };
 
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
+        float m[RW][2], l[RW][2], o[RW][NT][4];
 #pragma unroll
-        for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        for (int j = 0; j < RW; j++) {
+            m[j][0] = m[j][1] = -INFINITY, l[j][0] = l[j][1] = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; n++) o[j][n][0] = o[j][n][1] = o[j][n][2] = o[j][n][3] = 0.0f;
+        }
 
         load(0, 0);
         pf_cp_async_commit();
@@ -946,31 +1022,42 @@ __global__ void __launch_bounds__(PF_THREADS)
             pf_cp_async_commit();                        /* (an empty group at the end: the wait stays 1) */
             pf_cp_async_wait<1>();
             __syncthreads();
-            const int k0 = kt * PF_BN;
+            const int k0 = kt * BN;
             if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
-                const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
-                /* S = Q K^T: 16 rows x PF_BN keys */
-                float s[NS][4];
+                const T *kt_s = kbuf + (kt & 1) * BN * LD, *vt_s = vbuf + (kt & 1) * BN * LD;
+                /* S = Q K^T: 16 RW rows x BN keys */
+                float s[RW][NS][4];
 #pragma unroll
-                for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-                fa_qk<T, KS, NS / 2, LD>(s, qf, kt_s, lane);
+                for (int j = 0; j < RW; j++)
+#pragma unroll
+                    for (int n = 0; n < NS; n++) s[j][n][0] = s[j][n][1] = s[j][n][2] = s[j][n][3] = 0.0f;
+                fa_qk_rw<T, KS, NS / 2, LD, RW>(s, qf, kt_s, lane);
                 /* scale to the log2 domain; causal mask where a key may pass a row's position */
-                const bool mask = k0 + PF_BN - 1 > wmin;
-                float mx[2] = {m[0], m[1]};
+                const bool mask = k0 + BN - 1 > wmin;
 #pragma unroll
-                for (int n = 0; n < NS; n++)
+                for (int j = 0; j < RW; j++) {
+                    float mx[2] = {m[j][0], m[j][1]};
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float x = s[n][e] * P.qscale;
-                        if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa : pb)) x = -INFINITY;
-                        s[n][e] = x;
-                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                    }
-                fa_softmax_step(s, mx, m, l, o); /* the 4 lanes of a row hold its 64 scores */
+                    for (int n = 0; n < NS; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float x = s[j][n][e] * P.qscale;
+                            if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa[j] : pb[j])) x = -INFINITY;
+                            s[j][n][e] = x;
+                            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                        }
+                    fa_softmax_step(s[j], mx, m[j], l[j], o[j]); /* the 4 lanes of a row hold its BN scores */
+                }
                 /* O += P V: keys 16k .. 16k + 15 are S tiles 2k and 2k + 1 */
 #pragma unroll
-                for (int k = 0; k < PF_BN / 16; k++)
-                    fa_pv16<T, NT, LD>(o, s[2 * k], s[2 * k + 1], vt_s + k * 16 * LD, lane);
+                for (int k = 0; k < BN / 16; k++) {
+                    float p0[RW][4], p1[RW][4];
+#pragma unroll
+                    for (int j = 0; j < RW; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) p0[j][e] = s[j][2 * k][e], p1[j][e] = s[j][2 * k + 1][e];
+                    fa_pv16_rw<T, NT, LD, RW>(o, p0, p1, vt_s + k * 16 * LD, lane);
+                }
             }
             __syncthreads(); /* every warp is done with this buffer before it is refilled */
         }
@@ -978,21 +1065,24 @@ __global__ void __launch_bounds__(PF_THREADS)
 
         /* out = O / l; rows from a bad block's first position on are zeros, as in the flash kernel */
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-        }
+        for (int j = 0; j < RW; j++) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int pr = e ? pb : pa;
-            if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
-            const bool zero = pr >= bad_from;
-            const float inv = 1.0f / l[e];
-            OT *dst = row_of<OT>(out, t0 + (e ? rb : ra)) + (int64_t)h * D + 2 * tig;
+            for (int e = 0; e < 2; e++) {
+                l[j][e] += __shfl_xor_sync(0xffffffffu, l[j][e], 1);
+                l[j][e] += __shfl_xor_sync(0xffffffffu, l[j][e], 2);
+            }
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[n][2 * e] * inv);
-                dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[n][2 * e + 1] * inv);
+            for (int e = 0; e < 2; e++) {
+                const int pr = e ? pb[j] : pa[j];
+                if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
+                const bool zero = pr >= bad_from;
+                const float inv = 1.0f / l[j][e];
+                OT *dst = row_of<OT>(out, t0 + (e ? rb[j] : ra[j])) + (int64_t)h * D + 2 * tig;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[j][n][2 * e] * inv);
+                    dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[j][n][2 * e + 1] * inv);
+                }
             }
         }
     }
@@ -1370,6 +1460,8 @@ extern "C" void tp_cuda_attention_force_prefill(int mode) { force_prefill = mode
 
 extern "C" void tp_cuda_attention_force_warps(int w) { force_warps = w == 1 || w == 2 || w == 4 ? w : 0; }
 
+extern "C" void tp_cuda_attention_force_pf_rows(int rw) { force_pf_rows = rw == 1 || rw == 2 ? rw : 0; }
+
 /* log2 of the lanes per position when the flash kernel takes this cache, else -1 (vpl:
  * 16-byte vectors per lane). */
 static int flash_lanes_log2(const tp_kv_layer &cache, int *vpl)
@@ -1634,18 +1726,38 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     return TP_OK;
 }
 
+template <typename T, int D, typename OT, int RW>
+static tp_status launch_prefill_rw(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
+                                   const pf_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
+{
+    constexpr int BN = pf_shape<RW, D>::BN;
+    const size_t smem = pf_smem_bytes<D, BN>();
+    /* over 48 KiB of dynamic shared memory must be asked for, per device: every launch (prefill
+     * steps are eager and long, the call is cheap) */
+    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT, RW, BN>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    tp_launch(attention_prefill_kernel<T, D, OT, RW, BN>, grid, pf_shape<RW, D>::THREADS, smem, stream, q, cache,
+              batch, P, out, fault);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
+}
+
+/* The prefill kernel's rows a warp: tp_cuda_attention_force_pf_rows, else TPINFER_ATTN_PF_ROWS
+ * (1, the default, or 2) */
+static int prefill_rows()
+{
+    if (force_pf_rows) return force_pf_rows;
+    static int env = 0;
+    if (!env) env = env_int("TPINFER_ATTN_PF_ROWS", 1, 1, 2);
+    return env;
+}
+
 template <typename T, int D, typename OT>
 static tp_status launch_prefill(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const pf_params &P,
                                 tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    const size_t smem = pf_smem_bytes<D>();
-    /* over 48 KiB of dynamic shared memory must be asked for, per device: every launch (prefill
-     * steps are eager and long, the call is cheap) */
-    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-    tp_launch(attention_prefill_kernel<T, D, OT>, grid, PF_THREADS, smem, stream, q, cache, batch, P, out, fault);
-    TP_CUDA_CHECK_LAUNCH();
-    return TP_OK;
+    return prefill_rows() == 2 ? launch_prefill_rw<T, D, OT, 2>(grid, q, cache, batch, P, out, fault, stream)
+                               : launch_prefill_rw<T, D, OT, 1>(grid, q, cache, batch, P, out, fault, stream);
 }
 
 template <typename T, int D>
