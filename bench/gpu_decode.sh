@@ -73,12 +73,13 @@ parse_log() {
         s = $0; sub(/.*inter-token latency /, "", s); split(s, a, " "); IT = a[1]
     }
     /loaded .* of weights on / { s = $0; sub(/.* of weights on [0-9]+ rank\(s\) in /, "", s); split(s, a, " "); LS = a[1] }
+    /replica 0: [0-9]+ sequences at once/ { s = $0; sub(/.*replica 0: /, "", s); split(s, a, " "); SO = a[1] }
     END {
         printf "\"summary\":%s,\"seconds\":%s,\"prompt_tokens_replica0\":%s,\"generated_tokens_replica0\":%s,", \
             STATUS == "" ? "null" : "\"" STATUS "\"", num(S), num(P0), num(G0)
         printf "\"generated_tok_s_replica0\":%s,\"prompt_tokens\":%s,\"generated_tokens\":%s,\"steps\":%s,\"preempted\":%s,", \
             num(R), num(PA), num(GA), num(ST), num(PR)
-        printf "\"load_s\":%s,%s,%s", num(LS), pcts(TT, "ttft_ms"), pcts(IT, "itl_ms")
+        printf "\"load_s\":%s,\"seqs_at_once\":%s,%s,%s", num(LS), num(SO), pcts(TT, "ttft_ms"), pcts(IT, "itl_ms")
     }' "$1"
 }
 # run_name NAME: "N IN OUT" for bN (N x 128/128) or oNxINxOUT
@@ -277,7 +278,8 @@ hf_run() {
         tag=$name
         [ "$attn" = default ] || tag=$name-$attn
         if ! lim=$(limit_for "${BENCH_HF_TIMEOUT:-240}"); then
-            echo "$tag HF: skipped (time budget or interrupted)"; record "\"kind\":\"hf\",\"model\":\"$name\",\"status\":\"skipped\""; return
+            echo "$tag HF: skipped (time budget or interrupted)"
+            record "\"kind\":\"hf_error\",\"model\":\"$name\",\"attn_asked\":\"$attn\",\"status\":\"skipped\""; return
         fi
         local attn_flag=()
         [ "$attn" = default ] || attn_flag=(--attn "$attn")
@@ -296,7 +298,7 @@ hf_run() {
         echo "$tag HF: exit $rc, $(grep -c '^{"batch"' "$OUTDIR/hf-$tag.jsonl") batch(es) measured"
         if [ $rc != 0 ]; then
             tail -3 "$OUTDIR/hf-$tag.log"
-            record "\"kind\":\"hf_error\",\"model\":\"$name\",\"exit\":$rc,\"time_limit_s\":$lim,\"log\":\"hf-$tag.log\""
+            record "\"kind\":\"hf_error\",\"model\":\"$name\",\"attn_asked\":\"$attn\",\"status\":\"failed\",\"exit\":$rc,\"time_limit_s\":$lim,\"log\":\"hf-$tag.log\""
         fi
     done
 }
@@ -375,8 +377,8 @@ for r in recs:
     elif kind == "hf_load":
         m.setdefault("hf_load", r)
         m.setdefault("hf_loads", []).append(r)
-    elif kind == "hf_error":
-        m["hf_error"] = r
+    elif kind == "hf_error":  # failed or skipped, one record per attention asked for
+        m.setdefault("hf_errors", []).append(r)
 for m in models.values():
     runs, hf = m.get("runs", {}), m.get("hf", {})
     sweep = {r["prompts"]: r["generated_tok_s"] for k, r in runs.items()
@@ -438,6 +440,8 @@ for name, m in models.items():
             note.append("%.2f ms/token (ITL p50)" % r["ms_per_token"])
         if r.get("hbm_fraction"):
             note.append("%.0f %% of the HBM limit (%.2f ms)" % (100 * r["hbm_fraction"], m["hbm_limit_ms"]))
+        if r.get("seqs_at_once"):
+            note.append("%d at once (the default)" % r["seqs_at_once"])
         if r.get("preempted"):
             note.append("%d preempted" % r["preempted"])
         L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -460,11 +464,14 @@ if hf_rows:
             name, b, n(h.get("tok_s")), h.get("attn") or h.get("attn_asked", "?"), n(tpi),
             "%.2fx" % sp if sp else "-", n(hfd), n(tpd), "%.2fx" % (tpd / hfd) if tpd and hfd else "-"))
 for name, m in models.items():
-    e = m.get("hf_error")
-    if e:
-        L += ["", "Hugging Face baseline on %s: %s (exit %d, see %s)." % (
-            name, "stopped at its %d s limit" % e["time_limit_s"] if e["exit"] in (124, 137) else "failed",
-            e["exit"], e["log"])]
+    for e in m.get("hf_errors", []):
+        if e.get("status") == "skipped":
+            what = "skipped (the time budget)"
+        elif e.get("exit") in (124, 137):
+            what = "stopped at its %d s limit (see %s)" % (e.get("time_limit_s", 0), e.get("log"))
+        else:
+            what = "failed (exit %s, see %s)" % (e.get("exit"), e.get("log"))
+        L += ["", "Hugging Face baseline on %s, attention %s: %s." % (name, e.get("attn_asked", "default"), what)]
 if out["ops"]:
     L += ["", "Op microbenchmarks: " + ", ".join("%s (exit %s, %s)" % (k, v.get("exit", "-"), v.get("log", v.get("status")))
                                                 for k, v in out["ops"].items()) + "."]

@@ -106,6 +106,7 @@ typedef struct engine {
     int32_t max_model_len;
     int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
     int32_t max_seqs;       /* --max-num-seqs, or its default for the device (load) */
+    int seqs_fitted;        /* max_seqs is the large GPU's default, fitted to the KV cache (load) */
     int32_t warm, tune;     /* the warm-up, and cuBLASLt tuning in it: agreed by the replica's ranks */
     int32_t eos[TP_MAX_EOS_IDS];
     int n_eos;
@@ -519,6 +520,8 @@ static tp_status make_backend(engine *e)
 #endif
 }
 
+static int env_is(const char *name, const char *value);
+
 /* Sequences a step of T tokens holds at most. */
 static int32_t step_seqs(const engine *e, int32_t T)
 {
@@ -538,11 +541,12 @@ static int32_t logit_rows(const engine *e, int32_t T)
     return prompt_rows ? seqs + T : seqs;
 }
 
-/* The default --max-num-seqs on a large GPU: as many of this replica's sequences as
- * blocks (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, within
- * [lo, hi]. On an H200, 8B's 1024 prompts of 2048 / 128 with all 1024 at once preempted 92
- * sequences and took 4 % longer than with 256; the cache holds ~380 of them whole. */
-static int32_t fit_max_seqs(const engine *e, int64_t blocks, int32_t lo, int32_t hi)
+/* The default --max-num-seqs: on a large GPU as many of this replica's sequences as blocks
+ * (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, from 256 to
+ * 1024 (on an H200, 8B's 1024 prompts of 2048 / 128 all at once preempted 92 sequences and
+ * took 4 % longer than 256 at once; the cache holds ~400 of them whole); elsewhere 256; never
+ * more than the replica has (fewer graphs to record in the warm-up). */
+static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
 {
     const int64_t bs = e->o->kv_block_size;
     int64_t n = 0, need = 0;
@@ -554,12 +558,31 @@ static int32_t fit_max_seqs(const engine *e, int64_t blocks, int32_t lo, int32_t
         n += r->n;
         need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
     }
-    int32_t seqs = tp_sched_fit_seqs(blocks, need, n, lo, hi);
-    if (seqs < hi)
-        tp_log_info0("--max-num-seqs %d by default: the KV cache (%lld blocks of %lld tokens) holds that many of "
-                     "this run's sequences at their full length (prompt + max_tokens); the flag chooses another",
-                     (int)seqs, (long long)blocks, (long long)bs);
-    return seqs;
+    int32_t seqs = large ? tp_sched_fit_seqs(blocks, need, n, 256, 1024) : 256;
+    return n > 0 && n < seqs ? (int32_t)n : seqs;
+}
+
+/* The KV cache's bytes on this rank: --kv-cache-memory (CPU), or on a GPU its share less
+ * what is already taken (weights, workspace) and room for the step buffers (for
+ * e->max_batched tokens and e->max_seqs sequences), the stage-input buffers and 256 MiB for
+ * the libraries. */
+static tp_status kv_budget(const engine *e, int on_gpu, int64_t *budget)
+{
+    *budget = e->o->kv_cache_memory;
+    if (!on_gpu) return TP_OK;
+    const int32_t T = e->max_batched;
+    const int64_t steps = tp_step_buffers_bytes(&e->model, T, logit_rows(e, T), step_seqs(e, T),
+                                                (int32_t)TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size)) +
+                          2 * (int64_t)T * e->model.dims.d * 4 + (INT64_C(256) << 20);
+    *budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
+              (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes - steps;
+    if (*budget <= 0)
+        return tp_error(TP_ERR_OOM,
+                        "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights and %" PRId64
+                        " for the buffers of a %d-token step; raise --gpu-memory-utilization (now %.2f), lower "
+                        "--max-num-batched-tokens, or split the model over more GPUs (--tp, --pp)",
+                        e->dev->index, e->model.weight_bytes, steps, T, e->o->gpu_memory_utilization);
+    return TP_OK;
 }
 
 static tp_status load(engine *e, int32_t *n_blocks)
@@ -577,37 +600,30 @@ static tp_status load(engine *e, int32_t *n_blocks)
     tp_log(TP_LOG_DEBUG, "loaded %" PRId64 " bytes of weights in %.2f s (%.2f GB/s)", e->model.weight_bytes, s,
            s > 0 ? (double)e->model.weight_bytes / s / 1e9 : 0.0);
     int64_t per_token = tp_shard_plan_kv_bytes_per_token(&e->cfg, &plan, (int64_t)tp_dtype_size(e->backend->act_dtype));
-    int64_t budget = e->o->kv_cache_memory;
     const int on_gpu = !strcmp(e->backend->name, "cuda") && e->dev->total_bytes > 0;
     /* as vLLM's offline defaults on GPUs of 70 GiB or more: prefill steps of 16384 tokens (its
      * GEMMs are as fast per token, and a batch of 128 prompts of 128 tokens is then one step,
      * with no mixed step after it) and up to 1024 sequences at once (decode steps of 1024
-     * rows: on an H200, 8B's 1024 prompts of 128 / 128 took 7.4 s against 8.3 at 256; below,
-     * fewer where the KV cache holds fewer); else 8192 and 256 */
-    const int large = on_gpu && tp_device_large(e->dev);
+     * rows: on an H200, 8B's 1024 prompts of 128 / 128 took 7.4 s against 8.3 at 256; fewer
+     * where the KV cache holds fewer, below); else 8192 and 256. TPINFER_LARGE_GPU_DEFAULTS=1:
+     * the large GPU's on any device (tests) */
+    const int large = (on_gpu && tp_device_large(e->dev)) || env_is("TPINFER_LARGE_GPU_DEFAULTS", "1");
     e->max_batched = (int32_t)e->o->max_num_batched_tokens;
     if (!e->max_batched) e->max_batched = large ? 16384 : 8192;
     e->max_seqs = (int32_t)e->o->max_num_seqs;
     if (!e->max_seqs) e->max_seqs = large ? 1024 : 256;
-    if (on_gpu) {
-        /* the card's share, less what is already taken (weights, workspace) and room for
-         * the step buffers, the stage-input buffers and 256 MiB for the libraries */
-        const int32_t T = e->max_batched;
-        const int64_t steps = tp_step_buffers_bytes(&e->model, T, logit_rows(e, T), step_seqs(e, T),
-                                                    (int32_t)TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size)) +
-                              2 * (int64_t)T * e->model.dims.d * 4 + (INT64_C(256) << 20);
-        budget = (int64_t)((double)e->dev->total_bytes * e->o->gpu_memory_utilization) -
-                 (e->dev->total_bytes - e->dev->free_bytes) - e->model.weight_bytes - steps;
-        if (budget <= 0)
-            return tp_error(TP_ERR_OOM,
-                            "GPU %d: no memory left for the KV cache after %" PRId64 " bytes of weights and %" PRId64
-                            " for the buffers of a %d-token step; raise --gpu-memory-utilization (now %.2f), lower "
-                            "--max-num-batched-tokens, or split the model over more GPUs (--tp, --pp)",
-                            e->dev->index, e->model.weight_bytes, steps, T, e->o->gpu_memory_utilization);
-    }
+    int64_t budget;
+    TP_CHECK(kv_budget(e, on_gpu, &budget));
     int64_t per_block = per_token * e->o->kv_block_size;
     int64_t nb = per_block > 0 ? budget / per_block : 0;
-    if (!e->o->max_num_seqs && e->max_seqs > 256) e->max_seqs = fit_max_seqs(e, nb / g->pp, 256, e->max_seqs);
+    e->seqs_fitted = !e->o->max_num_seqs && large;
+    if (!e->o->max_num_seqs) {
+        const int32_t first = e->max_seqs;
+        e->max_seqs = default_max_seqs(e, large, nb / g->pp);
+        /* step buffers for fewer sequences leave the KV cache more room (logit rows) */
+        if (e->max_seqs < first) TP_CHECK(kv_budget(e, on_gpu, &budget));
+        nb = per_block > 0 ? budget / per_block : 0;
+    }
     /* more blocks than every engine's --max-num-seqs sequences of --max-model-len tokens
      * could hold would never be used */
     int64_t useful = (int64_t)g->pp * e->max_seqs * TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size);
@@ -1642,6 +1658,12 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->prune_last = mine[6];
         e->overlap = mine[7];
         e->max_seqs = mine[8];
+        if (st == TP_OK && e->seqs_fitted && e->g->tp_rank == 0 && e->g->pp_rank == 0)
+            tp_log(TP_LOG_INFO,
+                   "replica %d: %d sequences at once (the default --max-num-seqs on this GPU: as many of the run's "
+                   "sequences as the KV cache holds at full length, prompt + max_tokens, from 256 to 1024, at most "
+                   "the run's own)",
+                   e->g->dp_rank, (int)e->max_seqs);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
         st = warm_up(e);

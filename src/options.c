@@ -76,7 +76,7 @@ static const option_doc docs[] = {
      "context length (prompt + completion) per sequence", "the model's max_position_embeddings"},
     {{"max-num-seqs", required_argument, 0, OPT_MAX_NUM_SEQS}, NULL, "N",
      "sequences in one batch at most",
-     "on GPUs of 70 GiB or more what the KV cache holds at full length, 256 to 1024; else 256"},
+     "on GPUs of 70 GiB or more what the KV cache holds at full length, 256 to 1024; else 256; at most the run's sequences"},
     {{"max-num-batched-tokens", required_argument, 0, OPT_MAX_NUM_BATCHED_TOKENS}, NULL, "N",
      "tokens in one forward step at most (chunked prefill)", "16384 on GPUs of 70 GiB or more, else 8192"},
     {{"gpu-memory-utilization", required_argument, 0, OPT_GPU_MEMORY_UTILIZATION}, NULL, "F",

@@ -32,7 +32,8 @@ typedef struct tp_options {
     int tp;                  /* --tensor-parallel-size */
     int pp;                  /* --pipeline-parallel-size */
     int64_t max_model_len;   /* 0: the model's max_position_embeddings */
-    int64_t max_num_seqs;           /* 0: 1024 on GPUs of 70 GiB or more, else 256 (engine) */
+    int64_t max_num_seqs;           /* 0: the engine's default (on GPUs of 70 GiB or more what the KV cache
+                                     * holds at full length, 256 to 1024; else 256; at most the run's own) */
     int64_t max_num_batched_tokens; /* 0: 16384 on GPUs of 70 GiB or more, else 8192 (engine) */
     double gpu_memory_utilization;
     uint64_t seed;

@@ -50,8 +50,9 @@ typedef struct tp_scheduler tp_scheduler;
 /* How many sequences n_blocks hold at once when each takes its full length: n_seqs
  * sequences that need seq_blocks blocks in all (each its ceil((prompt + max_new) /
  * block_size)), so n_blocks * n_seqs / seq_blocks, within [lo, hi]. The engine's default
- * --max-num-seqs: as many as run without preemption even where none stops early (TensorRT-LLM's
- * guaranteed-no-evict admission, as a cap), never fewer than lo. hi with no sequences. */
+ * --max-num-seqs on large GPUs: as many as run without preemption even where none stops
+ * early, if all were of the mean length (TensorRT-LLM's guaranteed-no-evict admission, as a
+ * cap on the count), never fewer than lo. hi with no sequences. */
 int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, int32_t lo, int32_t hi);
 
 tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out);

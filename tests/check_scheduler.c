@@ -928,8 +928,7 @@ START_TEST(create_refusals_and_misuse)
 }
 END_TEST
 
-/* Thousands of keys through the key table: growth, and removal on pop must keep every
- * other key findable (a live key stays refused as a duplicate to the end). */
+/* tp_sched_fit_seqs: the default --max-num-seqs of a large GPU. */
 START_TEST(fit_seqs)
 {
     /* 1024 sequences of 128 + 128 tokens in blocks of 16 need 16 blocks each: 51,200 blocks
@@ -950,6 +949,8 @@ START_TEST(fit_seqs)
 }
 END_TEST
 
+/* Thousands of keys through the key table: growth, and removal on pop must keep every
+ * other key findable (a live key stays refused as a duplicate to the end). */
 START_TEST(many_keys)
 {
     enum { N = 3000 };

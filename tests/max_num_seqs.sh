@@ -1,0 +1,74 @@
+#!/bin/sh
+# The default --max-num-seqs (engine.c default_max_seqs). On a GPU of 70 GiB or more it is as
+# many of the run's sequences as the KV cache holds at full length (prompt + max_tokens),
+# from 256 to 1024, at most the run's own; TPINFER_LARGE_GPU_DEFAULTS=1 gives the CPU backend
+# those defaults, with --kv-cache-memory sizing the cache. tiny-llama3 on the CPU: 1 KiB of
+# K/V a token, 16 KiB a block of 16.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+MODEL=$MODELS/tiny-llama3
+BLOCK=16384
+# prompts N LEN MAX_TOKENS [N LEN MAX_TOKENS]: JSONL of N prompts of LEN tokens each
+prompts() {
+    "$PYTHON3" - "$@" <<'PY'
+import json, sys
+a = list(map(int, sys.argv[1:]))
+r = 0
+for i in range(0, len(a), 3):
+    n, ln, mx = a[i:i + 3]
+    for _ in range(n):
+        print(json.dumps({"id": "r%d" % r, "prompt_token_ids": [5 + (r * 7 + t) % 90 for t in range(ln)],
+                          "max_tokens": mx, "ignore_eos": True}))
+        r += 1
+PY
+}
+# run NAME ARGS...: tpinfer on $TMP/NAME.jsonl into $TMP/NAME.out, its log in $TMP/NAME.log
+run() {
+    name=$1; shift
+    "$TPINFER" --model "$MODEL" --input "$TMP/$name.jsonl" --output "$TMP/$name.out" "$@" >"$TMP/$name.log" 2>&1 ||
+        { cat "$TMP/$name.log"; fail "$name: tpinfer $*"; }
+}
+at_once() { sed -n 's/.*replica 0: \([0-9]*\) sequences at once.*/\1/p' "$TMP/$1.log"; }
+preempted() { sed -n 's/.*replica 0: .* steps, \([0-9]*\) preempted.*/\1/p' "$TMP/$1.log"; }
+same() { # the completions of two runs, without their timestamps
+    sed 's/"created":[0-9]*,//' "$TMP/$1.out" | sort >"$TMP/$1.sorted"
+    sed 's/"created":[0-9]*,//' "$TMP/$2.out" | sort >"$TMP/$2.sorted"
+    cmp -s "$TMP/$1.sorted" "$TMP/$2.sorted" || fail "$1 and $2 differ: $(diff "$TMP/$1.sorted" "$TMP/$2.sorted" | head -3)"
+}
+
+# 300 sequences of 5 + 11 tokens (one block each) in a cache of 300 blocks: all 300 at once,
+# none preempted, the same completions as --max-num-seqs 300
+prompts 300 5 11 >"$TMP/fit.jsonl"
+cp "$TMP/fit.jsonl" "$TMP/flag.jsonl"
+TPINFER_LARGE_GPU_DEFAULTS=1 run fit --kv-cache-memory $((300 * BLOCK))
+[ "$(at_once fit)" = 300 ] || fail "300 blocks of one-block sequences: '$(at_once fit)' at once, wanted 300"
+[ "$(preempted fit)" = 0 ] || fail "fit: $(preempted fit) preempted"
+TPINFER_LARGE_GPU_DEFAULTS=1 run flag --kv-cache-memory $((300 * BLOCK)) --max-num-seqs 300
+[ -z "$(at_once flag)" ] || fail "--max-num-seqs given, yet the default's line: $(at_once flag)"
+same fit flag
+
+# mixed lengths: 200 of one block, 100 of three (5 + 40 tokens): 500 blocks for 300
+# sequences; a cache of 700 blocks holds 700 * 300 / 500 = 420 of the mean, more than the run
+# has: 300
+prompts 200 5 11 100 5 40 >"$TMP/mixed.jsonl"
+TPINFER_LARGE_GPU_DEFAULTS=1 run mixed --kv-cache-memory $((700 * BLOCK))
+[ "$(at_once mixed)" = 300 ] || fail "mixed, 700 blocks: '$(at_once mixed)' at once, wanted 300 (the run's own)"
+# 400 blocks: 400 * 300 / 500 = 240, under the floor of 256
+cp "$TMP/mixed.jsonl" "$TMP/mixed2.jsonl"
+TPINFER_LARGE_GPU_DEFAULTS=1 run mixed2 --kv-cache-memory $((400 * BLOCK))
+[ "$(at_once mixed2)" = 256 ] || fail "mixed, 400 blocks: '$(at_once mixed2)' at once, wanted 256"
+same mixed mixed2
+# 1200 sequences of one block in 2000 blocks: 1024, the ceiling
+prompts 1200 5 3 >"$TMP/many.jsonl"
+TPINFER_LARGE_GPU_DEFAULTS=1 run many --kv-cache-memory $((2000 * BLOCK))
+[ "$(at_once many)" = 1024 ] || fail "1200 sequences, 2000 blocks: '$(at_once many)' at once, wanted 1024"
+# 3 prompts, one with n = 2: 4 sequences at once (a warm-up of graphs up to 4)
+prompts 3 5 4 | sed '1s/}$/, "n": 2}/' >"$TMP/few.jsonl"
+TPINFER_LARGE_GPU_DEFAULTS=1 run few
+[ "$(at_once few)" = 4 ] || fail "3 prompts, one of n 2: '$(at_once few)' at once, wanted 4"
+# without the large GPU's defaults (the CPU's own): no line, the same completions
+cp "$TMP/few.jsonl" "$TMP/few_cpu.jsonl"
+run few_cpu
+[ -z "$(at_once few_cpu)" ] || fail "the CPU's defaults printed the large GPU's line"
+same few few_cpu
+exit 0
