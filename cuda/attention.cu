@@ -770,12 +770,14 @@ __device__ __forceinline__ void fa_load_q(uint32_t (&qf)[KS][4], const uint16_t 
     }
 }
 
-/* s += Q K^T for the 16 NG keys of k_rows (shared, pitch LD), s[2g] and s[2g + 1] the 8-key
- * tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims
- * +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15); the k steps outermost, so that the
- * groups' loads and products interleave */
-template <typename T, int KS, int NG, int LD>
-__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
+/* s[j] += Q_j K^T for RW tiles of 16 rows (qf[j] their A fragments) and the 16 NG keys of
+ * k_rows (shared, pitch LD), s[j][2g] and s[j][2g + 1] the 8-key tiles of keys 16g .. 16g +
+ * 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims +0..7, +0..7 +8..15, +8..15
+ * +0..7, +8..15 +8..15), each serving every row tile (RW 2 reads half the shared-memory bytes
+ * a product); the k steps outermost, so that the groups' loads and products interleave */
+template <typename T, int KS, int NG, int LD, int RW>
+__device__ __forceinline__ void fa_qk_rw(float (&s)[RW][2 * NG][4], const uint32_t (&qf)[RW][KS][4], const T *k_rows,
+                                         int lane)
 {
 #pragma unroll
     for (int k = 0; k < KS; k++)
@@ -784,9 +786,20 @@ __device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf
             uint32_t b[4];
             pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
                                   ((lane >> 3) & 1) * 8);
-            pf_mma<T>::mma(s[2 * g], qf[k], b[0], b[1]);
-            pf_mma<T>::mma(s[2 * g + 1], qf[k], b[2], b[3]);
+#pragma unroll
+            for (int j = 0; j < RW; j++) {
+                pf_mma<T>::mma(s[j][2 * g], qf[j][k], b[0], b[1]);
+                pf_mma<T>::mma(s[j][2 * g + 1], qf[j][k], b[2], b[3]);
+            }
         }
+}
+
+/* The same for one tile of 16 rows. */
+template <typename T, int KS, int NG, int LD>
+__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
+{
+    fa_qk_rw<T, KS, NG, LD, 1>(reinterpret_cast<float(&)[1][2 * NG][4]>(s),
+                               reinterpret_cast<const uint32_t(&)[1][KS][4]>(qf), k_rows, lane);
 }
 
 /* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
@@ -822,48 +835,11 @@ __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2
         }
 }
 
-/* o += P V for 16 keys: P's A fragment is the two 8-key score tiles p0, p1 as they lie in the
- * registers, rounded to T; V's B fragments of v_rows (the 16 keys' rows in shared memory) by
- * ldmatrix.trans, two 8-dim tiles each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7
- * +8..15, +8..15 +8..15) */
-template <typename T, int NT, int LD>
-__device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4],
-                                        const T *v_rows, int lane)
-{
-    const uint32_t a[4] = {pf_mma<T>::pack(p0[0], p0[1]), pf_mma<T>::pack(p0[2], p0[3]),
-                           pf_mma<T>::pack(p1[0], p1[1]), pf_mma<T>::pack(p1[2], p1[3])};
-#pragma unroll
-    for (int n2 = 0; n2 < NT / 2; n2++) {
-        uint32_t b[4];
-        pf_ldmatrix_x4_trans(b, v_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (2 * n2 + (lane >> 4)) * 8);
-        pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
-        pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
-    }
-}
-
-/* fa_qk for RW row tiles of 16 (the prefill kernel's warps of 16 RW rows): each K fragment
- * read from shared memory serves every row tile, so RW = 2 reads half the bytes a product */
-template <typename T, int KS, int NG, int LD, int RW>
-__device__ __forceinline__ void fa_qk_rw(float (&s)[RW][2 * NG][4], const uint32_t (&qf)[RW][KS][4], const T *k_rows,
-                                         int lane)
-{
-#pragma unroll
-    for (int k = 0; k < KS; k++)
-#pragma unroll
-        for (int g = 0; g < NG; g++) {
-            uint32_t b[4];
-            pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
-                                  ((lane >> 3) & 1) * 8);
-#pragma unroll
-            for (int j = 0; j < RW; j++) {
-                pf_mma<T>::mma(s[j][2 * g], qf[j][k], b[0], b[1]);
-                pf_mma<T>::mma(s[j][2 * g + 1], qf[j][k], b[2], b[3]);
-            }
-        }
-}
-
-/* fa_pv16 for RW row tiles: p0[j], p1[j] the two 8-key score tiles of row tile j; each V
- * fragment serves every row tile */
+/* o[j] += P_j V for RW tiles of 16 rows and 16 keys: P_j's A fragment is the two 8-key
+ * score tiles p0[j], p1[j] as they lie in the registers, rounded to T; V's B fragments of
+ * v_rows (the 16 keys' rows in shared memory) by ldmatrix.trans, two 8-dim tiles each
+ * (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7 +8..15, +8..15 +8..15), each serving
+ * every row tile */
 template <typename T, int NT, int LD, int RW>
 __device__ __forceinline__ void fa_pv16_rw(float (&o)[RW][NT][4], const float (&p0)[RW][4], const float (&p1)[RW][4],
                                            const T *v_rows, int lane)
@@ -884,6 +860,15 @@ __device__ __forceinline__ void fa_pv16_rw(float (&o)[RW][NT][4], const float (&
             pf_mma<T>::mma(o[j][2 * n2 + 1], a[j], b[2], b[3]);
         }
     }
+}
+
+/* The same for one tile of 16 rows. */
+template <typename T, int NT, int LD>
+__device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4], const T *v_rows,
+                                        int lane)
+{
+    fa_pv16_rw<T, NT, LD, 1>(reinterpret_cast<float(&)[1][NT][4]>(o), reinterpret_cast<const float(&)[1][4]>(p0),
+                             reinterpret_cast<const float(&)[1][4]>(p1), v_rows, lane);
 }
 
 /* The prefill kernel's shape: RW row tiles of 16 a warp (PF_BM / (16 RW) warps a block),

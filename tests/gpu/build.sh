@@ -2,7 +2,8 @@
 # the -dev packages that machine lacks (gathered here into .gpu-deps/ by ../shared/tools/gpu-deps)
 # and gpu_build TARGET...: autoreconf, configure --with-cuda into build-gpu/ (once; a warm
 # machine keeps it) and make the targets, logs in $OUTDIR; B is the build folder. Exits on a
-# failed build, with the logs' tails.
+# failed build, with the logs' tails. record CHECK RESULT adds a row to the table that
+# print_results prints last.
 root=$(pwd)
 deps=$root/.gpu-deps/root
 lib=$deps/usr/lib/x86_64-linux-gnu
@@ -16,3 +17,6 @@ gpu_build() {
       make -j16 "$@" >"$OUTDIR/build.log" 2>&1
     ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
 }
+results=()
+record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
+print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

@@ -16,8 +16,6 @@ set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
-results=()
-record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
 gpu_build tpinfer tests/check_backend_ops
 for group in elementwise argmax errors; do
     if CK_FORK=no CK_RUN_CASE=$group timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
@@ -38,7 +36,7 @@ else
 fi
 if [ "${GPU_OV_AB:-1}" = 1 ]; then
     args=()
-    for r in $(seq "${GPU_OV_REPEAT:-2}"); do args+=("TPINFER_OVERLAP=0" ""); done
+    for _ in $(seq "${GPU_OV_REPEAT:-2}"); do args+=("TPINFER_OVERLAP=0" ""); done
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 b1} BENCH_TPINFER=$B/tpinfer timeout 500 bash bench/ab_decode.sh "${args[@]}" \
         >"$OUTDIR/ab.log" 2>&1
     while IFS= read -r line; do
@@ -54,5 +52,4 @@ if [ "${GPU_OV_AB:-1}" = 1 ]; then
         done <"$OUTDIR/ab-long.log"
     fi
 fi
-printf '\n| check | result |\n| --- | --- |\n'
-printf '%s\n' "${results[@]}"
+print_results

@@ -15,8 +15,6 @@ OUTDIR=${OUT:-/tmp/tpinfer-pr-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-results=()
-record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
 gpu_build tpinfer tests/check_backend_ops bench/gpu_attention
 for group in attention errors; do
     if CK_FORK=no CK_RUN_CASE=$group timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
@@ -40,7 +38,4 @@ if [ "${GPU_PR_AB:-1}" = 1 ]; then
         case $line in "| defaults"* | "| TPINFER_ATTN"*) record "ab" "$line" ;; esac
     done <"$OUTDIR/ab.log"
 fi
-echo
-echo "| check | result |"
-echo "| --- | --- |"
-printf '%s\n' "${results[@]}"
+print_results

@@ -18,8 +18,6 @@ OUTDIR=${OUT:-/tmp/tpinfer-ra-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-results=()
-record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
 gpu_build tpinfer tests/check_backend_ops
 T=$B/tpinfer
 for group in attention errors; do
@@ -75,7 +73,7 @@ fi
 
 if [ "${GPU_RA_AB:-1}" = 1 ]; then
     args=()
-    for r in $(seq "${GPU_RA_REPEAT:-2}"); do args+=("TPINFER_ROPE_ATTENTION=0" ""); done
+    for _ in $(seq "${GPU_RA_REPEAT:-2}"); do args+=("TPINFER_ROPE_ATTENTION=0" ""); done
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 b1} BENCH_TPINFER=$T timeout 400 bash bench/ab_decode.sh "${args[@]}" \
         >"$OUTDIR/ab.log" 2>&1
     while IFS= read -r line; do
@@ -83,7 +81,4 @@ if [ "${GPU_RA_AB:-1}" = 1 ]; then
     done <"$OUTDIR/ab.log"
 fi
 rm -rf "$W"
-echo
-echo "| check | result |"
-echo "| --- | --- |"
-printf '%s\n' "${results[@]}"
+print_results
