@@ -30,8 +30,8 @@ typedef struct tp_device_info {
 tp_status tp_device_query(int local_rank, tp_device_info *info);
 
 /* Whether info's GPU has 70 GiB or more (H100, H200, B200 class): there the run's defaults
- * are vLLM's offline ones for such GPUs, 1024 sequences and 16384 tokens a step; elsewhere
- * (smaller GPUs, the CPU) 256 and 8192. */
+ * follow vLLM's offline ones for such GPUs, up to 1024 sequences (as many as the KV cache
+ * holds) and 16384 tokens a step; elsewhere (smaller GPUs, the CPU) 256 and 8192. */
 int tp_device_large(const tp_device_info *info);
 
 /* The CUDA implementation (cuda/device_cuda.c); only called when built with CUDA. */

@@ -520,7 +520,12 @@ static tp_status make_backend(engine *e)
 #endif
 }
 
-static int env_is(const char *name, const char *value);
+/* Whether the environment variable name is set to value. */
+static int env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
 
 /* Sequences a step of T tokens holds at most. */
 static int32_t step_seqs(const engine *e, int32_t T)
@@ -1182,12 +1187,6 @@ static void note_scheduled(engine *e, const tp_sched_batch *b)
  * TPINFER_PAD_DECODE=1 pads them also on a backend without graphs: the tests check on the CPU
  * that padding changes no result); the last layer pruned (unless TPINFER_PRUNE_LAST=0); steps
  * enqueued ahead where they can be (unless TPINFER_OVERLAP=0). */
-static int env_is(const char *name, const char *value)
-{
-    const char *v = getenv(name);
-    return v && !strcmp(v, value);
-}
-
 static void env_wanted(engine *e)
 {
     const char *warm = getenv("TPINFER_WARMUP");
