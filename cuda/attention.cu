@@ -35,7 +35,7 @@
  * chunk, or the part of it in this tile), at least PF_MIN_RUN long, none of whose tokens
  * is faulty. One block per (tile, q head), 4 warps of 16 query rows (or, with
  * TPINFER_ATTN_PF_ROWS=2, 2 warps of 32: pf_shape); for each run of its
- * tile the block walks keys 0 .. the run's last position in tiles of BN = 64 (so a
+ * tile the block walks keys 0 .. the run's last position in tiles of BN = 64 (32) keys (so a
  * chunk's prefix already in the paged cache is read like its own keys), loaded from the
  * block table into shared memory by cp.async (16 bytes a thread, zeros past the run and
  * for bad blocks), double buffered. Each warp computes S = Q K^T with mma.sync m16n8k16
@@ -87,7 +87,7 @@
                               * and a combine) took 8.82 ms a step where 2 (no split) took 7.77 */
 #define FA_COMBINE_THREADS 128
 
-#define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
+#define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows, or 2 of 32: pf_shape) */
 #define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
 #define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
 #define PF_PAD 8         /* elements past each shared-memory row: ldmatrix's 8 rows in distinct banks */
@@ -770,14 +770,14 @@ __device__ __forceinline__ void fa_load_q(uint32_t (&qf)[KS][4], const uint16_t 
     }
 }
 
-/* s[j] += Q_j K^T for RW tiles of 16 rows (qf[j] their A fragments) and the 16 NG keys of
- * k_rows (shared, pitch LD), s[j][2g] and s[j][2g + 1] the 8-key tiles of keys 16g .. 16g +
- * 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims +0..7, +0..7 +8..15, +8..15
- * +0..7, +8..15 +8..15), each serving every row tile (RW 2 reads half the shared-memory bytes
- * a product); the k steps outermost, so that the groups' loads and products interleave */
+/* s[j] += Q_j K^T for RW tiles of 16 rows (s and qf point at RW of them; qf[j] the A
+ * fragments) and the 16 NG keys of k_rows (shared, pitch LD), s[j][2g] and s[j][2g + 1] the
+ * 8-key tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7
+ * dims +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15), each serving every row tile (RW 2
+ * reads half the shared-memory bytes a product); the k steps outermost, so that the groups'
+ * loads and products interleave */
 template <typename T, int KS, int NG, int LD, int RW>
-__device__ __forceinline__ void fa_qk_rw(float (&s)[RW][2 * NG][4], const uint32_t (&qf)[RW][KS][4], const T *k_rows,
-                                         int lane)
+__device__ __forceinline__ void fa_qk_rw(float (*s)[2 * NG][4], const uint32_t (*qf)[KS][4], const T *k_rows, int lane)
 {
 #pragma unroll
     for (int k = 0; k < KS; k++)
@@ -798,8 +798,7 @@ __device__ __forceinline__ void fa_qk_rw(float (&s)[RW][2 * NG][4], const uint32
 template <typename T, int KS, int NG, int LD>
 __device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
 {
-    fa_qk_rw<T, KS, NG, LD, 1>(reinterpret_cast<float(&)[1][2 * NG][4]>(s),
-                               reinterpret_cast<const uint32_t(&)[1][KS][4]>(qf), k_rows, lane);
+    fa_qk_rw<T, KS, NG, LD, 1>(&s, &qf, k_rows, lane);
 }
 
 /* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
@@ -835,13 +834,13 @@ __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2
         }
 }
 
-/* o[j] += P_j V for RW tiles of 16 rows and 16 keys: P_j's A fragment is the two 8-key
- * score tiles p0[j], p1[j] as they lie in the registers, rounded to T; V's B fragments of
- * v_rows (the 16 keys' rows in shared memory) by ldmatrix.trans, two 8-dim tiles each
- * (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7 +8..15, +8..15 +8..15), each serving
- * every row tile */
+/* o[j] += P_j V for RW tiles of 16 rows (o, p0 and p1 point at RW of them) and 16 keys:
+ * P_j's A fragment is the two 8-key score tiles p0[j], p1[j] as they lie in the registers,
+ * rounded to T; V's B fragments of v_rows (the 16 keys' rows in shared memory) by
+ * ldmatrix.trans, two 8-dim tiles each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7
+ * +8..15, +8..15 +8..15), each serving every row tile */
 template <typename T, int NT, int LD, int RW>
-__device__ __forceinline__ void fa_pv16_rw(float (&o)[RW][NT][4], const float (&p0)[RW][4], const float (&p1)[RW][4],
+__device__ __forceinline__ void fa_pv16_rw(float (*o)[NT][4], const float (*p0)[4], const float (*p1)[4],
                                            const T *v_rows, int lane)
 {
     uint32_t a[RW][4];
@@ -867,15 +866,15 @@ template <typename T, int NT, int LD>
 __device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4], const T *v_rows,
                                         int lane)
 {
-    fa_pv16_rw<T, NT, LD, 1>(reinterpret_cast<float(&)[1][NT][4]>(o), reinterpret_cast<const float(&)[1][4]>(p0),
-                             reinterpret_cast<const float(&)[1][4]>(p1), v_rows, lane);
+    fa_pv16_rw<T, NT, LD, 1>(&o, &p0, &p1, v_rows, lane);
 }
 
 /* The prefill kernel's shape: RW row tiles of 16 a warp (PF_BM / (16 RW) warps a block),
  * K/V tiles of BN keys. RW 1, BN 64 is the default; RW 2 (TPINFER_ATTN_PF_ROWS=2) reads half
  * the shared-memory bytes a product (each K and V fragment serves 32 rows), with BN 32 so
- * that its registers (O and S of 32 rows) fit: ptxas, sm_90: 225 registers at head_dim 64,
- * 255 and 56 bytes of spills at 128 (RW 1: 131 and 233, none). Not yet measured on a GPU. */
+ * that its registers (O and S of 32 rows) fit: ptxas, sm_90: 225-227 registers at head_dim
+ * 64, 255 and 56 bytes of spills at 128 (RW 1: 131 and 233, none). At head_dim 64 it holds 8
+ * warps an SM (RW 1: 12). Not yet measured on a GPU. */
 template <int RW, int D> struct pf_shape {
     static constexpr int BN = RW == 1 ? 64 : 32;
     static constexpr int WARPS = PF_BM / (16 * RW);

@@ -1010,8 +1010,9 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     const float scale = 1.0f / sqrtf((float)hd);
     tp_error_clear();
     ck_assert_msg(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c) == TP_OK, "cpu: %s", tp_error_message());
-    if (both_paths) force_prefill_attention(1);
+    if (both_paths) force_prefill_attention(1), force_prefill_rows(1); /* whatever TPINFER_ATTN_PF_ROWS says */
     tp_status gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g); /* right after kv_store */
+    force_prefill_rows(0);
     force_prefill_attention(-1);
     ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
     /* the caches are the same bytes (the values are the same, the conversion too); read after
@@ -2498,7 +2499,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
                         dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0};
     pt out = pt_poison(C, N, qh * hd, 3);
     force_prefill_attention(prefill > 0);
-    force_prefill_rows(prefill == 2 ? 2 : 0);
+    force_prefill_rows(prefill == 2 ? 2 : 1);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
     force_prefill_rows(0);
     force_prefill_attention(-1);
