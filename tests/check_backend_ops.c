@@ -1027,26 +1027,22 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
     compare("attention", label, pt_get(&out, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
-    if (both_paths) { /* the same against the flash kernel alone */
-        pt off = pt_poison(qodt, n, qh * hd, 3);
-        force_prefill_attention(0);
-        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &off.g);
-        force_prefill_attention(-1);
-        ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
-        snprintf(label, sizeof label, "%s prefill off", shape);
-        compare("attention", label, pt_get(&off, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
-        pt_guards("attention out (prefill off)", &off);
-        /* and with the prefill kernel's warps of 32 rows (TPINFER_ATTN_PF_ROWS=2) */
-        pt rows2 = pt_poison(qodt, n, qh * hd, 3);
-        force_prefill_attention(1);
-        force_prefill_rows(2);
-        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &rows2.g);
+    /* the same against the flash kernel alone, and with the prefill kernel's warps of 32 rows
+     * (TPINFER_ATTN_PF_ROWS=2) */
+    static const struct { int prefill, rows; const char *name; } other[] = {{0, 1, "off"}, {1, 2, "rows 2"}};
+    for (int v = 0; both_paths && v < 2; v++) {
+        pt alt = pt_poison(qodt, n, qh * hd, 3);
+        force_prefill_attention(other[v].prefill);
+        force_prefill_rows(other[v].rows);
+        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &alt.g);
         force_prefill_rows(0);
         force_prefill_attention(-1);
         ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
-        snprintf(label, sizeof label, "%s prefill rows 2", shape);
-        compare("attention", label, pt_get(&rows2, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
-        pt_guards("attention out (prefill rows 2)", &rows2);
+        snprintf(label, sizeof label, "%s prefill %s", shape, other[v].name);
+        compare("attention", label, pt_get(&alt, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
+        char guard[64];
+        snprintf(guard, sizeof guard, "attention out (prefill %s)", other[v].name);
+        pt_guards(guard, &alt);
     }
     pt_guards("kv_store qkv (read only)", &qkv);
 }
