@@ -342,8 +342,8 @@ int main(int argc, char **argv)
     static const shape pshapes[] = {{128, 128}, {1, 2048}, {4, 2048}, {1, 8192}};
     printf("\n# prefill: batch prompts of context tokens in one step (positions 0 .. context - 1), same heads "
            "and cache\n");
-    printf("%5s %7s | %11s %8s | %11s %8s | %8s %8s | %11s %8s %8s\n", "batch", "context", "flash us", "TFLOPS",
-           "prefill us", "TFLOPS", "speedup", "diff", "rows 2 us", "TFLOPS", "diff");
+    printf("%5s %7s | %11s %8s | %11s %8s | %8s %8s\n", "batch", "context", "flash us", "TFLOPS", "prefill us",
+           "TFLOPS", "speedup", "diff");
     for (size_t s = 0; s < sizeof pshapes / sizeof pshapes[0]; s++) {
         const int nb = pshapes[s].batch, ctx = pshapes[s].ctx, max_blocks = ctx / BS, n = nb * ctx;
         if ((int64_t)nb * max_blocks > n_blocks) continue; /* the cache is sized by the decode shapes */
@@ -360,21 +360,16 @@ int main(int argc, char **argv)
         tp_tensor out[2] = {tp_tensor_make(st.out[0], TP_DTYPE_BF16, n, QH * HD),
                             tp_tensor_make(st.out[1], TP_DTYPE_BF16, n, QH * HD)};
         tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 0};
-        double med[3], diff[2];
-        /* the flash kernel alone, the prefill kernel, the prefill kernel with warps of 32 rows
-         * (TPINFER_ATTN_PF_ROWS=2): each output against the flash kernel's */
-        for (int k = 0; k < 3; k++) {
-            tp_cuda_attention_force_prefill(k > 0);
-            tp_cuda_attention_force_pf_rows(k == 2 ? 2 : k == 1 ? 1 : 0);
-            med[k] = time_attention(b, &q, &cache, &ab, &out[k > 0], flush, runs, times);
-            if (k > 0) diff[k - 1] = rel_diff(b, st.out[1], st.out[0], st.act / 2);
+        double med[2];
+        for (int k = 0; k < 2; k++) { /* the flash kernel alone, the prefill kernel */
+            tp_cuda_attention_force_prefill(k);
+            med[k] = time_attention(b, &q, &cache, &ab, &out[k], flush, runs, times);
         }
         tp_cuda_attention_force_prefill(-1);
-        tp_cuda_attention_force_pf_rows(0);
+        const double diff = rel_diff(b, st.out[1], st.out[0], st.act / 2);
         const double flops = 4.0 * (double)ctx * ctx / 2 * QH * HD * nb;
-        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e | %11.1f %8.1f %8.1e\n", nb, ctx, med[0],
-               flops / med[0] * 1e-6, med[1], flops / med[1] * 1e-6, med[0] / med[1], diff[0], med[2],
-               flops / med[2] * 1e-6, diff[1]);
+        printf("%5d %7d | %11.1f %8.1f | %11.1f %8.1f | %7.1fx %8.1e\n", nb, ctx, med[0], flops / med[0] * 1e-6,
+               med[1], flops / med[1] * 1e-6, med[0] / med[1], diff);
         fflush(stdout);
         step_free(b, &st);
         free(seq);

@@ -33,9 +33,8 @@
  * every kernel can tell, from seq and pos alone, which tokens the prefill kernel takes: in
  * a tile, a run of consecutive tokens of one sequence at consecutive positions (a prefill
  * chunk, or the part of it in this tile), at least PF_MIN_RUN long, none of whose tokens
- * is faulty. One block per (tile, q head), 4 warps of 16 query rows (or, with
- * TPINFER_ATTN_PF_ROWS=2, 2 warps of 32: pf_shape); for each run of its
- * tile the block walks keys 0 .. the run's last position in tiles of BN = 64 (32) keys (so a
+ * is faulty. One block per (tile, q head), 4 warps of 16 query rows; for each run of its
+ * tile the block walks keys 0 .. the run's last position in tiles of PF_BN = 64 (so a
  * chunk's prefix already in the paged cache is read like its own keys), loaded from the
  * block table into shared memory by cp.async (16 bytes a thread, zeros past the run and
  * for bad blocks), double buffered. Each warp computes S = Q K^T with mma.sync m16n8k16
@@ -87,7 +86,15 @@
                               * and a combine) took 8.82 ms a step where 2 (no split) took 7.77 */
 #define FA_COMBINE_THREADS 128
 
-#define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows, or 2 of 32: pf_shape) */
+#define PF_BM 64         /* prefill: query tokens per tile and block (4 warps of 16 rows) */
+#define PF_BN 64         /* keys per K/V tile in shared memory */
+#define PF_WARPS 4
+#define PF_THREADS (PF_WARPS * WARP_SIZE)
+/* blocks an SM holds at head_dim D, by their registers (168 or 128 a thread: ptxas, sm_90,
+ * no spills) and shared memory (68 or 36 KiB a block, the carveout at its largest): at two
+ * warps a scheduler the kernel waited on its own latencies (ncu: 2.0 warps a scheduler, the
+ * tensor pipe 28 % busy, 233 registers at head_dim 128) */
+#define PF_MIN_BLOCKS(D) ((D) == 128 ? 3 : 4)
 #define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
 #define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
 #define PF_PAD 8         /* elements past each shared-memory row: ldmatrix's 8 rows in distinct banks */
@@ -95,7 +102,6 @@
 static int force_simple;     /* tp_cuda_attention_force_simple(): benchmarks compare the two */
 static int force_prefill = -1; /* tp_cuda_attention_force_prefill(): < 0 the default, 0 off, > 0 on */
 static int force_warps;       /* tp_cuda_attention_force_warps(): 1, 2 or 4 warps a decode block; 0 the default */
-static int force_pf_rows;     /* tp_cuda_attention_force_pf_rows(): 1 or 2 rows tiles a prefill warp; 0 the default */
 
 /* The split tuning, from the environment once (bench/gpu_attention sweeps it). */
 static int env_int(const char *name, int fallback, int lo, int hi)
@@ -770,14 +776,12 @@ __device__ __forceinline__ void fa_load_q(uint32_t (&qf)[KS][4], const uint16_t 
     }
 }
 
-/* s[j] += Q_j K^T for RW tiles of 16 rows (s and qf point at RW of them; qf[j] the A
- * fragments) and the 16 NG keys of k_rows (shared, pitch LD), s[j][2g] and s[j][2g + 1] the
- * 8-key tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7
- * dims +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15), each serving every row tile (RW 2
- * reads half the shared-memory bytes a product); the k steps outermost, so that the groups'
- * loads and products interleave */
-template <typename T, int KS, int NG, int LD, int RW>
-__device__ __forceinline__ void fa_qk_rw(float (*s)[2 * NG][4], const uint32_t (*qf)[KS][4], const T *k_rows, int lane)
+/* s += Q K^T for the 16 NG keys of k_rows (shared, pitch LD), s[2g] and s[2g + 1] the 8-key
+ * tiles of keys 16g .. 16g + 15: two B fragments per ldmatrix.x4 (matrices: keys +0..7 dims
+ * +0..7, +0..7 +8..15, +8..15 +0..7, +8..15 +8..15); the k steps outermost, so that the
+ * groups' loads and products interleave */
+template <typename T, int KS, int NG, int LD>
+__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
 {
 #pragma unroll
     for (int k = 0; k < KS; k++)
@@ -786,19 +790,9 @@ __device__ __forceinline__ void fa_qk_rw(float (*s)[2 * NG][4], const uint32_t (
             uint32_t b[4];
             pf_ldmatrix_x4(b, k_rows + (g * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + k * 16 +
                                   ((lane >> 3) & 1) * 8);
-#pragma unroll
-            for (int j = 0; j < RW; j++) {
-                pf_mma<T>::mma(s[j][2 * g], qf[j][k], b[0], b[1]);
-                pf_mma<T>::mma(s[j][2 * g + 1], qf[j][k], b[2], b[3]);
-            }
+            pf_mma<T>::mma(s[2 * g], qf[k], b[0], b[1]);
+            pf_mma<T>::mma(s[2 * g + 1], qf[k], b[2], b[3]);
         }
-}
-
-/* The same for one tile of 16 rows. */
-template <typename T, int KS, int NG, int LD>
-__device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf)[KS][4], const T *k_rows, int lane)
-{
-    fa_qk_rw<T, KS, NG, LD, 1>(&s, &qf, k_rows, lane);
 }
 
 /* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
@@ -806,6 +800,29 @@ __device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf
  * the running sum l (this lane's part; the quad's are added at the end) and the accumulator
  * o and becomes m; s turns into exp2(s - max) and adds to l. A row that has seen only -inf
  * keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
+/* 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, results
+ * under 2^-126 flushed to 0; -inf gives 0): exp2f adds range fix-ups around it for accuracy
+ * that P, rounded to 16 bits before its product, cannot keep. */
+__device__ __forceinline__ float fa_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The maximum of m and a lane's scores of rows a and b (s[n][0..1] and s[n][2..3]), in four
+ * chains of NS (not two of 2 NS dependent steps); the same value in any order. */
+template <int NS> __device__ __forceinline__ void fa_row_max(const float (&s)[NS][4], const float (&m)[2], float (&mx)[2])
+{
+    float part[4] = {m[0], m[0], m[1], m[1]};
+#pragma unroll
+    for (int n = 0; n < NS; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[e] = fmaxf(part[e], s[n][e]);
+    mx[0] = fmaxf(part[0], part[1]);
+    mx[1] = fmaxf(part[2], part[3]);
+}
+
 template <int NS, int NT>
 __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2], float (&m)[2], float (&l)[2],
                                                 float (&o)[NT][4])
@@ -816,7 +833,7 @@ __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2
         mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
         mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
         mref[e] = mx[e] == -INFINITY ? 0.0f : mx[e];
-        corr[e] = exp2f(m[e] - mref[e]);
+        corr[e] = fa_exp2(m[e] - mref[e]);
         m[e] = mx[e];
         l[e] *= corr[e];
     }
@@ -825,87 +842,60 @@ __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2
         o[n][0] *= corr[0], o[n][1] *= corr[0];
         o[n][2] *= corr[1], o[n][3] *= corr[1];
     }
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* four sums, not two chains of 2 NS dependent adds */
 #pragma unroll
     for (int n = 0; n < NS; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
-            l[e >> 1] += s[n][e];
+            s[n][e] = fa_exp2(s[n][e] - mref[e >> 1]);
+            part[e] += s[n][e];
         }
+    l[0] += part[0] + part[1];
+    l[1] += part[2] + part[3];
 }
 
-/* o[j] += P_j V for RW tiles of 16 rows (o, p0 and p1 point at RW of them) and 16 keys:
- * P_j's A fragment is the two 8-key score tiles p0[j], p1[j] as they lie in the registers,
- * rounded to T; V's B fragments of v_rows (the 16 keys' rows in shared memory) by
+/* o += P V for 16 keys: P's A fragment is the two 8-key score tiles p0, p1 as they lie in the
+ * registers, rounded to T; V's B fragments of v_rows (the 16 keys' rows in shared memory) by
  * ldmatrix.trans, two 8-dim tiles each (matrices: keys +0..7 dims +0..7, +8..15 +0..7, +0..7
- * +8..15, +8..15 +8..15), each serving every row tile */
-template <typename T, int NT, int LD, int RW>
-__device__ __forceinline__ void fa_pv16_rw(float (*o)[NT][4], const float (*p0)[4], const float (*p1)[4],
-                                           const T *v_rows, int lane)
+ * +8..15, +8..15 +8..15) */
+template <typename T, int NT, int LD>
+__device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4],
+                                        const T *v_rows, int lane)
 {
-    uint32_t a[RW][4];
-#pragma unroll
-    for (int j = 0; j < RW; j++) {
-        a[j][0] = pf_mma<T>::pack(p0[j][0], p0[j][1]), a[j][1] = pf_mma<T>::pack(p0[j][2], p0[j][3]);
-        a[j][2] = pf_mma<T>::pack(p1[j][0], p1[j][1]), a[j][3] = pf_mma<T>::pack(p1[j][2], p1[j][3]);
-    }
+    const uint32_t a[4] = {pf_mma<T>::pack(p0[0], p0[1]), pf_mma<T>::pack(p0[2], p0[3]),
+                           pf_mma<T>::pack(p1[0], p1[1]), pf_mma<T>::pack(p1[2], p1[3])};
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; n2++) {
         uint32_t b[4];
         pf_ldmatrix_x4_trans(b, v_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (2 * n2 + (lane >> 4)) * 8);
-#pragma unroll
-        for (int j = 0; j < RW; j++) {
-            pf_mma<T>::mma(o[j][2 * n2], a[j], b[0], b[1]);
-            pf_mma<T>::mma(o[j][2 * n2 + 1], a[j], b[2], b[3]);
-        }
+        pf_mma<T>::mma(o[2 * n2], a, b[0], b[1]);
+        pf_mma<T>::mma(o[2 * n2 + 1], a, b[2], b[3]);
     }
 }
 
-/* The same for one tile of 16 rows. */
-template <typename T, int NT, int LD>
-__device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4], const float (&p1)[4], const T *v_rows,
-                                        int lane)
-{
-    fa_pv16_rw<T, NT, LD, 1>(&o, &p0, &p1, v_rows, lane);
-}
+/* The shared memory of one block: K and V tiles, two buffers each. */
+template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
 
-/* The prefill kernel's shape: RW row tiles of 16 a warp (PF_BM / (16 RW) warps a block),
- * K/V tiles of BN keys. RW 1, BN 64 is the default; RW 2 (TPINFER_ATTN_PF_ROWS=2) reads half
- * the shared-memory bytes a product (each K and V fragment serves 32 rows), with BN 32 so
- * that its registers (O and S of 32 rows) fit: ptxas, sm_90: 225-227 registers at head_dim
- * 64, 255 and 56 bytes of spills at 128 (RW 1: 131 and 233, none). At head_dim 64 it holds 8
- * warps an SM (RW 1: 12). Not yet measured on a GPU. */
-template <int RW, int D> struct pf_shape {
-    static constexpr int BN = RW == 1 ? 64 : 32;
-    static constexpr int WARPS = PF_BM / (16 * RW);
-    static constexpr int THREADS = WARPS * WARP_SIZE;
-};
-
-/* The shared memory of one block: K and V tiles of BN keys, two buffers each. */
-template <int D, int BN> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * BN * (D + PF_PAD) * 2; }
-
-/* Block (q head h, tile): grid (q_heads, n_tiles), pf_shape<RW, D>::THREADS threads,
- * pf_smem_bytes<D, BN>() dynamic shared memory: K and V [2 buffers][BN keys][D + PF_PAD] of
- * T. T: the cache's and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's
- * element type; RW, BN: pf_shape. Warp w owns the tile's rows 16 RW w .. 16 RW (w + 1) - 1,
- * as RW tiles of 16; in mma's fragment layout, lane owns rows 16 (RW w + j) + lane / 4 (a)
- * and + 8 (b) of tile j, and of each 8-column group columns 2 (lane % 4), + 1. */
-template <typename T, int D, typename OT, int RW, int BN>
-__global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
+/* Block (q head h, tile): grid (q_heads, n_tiles), PF_THREADS threads, pf_smem_bytes<D>()
+ * dynamic shared memory: K and V [2 buffers][PF_BN keys][D + PF_PAD] of T. T: the cache's
+ * and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's element type.
+ * Warp w owns the tile's rows 16w .. 16w + 15; in mma's fragment layout, lane owns rows
+ * 16w + lane / 4 (a) and + 8 (b), and of each 8-column group columns 2 (lane % 4), + 1. */
+template <typename T, int D, typename OT>
+__global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
     attention_prefill_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, pf_params P, tp_tensor out,
                              tp_cuda_fault *fault)
 {
     pdl_begin(); /* inputs come from the previous kernel */
-    constexpr int THREADS = pf_shape<RW, D>::THREADS;
-    constexpr int LD = D + PF_PAD;              /* shared row pitch (elements) */
-    constexpr int CPR = D / 8;                  /* 16-byte chunks per K or V row */
-    constexpr int KS = D / 16;                  /* k steps of Q K^T */
-    constexpr int NT = D / 8;                   /* 8-column tiles of the output */
-    constexpr int NS = BN / 8;                  /* 8-key tiles of S */
-    constexpr int LOADS = BN * CPR / THREADS;   /* chunks per thread per K (or V) tile */
-    static_assert(BN * CPR % THREADS == 0, "tile loads must divide over the threads");
+    constexpr int LD = D + PF_PAD;     /* shared row pitch (elements) */
+    constexpr int CPR = D / 8;         /* 16-byte chunks per K or V row */
+    constexpr int KS = D / 16;         /* k steps of Q K^T */
+    constexpr int NT = D / 8;          /* 8-column tiles of the output */
+    constexpr int NS = PF_BN / 8;      /* 8-key tiles of S */
+    constexpr int LOADS = PF_BN * CPR / PF_THREADS; /* chunks per thread per K (or V) tile */
+    static_assert(PF_BN * CPR % PF_THREADS == 0, "tile loads must divide over the threads");
     extern __shared__ __align__(16) unsigned char pf_smem[];
-    T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * BN * LD;
+    T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * PF_BN * LD;
     __shared__ int bad_from_s; /* the first position whose block-table entry is bad (INT32_MAX: none) */
 
     const int h = blockIdx.x, kh = h / P.group;
@@ -913,9 +903,7 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
     const int cnt = (int)min((int64_t)PF_BM, (int64_t)batch.n_tokens - t0);
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
     const int g = lane >> 2, tig = lane & 3;
-    int ra[RW], rb[RW];
-#pragma unroll
-    for (int j = 0; j < RW; j++) ra[j] = (warp * RW + j) * 16 + g, rb[j] = ra[j] + 8;
+    const int ra = warp * 16 + g, rb = ra + 8;
     const int bs = cache.block_size;
 
     uint64_t ok;
@@ -927,12 +915,9 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
 
     /* q fragments of the warp's rows (16-bit loads: q's rows need not be 4-byte aligned);
      * rows past the step are zeros */
-    uint32_t qf[RW][KS][4];
-#pragma unroll
-    for (int j = 0; j < RW; j++)
-        fa_load_q<KS>(qf[j], (const uint16_t *)q.data + (t0 + ra[j]) * q.stride + (int64_t)h * D,
-                      (const uint16_t *)q.data + (t0 + rb[j]) * q.stride + (int64_t)h * D, ra[j] < cnt, rb[j] < cnt,
-                      tig, false);
+    uint32_t qf[KS][4];
+    fa_load_q<KS>(qf, (const uint16_t *)q.data + (t0 + ra) * q.stride + (int64_t)h * D,
+                  (const uint16_t *)q.data + (t0 + rb) * q.stride + (int64_t)h * D, ra < cnt, rb < cnt, tig, false);
 
     const int64_t width = (int64_t)cache.n_kv_heads * D;
     const T *kc = (const T *)cache.k + (int64_t)kh * D, *vc = (const T *)cache.v + (int64_t)kh * D;
@@ -940,14 +925,10 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
         if (!pf_run(starts, ok, r, &r0, &r1)) continue;
         const int32_t seq = __ldg(batch.seq + t0 + r0), pos0 = __ldg(batch.pos + t0 + r0);
         const int kend = pos0 + (r1 - r0); /* keys 0 .. kend - 1: the run's last position */
-        const int nkt = CEIL_DIV(kend, BN);
-        int pa[RW], pb[RW]; /* -1: not in the run, every key masked */
-#pragma unroll
-        for (int j = 0; j < RW; j++) {
-            pa[j] = ra[j] >= r0 && ra[j] < r1 ? pos0 + ra[j] - r0 : -1;
-            pb[j] = rb[j] >= r0 && rb[j] < r1 ? pos0 + rb[j] - r0 : -1;
-        }
-        const int wlo = max(warp * 16 * RW, r0), whi = min((warp + 1) * 16 * RW, r1) - 1;
+        const int nkt = CEIL_DIV(kend, PF_BN);
+        const int pa = ra >= r0 && ra < r1 ? pos0 + ra - r0 : -1; /* -1: not in the run, every key masked */
+        const int pb = rb >= r0 && rb < r1 ? pos0 + rb - r0 : -1;
+        const int wlo = max(warp * 16, r0), whi = min(warp * 16 + 16, r1) - 1;
         const int wmax = wlo <= whi ? pos0 + whi - r0 : -1;       /* the warp's last position */
         const int wmin = wlo <= whi ? pos0 + wlo - r0 : INT32_MAX; /* its first */
         const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
@@ -956,14 +937,15 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
         if (tid == 0) bad_from_s = INT32_MAX;
         __syncthreads();
 
-        /* K and V rows of keys kt * BN .. + BN - 1 into buffer b: thread tid takes chunk
-         * column tid % CPR of keys tid / CPR + j * (THREADS / CPR), so a row's chunks are
+        /* K and V rows of keys kt * PF_BN .. + PF_BN - 1 into buffer b: thread tid takes chunk
+         * column tid % CPR of keys tid / CPR + j * (PF_THREADS / CPR), so a row's chunks are
          * consecutive threads (coalesced); zeros past kend and for a bad block */
         auto load = [&](int kt, int b) {
-            T *kd = kbuf + b * BN * LD, *vd = vbuf + b * BN * LD;
+            T *kd = kbuf + b * PF_BN * LD, *vd = vbuf + b * PF_BN * LD;
             const int col = tid % CPR;
-            auto one = [&](int j) {
-                const int key = tid / CPR + j * (THREADS / CPR), p = kt * BN + key;
+#pragma unroll
+            for (int j = 0; j < LOADS; j++) {
+                const int key = tid / CPR + j * (PF_THREADS / CPR), p = kt * PF_BN + key;
                 const T *ksrc = kc, *vsrc = vc;
                 int bytes = 0;
                 if (p < kend) {
@@ -981,23 +963,12 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
                 }
                 pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
                 pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
-            };
-            if constexpr (RW == 1) {
-#pragma unroll
-                for (int j = 0; j < LOADS; j++) one(j);
-            } else { /* rolled: RW 2's registers hold O and S of 32 rows (unrolled, it spills more) */
-#pragma unroll 1
-                for (int j = 0; j < LOADS; j++) one(j);
             }
         };
 
-        float m[RW][2], l[RW][2], o[RW][NT][4];
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
-        for (int j = 0; j < RW; j++) {
-            m[j][0] = m[j][1] = -INFINITY, l[j][0] = l[j][1] = 0.0f;
-#pragma unroll
-            for (int n = 0; n < NT; n++) o[j][n][0] = o[j][n][1] = o[j][n][2] = o[j][n][3] = 0.0f;
-        }
+        for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
         load(0, 0);
         pf_cp_async_commit();
@@ -1006,42 +977,31 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
             pf_cp_async_commit();                        /* (an empty group at the end: the wait stays 1) */
             pf_cp_async_wait<1>();
             __syncthreads();
-            const int k0 = kt * BN;
+            const int k0 = kt * PF_BN;
             if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
-                const T *kt_s = kbuf + (kt & 1) * BN * LD, *vt_s = vbuf + (kt & 1) * BN * LD;
-                /* S = Q K^T: 16 RW rows x BN keys */
-                float s[RW][NS][4];
+                const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
+                /* S = Q K^T: 16 rows x PF_BN keys */
+                float s[NS][4];
 #pragma unroll
-                for (int j = 0; j < RW; j++)
-#pragma unroll
-                    for (int n = 0; n < NS; n++) s[j][n][0] = s[j][n][1] = s[j][n][2] = s[j][n][3] = 0.0f;
-                fa_qk_rw<T, KS, NS / 2, LD, RW>(s, qf, kt_s, lane);
+                for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+                fa_qk<T, KS, NS / 2, LD>(s, qf, kt_s, lane);
                 /* scale to the log2 domain; causal mask where a key may pass a row's position */
-                const bool mask = k0 + BN - 1 > wmin;
+                const bool mask = k0 + PF_BN - 1 > wmin;
 #pragma unroll
-                for (int j = 0; j < RW; j++) {
-                    float mx[2] = {m[j][0], m[j][1]};
+                for (int n = 0; n < NS; n++)
 #pragma unroll
-                    for (int n = 0; n < NS; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            float x = s[j][n][e] * P.qscale;
-                            if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa[j] : pb[j])) x = -INFINITY;
-                            s[j][n][e] = x;
-                            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                        }
-                    fa_softmax_step(s[j], mx, m[j], l[j], o[j]); /* the 4 lanes of a row hold its BN scores */
-                }
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[n][e] * P.qscale;
+                        if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa : pb)) x = -INFINITY;
+                        s[n][e] = x;
+                    }
+                float mx[2];
+                fa_row_max(s, m, mx);
+                fa_softmax_step(s, mx, m, l, o); /* the 4 lanes of a row hold its 64 scores */
                 /* O += P V: keys 16k .. 16k + 15 are S tiles 2k and 2k + 1 */
 #pragma unroll
-                for (int k = 0; k < BN / 16; k++) {
-                    float p0[RW][4], p1[RW][4];
-#pragma unroll
-                    for (int j = 0; j < RW; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) p0[j][e] = s[j][2 * k][e], p1[j][e] = s[j][2 * k + 1][e];
-                    fa_pv16_rw<T, NT, LD, RW>(o, p0, p1, vt_s + k * 16 * LD, lane);
-                }
+                for (int k = 0; k < PF_BN / 16; k++)
+                    fa_pv16<T, NT, LD>(o, s[2 * k], s[2 * k + 1], vt_s + k * 16 * LD, lane);
             }
             __syncthreads(); /* every warp is done with this buffer before it is refilled */
         }
@@ -1049,24 +1009,21 @@ __global__ void __launch_bounds__(pf_shape<RW, D>::THREADS)
 
         /* out = O / l; rows from a bad block's first position on are zeros, as in the flash kernel */
 #pragma unroll
-        for (int j = 0; j < RW; j++) {
+        for (int e = 0; e < 2; e++) {
+            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+            l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+        }
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                l[j][e] += __shfl_xor_sync(0xffffffffu, l[j][e], 1);
-                l[j][e] += __shfl_xor_sync(0xffffffffu, l[j][e], 2);
-            }
+        for (int e = 0; e < 2; e++) {
+            const int pr = e ? pb : pa;
+            if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
+            const bool zero = pr >= bad_from;
+            const float inv = 1.0f / l[e];
+            OT *dst = row_of<OT>(out, t0 + (e ? rb : ra)) + (int64_t)h * D + 2 * tig;
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int pr = e ? pb[j] : pa[j];
-                if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
-                const bool zero = pr >= bad_from;
-                const float inv = 1.0f / l[j][e];
-                OT *dst = row_of<OT>(out, t0 + (e ? rb[j] : ra[j])) + (int64_t)h * D + 2 * tig;
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[j][n][2 * e] * inv);
-                    dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[j][n][2 * e + 1] * inv);
-                }
+            for (int n = 0; n < NT; n++) {
+                dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[n][2 * e] * inv);
+                dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[n][2 * e + 1] * inv);
             }
         }
     }
@@ -1444,8 +1401,6 @@ extern "C" void tp_cuda_attention_force_prefill(int mode) { force_prefill = mode
 
 extern "C" void tp_cuda_attention_force_warps(int w) { force_warps = w == 1 || w == 2 || w == 4 ? w : 0; }
 
-extern "C" void tp_cuda_attention_force_pf_rows(int rw) { force_pf_rows = rw == 1 || rw == 2 ? rw : 0; }
-
 /* log2 of the lanes per position when the flash kernel takes this cache, else -1 (vpl:
  * 16-byte vectors per lane). */
 static int flash_lanes_log2(const tp_kv_layer &cache, int *vpl)
@@ -1710,38 +1665,22 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     return TP_OK;
 }
 
-template <typename T, int D, typename OT, int RW>
-static tp_status launch_prefill_rw(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch,
-                                   const pf_params &P, tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
-{
-    constexpr int BN = pf_shape<RW, D>::BN;
-    const size_t smem = pf_smem_bytes<D, BN>();
-    /* over 48 KiB of dynamic shared memory must be asked for, per device: every launch (prefill
-     * steps are eager and long, the call is cheap) */
-    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT, RW, BN>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    tp_launch(attention_prefill_kernel<T, D, OT, RW, BN>, grid, pf_shape<RW, D>::THREADS, smem, stream, q, cache,
-              batch, P, out, fault);
-    TP_CUDA_CHECK_LAUNCH();
-    return TP_OK;
-}
-
-/* The prefill kernel's rows a warp: tp_cuda_attention_force_pf_rows, else TPINFER_ATTN_PF_ROWS
- * (1, the default, or 2) */
-static int prefill_rows()
-{
-    if (force_pf_rows) return force_pf_rows;
-    static int env = 0;
-    if (!env) env = env_int("TPINFER_ATTN_PF_ROWS", 1, 1, 2);
-    return env;
-}
-
 template <typename T, int D, typename OT>
 static tp_status launch_prefill(dim3 grid, tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, const pf_params &P,
                                 tp_tensor out, tp_cuda_fault *fault, cudaStream_t stream)
 {
-    return prefill_rows() == 2 ? launch_prefill_rw<T, D, OT, 2>(grid, q, cache, batch, P, out, fault, stream)
-                               : launch_prefill_rw<T, D, OT, 1>(grid, q, cache, batch, P, out, fault, stream);
+    const size_t smem = pf_smem_bytes<D>();
+    /* over 48 KiB of dynamic shared memory must be asked for, per device: every launch (prefill
+     * steps are eager and long, the call is cheap) */
+    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+    /* PF_MIN_BLOCKS blocks' shared memory: at head_dim 128 more than the driver's own choice
+     * gave (2 blocks, 164 KiB) */
+    TP_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<T, D, OT>,
+                                       cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    tp_launch(attention_prefill_kernel<T, D, OT>, grid, PF_THREADS, smem, stream, q, cache, batch, P, out, fault);
+    TP_CUDA_CHECK_LAUNCH();
+    return TP_OK;
 }
 
 template <typename T, int D>

@@ -118,11 +118,6 @@ void tp_cuda_attention_force_prefill(int mode);
  * which it overrides), 0 the default; tests reach each kernel's paths with it */
 void tp_cuda_attention_force_warps(int w);
 
-/* the prefill kernel's rows a warp: 1 (16 rows, K/V tiles of 64 keys; the default) or 2 (32
- * rows: each shared-memory fragment serves twice the rows) forced, as TPINFER_ATTN_PF_ROWS,
- * which it overrides; 0 the default */
-void tp_cuda_attention_force_pf_rows(int rw);
-
 /* A diagnostic (bench/gpu_attention): with on, the tensor-core decode kernel's blocks record
  * [entry, first tile in, done] (%globaltimer ns) and their SM; host (when not NULL) gets the
  * first `blocks` records (4 values each) of the last call. */

@@ -869,16 +869,6 @@ static void force_prefill_attention(int mode)
 #endif
 }
 
-/* The CUDA prefill kernel's rows a warp: 1 or 2 forced, 0 the default. */
-static void force_prefill_rows(int rw)
-{
-#ifdef HAVE_CUDA
-    tp_cuda_attention_force_pf_rows(rw);
-#else
-    (void)rw;
-#endif
-}
-
 static const attn_case attn_cases[] = {
     /* one sequence, a prefill chunk from scratch */
     {1, 1, 17, 4, 1, {0}, {13}, 0, 0, 0},
@@ -1010,9 +1000,8 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     const float scale = 1.0f / sqrtf((float)hd);
     tp_error_clear();
     ck_assert_msg(cpu->ops->attention(cpu, &qc, &kc, &bc, qh, scale, &out.c) == TP_OK, "cpu: %s", tp_error_message());
-    if (both_paths) force_prefill_attention(1), force_prefill_rows(1); /* whatever TPINFER_ATTN_PF_ROWS says */
+    if (both_paths) force_prefill_attention(1);
     tp_status gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &out.g); /* right after kv_store */
-    force_prefill_rows(0);
     force_prefill_attention(-1);
     ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
     /* the caches are the same bytes (the values are the same, the conversion too); read after
@@ -1027,22 +1016,15 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
     compare("attention", label, pt_get(&out, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
-    /* the same against the flash kernel alone, and with the prefill kernel's warps of 32 rows
-     * (TPINFER_ATTN_PF_ROWS=2) */
-    static const struct { int prefill, rows; const char *name; } other[] = {{0, 1, "off"}, {1, 2, "rows 2"}};
-    for (int v = 0; both_paths && v < 2; v++) {
-        pt alt = pt_poison(qodt, n, qh * hd, 3);
-        force_prefill_attention(other[v].prefill);
-        force_prefill_rows(other[v].rows);
-        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &alt.g);
-        force_prefill_rows(0);
+    if (both_paths) { /* the same against the flash kernel alone */
+        pt off = pt_poison(qodt, n, qh * hd, 3);
+        force_prefill_attention(0);
+        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &off.g);
         force_prefill_attention(-1);
         ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
-        snprintf(label, sizeof label, "%s prefill %s", shape, other[v].name);
-        compare("attention", label, pt_get(&alt, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
-        char guard[64];
-        snprintf(guard, sizeof guard, "attention out (prefill %s)", other[v].name);
-        pt_guards(guard, &alt);
+        snprintf(label, sizeof label, "%s prefill off", shape);
+        compare("attention", label, pt_get(&off, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
+        pt_guards("attention out (prefill off)", &off);
     }
     pt_guards("kv_store qkv (read only)", &qkv);
 }
@@ -2440,8 +2422,7 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     pt_guards("attention out (fault)", &out);
 }
 
-/* The same on a 128-token prompt, with the prefill kernel forced on (prefill 1; 2: with
- * warps of 32 rows) or off: kind 0
+/* The same on a 128-token prompt, with the prefill kernel forced on (prefill) or off: kind 0
  * a bad block at positions 48..63, so every token from position 48 on is zeros; 1 token 40
  * has sequence -1, 2 token 100 a position past max_pos: that token is zeros, the runs on
  * either side are still the prefill kernel's (at least 16 tokens of a tile) and right.
@@ -2494,10 +2475,8 @@ static void attention_prefill_fault_case(int kind, int prefill)
     tp_attn_batch bg = {N, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
                         dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0};
     pt out = pt_poison(C, N, qh * hd, 3);
-    force_prefill_attention(prefill > 0);
-    force_prefill_rows(prefill == 2 ? 2 : 1);
+    force_prefill_attention(prefill);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
-    force_prefill_rows(0);
     force_prefill_attention(-1);
     EXPECT_DEVICE_FAULT(gb, st, needle);
     const float *got = pt_get(&out, 1);
@@ -2505,14 +2484,14 @@ static void attention_prefill_fault_case(int kind, int prefill)
     for (int t = z0; t < z1; t++)
         for (int j = 0; j < row; j++)
             ck_assert_msg(got[t * row + j] == 0.0f, "prefill fault %d (prefill %s): token %d element %d is %g, not 0",
-                          kind, prefill == 2 ? "on, rows 2" : prefill ? "on" : "off", t, j, (double)got[t * row + j]);
+                          kind, prefill ? "on" : "off", t, j, (double)got[t * row + j]);
     char shape[96];
     snprintf(shape, sizeof shape, "prefill fault %d: tokens %d..%d zeros, prefill %s, before", kind, z0, z1 - 1,
-             prefill == 2 ? "on, rows 2" : prefill ? "on" : "off");
+             prefill ? "on" : "off");
     compare("attention", shape, got, want, (size_t)(z0 * row), REDUCTION, C);
     if (z1 < N) {
         snprintf(shape, sizeof shape, "prefill fault %d: tokens %d..%d zeros, prefill %s, after", kind, z0, z1 - 1,
-                 prefill == 2 ? "on, rows 2" : prefill ? "on" : "off");
+                 prefill ? "on" : "off");
         compare("attention", shape, got + z1 * row, want + z1 * row, (size_t)((N - z1) * row), REDUCTION, C);
     }
     pt_guards("attention out (prefill fault)", &out);
@@ -2522,7 +2501,7 @@ START_TEST(attention_prefill_faults)
 {
     FOR_EACH_GPU {
         seed(17);
-        for (int prefill = 2; prefill >= 0; prefill--) /* on with warps of 32 rows, on, off */
+        for (int prefill = 1; prefill >= 0; prefill--)
             for (int kind = 0; kind < 3; kind++) attention_prefill_fault_case(kind, prefill);
     }
 }

@@ -1,0 +1,39 @@
+#!/bin/bash
+# tests/gpu/prefill.sh: the prefill attention kernel on a GPU machine, in one call, from the
+# repository root (the -dev packages in .gpu-deps/ as for tests/gpu/run.sh):
+#   1. build tpinfer, tests/check_backend_ops, bench/gpu_attention; the attention group (every
+#      prefill case against the CPU with the kernel on and off) and the errors group (the
+#      prefill faults);
+#   2. bench/gpu_attention 15 (its prefill table: the flash kernel alone against the prefill
+#      kernel; L2 flushed; prints the decode table first);
+#   3. unless GPU_PF_AB=0: bench/ab_decode.sh with BENCH_RUNS (default "b128 o256x2048x128")
+#      for the variants in GPU_PF_VARIANTS (default: the defaults alone; e.g. '"" "X=1"').
+# Prints a table last; logs in $OUT (default /tmp/tpinfer-pf-out).
+set -u
+OUTDIR=${OUT:-/tmp/tpinfer-pf-out}
+mkdir -p "$OUTDIR"
+. tests/gpu/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+gpu_build tpinfer tests/check_backend_ops bench/gpu_attention
+for group in attention errors; do
+    if CK_FORK=no CK_RUN_CASE=$group timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
+        record "check_backend_ops $group" "PASS ($(grep -c 'prefill.*ok' "$OUTDIR/ops-$group.log") prefill checks)"
+    else
+        record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
+    fi
+done
+if timeout 240 "$B/bench/gpu_attention" 15 >"$OUTDIR/gpu_attention.log" 2>&1; then
+    while IFS= read -r line; do record "prefill (batch, context: flash / prefill)" "$line"; done \
+        < <(sed -n '/^# prefill/,$p' "$OUTDIR/gpu_attention.log" | grep -E '^ *[0-9]+ +[0-9]+ \|')
+else
+    record "bench/gpu_attention" "FAIL: $(tail -2 "$OUTDIR/gpu_attention.log" | tr '|\n' '/ ' | cut -c1-200)"
+fi
+if [ "${GPU_PF_AB:-1}" = 1 ]; then
+    eval "args=(${GPU_PF_VARIANTS:-\"\"})"
+    OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 o256x2048x128} BENCH_TPINFER=$B/tpinfer timeout 400 \
+        bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
+    while IFS= read -r line; do
+        case $line in "| variant"* | "| ---"*) ;; "| "*) record "ab" "$line" ;; esac
+    done <"$OUTDIR/ab.log"
+fi
+print_results
