@@ -7,14 +7,16 @@
 # say what stalls), stalls.csv (the stall reasons, cycles per issued instruction) and
 # source.csv (SASS with its stall samples, where this ncu prints it). Prints a table last:
 # per launch the kernel's shape, time, tensor pipe, issue slots, occupancy and top stalls.
-# PP_FILTER: ncu's kernel filter (default regex:attention_prefill_kernel).
+# PP_FILTER: ncu's kernel filter (default regex:attention_prefill_kernel); PP_NCU_ARGS: more ncu
+# options (e.g. "--launch-skip 44 --launch-count 1": the 1 x 8192 prompt's first launch, after
+# 32 launches of the decode table and 4 of each earlier prefill shape).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-pp-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 gpu_build bench/gpu_attention
 rep=$OUTDIR/prefill
-ncu --set full --import-source yes -k "${PP_FILTER:-regex:attention_prefill_kernel}" -f -o "$rep" \
+ncu --set full --import-source yes -k "${PP_FILTER:-regex:attention_prefill_kernel}" ${PP_NCU_ARGS:-} -f -o "$rep" \
     "$B/bench/gpu_attention" 1 >"$OUTDIR/ncu.log" 2>&1 || { tail -20 "$OUTDIR/ncu.log"; exit 1; }
 ncu -i "$rep.ncu-rep" --page details --print-units base >"$OUTDIR/details.txt" 2>&1
 stalls=barrier,long_scoreboard,short_scoreboard,mio_throttle,math_pipe_throttle,wait,not_selected,selected,dispatch_stall,lg_throttle,no_instruction,branch_resolving,drain,membar,imc_miss,misc,sleeping,tex_throttle

@@ -897,6 +897,7 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
     extern __shared__ __align__(16) unsigned char pf_smem[];
     T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * PF_BN * LD;
     __shared__ int bad_from_s; /* the first position whose block-table entry is bad (INT32_MAX: none) */
+    __shared__ int64_t rows_s[2][PF_BN]; /* the cache row (element offset) of each key of the tiles in flight */
 
     const int h = blockIdx.x, kh = h / P.group;
     const int64_t t0 = (int64_t)(P.n_tiles - 1 - (int)blockIdx.y) * PF_BM; /* the longest contexts first */
@@ -937,32 +938,42 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
         if (tid == 0) bad_from_s = INT32_MAX;
         __syncthreads();
 
-        /* K and V rows of keys kt * PF_BN .. + PF_BN - 1 into buffer b: thread tid takes chunk
+        /* Each key's row in the cache, once a tile by one thread (not once a chunk, by 16):
+         * entry(kt) is the block-table entry of key tid of tile kt (threads tid < PF_BN), read
+         * a tile ahead so that its latency passes under the products; place() turns it into
+         * rows_s[b][tid], -1 past kend or for a bad entry (recorded, and bad_from_s lowered) */
+        auto entry = [&](int kt) -> int32_t {
+            const int p = kt * PF_BN + tid;
+            if (tid >= PF_BN || p >= kend) return 0;
+            return __ldg(bt + (P.bs_shift >= 0 ? p >> P.bs_shift : p / bs));
+        };
+        auto place = [&](int kt, int b, int32_t blk) {
+            if (tid >= PF_BN) return;
+            const int p = kt * PF_BN + tid;
+            int64_t row = -1;
+            if (p < kend) {
+                row = kv_row_in(blk, P.bs_shift >= 0 ? p >> P.bs_shift : p / bs, p, bs, cache.n_blocks, width);
+                if (row < 0) { /* the run's first token that reads position p */
+                    fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, t0 + r0 + max(0, p - pos0), blk, cache.n_blocks);
+                    atomicMin(&bad_from_s, p);
+                }
+            }
+            rows_s[b][tid] = row;
+        };
+        /* K and V rows of the tile placed in rows_s[b] into buffer b: thread tid takes chunk
          * column tid % CPR of keys tid / CPR + j * (PF_THREADS / CPR), so a row's chunks are
-         * consecutive threads (coalesced); zeros past kend and for a bad block */
-        auto load = [&](int kt, int b) {
+         * consecutive threads (coalesced); zeros where the row is -1 */
+        auto load = [&](int b) {
             T *kd = kbuf + b * PF_BN * LD, *vd = vbuf + b * PF_BN * LD;
             const int col = tid % CPR;
 #pragma unroll
             for (int j = 0; j < LOADS; j++) {
-                const int key = tid / CPR + j * (PF_THREADS / CPR), p = kt * PF_BN + key;
-                const T *ksrc = kc, *vsrc = vc;
-                int bytes = 0;
-                if (p < kend) {
-                    int32_t blk;
-                    const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
-                    if (row < 0) {
-                        if (col == 0) { /* the run's first token that reads position p */
-                            fault_record(fault, TP_CUDA_FAULT_ATTN_BLOCK, t0 + r0 + max(0, p - pos0), blk,
-                                         cache.n_blocks);
-                            atomicMin(&bad_from_s, p);
-                        }
-                    } else {
-                        ksrc = kc + row + col * 8, vsrc = vc + row + col * 8, bytes = 16;
-                    }
-                }
-                pf_cp_async16(kd + key * LD + col * 8, ksrc, bytes);
-                pf_cp_async16(vd + key * LD + col * 8, vsrc, bytes);
+                const int key = tid / CPR + j * (PF_THREADS / CPR);
+                const int64_t row = rows_s[b][key];
+                const int64_t at = row < 0 ? 0 : row + col * 8;
+                const int bytes = row < 0 ? 0 : 16;
+                pf_cp_async16(kd + key * LD + col * 8, kc + at, bytes);
+                pf_cp_async16(vd + key * LD + col * 8, vc + at, bytes);
             }
         };
 
@@ -970,13 +981,17 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
 #pragma unroll
         for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-        load(0, 0);
+        place(0, 0, entry(0));
+        place(1, 1, entry(1));
+        __syncthreads();
+        load(0);
         pf_cp_async_commit();
         for (int kt = 0; kt < nkt; kt++) {
-            if (kt + 1 < nkt) load(kt + 1, (kt + 1) & 1); /* the next tile travels while this one is used */
-            pf_cp_async_commit();                        /* (an empty group at the end: the wait stays 1) */
+            if (kt + 1 < nkt) load((kt + 1) & 1); /* the next tile travels while this one is used */
+            pf_cp_async_commit();                 /* (an empty group at the end: the wait stays 1) */
             pf_cp_async_wait<1>();
             __syncthreads();
+            const int32_t next = entry(kt + 2); /* in flight during the products */
             const int k0 = kt * PF_BN;
             if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
                 const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
@@ -1003,6 +1018,7 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
                 for (int k = 0; k < PF_BN / 16; k++)
                     fa_pv16<T, NT, LD>(o, s[2 * k], s[2 * k + 1], vt_s + k * 16 * LD, lane);
             }
+            place(kt + 2, kt & 1, next); /* rows_s[kt & 1]: load() read it before the last barrier */
             __syncthreads(); /* every warp is done with this buffer before it is refilled */
         }
         const int bad_from = bad_from_s; /* read before the next run's reset (its first __syncthreads) */
