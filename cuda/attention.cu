@@ -876,6 +876,22 @@ __device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4],
 /* The shared memory of one block: K and V tiles, two buffers each. */
 template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
 
+/* dst[0], dst[1] = a, b in OT: one store of both where wide (dst aligned to the pair's
+ * size), else one each */
+template <typename OT> __device__ __forceinline__ void store_pair(OT *dst, float a, float b, bool wide)
+{
+    const OT x = from_f32<OT>(a), y = from_f32<OT>(b);
+    if (!wide) {
+        dst[0] = x, dst[1] = y;
+    } else if constexpr (sizeof(OT) == 2) {
+        uint16_t xy[2];
+        memcpy(&xy[0], &x, 2), memcpy(&xy[1], &y, 2);
+        *(uint32_t *)dst = (uint32_t)xy[0] | (uint32_t)xy[1] << 16;
+    } else {
+        *(float2 *)dst = make_float2(a, b);
+    }
+}
+
 /* Block (q head h, tile): grid (q_heads, n_tiles), PF_THREADS threads, pf_smem_bytes<D>()
  * dynamic shared memory: K and V [2 buffers][PF_BN keys][D + PF_PAD] of T. T: the cache's
  * and q's element type (bf16 or f16); D: head_dim (64 or 128); OT: out's element type.
@@ -1035,12 +1051,11 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
             if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
             const bool zero = pr >= bad_from;
             const float inv = 1.0f / l[e];
+            const bool wide = (uintptr_t)out.data % (2 * sizeof(OT)) == 0 && out.stride % 2 == 0; /* store_pair's */
             OT *dst = row_of<OT>(out, t0 + (e ? rb : ra)) + (int64_t)h * D + 2 * tig;
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                dst[n * 8] = from_f32<OT>(zero ? 0.0f : o[n][2 * e] * inv);
-                dst[n * 8 + 1] = from_f32<OT>(zero ? 0.0f : o[n][2 * e + 1] * inv);
-            }
+            for (int n = 0; n < NT; n++)
+                store_pair(dst + n * 8, zero ? 0.0f : o[n][2 * e] * inv, zero ? 0.0f : o[n][2 * e + 1] * inv, wide);
         }
     }
 }
