@@ -36,8 +36,9 @@
  * is faulty. One block per (tile, q head), 4 warps of 16 query rows; for each run of its
  * tile the block walks keys 0 .. the run's last position in tiles of PF_BN = 64 (so a
  * chunk's prefix already in the paged cache is read like its own keys), loaded from the
- * block table into shared memory by cp.async (16 bytes a thread, zeros past the run and
- * for bad blocks), double buffered. Each warp computes S = Q K^T with mma.sync m16n8k16
+ * block table into shared memory by cp.async (each key's row looked up once a tile, a tile
+ * ahead; 16 bytes a thread, zeros past the run and for bad blocks), double buffered, three
+ * blocks an SM (PF_MIN_BLOCKS). Each warp computes S = Q K^T with mma.sync m16n8k16
  * (bf16 or f16 in, f32 out; q and K fragments by ldmatrix), masks the causal part,
  * updates its rows' online softmax in registers in the log2 domain, and adds P V with P
  * rounded to the cache dtype as the A operand straight from the S registers (V by
@@ -91,9 +92,9 @@
 #define PF_WARPS 4
 #define PF_THREADS (PF_WARPS * WARP_SIZE)
 /* blocks an SM holds at head_dim D, by their registers (168 or 128 a thread: ptxas, sm_90,
- * no spills) and shared memory (68 or 36 KiB a block, the carveout at its largest): at two
- * warps a scheduler the kernel waited on its own latencies (ncu: 2.0 warps a scheduler, the
- * tensor pipe 28 % busy, 233 registers at head_dim 128) */
+ * 20 or 36 bytes of spills, touched once a key tile) and shared memory (69 or 37 KiB a
+ * block, the carveout at its largest): at two warps a scheduler the kernel waited on its own
+ * latencies (ncu: the tensor pipe 28 % busy, 233 registers at head_dim 128) */
 #define PF_MIN_BLOCKS(D) ((D) == 128 ? 3 : 4)
 #define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
 #define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
