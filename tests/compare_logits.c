@@ -1,9 +1,13 @@
 /*
  * compare_logits.c: checks a --dump-logits directory against a Hugging Face reference
  * (reference/logits.safetensors of ../shared/models): prompt ids, prefill logits and
- * greedy-step logits within a bound, greedy ids exactly.
+ * greedy-step logits within a bound, greedy ids exactly. Greedy-step logits are compared
+ * up to and with the first step whose id differs (after it the contexts differ).
  *   compare_logits --make-input REF OUT.jsonl   write the reference prompts as JSONL
  *   compare_logits REF DUMPDIR [BOUND [MARGIN]] compare (default bound 1e-3)
+ *   compare_logits --dump-ref DUMPDIR OUT         a reference made of a --dump-logits
+ *                                                 directory (requests p0, p1, ...): another
+ *                                                 backend's run as the yardstick
  * With MARGIN (reduced-precision runs): logits are only reported, and greedy ids must be
  * equal up to the first step where the reference's top-1 minus top-2 logit is under
  * MARGIN (there the two may rightly part).
@@ -14,6 +18,7 @@
 #include <string.h>
 
 #include "safetensors.h"
+#include "st_write.h"
 #include "util.h"
 
 /* A whole tensor as f32 or i32 (n elements); NULL if absent. */
@@ -61,6 +66,53 @@ static int make_input(const char *ref, const char *out)
     fclose(o);
     tp_st_free(&f);
     return 0;
+}
+
+/* The dumps DIR/p0.safetensors, p1, ... (until one is missing) as one reference file:
+ * input_ids_k, logits_k (the prompt's), greedy_k and greedy_logits_k of each. */
+static int dump_ref(const char *dir, const char *out)
+{
+    enum { MAX_PROMPTS = 64, PER = 4 };
+    static const char *const src[PER] = {"prompt_ids", "prompt_logits", "output_ids", "logits"};
+    static const char *const dst[PER] = {"input_ids_%d", "logits_%d", "greedy_%d", "greedy_logits_%d"};
+    tp_st_out_tensor t[MAX_PROMPTS * PER];
+    char names[MAX_PROMPTS * PER][32];
+    void *data[MAX_PROMPTS * PER] = {0};
+    int n = 0, k, rc = 0;
+    for (k = 0; k < MAX_PROMPTS && rc == 0; k++) {
+        char file[32];
+        snprintf(file, sizeof file, "p%d.safetensors", k);
+        char *path = tp_path_join(dir, file);
+        tp_st_file d = {0};
+        const int found = path && tp_st_open(path, &d) == TP_OK;
+        free(path);
+        if (!found) break;
+        for (int j = 0; j < PER; j++, n++) {
+            const tp_st_tensor *x = tp_st_find(&d, src[j]);
+            int64_t numel, rows;
+            if (!x) {
+                fprintf(stderr, "%s/%s: no %s\n", dir, file, src[j]);
+                rc = 2;
+                break;
+            }
+            data[n] = read_all(&d, src[j], &numel, &rows);
+            snprintf(names[n], sizeof names[n], dst[j], k);
+            t[n] = (tp_st_out_tensor){names[n], j % 2 ? "F32" : "I32", x->rank, {0}, data[n], (size_t)numel * 4};
+            for (int a = 0; a < x->rank && a < 4; a++) t[n].shape[a] = x->shape[a];
+        }
+        tp_st_free(&d);
+    }
+    tp_error_clear();
+    if (rc == 0 && k == 0) {
+        fprintf(stderr, "%s: no p0.safetensors\n", dir);
+        rc = 2;
+    }
+    if (rc == 0 && tp_st_write(out, t, n, NULL, 0) != TP_OK) {
+        fprintf(stderr, "%s\n", tp_error_message());
+        rc = 2;
+    }
+    for (int i = 0; i < n; i++) free(data[i]);
+    return rc;
 }
 
 static double max_abs_diff(const float *a, const float *b, int64_t n)
@@ -123,7 +175,7 @@ static int compare(const char *ref, const char *dir, double bound, double margin
         float *dlg = read_all(&d, "prompt_logits", &dln, &dlrows);
         double pre = dlg && dln == ln ? max_abs_diff(lg, dlg, ln) : INFINITY;
         double step = 0;
-        int64_t same = 0, gn = 0, grows;
+        int64_t same = 0, gn = 0, grows, steps = 0;
         snprintf(name, sizeof name, "greedy_%d", k);
         int32_t *g = read_all(&r, name, &gn, &grows);
         int64_t need = gn; /* greedy ids that must match */
@@ -134,7 +186,10 @@ static int compare(const char *ref, const char *dir, double bound, double margin
             snprintf(name, sizeof name, "greedy_logits_%d", k);
             float *sl = read_all(&r, name, &sn, &srows);
             float *dsl = read_all(&d, "logits", &dsn, &dsrows);
-            step = dsl && dsn == sn ? max_abs_diff(sl, dsl, sn) : INFINITY;
+            /* the steps up to the first id that differs (its logits still had the reference's
+             * context; after it, both choose from different ones) */
+            steps = srows && same >= 0 && same < srows ? same + 1 : srows;
+            step = dsl && dsn == sn ? max_abs_diff(sl, dsl, srows ? steps * (sn / srows) : sn) : INFINITY;
             if (margin > 0 && srows > 0) need = first_close_step(sl, srows, sn / srows, margin);
             if (on != gn) same = -1;
             free(out);
@@ -143,9 +198,10 @@ static int compare(const char *ref, const char *dir, double bound, double margin
         }
         int logits_ok = margin > 0 || (pre < bound && step < bound);
         int pass = ok && logits_ok && (!g || same >= need);
-        printf("prompt %d: %lld tokens, prefill max|d| %.3g, greedy steps max|d| %.3g, greedy ids %lld/%lld equal"
-               " (%lld needed): %s\n",
-               k, (long long)n, pre, step, (long long)same, (long long)gn, (long long)need, pass ? "ok" : "FAIL");
+        printf("prompt %d: %lld tokens, prefill max|d| %.3g, greedy steps max|d| %.3g (%lld steps of the same context),"
+               " greedy ids %lld/%lld equal (%lld needed): %s\n",
+               k, (long long)n, pre, step, (long long)steps, (long long)same, (long long)gn, (long long)need,
+               pass ? "ok" : "FAIL");
         failures += !pass;
         free(ids);
         free(dids);
@@ -166,8 +222,10 @@ static int compare(const char *ref, const char *dir, double bound, double margin
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--make-input")) return make_input(argv[2], argv[3]);
+    if (argc == 4 && !strcmp(argv[1], "--dump-ref")) return dump_ref(argv[2], argv[3]);
     if (argc >= 3 && argc <= 5)
         return compare(argv[1], argv[2], argc >= 4 ? atof(argv[3]) : 1e-3, argc == 5 ? atof(argv[4]) : 0);
-    fprintf(stderr, "usage: compare_logits --make-input REF OUT.jsonl | compare_logits REF DUMPDIR [BOUND [MARGIN]]\n");
+    fprintf(stderr, "usage: compare_logits --make-input REF OUT.jsonl | --dump-ref DUMPDIR OUT |"
+                    " compare_logits REF DUMPDIR [BOUND [MARGIN]]\n");
     return 2;
 }
