@@ -796,11 +796,6 @@ __device__ __forceinline__ void fa_qk(float (&s)[2 * NG][4], const uint32_t (&qf
         }
 }
 
-/* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
- * maximum of m and this lane's scores of each row: the row's maximum over the quad rescales
- * the running sum l (this lane's part; the quad's are added at the end) and the accumulator
- * o and becomes m; s turns into exp2(s - max) and adds to l. A row that has seen only -inf
- * keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
 /* 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, results
  * under 2^-126 flushed to 0; -inf gives 0): exp2f adds range fix-ups around it for accuracy
  * that P, rounded to 16 bits before its product, cannot keep. */
@@ -824,6 +819,11 @@ template <int NS> __device__ __forceinline__ void fa_row_max(const float (&s)[NS
     mx[1] = fmaxf(part[2], part[3]);
 }
 
+/* One online-softmax step over new scores s (log2 domain, masked ones -inf), mx holding the
+ * maximum of m and this lane's scores of each row: the row's maximum over the quad rescales
+ * the running sum l (this lane's part; the quad's are added at the end) and the accumulator
+ * o and becomes m; s turns into exp2(s - max) and adds to l. A row that has seen only -inf
+ * keeps p = 0 (its max taken as 0); corr is 0 while m is -inf. */
 template <int NS, int NT>
 __device__ __forceinline__ void fa_softmax_step(float (&s)[NS][4], float (&mx)[2], float (&m)[2], float (&l)[2],
                                                 float (&o)[NT][4])
@@ -1319,7 +1319,6 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
             /* S = Q K^T over the warp's 16 keys */
             float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
             fa_qk<T, KS, 1, LD>(sc, qf, kt_s + warp * 16 * LD, lane);
-            float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int n = 0; n < 2; n++)
 #pragma unroll
@@ -1327,8 +1326,9 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                     float x = sc[n][e] * P.qscale;
                     if (k0 + n * 8 + 2 * tig + (e & 1) >= b1) x = -INFINITY;
                     sc[n][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
+            float mx[2];
+            fa_row_max(sc, m, mx);
             fa_softmax_step(sc, mx, m, l, o);
             fa_pv16<T, NT, LD>(o, sc[0], sc[1], vt_s + warp * 16 * LD, lane); /* O += P V */
         }
