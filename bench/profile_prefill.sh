@@ -24,7 +24,7 @@ metrics=launch__grid_size,launch__registers_per_thread,gpu__time_duration.sum,sm
 metrics+=,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
 metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 for s in ${stalls//,/ }; do metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio; done
-ncu -i "$rep.ncu-rep" --page raw --csv --print-units base --metrics "$metrics" >"$OUTDIR/stalls.csv" 2>&1
+ncu -i "$rep.ncu-rep" --page raw --csv --print-units base --metrics "$metrics" >"$OUTDIR/stalls.csv" 2>"$OUTDIR/stalls.err"
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass -c 1 >"$OUTDIR/source.csv" 2>/dev/null || true
 python3 - "$OUTDIR/stalls.csv" <<'EOF'
 import csv, sys

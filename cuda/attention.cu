@@ -91,11 +91,12 @@
 #define PF_BN 64         /* keys per K/V tile in shared memory */
 #define PF_WARPS 4
 #define PF_THREADS (PF_WARPS * WARP_SIZE)
-/* blocks an SM holds at head_dim D, by their registers (168 or 128 a thread: ptxas, sm_90,
- * 20 or 36 bytes of spills, touched once a key tile) and shared memory (69 or 37 KiB a
- * block, the carveout at its largest): at two warps a scheduler the kernel waited on its own
- * latencies (ncu: the tensor pipe 28 % busy, 233 registers at head_dim 128) */
-#define PF_MIN_BLOCKS(D) ((D) == 128 ? 3 : 4)
+/* blocks an SM holds, by their registers (at most 168 a thread; ptxas, sm_90: at head_dim
+ * 128 20 bytes of spills, touched once a key tile; at 64 none) and shared memory (69 KiB a
+ * block at head_dim 128, the carveout at its largest): at two warps a scheduler the kernel
+ * waited on its own latencies (ncu: the tensor pipe 28 % busy, 233 registers at head_dim
+ * 128). Only head_dim 128 is timed (bench/gpu_attention). */
+#define PF_MIN_BLOCKS 3
 #define PF_MIN_RUN 16    /* a shorter run of a sequence in a tile goes to the flash kernel */
 #define PF_MIN_TOKENS 64 /* fewer tokens in a step: the flash kernel alone (decode steps) */
 #define PF_PAD 8         /* elements past each shared-memory row: ldmatrix's 8 rows in distinct banks */
@@ -877,20 +878,20 @@ __device__ __forceinline__ void fa_pv16(float (&o)[NT][4], const float (&p0)[4],
 /* The shared memory of one block: K and V tiles, two buffers each. */
 template <int D> constexpr size_t pf_smem_bytes() { return (size_t)2 * 2 * PF_BN * (D + PF_PAD) * 2; }
 
-/* dst[0], dst[1] = a, b in OT: one store of both where wide (dst aligned to the pair's
- * size), else one each */
+/* dst[0], dst[1] = a, b in OT: one 32-bit store of both where wide (OT of 16 bits, dst
+ * 4-byte aligned), else one each */
 template <typename OT> __device__ __forceinline__ void store_pair(OT *dst, float a, float b, bool wide)
 {
     const OT x = from_f32<OT>(a), y = from_f32<OT>(b);
-    if (!wide) {
-        dst[0] = x, dst[1] = y;
-    } else if constexpr (sizeof(OT) == 2) {
-        uint16_t xy[2];
-        memcpy(&xy[0], &x, 2), memcpy(&xy[1], &y, 2);
-        *(uint32_t *)dst = (uint32_t)xy[0] | (uint32_t)xy[1] << 16;
-    } else {
-        *(float2 *)dst = make_float2(a, b);
+    if constexpr (sizeof(OT) == 2) {
+        if (wide) {
+            uint16_t xy[2];
+            memcpy(&xy[0], &x, 2), memcpy(&xy[1], &y, 2);
+            *(uint32_t *)dst = (uint32_t)xy[0] | (uint32_t)xy[1] << 16;
+            return;
+        }
     }
+    dst[0] = x, dst[1] = y;
 }
 
 /* Block (q head h, tile): grid (q_heads, n_tiles), PF_THREADS threads, pf_smem_bytes<D>()
@@ -899,7 +900,7 @@ template <typename OT> __device__ __forceinline__ void store_pair(OT *dst, float
  * Warp w owns the tile's rows 16w .. 16w + 15; in mma's fragment layout, lane owns rows
  * 16w + lane / 4 (a) and + 8 (b), and of each 8-column group columns 2 (lane % 4), + 1. */
 template <typename T, int D, typename OT>
-__global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
+__global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS)
     attention_prefill_kernel(tp_tensor q, tp_kv_layer cache, tp_attn_batch batch, pf_params P, tp_tensor out,
                              tp_cuda_fault *fault)
 {
@@ -911,6 +912,7 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
     constexpr int NS = PF_BN / 8;      /* 8-key tiles of S */
     constexpr int LOADS = PF_BN * CPR / PF_THREADS; /* chunks per thread per K (or V) tile */
     static_assert(PF_BN * CPR % PF_THREADS == 0, "tile loads must divide over the threads");
+    static_assert(PF_BN <= PF_THREADS, "entry() and place(): a thread a key");
     extern __shared__ __align__(16) unsigned char pf_smem[];
     T *kbuf = (T *)pf_smem, *vbuf = kbuf + 2 * PF_BN * LD;
     __shared__ int bad_from_s; /* the first position whose block-table entry is bad (INT32_MAX: none) */
@@ -1052,7 +1054,7 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS(D))
             if (pr < 0) continue; /* not in this run (another run's, the flash kernel's, or past the step) */
             const bool zero = pr >= bad_from;
             const float inv = 1.0f / l[e];
-            const bool wide = (uintptr_t)out.data % (2 * sizeof(OT)) == 0 && out.stride % 2 == 0; /* store_pair's */
+            const bool wide = (uintptr_t)out.data % 4 == 0 && out.stride % 2 == 0; /* store_pair's */
             OT *dst = row_of<OT>(out, t0 + (e ? rb : ra)) + (int64_t)h * D + 2 * tig;
 #pragma unroll
             for (int n = 0; n < NT; n++)

@@ -1016,6 +1016,16 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
     compare("attention", label, pt_get(&out, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
+    if (both_paths) { /* aligned rows of out: the prefill kernel's paired stores (pad 3 above: single ones) */
+        pt aligned = pt_poison(qodt, n, qh * hd, 0);
+        force_prefill_attention(1);
+        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &aligned.g);
+        force_prefill_attention(-1);
+        ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
+        snprintf(label, sizeof label, "%s prefill on, aligned out", shape);
+        compare("attention", label, pt_get(&aligned, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
+        pt_guards("attention out (aligned)", &aligned);
+    }
     if (both_paths) { /* the same against the flash kernel alone */
         pt off = pt_poison(qodt, n, qh * hd, 3);
         force_prefill_attention(0);
@@ -2422,15 +2432,17 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     pt_guards("attention out (fault)", &out);
 }
 
-/* The same on a 128-token prompt, with the prefill kernel forced on (prefill) or off: kind 0
- * a bad block at positions 48..63, so every token from position 48 on is zeros; 1 token 40
- * has sequence -1, 2 token 100 a position past max_pos: that token is zeros, the runs on
- * either side are still the prefill kernel's (at least 16 tokens of a tile) and right.
- * The bad block's token is whichever read it first: the message is checked without it. */
+/* The same on a 256-token prompt, with the prefill kernel forced on (prefill) or off: kind 0
+ * a bad block at positions 48..63, so every token from position 48 on is zeros (the block in
+ * the prefill kernel's first key tile, looked up before its loop), 3 the same at 160..175 (in
+ * its third, looked up inside the loop); 1 token 40 has sequence -1, 2 token 100 a position
+ * past max_pos: that token is zeros, the runs on either side are still the prefill kernel's
+ * (at least 16 tokens of a tile) and right. The bad block's token is whichever read it
+ * first: the message is checked without it. */
 static void attention_prefill_fault_case(int kind, int prefill)
 {
     const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A; /* a 16-bit cache */
-    enum { N = 128, BS = 16, MAX_BLOCKS = N / BS + 1, N_BLOCKS = MAX_BLOCKS + 3 };
+    enum { N = 256, BS = 16, MAX_BLOCKS = N / BS + 1, N_BLOCKS = MAX_BLOCKS + 3 };
     const int kvh = 2, qh = 8, hd = 128, width = kvh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     pt kcache = pt_rand(C, WEIGHT, (int64_t)N_BLOCKS * BS, width, 0, -1, 1);
@@ -2455,8 +2467,9 @@ static void attention_prefill_fault_case(int kind, int prefill)
     char needle[160];
     switch (kind) {
     case 0:
-        table[3] = 99999;
-        z0 = 3 * BS, z1 = N;
+    case 3:
+        table[kind == 0 ? 3 : 10] = 99999;
+        z0 = (kind == 0 ? 3 : 10) * BS, z1 = N;
         snprintf(needle, sizeof needle, "maps a logical block to physical block 99999, outside the cache's %d",
                  N_BLOCKS);
         break;
@@ -2502,7 +2515,7 @@ START_TEST(attention_prefill_faults)
     FOR_EACH_GPU {
         seed(17);
         for (int prefill = 1; prefill >= 0; prefill--)
-            for (int kind = 0; kind < 3; kind++) attention_prefill_fault_case(kind, prefill);
+            for (int kind = 0; kind < 4; kind++) attention_prefill_fault_case(kind, prefill);
     }
 }
 END_TEST

@@ -2,23 +2,18 @@
 # compare_logits --dump-ref: one backend's --dump-logits run as the reference for another's
 # (tests/gpu/run.sh checks the CUDA backend's tensor-core attention so against the CPU's).
 # A run against itself passes to the last bit; one of another model fails, and its greedy-step
-# logits count only up to the first id that differs; tp 2 against tp 1 within 1e-3; a
-# directory without dumps is an error. The CPU backend, a generated model of head_dim 64.
+# logits count only up to the first id that differs; tp 2 against tp 1 within 1e-3; a NaN
+# logit never passes; a directory without dumps, or with one that does not read, is an error.
+# The CPU backend, a generated model of head_dim 64.
 . "$top_srcdir/tests/lib.sh"
+[ "${PYTHON3:-no}" != no ] || skip "python3 not found"
 export OMP_NUM_THREADS=1
 cmp="$top_builddir/tests/compare_logits"
 gen() { "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/$1" --dtype bfloat16 --hidden 256 --heads 4 \
-    --kv-heads 2 --layers 2 --intermediate 512 --seed "$2" >/dev/null || fail "gen $1"; }
+    --kv-heads 2 --layers 2 --intermediate 512 --seed "$2" --prompts "$TMP/p.jsonl" --prompt-lengths 70,16,33 \
+    --max-tokens 6 >/dev/null || fail "gen $1"; }
 gen m 1234
 gen other 99
-"$PYTHON3" - "$TMP/m" >"$TMP/p.jsonl" <<'PYEOF' || fail "prompts"
-import json, random, sys
-vocab = json.load(open(sys.argv[1] + "/config.json"))["vocab_size"]
-random.seed(7)
-for k, n in enumerate((70, 16, 33)):
-    ids = [random.randrange(3, vocab - 3) for _ in range(n)]
-    print(json.dumps({"id": "p%d" % k, "prompt_token_ids": ids, "max_tokens": 6, "ignore_eos": True}))
-PYEOF
 run() { # run NAME MODEL [flags...]
     name=$1 model=$2; shift 2
     "$TPINFER" --model "$TMP/$model" --backend cpu --input "$TMP/p.jsonl" --output "$TMP/$name.jsonl" \
@@ -36,7 +31,9 @@ rc=0
 # each prompt's step logits up to and with its first different id: same + 1 steps
 "$PYTHON3" - "$TMP/other.cmp" <<'PYEOF' || fail "another model's run: the steps of the same context"
 import re, sys
-for line in open(sys.argv[1]):
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 3, lines
+for line in lines:
     m = re.search(r"\((\d+) steps of the same context\), greedy ids (\d+)/6", line)
     assert m and int(m.group(1)) == min(int(m.group(2)) + 1, 6), line
 PYEOF
@@ -45,6 +42,23 @@ if [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ]; then
         --dump-logits "$TMP/tp2" 2>"$TMP/tp2.err" || { cat "$TMP/tp2.err"; fail "tp 2"; }
     "$cmp" "$TMP/ref.safetensors" "$TMP/tp2" 1e-3 || fail "tp 2 against tp 1"
 fi
+# a NaN logit fails under any bound, even in margin mode (where only the ids are relaxed)
+mkdir "$TMP/nan" && cp "$TMP/a"/*.safetensors "$TMP/nan/"
+"$PYTHON3" - "$TMP/nan/p1.safetensors" <<'PYEOF' || fail "writing a NaN"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+at = 8 + n + json.loads(b[8:8 + n])["prompt_logits"]["data_offsets"][0] + 4 * 5
+b[at:at + 4] = struct.pack("<I", 0x7fc00000)
+open(sys.argv[1], "wb").write(b)
+PYEOF
+rc=0
+"$cmp" "$TMP/ref.safetensors" "$TMP/nan" inf 0.05 >"$TMP/nan.cmp" || rc=$?
+[ $rc = 1 ] && grep -q "prompt 1: .*prefill max|d| nan.*FAIL" "$TMP/nan.cmp" ||
+    { cat "$TMP/nan.cmp"; fail "a NaN logit passed (exit $rc)"; }
+# no dumps, and a dump that does not read: errors, not a shorter reference
 mkdir "$TMP/empty"
 expect_fail 2 "no p0.safetensors" "$cmp" --dump-ref "$TMP/empty" "$TMP/x.safetensors"
+cp "$TMP/a/p0.safetensors" "$TMP/empty/" && printf 'garbage' >"$TMP/empty/p1.safetensors"
+expect_fail 2 "p1.safetensors" "$cmp" --dump-ref "$TMP/empty" "$TMP/x.safetensors"
 echo "ok"

@@ -5,6 +5,9 @@ tests use when ../shared is absent. Standard library only.
 
 usage: gen_tiny_model.py DIR [--dtype float32|bfloat16] [--shards N] [--seed S]
                           [--hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V]
+                          [--prompts FILE [--prompt-lengths N,N,... --max-tokens N]]
+--prompts also writes FILE: JSONL requests p0, p1, ... of random token ids of those lengths
+(the same for any seed), greedy to max_tokens with ignore_eos: what a backend comparison runs.
 Larger shapes (the CPU benchmark's ~100M-parameter model) use numpy when it is there.
 """
 import argparse
@@ -179,6 +182,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     for k in ("hidden", "layers", "heads", "kv-heads", "intermediate", "vocab"):
         ap.add_argument("--" + k, type=int)
+    ap.add_argument("--prompts")
+    ap.add_argument("--prompt-lengths", default="70,130,200,16,96")
+    ap.add_argument("--max-tokens", type=int, default=24)
     a = ap.parse_args()
 
     tok = tokenizer(48)
@@ -232,6 +238,13 @@ def main():
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
                    "eos_token": "<|end_of_text|>", "model_max_length": 256,
                    "add_bos_token": True}, f, indent=2)
+    if a.prompts:
+        prng = random.Random(7)
+        with open(a.prompts, "w") as f:
+            for k, n in enumerate(int(x) for x in a.prompt_lengths.split(",")):
+                ids = [prng.randrange(3, cfg["vocab_size"] - 3) for _ in range(n)]
+                f.write(json.dumps({"id": "p%d" % k, "prompt_token_ids": ids, "max_tokens": a.max_tokens,
+                                    "ignore_eos": True}) + "\n")
 
 
 if __name__ == "__main__":

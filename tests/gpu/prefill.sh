@@ -8,7 +8,7 @@
 #      kernel; L2 flushed; prints the decode table first);
 #   3. unless GPU_PF_AB=0: bench/ab_decode.sh with BENCH_RUNS (default "b128 o256x2048x128")
 #      for the variants in GPU_PF_VARIANTS (default: the defaults alone; e.g. '"" "X=1"').
-# Prints a table last; logs in $OUT (default /tmp/tpinfer-pf-out).
+# Prints a table last (exit 1 if a row failed); logs in $OUT (default /tmp/tpinfer-pf-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-pf-out}
 mkdir -p "$OUTDIR"
@@ -37,3 +37,4 @@ if [ "${GPU_PF_AB:-1}" = 1 ]; then
     done <"$OUTDIR/ab.log"
 fi
 print_results
+! printf '%s\n' "${results[@]}" | grep -q "FAIL"
