@@ -176,7 +176,7 @@ static int compare(const char *ref, const char *dir, double bound, double margin
     int failures = 0, k;
     for (k = 0;; k++) {
         char name[64], file[64];
-        int64_t n, rows, dn, drows;
+        int64_t n = 0, rows = 0, dn = 0, drows = 0; /* read_all leaves them where a tensor is absent */
         snprintf(name, sizeof name, "input_ids_%d", k);
         int32_t *ids = read_all(&r, name, &n, &rows);
         if (!ids) break;
@@ -191,7 +191,7 @@ static int compare(const char *ref, const char *dir, double bound, double margin
         int32_t *dids = read_all(&d, "prompt_ids", &dn, &drows);
         int ok = dids && dn == n && !memcmp(ids, dids, (size_t)n * 4);
         if (!ok) printf("prompt %d: prompt ids differ\n", k);
-        int64_t ln, lrows, dln, dlrows;
+        int64_t ln = 0, lrows = 0, dln = 0, dlrows = 0;
         snprintf(name, sizeof name, "logits_%d", k);
         float *lg = read_all(&r, name, &ln, &lrows);
         float *dlg = read_all(&d, "prompt_logits", &dln, &dlrows);
@@ -202,7 +202,7 @@ static int compare(const char *ref, const char *dir, double bound, double margin
         int32_t *g = read_all(&r, name, &gn, &grows);
         int64_t need = gn; /* greedy ids that must match */
         if (g) {
-            int64_t on, orows, sn, srows, dsn, dsrows;
+            int64_t on = 0, orows = 0, sn = 0, srows = 0, dsn = 0, dsrows = 0;
             int32_t *out = read_all(&d, "output_ids", &on, &orows);
             while (same < gn && same < on && out[same] == g[same]) same++;
             snprintf(name, sizeof name, "greedy_logits_%d", k);
