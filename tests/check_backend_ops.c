@@ -1016,25 +1016,20 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     snprintf(label, sizeof label, "%s%s", shape, both_paths ? " prefill on" : "");
     compare("attention", label, pt_get(&out, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
     pt_guards("attention out", &out);
-    if (both_paths) { /* aligned rows of out: the prefill kernel's paired stores (pad 3 above: single ones) */
-        pt aligned = pt_poison(qodt, n, qh * hd, 0);
-        force_prefill_attention(1);
-        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &aligned.g);
+    /* both paths: again with out's rows aligned (the prefill kernel's paired stores; pad 3
+     * above leaves them single), then against the flash kernel alone */
+    static const struct { int prefill, pad; const char *name; } again[] = {{1, 0, "prefill on, aligned out"},
+                                                                        {0, 3, "prefill off"}};
+    for (size_t v = 0; both_paths && v < sizeof again / sizeof again[0]; v++) {
+        pt other = pt_poison(qodt, n, qh * hd, again[v].pad);
+        force_prefill_attention(again[v].prefill);
+        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &other.g);
         force_prefill_attention(-1);
         ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
-        snprintf(label, sizeof label, "%s prefill on, aligned out", shape);
-        compare("attention", label, pt_get(&aligned, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
-        pt_guards("attention out (aligned)", &aligned);
-    }
-    if (both_paths) { /* the same against the flash kernel alone */
-        pt off = pt_poison(qodt, n, qh * hd, 3);
-        force_prefill_attention(0);
-        gst = gb->ops->attention(gb, &qg, &kg, &bg, qh, scale, &off.g);
-        force_prefill_attention(-1);
-        ck_assert_msg(gst == TP_OK, "cuda: %s", tp_error_message());
-        snprintf(label, sizeof label, "%s prefill off", shape);
-        compare("attention", label, pt_get(&off, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
-        pt_guards("attention out (prefill off)", &off);
+        snprintf(label, sizeof label, "%s %s", shape, again[v].name);
+        compare("attention", label, pt_get(&other, 1), want, (size_t)(n * qh * hd), REDUCTION, qodt);
+        snprintf(label, sizeof label, "attention out (%s)", again[v].name);
+        pt_guards(label, &other);
     }
     pt_guards("kv_store qkv (read only)", &qkv);
 }
