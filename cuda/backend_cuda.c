@@ -337,6 +337,21 @@ static tp_status cuda_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor 
     return tp_cuda_matmul(ctx_of(b)->gemm, x, w, bias, y, ctx_of(b)->stream);
 }
 
+static tp_status cuda_matmul_add(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y)
+{
+    TP_CHECK(check_tensor("matmul_add", "x", x));
+    TP_CHECK(check_tensor("matmul_add", "w", w));
+    TP_CHECK(check_tensor("matmul_add", "y", y));
+    if (x->cols != w->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_add: x has %lld columns but w has %lld",
+                        (long long)x->cols, (long long)w->cols);
+    TP_CHECK(tp_check_shape("matmul_add", "y", y, x->rows, w->rows));
+    if (y->dtype != TP_DTYPE_F32)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_add: y is %s; the sums it adds to must be f32",
+                        tp_dtype_name(y->dtype));
+    return tp_cuda_matmul_add(ctx_of(b)->gemm, x, w, y, ctx_of(b)->stream);
+}
+
 static tp_status cuda_rope(tp_backend *b, tp_tensor *x, int32_t head_dim, const int32_t *pos,
                            const float *inv_freq)
 {
@@ -748,6 +763,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .matmul_swiglu= */ cuda_matmul_swiglu,
     /* .qk_rope_store= */ cuda_qk_rope_store,
     /* .qk_rope_attention = */ cuda_qk_rope_attention,
+    /* .matmul_add = */ cuda_matmul_add,
     /* .graph_begin  = */ cuda_graph_begin,
     /* .graph_end    = */ cuda_graph_end,
     /* .graph_launch = */ cuda_graph_launch,

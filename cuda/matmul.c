@@ -439,26 +439,30 @@ done:
 }
 
 // ----------------------------------------------------------------------------
-// y = x @ w^T + bias
+// y = x @ w^T + bias, or (add) y += x @ w^T
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
-                         const tp_tensor *y, cudaStream_t stream)
+/* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
+static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                             const tp_tensor *y, int add, cudaStream_t stream)
 {
     const int64_t n = x->rows, k = x->cols, m = w->rows;
     tp_tensor none;
     memset(&none, 0, sizeof none);
     const tp_tensor bv = bias ? *bias : none;
-    const float beta = bias ? 1.0f : 0.0f;
+    const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
-    if (k == 0) return tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (g->gemv == 2 && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
+    if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
+    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
     const tp_dtype dt = y->dtype == ab || y->dtype == TP_DTYPE_F32 ? y->dtype : TP_DTYPE_F32;
     const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype;
+    if (add && conv_d)
+        return tp_error(TP_ERR_INVALID_ARG, "matmul_add: y is %s; the sums it adds to must be f32",
+                        tp_dtype_name(y->dtype));
     if (!conv_x && !conv_w && !conv_d) {
         if (bias) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
         gemm_args a = {ab, w->data, w->stride, x->data, x->stride, dt, y->data, y->stride, m, n, k, beta};
@@ -507,6 +511,18 @@ tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w
         }
     }
     return TP_OK;
+}
+
+tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                         const tp_tensor *y, cudaStream_t stream)
+{
+    return matmul_into(g, x, w, bias, y, 0, stream);
+}
+
+tp_status tp_cuda_matmul_add(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *y,
+                             cudaStream_t stream)
+{
+    return matmul_into(g, x, w, NULL, y, 1, stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -36,6 +36,11 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned);
 tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                          const tp_tensor *y, cudaStream_t stream);
 
+/* y [n, m] += x [n, k] @ w [m, k]^T in the product's epilogue (beta 1 on y); y is f32.
+ * Validated by the caller. */
+tp_status tp_cuda_matmul_add(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *y,
+                             cudaStream_t stream);
+
 /* out [n, m] = silu(gate) * up where [gate | up] = x [n, k] @ w [2m, k]^T + bias [1, 2m]
  * (bias may be NULL): the fused GEMV for small n, else the matmul into gate_up [n, 2m]
  * and the swiglu kernel. Shapes and dtypes were validated by the caller. */

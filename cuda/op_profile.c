@@ -174,6 +174,11 @@ static tp_status p_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_ten
     TIMED(inner->matmul_swiglu(b, x, w, bias, gate_up, out), "matmul_swiglu %lldx%lld -> %lld", (long long)x->rows,
           (long long)x->cols, (long long)w->rows);
 }
+static tp_status p_matmul_add(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y)
+{
+    TIMED(inner->matmul_add(b, x, w, y), "matmul_add %lldx%lld -> %lld", (long long)x->rows, (long long)x->cols,
+          (long long)w->rows);
+}
 static tp_status p_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
                                  const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                  const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
@@ -243,6 +248,7 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.matmul_swiglu = p_matmul_swiglu;
     outer.qk_rope_store = p_qk_rope_store;
     outer.qk_rope_attention = inner->qk_rope_attention ? p_qk_rope_attention : NULL;
+    outer.matmul_add = inner->matmul_add ? p_matmul_add : NULL;
     outer.graph_begin = NULL; /* eager steps: forward.c pads decode steps but runs them */
     outer.graph_end = NULL;
     outer.graph_launch = NULL;

@@ -203,6 +203,11 @@ struct tp_backend_ops {
                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch,
                                    int32_t q_heads, float scale, tp_tensor *out);
+    /* Optional (NULL: the forward writes the product to a tensor of its own and add_rmsnorm
+     * adds it): y += x @ w^T, the product added in f32 where it is made (on a GPU the
+     * library's epilogue: no tensor of products written and read back). x [n, k], w [m, k],
+     * y [n, m] f32; the sums those of matmul's product added to y. */
+    tp_status (*matmul_add)(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y);
 
     /* ---- graphs are optional (NULL where the backend has none); staging is not ---- */
     /* Graphs: what is enqueued between graph_begin and graph_end is recorded, not run (no

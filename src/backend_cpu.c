@@ -1032,6 +1032,29 @@ static tp_status cpu_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_t
     return cpu_swiglu(b, &gate, &up, out);
 }
 
+/* y += x @ w^T: matmul's product, then added (the sums the forward makes without it) */
+static tp_status cpu_matmul_add(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y)
+{
+    if (!x || !w || !y) return tp_error(TP_ERR_INVALID_ARG, "matmul_add: x, w or y is NULL");
+    TP_CHECK(check_tensor("matmul_add", "y", y, ACT));
+    TP_CHECK(tp_check_shape("matmul_add", "y", y, x->rows, w->rows));
+    const int64_t n = x->rows, m = w->rows;
+    if (n == 0 || m == 0) return TP_OK;
+    float *p = malloc((size_t)n * (size_t)m * sizeof *p);
+    if (!p) return tp_error(TP_ERR_OOM, "matmul_add: out of memory for a %lld x %lld product", (long long)n,
+                            (long long)m);
+    tp_tensor prod = tp_tensor_make(p, TP_DTYPE_F32, n, m);
+    const tp_status st = cpu_matmul(b, x, w, NULL, &prod);
+    if (st == TP_OK)
+        for (int64_t i = 0; i < n; i++) {
+            float *yr = row_f32(y, i);
+            const float *pr = p + i * m;
+            for (int64_t j = 0; j < m; j++) yr[j] += pr[j];
+        }
+    free(p);
+    return st;
+}
+
 static tp_status cpu_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,
                                    const tp_tensor *q_norm, const tp_tensor *k_norm, float eps, int32_t head_dim,
                                    const float *inv_freq, tp_kv_layer *cache, const tp_attn_batch *batch)
@@ -1120,6 +1143,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .matmul_swiglu= */ cpu_matmul_swiglu,
     /* .qk_rope_store= */ cpu_qk_rope_store,
     /* .qk_rope_attention = */ NULL, /* the forward calls the two */
+    /* .matmul_add = */ cpu_matmul_add,
     /* .graph_begin  = */ NULL,
     /* .graph_end    = */ NULL,
     /* .graph_launch = */ NULL,

@@ -29,6 +29,46 @@ static int skip_all_reduce(void)
     return skip;
 }
 
+/* Whether the o and down products may be added into the residual in their own epilogue
+ * (matmul_add) rather than written to delta for the next add_rmsnorm to add: one tensor
+ * less to write and read a layer, the same sums (f32 product + f32 residual either way).
+ * TPINFER_RESIDUAL_ADD=0 turns it off (for comparison); only where no all-reduce must
+ * come between (tp 1), so a rank's choice never changes what its peers exchange. */
+static int residual_add(const tp_model *m)
+{
+    static int on = -1, said;
+    if (on < 0) {
+        const char *v = getenv("TPINFER_RESIDUAL_ADD");
+        on = !(v && !strcmp(v, "0"));
+    }
+    const int yes = on && m->plan.tp == 1 && m->backend->ops->matmul_add != NULL;
+    if (yes && !said) {
+        said = 1;
+        tp_log(TP_LOG_DEBUG, "the o and down products are added into the residual where they are made (matmul_add)");
+    }
+    return yes;
+}
+
+/* The row-parallel product of a block (o, down) of in by w: added into the residual x where
+ * into_x, else into delta (all-reduced over tp), which the next add_rmsnorm adds; *pending
+ * says which. */
+static tp_status residual_product(tp_model *m, const tp_tensor *in, const tp_tensor *w, const tp_tensor *bias,
+                                  int into_x, tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending)
+{
+    tp_backend *b = m->backend;
+    if (into_x && !bias) {
+        TP_CHECK(b->ops->matmul_add(b, in, w, x));
+        *pending = 0;
+        return TP_OK;
+    }
+    TP_CHECK(b->ops->matmul(b, in, w, bias, delta));
+    if (m->plan.tp > 1 && !skip_all_reduce())
+        TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(x->rows * m->dims.d), delta->dtype,
+                                        b->stream));
+    *pending = 1;
+    return TP_OK;
+}
+
 /* What the last stage's logits become on the device: copied whole to the host, the greedy
  * ids (argmax), or the sample op's choices. */
 enum step_out { OUT_LOGITS, OUT_IDS, OUT_SAMPLE };
@@ -86,14 +126,15 @@ static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp
 static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
                                  const int32_t *pos, tp_comm *tp, tp_tensor *x, tp_tensor *delta,
-                                 int first, const int32_t *keep, int32_t R)
+                                 int *pending, const int32_t *keep, int32_t R)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
     const float eps = (float)m->cfg.rms_norm_eps;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), qkv = tp_tensor_rows(&buf->qkv, 0, T);
     tp_tensor attn = tp_tensor_rows(&buf->attn, 0, T);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, first ? NULL : delta, &L->attn_norm, eps, &xn));
+    TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->attn_norm, eps, &xn));
+    *pending = 0;
     TP_CHECK(b->ops->matmul(b, &xn, &L->qkv, opt(&L->qkv_bias), &qkv));
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
@@ -130,21 +171,20 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
         T = R;
         if (R == 0) return TP_OK; /* no row samples: nothing past the keys and values */
     }
-    TP_CHECK(b->ops->matmul(b, &attn, &L->o, opt(&L->o_bias), delta));
-    if (m->plan.tp > 1 && !skip_all_reduce())
-        TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(T * d->d), delta->dtype,
-                                        b->stream));
-    return TP_OK;
+    return residual_product(m, &attn, &L->o, opt(&L->o_bias), residual_add(m), tp, x, delta, pending);
 }
 
+/* into_x: the down product may go into the residual (not on a stage that sends x and delta
+ * on to the next, whose receiver adds delta). */
 static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffers *buf, int32_t T,
-                           tp_comm *tp, tp_tensor *x, tp_tensor *delta)
+                           tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending, int into_x)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), gu = tp_tensor_rows(&buf->gate_up, 0, T);
     tp_tensor act = tp_tensor_rows(&buf->act, 0, T);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, delta, &L->mlp_norm, (float)m->cfg.rms_norm_eps, &xn));
+    TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->mlp_norm, (float)m->cfg.rms_norm_eps, &xn));
+    *pending = 0;
     if (b->ops->matmul_swiglu) {
         TP_CHECK(b->ops->matmul_swiglu(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu, &act));
     } else {
@@ -152,11 +192,7 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
         tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
         TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
     }
-    TP_CHECK(b->ops->matmul(b, &act, &L->down, opt(&L->down_bias), delta));
-    if (m->plan.tp > 1 && !skip_all_reduce())
-        TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(T * d->d), delta->dtype,
-                                        b->stream));
-    return TP_OK;
+    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x && residual_add(m), tp, x, delta, pending);
 }
 
 /* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
@@ -164,13 +200,13 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
  * whole vocabulary (and, OUT_SAMPLE, the sample op). T tokens, L logit rows: the step's
  * logit_rows of them, or (in_order) the first L (a decode step's, or rows kept already). */
 static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, int32_t L, tp_comm *tp,
-                                tp_tensor *x, tp_tensor *delta, int out, int in_order)
+                                tp_tensor *x, tp_tensor *delta, int pending, int out, int in_order)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
     if (L == 0) return TP_OK;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), rows = tp_tensor_rows(&buf->rows, 0, L);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, delta, &m->final_norm, (float)m->cfg.rms_norm_eps, &xn));
+    TP_CHECK(b->ops->add_rmsnorm(b, x, pending ? delta : NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, &xn));
     if (in_order) rows = tp_tensor_rows(&xn, 0, L);
     else TP_CHECK(b->ops->gather_rows(b, &xn, buf->logit_rows, L, &rows));
     /* [L, vocab_pad]: the padding columns past this rank's slice stay zero */
@@ -348,29 +384,30 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     tp_backend *b = m->backend;
     const int32_t T = ab->n_tokens;
     tp_tensor x = tp_tensor_rows(&buf->x, 0, T), delta = tp_tensor_rows(&buf->delta, 0, T);
-    int first = 1; /* no delta to add yet */
+    int pending = 0; /* delta holds a product not yet added to x */
     if (m->plan.has_embedding) {
         TP_CHECK(embed(m, buf, T, tp, &x));
     } else {
         TP_CHECK(b->ops->convert(b, in_x, &x));
         TP_CHECK(b->ops->convert(b, in_delta, &delta));
-        first = 0;
+        pending = 1;
     }
     int32_t rows = T; /* that go on; L past a pruned last layer */
     for (int64_t l = 0; l < m->dims.n_layers; l++) {
         const tp_layer_weights *Lw = &m->layers[l];
         const int keep = prune && m->plan.has_lm_head && l == m->dims.n_layers - 1 && L < T;
-        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, first,
+        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, &pending,
                                  keep ? buf->logit_rows : NULL, L));
-        first = 0;
         if (keep) {
             tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
             rows = L;
             in_order = 1;
         }
-        if (rows > 0) TP_CHECK(mlp_block(m, Lw, buf, rows, tp, &x, &delta));
+        /* a stage that sends on leaves its last product in delta, as its receiver expects */
+        const int into_x = m->plan.has_lm_head || l < m->dims.n_layers - 1;
+        if (rows > 0) TP_CHECK(mlp_block(m, Lw, buf, rows, tp, &x, &delta, &pending, into_x));
     }
-    if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, rows, L, tp, &x, &delta, out, in_order));
+    if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, rows, L, tp, &x, &delta, pending, out, in_order));
     return TP_OK;
 }
 

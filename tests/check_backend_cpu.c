@@ -208,7 +208,7 @@ START_TEST(create_fields)
     ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
     ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
     ck_assert(o->argmax && o->matmul_swiglu && o->qk_rope_store && o->staging && o->upload_staged);
-    ck_assert(o->sample);
+    ck_assert(o->sample && o->matmul_add);
     ck_assert_int_eq(tp_backend_cpu_create(NULL), TP_ERR_INVALID_ARG);
     tp_backend_destroy(NULL);
 }
@@ -1404,6 +1404,17 @@ START_TEST(fused_ops)
     assert_guards(&fused);
     mat odd = mat_new(TP_DTYPE_BF16, 2 * m + 1, k, 0, -1, 1);
     EXPECT_INVALID(be->ops->matmul_swiglu(be, &x.t, &odd.t, NULL, &gu.t, &fused.t), "gate and up need an even count");
+
+    /* matmul_add = matmul's product added to y: the residual's sums with and without it */
+    mat res = mat_new(TP_DTYPE_F32, n, 2 * m, 3, -4, 4), prod = mat_new(TP_DTYPE_F32, n, 2 * m, 0, 0, 1);
+    float *before = mat_get(&res), *want = host_alloc((size_t)(n * 2 * m) * sizeof(float));
+    ck_assert_int_eq(be->ops->matmul(be, &x.t, &w.t, NULL, &prod.t), TP_OK);
+    const float *p = mat_get(&prod);
+    for (int64_t i = 0; i < n * 2 * m; i++) want[i] = before[i] + p[i];
+    ck_assert_int_eq(be->ops->matmul_add(be, &x.t, &w.t, &res.t), TP_OK);
+    ck_assert_mem_eq(mat_get(&res), want, (size_t)(n * 2 * m) * sizeof(float));
+    assert_guards(&res);
+    EXPECT_INVALID(be->ops->matmul_add(be, &x.t, &w.t, &fused.t), "matmul_add");
 
     /* qk_rope_store = head_rmsnorm of q and k, rope of both, kv_store */
     const int32_t hq = 4, hk = 2, hd = 8, T = 3, width = (hq + 2 * hk) * hd;

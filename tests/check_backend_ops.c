@@ -291,6 +291,7 @@ START_TEST(create_fields)
         ck_assert(o->argmax);
         ck_assert(o->sample);
         ck_assert(o->qk_rope_store);
+        ck_assert(o->matmul_add);
     }
 #ifdef HAVE_CUDA
     tp_backend *b = NULL;
@@ -393,6 +394,47 @@ START_TEST(matmul_empty)
         pt x0 = pt_rand(gb->act_dtype, ACT, 0, 4, 0, -1, 1), w4 = pt_rand(TP_DTYPE_F32, WEIGHT, 5, 4, 0, -1, 1);
         pt y0 = pt_poison(gb->act_dtype, 0, 5, 0);
         RUN_BOTH(cpu->ops->matmul(cpu, &x0.c, &w4.c, NULL, &y0.c), gb->ops->matmul(gb, &x0.g, &w4.g, NULL, &y0.g));
+    }
+}
+END_TEST
+
+/* matmul_add: y += x @ w^T on y's own values (the residual the o and down products go into),
+ * y f32; every weight dtype, rows from one to past 256, y padded (unaligned) and not */
+START_TEST(matmul_add_cases)
+{
+    static const int64_t shapes[][3] = {{1, 64, 130}, {3, 1030, 33}, {128, 512, 256}, {130, 64, 3}, {257, 2048, 96}};
+    FOR_EACH_GPU {
+        seed(7);
+        const tp_dtype A = gb->act_dtype;
+        for (int d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int64_t pad = 0; pad <= 3; pad += 3) {
+                    const int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
+                    pt x = pt_rand(A, ACT, n, k, pad, -1.0f, 1.0f);
+                    pt w = pt_rand(float_dtypes[d], WEIGHT, m, k, pad, -1.0f, 1.0f);
+                    pt y = pt_rand(TP_DTYPE_F32, ACT, n, m, pad, -8.0f, 8.0f);
+                    RUN_BOTH(cpu->ops->matmul_add(cpu, &x.c, &w.c, &y.c), gb->ops->matmul_add(gb, &x.g, &w.g, &y.g));
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "x %s [%lld,%lld] w %s [%lld,%lld] += y f32 pad %lld", dn(A),
+                             (long long)n, (long long)k, dn(float_dtypes[d]), (long long)m, (long long)k,
+                             (long long)pad);
+                    compare("matmul_add", shape, pt_get(&y, 1), pt_get(&y, 0), (size_t)(n * m), REDUCTION,
+                            TP_DTYPE_F32);
+                    pt_guards("matmul_add y", &y);
+                }
+        /* k = 0 adds nothing; no rows, nothing */
+        pt x = pt_rand(A, ACT, 3, 0, 2, -1, 1), w = pt_rand(TP_DTYPE_BF16, WEIGHT, 5, 0, 2, -1, 1);
+        pt y = pt_rand(TP_DTYPE_F32, ACT, 3, 5, 2, -1, 1);
+        RUN_BOTH(cpu->ops->matmul_add(cpu, &x.c, &w.c, &y.c), gb->ops->matmul_add(gb, &x.g, &w.g, &y.g));
+        compare("matmul_add", "k = 0, y as it was", pt_get(&y, 1), pt_get(&y, 0), 15, EXACT, TP_DTYPE_F32);
+        pt x0 = pt_rand(A, ACT, 0, 4, 0, -1, 1), w4 = pt_rand(TP_DTYPE_F32, WEIGHT, 5, 4, 0, -1, 1);
+        pt y0 = pt_rand(TP_DTYPE_F32, ACT, 0, 5, 0, -1, 1);
+        RUN_BOTH(cpu->ops->matmul_add(cpu, &x0.c, &w4.c, &y0.c), gb->ops->matmul_add(gb, &x0.g, &w4.g, &y0.g));
+        /* the sums must be f32 */
+        if (A != TP_DTYPE_F32) {
+            pt x1 = pt_rand(A, ACT, 2, 4, 0, -1, 1), yb = pt_rand(A, ACT, 2, 5, 0, -1, 1);
+            EXPECT_INVALID(gb->ops->matmul_add(gb, &x1.g, &w4.g, &yb.g), "must be f32");
+        }
     }
 }
 END_TEST
@@ -2601,10 +2643,10 @@ static Suite *make_suite(void)
     Suite *s = suite_create("backend_ops");
     struct {
         const char *name;
-        const TTest *tests[5];
+        const TTest *tests[6];
     } groups[] = {
         {"memory", {create_fields, memory}},
-        {"matmul", {matmul_shapes, matmul_empty, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
+        {"matmul", {matmul_shapes, matmul_empty, matmul_add_cases, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases, qk_rope_store_cases, qk_rope_attention_cases, attention_long, attention_prefill}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
@@ -2617,7 +2659,7 @@ static Suite *make_suite(void)
         TCase *tc = tcase_create(groups[g].name);
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 600);
-        for (int t = 0; t < 5 && groups[g].tests[t]; t++) tcase_add_test(tc, groups[g].tests[t]);
+        for (int t = 0; t < 6 && groups[g].tests[t]; t++) tcase_add_test(tc, groups[g].tests[t]);
         suite_add_tcase(s, tc);
     }
     return s;
