@@ -9,9 +9,10 @@
 #      64 tokens exact in bfloat16;
 #      the tensor-core attention kernels (head_dim 64 and 128, which no shared model has) on
 #      generated bf16 models against the CPU backend's float32 run: prefill logits and the
-#      greedy steps' (up to the first id that differs) within GPU_TC_BOUND, ids up to the margin;
+#      greedy steps' (up to the first id that differs) within GPU_TC_BOUND, ids up to the first
+#      step whose reference margin is under twice that;
 #   3. compute-sanitizer memcheck and racecheck on a tiny-model run, and on the head_dim 128
-#      model's prompts (the prefill and tensor-core decode kernels).
+#      model's prompts (the prefill and tensor-core decode kernels; racecheck on one prompt).
 # Prints a pass/fail table last and leaves it in $OUT/gpu-results.md.
 # Run from the repository root: the shared folder is ./shared or ../shared.
 set -u
@@ -101,7 +102,10 @@ done
 # dumps as the reference): prompts of 16-200 tokens, whole and in prefill chunks of 64 (a
 # chunk's earlier keys read from the paged cache); prefill logits and the greedy steps' (up
 # to the first id that differs) within GPU_TC_BOUND (default 1; logits span about +-20, so a
-# wrong attention shows), ids equal up to the first step whose CPU margin is under 0.05.
+# wrong attention shows; bf16 against float32 measured 0.2-0.4 at head_dim 64, 0.4-0.92 at
+# 128, the wider hidden size), ids equal up to the first step whose CPU margin is under twice
+# the bound: where every logit is within the bound, only a top two closer than that can swap
+# (a margin of 0.05 failed on ids that parted at margins the bf16 error reaches).
 # GPU_TC=0 skips (and the sanitizer runs on the head_dim 128 model below).
 tc_model=
 for hd in 64 128; do
@@ -129,7 +133,8 @@ for hd in 64 128; do
             record "tensor-core attention, head_dim $hd, ${how%%:*} $G" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"
             continue
         fi
-        "$B/tests/compare_logits" "$m-ref.safetensors" "$d" "${GPU_TC_BOUND:-1}" 0.05 >"$d.cmp" 2>&1
+        "$B/tests/compare_logits" "$m-ref.safetensors" "$d" "${GPU_TC_BOUND:-1}" \
+            "$(awk -v b="${GPU_TC_BOUND:-1}" 'BEGIN {print 2 * b}')" >"$d.cmp" 2>&1
         rc=$?
         cp "$d.cmp" "$OUTDIR/"
         worst=$(awk -F'max\\|d\\| ' '{for (i = 2; i <= NF; i++) {split($i, a, ","); v = a[1] + 0; if (v > m) m = v}} END {print m + 0}' "$d.cmp")
@@ -195,6 +200,13 @@ if [ "$NP" -eq 1 ] && [ "${GPU_MODELS:-1}" = 1 ]; then
     else
         record "last layer pruned = every row (tokens, f32)" FAIL "$(tail -2 "$OUTDIR/prune-last.log" | tr '|\n' '/ ' | cut -c1-150)"
     fi
+    # the o and down products added into the residual in cuBLASLt's epilogue (TPINFER_RESIDUAL_ADD)
+    if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED RESIDUAL_BACKEND=cuda MPIRUN=$mpi_for \
+        timeout 300 bash "$root/tests/residual_add.sh" >"$OUTDIR/residual-add.log" 2>&1; then
+        record "products added in place = through delta (tokens, f32)" PASS "$([ "$mpi_for" = no ] && echo tp1 || echo "tp1, pp2; tp2 off")"
+    else
+        record "products added in place = through delta (tokens, f32)" FAIL "$(tail -2 "$OUTDIR/residual-add.log" | tr '|\n' '/ ' | cut -c1-150)"
+    fi
 fi
 
 # Hugging Face itself in bfloat16 on this GPU, against the same float32 references: the
@@ -222,9 +234,17 @@ if [ "${GPU_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; the
         fi
         [ -n "$tc_model" ] || continue # GPU_TC=0, or its head_dim 128 model did not get that far
         rm -f "$W/san-tc-$tool.jsonl"*
-        # in prefill chunks of 64: whole prompts' first chunks, and chunks after keys in the cache
+        # in prefill chunks of 64: whole prompts' first chunks, and chunks after keys in the cache.
+        # racecheck keeps ~4.5 GB of host memory a step here (the five prompts' ~30 steps ran a
+        # 128 GiB host out of memory): for it the 200-token prompt alone, 2 tokens out (4
+        # chunks, the last after three key tiles, and a decode step)
+        san_in=$tc_model.jsonl
+        if [ $tool = racecheck ]; then
+            san_in=$W/san-tc-one.jsonl
+            sed -n 3p "$tc_model.jsonl" | sed 's/"max_tokens": [0-9]*/"max_tokens": 2/' >"$san_in"
+        fi
         if launch compute-sanitizer --tool $tool "${api[@]}" --error-exitcode 99 "$B/tpinfer" --model "$tc_model" \
-            --backend cuda --dtype bfloat16 --tp "$TP" --pp "$PP" --input "$tc_model.jsonl" \
+            --backend cuda --dtype bfloat16 --tp "$TP" --pp "$PP" --input "$san_in" \
             --max-num-batched-tokens 64 --output "$W/san-tc-$tool.jsonl" >"$OUTDIR/san-tc-$tool.log" 2>&1; then
             record "compute-sanitizer $tool, tensor-core attention $G" PASS "$(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUTDIR/san-tc-$tool.log")"
         else
