@@ -320,32 +320,34 @@ static tp_status cuda_head_rmsnorm(tp_backend *b, tp_tensor *x, int32_t head_dim
     return tp_cuda_head_rmsnorm(*x, head_dim, *weight, eps, ctx_of(b)->stream);
 }
 
+/* matmul's and matmul_add's checks, under op */
+static tp_status matmul_check(const char *op, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
+                              const tp_tensor *y)
+{
+    TP_CHECK(check_tensor(op, "x", x));
+    TP_CHECK(check_tensor(op, "w", w));
+    TP_CHECK(check_tensor(op, "y", y));
+    if (x->cols != w->cols)
+        return tp_error(TP_ERR_INVALID_ARG, "%s: x has %lld columns but w has %lld", op, (long long)x->cols,
+                        (long long)w->cols);
+    TP_CHECK(tp_check_shape(op, "y", y, x->rows, w->rows));
+    if (bias) {
+        TP_CHECK(check_tensor(op, "bias", bias));
+        TP_CHECK(tp_check_shape(op, "bias", bias, 1, w->rows));
+    }
+    return TP_OK;
+}
+
 static tp_status cuda_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                              tp_tensor *y)
 {
-    TP_CHECK(check_tensor("matmul", "x", x));
-    TP_CHECK(check_tensor("matmul", "w", w));
-    TP_CHECK(check_tensor("matmul", "y", y));
-    if (x->cols != w->cols)
-        return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
-                        (long long)x->cols, (long long)w->cols);
-    TP_CHECK(tp_check_shape("matmul", "y", y, x->rows, w->rows));
-    if (bias) {
-        TP_CHECK(check_tensor("matmul", "bias", bias));
-        TP_CHECK(tp_check_shape("matmul", "bias", bias, 1, w->rows));
-    }
+    TP_CHECK(matmul_check("matmul", x, w, bias, y));
     return tp_cuda_matmul(ctx_of(b)->gemm, x, w, bias, y, ctx_of(b)->stream);
 }
 
 static tp_status cuda_matmul_add(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y)
 {
-    TP_CHECK(check_tensor("matmul_add", "x", x));
-    TP_CHECK(check_tensor("matmul_add", "w", w));
-    TP_CHECK(check_tensor("matmul_add", "y", y));
-    if (x->cols != w->cols)
-        return tp_error(TP_ERR_INVALID_ARG, "matmul_add: x has %lld columns but w has %lld",
-                        (long long)x->cols, (long long)w->cols);
-    TP_CHECK(tp_check_shape("matmul_add", "y", y, x->rows, w->rows));
+    TP_CHECK(matmul_check("matmul_add", x, w, NULL, y));
     if (y->dtype != TP_DTYPE_F32)
         return tp_error(TP_ERR_INVALID_ARG, "matmul_add: y is %s; the sums it adds to must be f32",
                         tp_dtype_name(y->dtype));

@@ -360,10 +360,11 @@ static float dot(const float *a, const float *b, int64_t k)
 
 /* y rows [i0, i0+ni) x columns [j0, j0+nj). The rows of w come from wblock (widened, ldw
  * floats apart) when it is not NULL, else straight from w (f32, or bf16 widened in the
- * tile). */
+ * tile). add: each finished sum is added to y's value (one f32 addition, as a product
+ * written out and added later gets). */
 static void matmul_block(const tp_tensor *x, const float *wblock, int64_t ldw, const tp_tensor *w,
                          int64_t i0, int64_t ni, int64_t j0, int64_t nj, int64_t k,
-                         const float *bias, tp_tensor *y)
+                         const float *bias, int add, tp_tensor *y)
 {
     const int bf16 = !wblock && w->dtype == TP_DTYPE_BF16;
     for (int64_t c = 0; c < nj; c += MR) {
@@ -384,29 +385,32 @@ static void matmul_block(const tp_tensor *x, const float *wblock, int64_t ldw, c
             else tile_f32_1(xr, wr, k, out);
             for (int64_t r = 0; r < nr; r++) {
                 float *yr = row_f32(y, i0 + i + r) + j0 + c;
-                for (int64_t cc = 0; cc < nc; cc++)
-                    yr[cc] = bias ? out[r][cc] + bias[j0 + c + cc] : out[r][cc];
+                for (int64_t cc = 0; cc < nc; cc++) {
+                    const float v = bias ? out[r][cc] + bias[j0 + c + cc] : out[r][cc];
+                    yr[cc] = add ? yr[cc] + v : v;
+                }
             }
         }
     }
 }
 
-static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *w,
-                            const tp_tensor *bias, tp_tensor *y)
+/* matmul (op "matmul") or matmul_add (op "matmul_add": add, no bias) */
+static tp_status matmul_into(tp_backend *b, const char *op, const tp_tensor *x, const tp_tensor *w,
+                             const tp_tensor *bias, int add, tp_tensor *y)
 {
-    TP_CHECK(check_tensor("matmul", "x", x, ACT));
-    TP_CHECK(check_tensor("matmul", "w", w, WEIGHT));
-    TP_CHECK(check_tensor("matmul", "y", y, ACT));
+    TP_CHECK(check_tensor(op, "x", x, ACT));
+    TP_CHECK(check_tensor(op, "w", w, WEIGHT));
+    TP_CHECK(check_tensor(op, "y", y, ACT));
     if (x->cols != w->cols)
-        return tp_error(TP_ERR_INVALID_ARG, "matmul: x has %lld columns but w has %lld",
-                        (long long)x->cols, (long long)w->cols);
-    TP_CHECK(tp_check_shape("matmul", "y", y, x->rows, w->rows));
+        return tp_error(TP_ERR_INVALID_ARG, "%s: x has %lld columns but w has %lld", op, (long long)x->cols,
+                        (long long)w->cols);
+    TP_CHECK(tp_check_shape(op, "y", y, x->rows, w->rows));
     if (bias) {
-        TP_CHECK(check_tensor("matmul", "bias", bias, WEIGHT));
-        TP_CHECK(tp_check_shape("matmul", "bias", bias, 1, w->rows));
+        TP_CHECK(check_tensor(op, "bias", bias, WEIGHT));
+        TP_CHECK(tp_check_shape(op, "bias", bias, 1, w->rows));
     }
     const int64_t n = x->rows, k = x->cols, m = w->rows;
-    if (n == 0 || m == 0) return TP_OK;
+    if (n == 0 || m == 0 || (add && k == 0)) return TP_OK;
     if (k == 0) { /* empty sums: y = bias, or zeros */
         for (int64_t i = 0; i < n; i++)
             if (bias) tp_convert(row_f32(y, i), TP_DTYPE_F32, bias->data, bias->dtype, (size_t)m);
@@ -450,10 +454,16 @@ static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *
                 for (int64_t j = 0; j < nj; j++) to_f32(wblock + j * ldw, row_ptr(w, j0 + j), w->dtype, k);
                 have = jb;
             }
-            matmul_block(x, wblock, ldw, w, i0, ni, j0, nj, k, bv, y);
+            matmul_block(x, wblock, ldw, w, i0, ni, j0, nj, k, bv, add, y);
         }
     }
     return TP_OK;
+}
+
+static tp_status cpu_matmul(tp_backend *b, const tp_tensor *x, const tp_tensor *w,
+                            const tp_tensor *bias, tp_tensor *y)
+{
+    return matmul_into(b, "matmul", x, w, bias, 0, y);
 }
 
 /* ---- normalization ----------------------------------------------------------------- */
@@ -1032,27 +1042,11 @@ static tp_status cpu_matmul_swiglu(tp_backend *b, const tp_tensor *x, const tp_t
     return cpu_swiglu(b, &gate, &up, out);
 }
 
-/* y += x @ w^T: matmul's product, then added (the sums the forward makes without it) */
+/* y += x @ w^T: each of matmul's sums added to y where it is made (the same f32 additions
+ * as the product written out and added by add_rmsnorm) */
 static tp_status cpu_matmul_add(tp_backend *b, const tp_tensor *x, const tp_tensor *w, tp_tensor *y)
 {
-    if (!x || !w || !y) return tp_error(TP_ERR_INVALID_ARG, "matmul_add: x, w or y is NULL");
-    TP_CHECK(check_tensor("matmul_add", "y", y, ACT));
-    TP_CHECK(tp_check_shape("matmul_add", "y", y, x->rows, w->rows));
-    const int64_t n = x->rows, m = w->rows;
-    if (n == 0 || m == 0) return TP_OK;
-    float *p = malloc((size_t)n * (size_t)m * sizeof *p);
-    if (!p) return tp_error(TP_ERR_OOM, "matmul_add: out of memory for a %lld x %lld product", (long long)n,
-                            (long long)m);
-    tp_tensor prod = tp_tensor_make(p, TP_DTYPE_F32, n, m);
-    const tp_status st = cpu_matmul(b, x, w, NULL, &prod);
-    if (st == TP_OK)
-        for (int64_t i = 0; i < n; i++) {
-            float *yr = row_f32(y, i);
-            const float *pr = p + i * m;
-            for (int64_t j = 0; j < m; j++) yr[j] += pr[j];
-        }
-    free(p);
-    return st;
+    return matmul_into(b, "matmul_add", x, w, NULL, 1, y);
 }
 
 static tp_status cpu_qk_rope_store(tp_backend *b, tp_tensor *q, tp_tensor *k, const tp_tensor *v,

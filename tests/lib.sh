@@ -30,6 +30,17 @@ mpi() {
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tpinfer-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
+# completions FILE [tokens]: an output file's lines without their creation times, sorted (two
+# runs' lines compare whatever order they finished in); with "tokens" also without logprob
+# values (runs whose sums may round differently: GPU products of other algorithms)
+completions() {
+    if [ "${2:-}" = tokens ]; then
+        sed -e 's/"created":[0-9]*,//' -e 's/"logprob":[^,}]*//g' "$1"
+    else
+        sed 's/"created":[0-9]*,//' "$1"
+    fi | sort
+}
+
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
 expect_fail() {
     local code=$1 needle=$2; shift 2

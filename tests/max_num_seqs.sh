@@ -31,8 +31,8 @@ run() {
 at_once() { sed -n 's/.*replica 0: \([0-9]*\) sequences at once.*/\1/p' "$TMP/$1.log"; }
 preempted() { sed -n 's/.*replica 0: .* steps, \([0-9]*\) preempted.*/\1/p' "$TMP/$1.log"; }
 same() { # the completions of two runs, without their timestamps
-    sed 's/"created":[0-9]*,//' "$TMP/$1.out" | sort >"$TMP/$1.sorted"
-    sed 's/"created":[0-9]*,//' "$TMP/$2.out" | sort >"$TMP/$2.sorted"
+    completions "$TMP/$1.out" >"$TMP/$1.sorted"
+    completions "$TMP/$2.out" >"$TMP/$2.sorted"
     cmp -s "$TMP/$1.sorted" "$TMP/$2.sorted" || fail "$1 and $2 differ: $(diff "$TMP/$1.sorted" "$TMP/$2.sorted" | head -3)"
 }
 

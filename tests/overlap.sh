@@ -32,7 +32,7 @@ sed -e '$ s/^{/{"temperature": 0.8, "seed": 5, /' -e '1 s/^{/{"temperature": 0.7
 sed '2 s/^{/{"temperature": 0.8, "repetition_penalty": 1.2, /' "$TMP/in.jsonl" >"$TMP/penalty.jsonl"
 sed '$ s/^{/{"temperature": 0.8, "seed": 5, /' "$TMP/in.jsonl" >"$TMP/mixed.jsonl"
 
-norm() { sort "$1" | sed 's/"created":[0-9]*,//'; }
+norm() { completions "$1"; }
 # both NAME INPUT [flags...]: TPINFER_OVERLAP=0 and the default, the same completions; prints
 # how many steps the default enqueued ahead
 both() {

@@ -21,11 +21,7 @@ backend=${PRUNE_BACKEND:-cpu}
 flags=
 [ "$backend" = cpu ] || flags="--dtype float32"
 # the lines without their creation time; on a GPU without logprob values either
-if [ "$backend" = cpu ]; then
-    norm() { sed 's/"created":[0-9]*,//' "$1" | sort; }
-else
-    norm() { sed -e 's/"created":[0-9]*,//' -e 's/"logprob":[^,}]*//g' "$1" | sort; }
-fi
+norm() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
 # both NAME MODEL [flags...]: TPINFER_PRUNE_LAST=0 and the default give the same bytes
 both() {
     name=$1 model=$2; shift 2

@@ -18,11 +18,7 @@ JSONL
 backend=${RESIDUAL_BACKEND:-cpu}
 flags=
 [ "$backend" = cpu ] || flags="--dtype float32"
-if [ "$backend" = cpu ]; then
-    norm() { sed 's/"created":[0-9]*,//' "$1" | sort; }
-else
-    norm() { sed -e 's/"created":[0-9]*,//' -e 's/"logprob":[^,}]*//g' "$1" | sort; }
-fi
+norm() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
 # both NAME MODEL EXPECT [launcher and flags...]: TPINFER_RESIDUAL_ADD=0 and the default give
 # the same output; EXPECT is whether the default adds in place (the debug line says so)
 both() {
