@@ -459,10 +459,7 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
     const tp_dtype dt = y->dtype == ab || y->dtype == TP_DTYPE_F32 ? y->dtype : TP_DTYPE_F32;
-    const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype;
-    if (add && conv_d)
-        return tp_error(TP_ERR_INVALID_ARG, "matmul_add: y is %s; the sums it adds to must be f32",
-                        tp_dtype_name(y->dtype));
+    const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype; /* add: y f32, so not d */
     if (!conv_x && !conv_w && !conv_d) {
         if (bias) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
         gemm_args a = {ab, w->data, w->stride, x->data, x->stride, dt, y->data, y->stride, m, n, k, beta};

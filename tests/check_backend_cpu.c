@@ -304,6 +304,12 @@ START_TEST(matmul_empty)
     ck_assert_int_eq(be->ops->matmul(be, &x.t, &w.t, NULL, &y.t), TP_OK);
     got = mat_get(&y);
     for (int i = 0; i < 15; i++) ck_assert_float_eq(got[i], 0.0f);
+    /* matmul_add of empty sums leaves y as it was */
+    mat r = mat_new(TP_DTYPE_F32, 3, 5, 2, -1, 1);
+    float *was = mat_get(&r);
+    ck_assert_int_eq(be->ops->matmul_add(be, &x.t, &w.t, &r.t), TP_OK);
+    ck_assert_mem_eq(mat_get(&r), was, 15 * sizeof(float));
+    assert_guards(&r);
     mat x0 = mat_new(TP_DTYPE_F32, 0, 4, 0, -1, 1), w4 = mat_new(TP_DTYPE_F32, 5, 4, 0, -1, 1);
     mat y0 = mat_new(TP_DTYPE_F32, 0, 5, 0, -1, 1);
     ck_assert_int_eq(be->ops->matmul(be, &x0.t, &w4.t, NULL, &y0.t), TP_OK);

@@ -5,9 +5,11 @@ tests use when ../shared is absent. Standard library only.
 
 usage: gen_tiny_model.py DIR [--dtype float32|bfloat16] [--shards N] [--seed S]
                           [--hidden H --layers L --heads N --kv-heads K --intermediate I --vocab V]
+                          [--attention-bias] [--mlp-bias]
                           [--prompts FILE [--prompt-lengths N,N,... --max-tokens N]]
 --prompts also writes FILE: JSONL requests p0, p1, ... of random token ids of those lengths
 (the same for any seed), greedy to max_tokens with ignore_eos: what a backend comparison runs.
+--attention-bias gives q, k, v and o biases, --mlp-bias gate, up and down ones.
 Larger shapes (the CPU benchmark's ~100M-parameter model) use numpy when it is there.
 """
 import argparse
@@ -126,6 +128,12 @@ def weight_specs(c):
                   (p + "mlp.gate_proj.weight", [i, h], 0.1),
                   (p + "mlp.up_proj.weight", [i, h], 0.1),
                   (p + "mlp.down_proj.weight", [h, i], 0.1)]
+        if c["attention_bias"]:
+            specs += [(p + "self_attn.q_proj.bias", [q], 0.1), (p + "self_attn.k_proj.bias", [kv], 0.1),
+                      (p + "self_attn.v_proj.bias", [kv], 0.1), (p + "self_attn.o_proj.bias", [h], 0.1)]
+        if c["mlp_bias"]:
+            specs += [(p + "mlp.gate_proj.bias", [i], 0.1), (p + "mlp.up_proj.bias", [i], 0.1),
+                      (p + "mlp.down_proj.bias", [h], 0.1)]
     specs += [("model.norm.weight", [h], None), ("lm_head.weight", [v, h], 0.25)]
     return specs
 
@@ -182,6 +190,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     for k in ("hidden", "layers", "heads", "kv-heads", "intermediate", "vocab"):
         ap.add_argument("--" + k, type=int)
+    ap.add_argument("--attention-bias", action="store_true")
+    ap.add_argument("--mlp-bias", action="store_true")
     ap.add_argument("--prompts")
     ap.add_argument("--prompt-lengths", default="70,130,200,16,96")
     ap.add_argument("--max-tokens", type=int, default=24)
@@ -196,6 +206,7 @@ def main():
         if getattr(a, arg) is not None:
             cfg[key] = getattr(a, arg)
     cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    cfg["attention_bias"], cfg["mlp_bias"] = a.attention_bias, a.mlp_bias
     custom = any(getattr(a, k) is not None for k in ("hidden", "layers", "heads", "kv_heads",
                                                       "intermediate", "vocab"))
     np_rng = None
