@@ -29,7 +29,7 @@ static int skip_all_reduce(void)
     return skip;
 }
 
-/* Whether the o and down products may be added into the residual in their own epilogue
+/* Whether a step's o and down products may be added into the residual in their own epilogue
  * (matmul_add) rather than written to delta for the next add_rmsnorm to add: one tensor
  * less to write and read a layer, the same sums (f32 product + f32 residual either way).
  * TPINFER_RESIDUAL_ADD=0 turns it off (for comparison); only where no all-reduce must
@@ -122,11 +122,12 @@ static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp
  * (the model's last layer in a step with fewer logit rows than tokens: every token's keys
  * and values are stored, then the o projection, the MLP and the logits take the R rows).
  * They are gathered into buffers free by then (the residual into delta's, the attention's
- * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views. */
+ * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views.
+ * into_x: o's product may go into the residual (residual_product). */
 static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
                                  const int32_t *pos, tp_comm *tp, tp_tensor *x, tp_tensor *delta,
-                                 int *pending, const int32_t *keep, int32_t R)
+                                 int *pending, int into_x, const int32_t *keep, int32_t R)
 {
     tp_backend *b = m->backend;
     const tp_model_dims *d = &m->dims;
@@ -171,11 +172,10 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
         T = R;
         if (R == 0) return TP_OK; /* no row samples: nothing past the keys and values */
     }
-    return residual_product(m, &attn, &L->o, opt(&L->o_bias), residual_add(m), tp, x, delta, pending);
+    return residual_product(m, &attn, &L->o, opt(&L->o_bias), into_x, tp, x, delta, pending);
 }
 
-/* into_x: the down product may go into the residual (not on a stage that sends x and delta
- * on to the next, whose receiver adds delta). */
+/* into_x: the down product may go into the residual (residual_product). */
 static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffers *buf, int32_t T,
                            tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending, int into_x)
 {
@@ -192,7 +192,7 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
         tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
         TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
     }
-    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x && residual_add(m), tp, x, delta, pending);
+    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x, tp, x, delta, pending);
 }
 
 /* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
@@ -385,6 +385,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     const int32_t T = ab->n_tokens;
     tp_tensor x = tp_tensor_rows(&buf->x, 0, T), delta = tp_tensor_rows(&buf->delta, 0, T);
     int pending = 0; /* delta holds a product not yet added to x */
+    const int in_place = residual_add(m);
     if (m->plan.has_embedding) {
         TP_CHECK(embed(m, buf, T, tp, &x));
     } else {
@@ -396,7 +397,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     for (int64_t l = 0; l < m->dims.n_layers; l++) {
         const tp_layer_weights *Lw = &m->layers[l];
         const int keep = prune && m->plan.has_lm_head && l == m->dims.n_layers - 1 && L < T;
-        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, &pending,
+        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, &pending, in_place,
                                  keep ? buf->logit_rows : NULL, L));
         if (keep) {
             tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
@@ -404,7 +405,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
             in_order = 1;
         }
         /* a stage that sends on leaves its last product in delta, as its receiver expects */
-        const int into_x = m->plan.has_lm_head || l < m->dims.n_layers - 1;
+        const int into_x = in_place && (m->plan.has_lm_head || l < m->dims.n_layers - 1);
         if (rows > 0) TP_CHECK(mlp_block(m, Lw, buf, rows, tp, &x, &delta, &pending, into_x));
     }
     if (m->plan.has_lm_head) TP_CHECK(logits_enqueue(m, buf, rows, L, tp, &x, &delta, pending, out, in_order));

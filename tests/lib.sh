@@ -41,6 +41,13 @@ completions() {
     fi | sort
 }
 
+# ab_backend BACKEND: for a test of a knob's two settings, the backend (cpu, or cuda in float32
+# from tests/gpu/run.sh) in $backend and its flags in $flags; ab_output FILE is what of an
+# output the two settings must share: every byte on the CPU, the tokens on a GPU (products
+# of other algorithms round otherwise)
+ab_backend() { backend=$1; flags=; [ "$backend" = cpu ] || flags="--dtype float32"; }
+ab_output() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
+
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
 expect_fail() {
     local code=$1 needle=$2; shift 2

@@ -17,11 +17,7 @@ cat >"$TMP/in.jsonl" <<'JSONL'
 {"id": "c", "prompt": "The cat sat", "max_tokens": 8, "temperature": 0.9, "seed": 3, "logprobs": 1}
 {"id": "d", "prompt": "One day, a little girl named Sue saw a big red ball in the garden", "max_tokens": 6, "n": 2, "temperature": 0.8, "seed": 1}
 JSONL
-backend=${PRUNE_BACKEND:-cpu}
-flags=
-[ "$backend" = cpu ] || flags="--dtype float32"
-# the lines without their creation time; on a GPU without logprob values either
-norm() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
+ab_backend "${PRUNE_BACKEND:-cpu}"
 # both NAME MODEL [flags...]: TPINFER_PRUNE_LAST=0 and the default give the same bytes
 both() {
     name=$1 model=$2; shift 2
@@ -30,7 +26,7 @@ both() {
             $flags --input "$TMP/in.jsonl" \
             --output "$TMP/$name$p.jsonl" 2>"$TMP/$name$p.err" || { cat "$TMP/$name$p.err"; fail "$name, TPINFER_PRUNE_LAST=$p"; }
     done
-    [ "$(norm "$TMP/${name}0.jsonl")" = "$(norm "$TMP/${name}1.jsonl")" ] ||
+    [ "$(ab_output "$TMP/${name}0.jsonl")" = "$(ab_output "$TMP/${name}1.jsonl")" ] ||
         { diff "$TMP/${name}0.jsonl" "$TMP/${name}1.jsonl" | head -5; fail "$name: pruning the last layer changed the output"; }
     grep -q "the last layer past its attention" "$TMP/${name}1.err" || { cat "$TMP/${name}1.err"; fail "$name: no step was pruned"; }
     ! grep -q "the last layer past its attention" "$TMP/${name}0.err" || fail "$name: TPINFER_PRUNE_LAST=0 pruned"

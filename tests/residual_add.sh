@@ -20,10 +20,7 @@ for bias in attention mlp; do
     "${PYTHON3:-python3}" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/$bias-bias" --$bias-bias ||
         fail "gen_tiny_model.py --$bias-bias"
 done
-backend=${RESIDUAL_BACKEND:-cpu}
-flags=
-[ "$backend" = cpu ] || flags="--dtype float32"
-norm() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
+ab_backend "${RESIDUAL_BACKEND:-cpu}"
 # both NAME MODEL_DIR EXPECT [launcher and flags...]: TPINFER_RESIDUAL_ADD=0 and the default
 # give the same output; EXPECT is whether the default adds in place (the debug line says so)
 both() {
@@ -34,7 +31,7 @@ both() {
             $flags --input "$TMP/in.jsonl" --dump-logits "$TMP/$name$r.dump" \
             --output "$TMP/$name$r.jsonl" 2>"$TMP/$name$r.err" || { cat "$TMP/$name$r.err"; fail "$name, TPINFER_RESIDUAL_ADD=$r"; }
     done
-    [ "$(norm "$TMP/${name}0.jsonl")" = "$(norm "$TMP/${name}1.jsonl")" ] ||
+    [ "$(ab_output "$TMP/${name}0.jsonl")" = "$(ab_output "$TMP/${name}1.jsonl")" ] ||
         { diff "$TMP/${name}0.jsonl" "$TMP/${name}1.jsonl" | head -5; fail "$name: adding in place changed the output"; }
     if [ "$backend" = cpu ]; then
         [ "$(ls "$TMP/${name}0.dump")" = "$(ls "$TMP/${name}1.dump")" ] || fail "$name: the dumps are not the same files"
@@ -51,7 +48,7 @@ both() {
 }
 # same_as NAME OTHER: the default runs of two grids give the same output
 same_as() {
-    [ "$(norm "$TMP/${1}1.jsonl")" = "$(norm "$TMP/${2}1.jsonl")" ] ||
+    [ "$(ab_output "$TMP/${1}1.jsonl")" = "$(ab_output "$TMP/${2}1.jsonl")" ] ||
         { diff "$TMP/${1}1.jsonl" "$TMP/${2}1.jsonl" | head -5; fail "$1 differs from $2"; }
 }
 both stories "$MODELS/stories260K-hf" yes "$TPINFER"
