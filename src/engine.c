@@ -1722,8 +1722,12 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
         tp_log(TP_LOG_DEBUG, "the loop ended at %.1f ms; the results were written by %.1f ms, the output closed by "
                "%.1f ms", 1e3 * (e.t_loop_end - e.t0), 1e3 * (t_finished - e.t0), 1e3 * (now_s() - e.t0));
     if (w->grid.rank == 0 && e.progress) {
-        tp_progress_finish(e.progress, st != TP_OK ? TP_PROGRESS_FAILED
-                                       : *interrupted ? TP_PROGRESS_CANCELLED : TP_PROGRESS_COMPLETED);
+        const tp_status fin = tp_progress_finish(e.progress, st != TP_OK ? TP_PROGRESS_FAILED
+                                                 : *interrupted ? TP_PROGRESS_CANCELLED : TP_PROGRESS_COMPLETED);
+        if (fin != TP_OK && st == TP_OK) { /* the results are written; the status file is a view of them */
+            tp_log(TP_LOG_WARN, "the status file's final state was not written: %s", tp_error_message());
+            tp_error_clear();
+        }
         tp_progress_destroy(e.progress);
         e.progress = NULL;
     }

@@ -168,8 +168,34 @@ static tp_status fsync_dir(const char *dir)
     return TP_OK;
 }
 
+/* A path that exists and is not a regular file (/dev/null, a FIFO, a terminal): written in
+ * place, since a rename over it would replace the device node with a file. */
+static tp_status write_in_place(const char *path, const char *text, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO without a reader: ENXIO, not a hang */
+    if (fd < 0) {
+        int e = errno;
+        return tp_error(TP_ERR_IO, "cannot open %s: %s%s", path, strerror(e), io_hint(e));
+    }
+    tp_status st = TP_OK;
+    if (write_all_fd(fd, text, len, NULL) != TP_OK) {
+        int e = errno;
+        st = tp_error(TP_ERR_IO, "cannot write %s: %s%s", path, strerror(e), io_hint(e));
+    }
+    close(fd);
+    return st;
+}
+
 tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, int durable)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        if (S_ISDIR(sb.st_mode)) return tp_error(TP_ERR_IO, "cannot write %s: it is a directory", path);
+        return write_in_place(path, text, len);
+    }
+    /* a symbolic link stays a link: its target is what gets replaced */
+    char *target = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) ? realpath(path, NULL) : NULL;
+    if (target) path = target;
     char suffix[48];
     snprintf(suffix, sizeof suffix, ".tmp.%ld", (long)getpid());
     char *dir = dir_of(path);
@@ -177,6 +203,7 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
     if (!dir || !tmp) {
         free(dir);
         free(tmp);
+        free(target);
         return tp_error(TP_ERR_OOM, "out of memory writing %s", path);
     }
     tp_status st = TP_OK;
@@ -209,6 +236,7 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
 out:
     free(dir);
     free(tmp);
+    free(target);
     return st;
 }
 

@@ -683,6 +683,47 @@ START_TEST(atomic_replace_helper)
 }
 END_TEST
 
+/* --status-file through a symbolic link, a FIFO (as /dev/null: not a regular file) or a
+ * directory: the link stays a link with its target replaced, the FIFO stays a FIFO and gets
+ * the text (no reader: a clear error, no hang), a directory is an error; no temp files. */
+START_TEST(atomic_replace_special_paths)
+{
+    char target[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX], dir[PATH_MAX];
+    P(target, "target.json");
+    P(link, "link.json");
+    put_str(target, "old\n");
+    ck_assert_int_eq(symlink(target, link), 0);
+    ck_assert_int_eq(tp_write_file_atomic(link, "new\n", 4, 1), TP_OK);
+    struct stat sb;
+    ck_assert_int_eq(lstat(link, &sb), 0);
+    ck_assert_msg(S_ISLNK(sb.st_mode), "the symbolic link was replaced by a file");
+    char *t = slurp(target, NULL);
+    ck_assert_str_eq(t, "new\n");
+    free(t);
+
+    P(fifo, "status.fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(tp_write_file_atomic(fifo, "x\n", 2, 1), TP_ERR_IO); /* no reader */
+    ck_assert_msg(strstr(tp_error_message(), fifo) != NULL, "%s", tp_error_message());
+    tp_error_clear();
+    int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+    ck_assert_int_ge(rfd, 0);
+    ck_assert_int_eq(tp_write_file_atomic(fifo, "{\"a\":3}\n", 8, 1), TP_OK);
+    char buf[16] = {0};
+    ck_assert_int_eq(read(rfd, buf, sizeof buf - 1), 8);
+    ck_assert_str_eq(buf, "{\"a\":3}\n");
+    close(rfd);
+    ck_assert_int_eq(stat(fifo, &sb), 0);
+    ck_assert_msg(S_ISFIFO(sb.st_mode), "the FIFO was replaced by a file");
+
+    P(dir, "a-directory");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(tp_write_file_atomic(dir, "x", 1, 1), TP_ERR_IO);
+    ck_assert_msg(strstr(tp_error_message(), "directory") != NULL, "%s", tp_error_message());
+    ck_assert(!dir_has_temp_files(tmpdir));
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * Resume */
 
@@ -1409,6 +1450,7 @@ static Suite *output_suite(void)
     tcase_add_test(t, refuse_second_writer);
     tcase_add_test(t, manifest_fields);
     tcase_add_test(t, atomic_replace_helper);
+    tcase_add_test(t, atomic_replace_special_paths);
     tcase_add_test(t, resume_torn_last_line);
     tcase_add_test(t, resume_invalid_last_line);
     tcase_add_test(t, resume_refuses_bad_middle_line);
