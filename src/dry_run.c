@@ -27,37 +27,16 @@ static void appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 }
 
 
-/* The [rows, cols] view of a stored tensor, as safetensors.h defines it. */
-static void view_2d(const tp_st_tensor *t, int64_t *rows, int64_t *cols)
-{
-    *rows = t->rank ? t->shape[0] : 1;
-    *cols = 1;
-    for (int i = 1; i < t->rank; i++) *cols *= t->shape[i];
-}
-
 static tp_status check_slice(const tp_weights *w, const tp_weight_slice *s, const tp_grid *g,
                              int64_t *bytes)
 {
-    const tp_weight_ref *ref = tp_weights_find(w, s->name);
-    if (!ref)
+    if (!tp_weights_find(w, s->name))
         return tp_error(TP_ERR_FORMAT,
                         "tensor %s, which rank %d (tp %d, pp %d) needs, is not in the model's "
                         "safetensors files",
                         s->name, g->rank, g->tp_rank, g->pp_rank);
     tp_dtype dt;
-    if (!tp_st_dtype_to_dtype(ref->tensor->dtype, &dt) || dt == TP_DTYPE_I32)
-        return tp_error(TP_ERR_UNSUPPORTED,
-                        "%s: tensor %s has dtype %s; tpinfer loads F32, F16 and BF16 weights",
-                        ref->file->path, s->name, tp_st_dtype_name(ref->tensor->dtype));
-    int64_t rows, cols;
-    view_2d(ref->tensor, &rows, &cols);
-    int want_rank = s->full_cols == 1 ? 1 : 2;
-    if (rows != s->full_rows || cols != s->full_cols || ref->tensor->rank != want_rank)
-        return tp_error(TP_ERR_FORMAT,
-                        "%s: tensor %s has %d-D shape %" PRId64 " x %" PRId64
-                        " but config.json implies %d-D %" PRId64 " x %" PRId64,
-                        ref->file->path, s->name, ref->tensor->rank, rows, cols, want_rank,
-                        s->full_rows, s->full_cols);
+    TP_CHECK(tp_weights_check(w, s->name, s->full_rows, s->full_cols, &dt));
     *bytes = s->nrows * s->ncols * (int64_t)tp_dtype_size(dt);
     return TP_OK;
 }

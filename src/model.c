@@ -170,6 +170,7 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
  * converting) the next chunk from the mapped shard overlaps the copy of this one. */
 static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_slice *s)
 {
+    TP_CHECK(tp_weights_check(w, s->name, s->full_rows, s->full_cols, NULL));
     placement p = {NULL, 0};
     int is_vector = 0;
     TP_CHECK(place(m, s, &p, &is_vector));

@@ -292,6 +292,35 @@ const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name)
     return bsearch(&key_ref, w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
 }
 
+/* The [rows, cols] view of a stored tensor, as safetensors.h defines it. */
+static void view_2d(const tp_st_tensor *t, int64_t *rows, int64_t *cols)
+{
+    *rows = t->rank ? t->shape[0] : 1;
+    *cols = 1;
+    for (int i = 1; i < t->rank; i++) *cols *= t->shape[i];
+}
+
+tp_status tp_weights_check(const tp_weights *w, const char *name, int64_t full_rows, int64_t full_cols,
+                           tp_dtype *dtype)
+{
+    const tp_weight_ref *ref = tp_weights_find(w, name);
+    if (!ref) return tp_error(TP_ERR_FORMAT, "%s: the model has no tensor \"%.200s\"", w->dir, name);
+    tp_dtype dt;
+    if (!tp_st_dtype_to_dtype(ref->tensor->dtype, &dt) || dt == TP_DTYPE_I32)
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; tpinfer loads F32, F16 and BF16 weights",
+                        ref->file->path, name, tp_st_dtype_name(ref->tensor->dtype));
+    int64_t rows, cols;
+    view_2d(ref->tensor, &rows, &cols);
+    const int want_rank = full_cols == 1 ? 1 : 2;
+    if (rows != full_rows || cols != full_cols || ref->tensor->rank != want_rank)
+        return tp_error(TP_ERR_FORMAT,
+                        "%s: tensor %s has %d-D shape %" PRId64 " x %" PRId64 " but config.json implies %d-D %" PRId64
+                        " x %" PRId64 " (does config.json belong to these weights?)",
+                        ref->file->path, name, ref->tensor->rank, rows, cols, want_rank, full_rows, full_cols);
+    if (dtype) *dtype = dt;
+    return TP_OK;
+}
+
 tp_status tp_weights_read_slice(const tp_weights *w, const char *name, tp_slice s,
                                 tp_dtype dst_dt, void *dst)
 {

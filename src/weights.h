@@ -39,6 +39,14 @@ tp_status tp_weights_parse_index(const char *json_text, size_t len, const char *
 /* NULL if absent. */
 const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name);
 
+/* Whether the named tensor is there with a dtype tpinfer loads (F32, F16, BF16) and the
+ * whole shape config.json implies: full_rows x full_cols in the [rows, cols] view of
+ * safetensors.h, full_cols 1 meaning a 1-D tensor of full_rows. An error naming the file,
+ * the tensor and both shapes otherwise (a slice that merely fits inside a larger tensor
+ * would load the wrong values). *dtype (may be NULL) gets the stored dtype. */
+tp_status tp_weights_check(const tp_weights *w, const char *name, int64_t full_rows, int64_t full_cols,
+                           tp_dtype *dtype);
+
 /* tp_st_read_slice on the named tensor; a missing tensor is an error naming it. */
 tp_status tp_weights_read_slice(const tp_weights *w, const char *name, tp_slice s,
                                 tp_dtype dst_dt, void *dst);

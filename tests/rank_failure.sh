@@ -1,6 +1,8 @@
 #!/bin/sh
 # A failure on some ranks only (a tensor only pipeline stage 1 reads has the wrong shape)
-# ends every rank within seconds, non-zero, with the failing ranks naming the tensor.
+# ends every rank within seconds, non-zero, with the failing ranks naming the tensor, in a
+# dry run and in a real one. And a config.json that implies smaller tensors than the file
+# holds (every slice would fit inside them) is refused before anything is computed.
 . "$top_srcdir/tests/lib.sh"
 [ "$PYTHON3" != no ] || skip "python3 not found"
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/m" || fail "gen_tiny_model.py"
@@ -14,4 +16,19 @@ elapsed=$(( $(date +%s) - start ))
 grep -q "tpinfer\[2/4" "$TMP/err" && grep -q "tpinfer\[3/4" "$TMP/err" || fail "stage-1 ranks did not report"
 grep "down_proj" "$TMP/err" | grep -q "tpinfer\[[01]/4" && fail "stage-0 ranks reported an error they did not have"
 grep -q "rank 2 (tp 0, pp 1)\|128 x 64\|64 x 128" "$TMP/err" || fail "message lacks the shapes"
+printf 'Once upon a time\n' >"$TMP/p.txt"
+expect_fail 1 "model.layers.3.mlp.down_proj.weight has 2-D shape" mpi 4 "$TPINFER" --model "$TMP/m" --tp 2 --pp 2 \
+    --input "$TMP/p.txt" --output "$TMP/out.jsonl" --max-tokens 2
+# intermediate_size 64 on weights of 128 (gen_tiny_model.py's): the slices [0, 64) would fit
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/small" || fail "gen_tiny_model.py"
+"$PYTHON3" - "$TMP/small/config.json" <<'PY' || fail "editing config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["intermediate_size"] > 64, c["intermediate_size"]
+c["intermediate_size"] = 64
+json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_fail 1 "but config.json implies 2-D 64 x" "$TPINFER" --model "$TMP/small" --input "$TMP/p.txt" \
+    --output "$TMP/small.jsonl" --max-tokens 2
+grep -q '"text"' "$TMP/small.jsonl" 2>/dev/null && fail "a completion was written from the wrong tensors"
 exit 0
