@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "model.h"
 #include "util.h"
 
 #define REPORT_CAP 8192 /* bytes of text per rank; a multiple of 4 (sent as int32) */
@@ -156,6 +157,7 @@ tp_status tp_dry_run(const tp_options *o, tp_mpi_world *world, const tp_device_i
                         "--max-model-len %" PRId64 " exceeds the model's max_position_embeddings %" PRId64,
                         o->max_model_len, cfg.max_position_embeddings);
     if (mine == TP_OK) mine = tp_weights_open(o->model, &w);
+    if (mine == TP_OK && g->rank == 0) (void)tp_model_warn_unused(&cfg, &w);
     if (mine == TP_OK) mine = tp_dry_run_rank(o, g, &cfg, &w, dev, &rep, text, REPORT_CAP);
     if (mine != TP_OK) memset(&rep, 0, sizeof rep);
 

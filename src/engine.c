@@ -598,6 +598,7 @@ static tp_status load(engine *e, int32_t *n_blocks)
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
     TP_CHECK(make_backend(e));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
+    if (g->rank == 0) (void)tp_model_warn_unused(&e->cfg, &e->weights);
     double t0 = now_s();
     TP_CHECK(tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e)));
     double s = now_s() - t0;

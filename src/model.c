@@ -4,6 +4,7 @@
  */
 #include "model.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,38 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
     }
     return TP_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w)
+{
+    tp_shard_plan whole; /* one rank holding everything: every tensor the config uses */
+    tp_weight_slice *used = NULL;
+    int n_used = 0;
+    if (tp_shard_plan_make(cfg, 1, 1, 0, 0, &whole) != TP_OK || tp_shard_plan_weights(cfg, &whole, &used, &n_used) != TP_OK) {
+        tp_error_clear(); /* the load that follows reports what is wrong with the config */
+        return 0;
+    }
+    int unused = 0;
+    const char *first = NULL;
+    for (size_t i = 0; i < w->n_refs; i++) {
+        const char *name = w->refs[i].tensor->name;
+        if (ends_with(name, "rotary_emb.inv_freq") || (cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight")))
+            continue;
+        int found = 0;
+        for (int j = 0; j < n_used && !found; j++) found = !strcmp(used[j].name, name);
+        if (!found && !unused++) first = name;
+    }
+    if (unused)
+        tp_log(TP_LOG_WARN, "%d tensor(s) of %s are not used by its config.json (num_hidden_layers %" PRId64 "), the "
+               "first %s: check that config.json belongs to these weights", unused, w->dir, cfg->n_layers, first);
+    free(used);
+    return unused;
 }
 
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,

@@ -64,6 +64,12 @@ typedef struct tp_model {
  * llama3), as float32 (the dtype HF computes them in). */
 void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq);
 
+/* Tensors of w that no rank of any grid reads for cfg (a num_hidden_layers below the file's
+ * layers, a config of another model), not counting those Hugging Face ignores too (a tied
+ * lm_head.weight, rotary_emb.inv_freq buffers): a warning naming how many and the first,
+ * as transformers warns of unused weights. Returns their count. */
+int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w);
+
 /* Load this rank's slices (plan) from w onto backend b, converting to weight_dtype. */
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
                         const tp_weights *w, tp_backend *b, tp_dtype weight_dtype);
