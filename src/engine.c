@@ -290,6 +290,11 @@ static tp_status prepare_request(engine *e, req *r)
     } else {
         st = tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
     }
+    for (size_t i = 0; i < ids.n && st == TP_OK && !in->prompt_ids; i++) /* the embedding would read zeros */
+        if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
+            st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, outside the model's vocabulary "
+                          "of %lld (config.json's vocab_size): tokenizer.json does not belong to this model",
+                          (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
     if (st == TP_ERR_OOM) {
         tp_ids_free(&ids);
         return st;
