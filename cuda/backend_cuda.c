@@ -105,11 +105,11 @@ static tp_status report_fault_in(cuda_ctx *ctx, tp_cuda_fault *seen)
         return tp_error(TP_ERR_INVALID_ARG, "attention: token %d maps a logical block to physical block %d, "
                         "outside the cache's %d %s", f.index, f.value, f.limit, later);
     case TP_CUDA_FAULT_ARGMAX_NAN:
-        return tp_error(TP_ERR_INVALID_ARG, "argmax: row %d of logits has NaN at column %d %s", f.index, f.value,
+        return tp_error(TP_ERR_NUMERIC, "argmax: row %d of logits has NaN at column %d %s", f.index, f.value,
                         later);
     case TP_CUDA_FAULT_SAMPLE_NAN:
     case TP_CUDA_FAULT_SAMPLE_INF:
-        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d of logits has %s at column %d %s", f.index,
+        return tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d %s", f.index,
                         f.code == TP_CUDA_FAULT_SAMPLE_NAN ? "NaN" : "+Inf", f.value, later);
     case TP_CUDA_FAULT_SAMPLE_TOKEN:
         return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a penalty or banned token %d outside the "

@@ -165,7 +165,7 @@ struct tp_backend_ops {
      * (ties to the lowest column) into ids [L] (int32, backend memory); when logprob is not
      * NULL, its log-softmax value (f32, computed in f32 with max subtraction) into logprob
      * [L]; when value is not NULL, the largest value itself into value [L] (so that TP ranks
-     * holding vocabulary slices can pick the global winner from their local ones). Rows with NaN: the op fails with TP_ERR_INVALID_ARG naming the row (on a
+     * holding vocabulary slices can pick the global winner from their local ones). Rows with NaN: the op fails with TP_ERR_NUMERIC naming the row (on a
      * GPU, at the next synchronize(), like the other index checks). */
     tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value);
     /* Sampling on the device, so that a step returns L results instead of L x V logits: per
@@ -174,9 +174,9 @@ struct tp_backend_ops {
      * out [L] (backend memory). Exactly tp_sampler_sample's rule (penalties, temperature,
      * top-k, top-p, min-p, the counter-based draw, greedy when temperature < 1e-5 or
      * top_k == 1), with the row's banned ids at -inf first. A row with NaN/+Inf logits (not
-     * counting banned ids), a parameter out of range or a token outside [0, V): the op fails
-     * with TP_ERR_INVALID_ARG naming the row (on a GPU at the next synchronize(), through the
-     * fault word as argmax); such a row gets token -1 (the bad column for NaN/+Inf), logprob
+     * counting banned ids): the op fails with TP_ERR_NUMERIC, a parameter out of range or a
+     * token outside [0, V) with TP_ERR_INVALID_ARG, naming the row (on a GPU at the next
+     * synchronize(), through the fault word as argmax); such a row gets token -1 (the bad column for NaN/+Inf), logprob
      * NaN and n_top 0, the other rows their results. NULL in a backend that lacks it. */
     tp_status (*sample)(tp_backend *b, const tp_tensor *logits, int32_t L, const tp_sample_row *rows,
                         const int32_t *tokens, tp_sample_out *out);

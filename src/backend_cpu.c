@@ -900,7 +900,7 @@ static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids
     if (bad != INT64_MAX) {
         int32_t col;
         argmax_row(row_f32(logits, bad), V, &col, NULL, NULL);
-        return tp_error(TP_ERR_INVALID_ARG, "argmax: row %lld of logits has NaN at column %d", (long long)bad,
+        return tp_error(TP_ERR_NUMERIC, "argmax: row %lld of logits has NaN at column %d", (long long)bad,
                         col);
     }
     return TP_OK;
@@ -1016,7 +1016,7 @@ static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, c
         if (first != TP_OK) continue; /* the lowest row's message stands (tp_error keeps the first) */
         if (bad >= 0) {
             tp_error_clear();
-            first = tp_error(TP_ERR_INVALID_ARG, "sample: row %d of logits has %s at column %d", (int)r,
+            first = tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d", (int)r,
                              isnan(x[bad]) ? "NaN" : "+Inf", (int)bad);
         } else {
             first = sample_row_error(st, r);

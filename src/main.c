@@ -27,6 +27,14 @@ static int exit_code(tp_status st)
     return st == TP_OK ? EXIT_OK : st == TP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_FAIL;
 }
 
+/* What to do about a failure of this kind, after its message ("" where the message says it). */
+static const char *advice(tp_status st)
+{
+    return st == TP_ERR_NUMERIC ? " (the model computed NaN or Inf: its weights may hold such values (check the "
+                                  "checkpoint), or its activations passed float16's range (--dtype bfloat16 or float32))"
+                                : "";
+}
+
 /* Print this rank's failure: every failing rank speaks, except that when all ranks
  * failed (the usual case: same files, same flags) only rank 0 does. */
 static void report(tp_status st, int rank, int n_failed, int world)
@@ -34,16 +42,16 @@ static void report(tp_status st, int rank, int n_failed, int world)
     if (st == TP_OK || !*tp_error_message()) return;
     if (n_failed == world && rank != 0) return;
     if (world > 1)
-        tp_log(TP_LOG_ERROR, "%s", tp_error_message());
+        tp_log(TP_LOG_ERROR, "%s%s", tp_error_message(), advice(st));
     else
-        fprintf(stderr, "tpinfer: %s\n", tp_error_message());
+        fprintf(stderr, "tpinfer: %s%s\n", tp_error_message(), advice(st));
     tp_log(TP_LOG_DEBUG, "(recorded at %s: %s)", tp_error_where(), tp_status_str(st));
 }
 
 static void abort_job(tp_status st, int rank)
 {
-    tp_log(TP_LOG_ERROR, "%s; ending all ranks", *tp_error_message() ? tp_error_message()
-                                                                     : tp_status_str(st));
+    tp_log(TP_LOG_ERROR, "%s%s; ending all ranks", *tp_error_message() ? tp_error_message() : tp_status_str(st),
+           advice(st));
     fflush(NULL);
     MPI_Abort(MPI_COMM_WORLD, exit_code(st));
 }

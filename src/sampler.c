@@ -575,7 +575,7 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
     }
     if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
     if (bad >= 0)
-        return tp_error(TP_ERR_INVALID_ARG, "logits contain %s at token %d",
+        return tp_error(TP_ERR_NUMERIC, "logits contain %s at token %d",
                         isnan(logits[bad]) ? "NaN" : "+Inf", (int)bad);
 
     /* All -inf: nothing is live, and the greedy rule (token 0) stands; no draw either. */

@@ -16,7 +16,7 @@ const char *tp_status_str(tp_status st)
     static const char *const names[TP_STATUS_COUNT] = {
         "ok", "invalid argument", "I/O error", "malformed file", "unsupported",
         "out of memory", "MPI error", "CUDA error", "cuBLAS error", "NCCL error",
-        "unavailable", "internal error",
+        "unavailable", "internal error", "not a number",
     };
     if ((int)st < 0 || st >= TP_STATUS_COUNT) return "unknown status";
     return names[st];

@@ -24,6 +24,7 @@ typedef enum tp_status {
     TP_ERR_NCCL,
     TP_ERR_UNAVAILABLE,   /* backend not compiled in, or no device */
     TP_ERR_INTERNAL,
+    TP_ERR_NUMERIC,       /* the model computed NaN or Inf (logits): its weights, or float16's range */
     TP_STATUS_COUNT
 } tp_status;
 

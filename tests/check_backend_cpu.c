@@ -188,13 +188,15 @@ static double nmse(const float *got, const double *ref, size_t n)
 
 #define NMSE_F32 1e-10 /* f32 accumulation against a double reference: ~1e-5 relative rms */
 
-#define EXPECT_INVALID(call, needle)                                                             \
+#define EXPECT_STATUS(call, want, needle)                                                        \
     do {                                                                                         \
         tp_error_clear();                                                                        \
-        ck_assert_int_eq((call), TP_ERR_INVALID_ARG);                                            \
+        ck_assert_int_eq((call), (want));                                                        \
         ck_assert_msg(strstr(tp_error_message(), (needle)) != NULL, "message \"%s\" lacks \"%s\"", \
                       tp_error_message(), (needle));                                             \
     } while (0)
+#define EXPECT_INVALID(call, needle) EXPECT_STATUS(call, TP_ERR_INVALID_ARG, needle)
+#define EXPECT_NUMERIC(call, needle) EXPECT_STATUS(call, TP_ERR_NUMERIC, needle) /* NaN/Inf logits */
 
 /* ---- creation and memory ------------------------------------------------------------ */
 
@@ -868,8 +870,8 @@ START_TEST(argmax_errors)
     tp_tensor t = logits_view(v, L, V, pad);
     int32_t ids[5];
     float lp[5];
-    EXPECT_INVALID(be->ops->argmax(be, &t, ids, lp, NULL), "argmax: row 3 of logits has NaN at column 7");
-    EXPECT_INVALID(be->ops->argmax(be, &t, ids, NULL, NULL), "argmax: row 3 of logits has NaN at column 7");
+    EXPECT_NUMERIC(be->ops->argmax(be, &t, ids, lp, NULL), "argmax: row 3 of logits has NaN at column 7");
+    EXPECT_NUMERIC(be->ops->argmax(be, &t, ids, NULL, NULL), "argmax: row 3 of logits has NaN at column 7");
     ck_assert(ids[3] == 7 && ids[4] == 1); /* a NaN row's outputs: its first NaN, and NaN */
     tp_tensor ok = tp_tensor_rows(&t, 0, 3);
     ck_assert_int_eq(be->ops->argmax(be, &ok, ids, lp, NULL), TP_OK);
@@ -1347,12 +1349,12 @@ START_TEST(sample_errors)
     x[2 * V + 30] = NAN;
     x[2 * V + 7] = NAN;
     x[3 * V + 11] = INFINITY;
-    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 2 of logits has NaN at column 7");
+    EXPECT_NUMERIC(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 2 of logits has NaN at column 7");
     ck_assert(out[2].token == 7 && isnan(out[2].logprob) && out[2].n_top == 0);
     ck_assert(out[3].token == 11 && isnan(out[3].logprob));
     ck_assert(out[0].token >= 0 && out[1].token >= 0 && out[0].n_top == 2); /* the others answered */
     x[2 * V + 30] = x[2 * V + 7] = 0.0f;
-    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 3 of logits has +Inf at column 11");
+    EXPECT_NUMERIC(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 3 of logits has +Inf at column 11");
     rows[3].banned = 3;
     rows[3].n_banned = 1;
     toks[3] = 11;

@@ -249,21 +249,25 @@ static void compare(const char *op, const char *shape, const float *got, const f
         ck_assert_msg((call_gpu) == TP_OK, "cuda: %s", tp_error_message());                        \
     } while (0)
 
-#define EXPECT_INVALID(call, needle)                                                               \
+#define EXPECT_STATUS(call, want, needle)                                                          \
     do {                                                                                           \
         tp_error_clear();                                                                          \
-        ck_assert_int_eq((call), TP_ERR_INVALID_ARG);                                              \
+        ck_assert_int_eq((call), (want));                                                          \
         ck_assert_msg(strstr(tp_error_message(), (needle)) != NULL, "message \"%s\" lacks \"%s\"", \
                       tp_error_message(), (needle));                                               \
     } while (0)
+#define EXPECT_INVALID(call, needle) EXPECT_STATUS(call, TP_ERR_INVALID_ARG, needle)
+#define EXPECT_NUMERIC(call, needle) EXPECT_STATUS(call, TP_ERR_NUMERIC, needle) /* NaN/Inf logits */
 
 /* An op that was enqueued (st: TP_OK) and failed a check only the device can make: the next
  * synchronize reports it, naming needle, and the one after finds nothing left. */
-#define EXPECT_DEVICE_FAULT(gb, st, needle)                                                        \
+#define EXPECT_DEVICE_FAULT(gb, st, needle) EXPECT_DEVICE_STATUS(gb, st, TP_ERR_INVALID_ARG, needle)
+#define EXPECT_DEVICE_NUMERIC(gb, st, needle) EXPECT_DEVICE_STATUS(gb, st, TP_ERR_NUMERIC, needle)
+#define EXPECT_DEVICE_STATUS(gb, st, want, needle)                                                 \
     do {                                                                                           \
         ck_assert_msg((st) == TP_OK, "cuda: %s", tp_error_message());                              \
         tp_error_clear();                                                                          \
-        ck_assert_int_eq((gb)->ops->synchronize(gb), TP_ERR_INVALID_ARG);                          \
+        ck_assert_int_eq((gb)->ops->synchronize(gb), (want));                                      \
         ck_assert_msg(strstr(tp_error_message(), (needle)) != NULL, "message \"%s\" lacks \"%s\"", \
                       tp_error_message(), (needle));                                               \
         ck_assert_int_eq((gb)->ops->synchronize(gb), TP_OK); /* reported once */                   \
@@ -2130,11 +2134,13 @@ START_TEST(sample_faults)
         const tp_sample_row *rc, *rg;
         const int32_t *tc, *tg;
         sample_upload(&io, L, rr, toks, 4, &rc, &rg, &tc, &tg);
-        EXPECT_INVALID(cpu->ops->sample(cpu, &l2.c, L, rc, tc, io.oc), cases[c].what == 1 ? "sample: row 2: prompt token 5000" :
-                       cases[c].what == 2 ? "sample: row 0: top_p 1.5" : cases[c].needle);
+        /* NaN/+Inf logits: the model's numbers, not an argument (TP_ERR_NUMERIC) */
+        const tp_status want = cases[c].what == 0 || cases[c].what == 3 ? TP_ERR_NUMERIC : TP_ERR_INVALID_ARG;
+        EXPECT_STATUS(cpu->ops->sample(cpu, &l2.c, L, rc, tc, io.oc), want, cases[c].what == 1 ? "sample: row 2: prompt token 5000" :
+                      cases[c].what == 2 ? "sample: row 0: top_p 1.5" : cases[c].needle);
         ck_assert_int_eq(gb->ops->sample(gb, &l2.g, L, rg, tg, io.og), TP_OK);
         tp_error_clear();
-        ck_assert_int_eq(gb->ops->synchronize(gb), TP_ERR_INVALID_ARG);
+        ck_assert_int_eq(gb->ops->synchronize(gb), want);
         ck_assert_msg(strstr(tp_error_message(), cases[c].needle), "message \"%s\" lacks \"%s\"", tp_error_message(),
                       cases[c].needle);
         ck_assert_int_eq(gb->ops->synchronize(gb), TP_OK);
@@ -2340,8 +2346,8 @@ START_TEST(device_faults)
         pt lg = pt_from(TP_DTYPE_F32, ACT, 3, 2000, 0, lv);
         int32_t *aid = dev_alloc(gb, 3 * sizeof(int32_t)), *cid = dev_alloc(cpu, 3 * sizeof(int32_t));
         float *alp = dev_alloc(gb, 3 * sizeof(float)), *clp = dev_alloc(cpu, 3 * sizeof(float));
-        EXPECT_INVALID(cpu->ops->argmax(cpu, &lg.c, cid, clp, NULL), "argmax: row 1 of logits has NaN at column 9");
-        EXPECT_DEVICE_FAULT(gb, gb->ops->argmax(gb, &lg.g, aid, alp, NULL), "argmax: row 1 of logits has NaN at column 9");
+        EXPECT_NUMERIC(cpu->ops->argmax(cpu, &lg.c, cid, clp, NULL), "argmax: row 1 of logits has NaN at column 9");
+        EXPECT_DEVICE_NUMERIC(gb, gb->ops->argmax(gb, &lg.g, aid, alp, NULL), "argmax: row 1 of logits has NaN at column 9");
         const int32_t *hid = dev_bytes(gb, aid, 3 * sizeof(int32_t));
         const int32_t *hcid = dev_bytes(cpu, cid, 3 * sizeof(int32_t));
         const float *hlp = dev_bytes(gb, alp, 3 * sizeof(float)), *hclp = dev_bytes(cpu, clp, 3 * sizeof(float));
@@ -2349,7 +2355,7 @@ START_TEST(device_faults)
         ck_assert(fabsf(hlp[0] - hclp[0]) <= 1e-5f && fabsf(hlp[2] - hclp[2]) <= 1e-5f && isnan(hlp[1]));
         /* the same without the logprob (a greedy step's kernel), with the value */
         float *aval = dev_alloc(gb, 3 * sizeof(float));
-        EXPECT_DEVICE_FAULT(gb, gb->ops->argmax(gb, &lg.g, aid, NULL, aval), "argmax: row 1 of logits has NaN at column 9");
+        EXPECT_DEVICE_NUMERIC(gb, gb->ops->argmax(gb, &lg.g, aid, NULL, aval), "argmax: row 1 of logits has NaN at column 9");
         hid = dev_bytes(gb, aid, 3 * sizeof(int32_t));
         const float *hval = dev_bytes(gb, aval, 3 * sizeof(float));
         ck_assert(hid[0] == hcid[0] && hid[2] == hcid[2] && hid[1] == 9 && isnan(hval[1]));

@@ -989,15 +989,15 @@ START_TEST(nan_and_positive_infinity_rejected)
     p.frequency_penalty = 2.0;
     p.logprobs = 3;
     const int32_t output[3] = {4, 4, 1};
-    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_NUMERIC);
     ck_assert_str_eq(tp_error_message(), "logits contain NaN at token 3");
     p.temperature = 0;
-    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_NUMERIC);
     ck_assert_str_eq(tp_error_message(), "logits contain NaN at token 3");
     logits[3] = 0.0f;
     logits[5] = INFINITY;
     logits[1] = INFINITY;
-    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_sample(s, &p, logits, NULL, 0, output, 3, &r), TP_ERR_NUMERIC);
     ck_assert_str_eq(tp_error_message(), "logits contain +Inf at token 1");
     /* The failed calls left no penalty state behind: with no output, token 4 wins. */
     logits[1] = 0.2f;

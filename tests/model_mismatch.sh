@@ -4,7 +4,8 @@
 # computed; one with fewer layers than the file runs, with one warning naming the first
 # unused tensor (as transformers warns), and a model whose every tensor is used gets none;
 # a tokenizer whose ids pass the model's vocab_size fails those requests (an error record
-# saying so, the others done), never embeds zeros.
+# saying so, the others done), never embeds zeros; weights holding NaN end the job with
+# exit 1 (not 2, a usage error) and a message that says what to do.
 . "$top_srcdir/tests/lib.sh"
 [ "$PYTHON3" != no ] || skip "python3 not found"
 printf 'Once upon a time\n' >"$TMP/p.txt"
@@ -45,12 +46,36 @@ cat >"$TMP/in.jsonl" <<'JSONL'
 {"id": "bytes", "prompt": "\u00ff\u00fe", "max_tokens": 3}
 JSONL
 expect_fail 1 "1 request(s) failed" "$TPINFER" --model "$TMP/v272" --input "$TMP/in.jsonl" --output "$TMP/v.jsonl" \
-    --max-tokens 3
+    --max-tokens 3 --status-file "$TMP/v.status"
+# exit 1 either way; the status file (examples/slurm/tpinfer.sbatch reads it) tells this from a fatal error
+grep -q '"status": "completed"' "$TMP/v.status" && grep -q '"failed": 1' "$TMP/v.status" ||
+    { cat "$TMP/v.status"; fail "the status file of a run with a failed request"; }
 grep '"id":"text"' "$TMP/v.jsonl" | grep '"invalid_request"' |
     grep -q "outside the model's vocabulary of 272 (config.json's vocab_size): tokenizer.json does not belong" ||
     { cat "$TMP/v.jsonl"; fail "no error record saying why for the text prompt"; }
 for id in ids bytes; do
     grep "\"id\":\"$id\"" "$TMP/v.jsonl" | grep -q '"completion_tokens":3' ||
         { cat "$TMP/v.jsonl"; fail "request $id was not completed"; }
+done
+# NaN in the final norm's weights: every logit is NaN (greedy on the device's argmax, and sampled)
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/nan" || fail "gen_tiny_model.py"
+"$PYTHON3" - "$TMP/nan/model.safetensors" <<'PY' || fail "writing NaN into model.norm.weight"
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    t = json.loads(f.read(n))["model.norm.weight"]
+    size = {"F32": 4, "BF16": 2, "F16": 2}[t["dtype"]]
+    nan = {"F32": b"\x00\x00\xc0\x7f", "BF16": b"\xc0\x7f", "F16": b"\x00\x7e"}[t["dtype"]]
+    begin, end = t["data_offsets"]
+    f.seek(8 + n + begin)
+    f.write(nan * ((end - begin) // size))
+PY
+for temp in 0 0.8; do
+    rm -f "$TMP/nan.jsonl"*
+    expect_fail 1 "of logits has NaN" "$TPINFER" --model "$TMP/nan" --input "$TMP/p.txt" --output "$TMP/nan.jsonl" \
+        --max-tokens 2 --temperature $temp --status-file "$TMP/nan.status"
+    grep -q '"status": "failed"' "$TMP/nan.status" || { cat "$TMP/nan.status"; fail "the status file of a fatal error"; }
+    grep -q "the model computed NaN or Inf: its weights may hold such values.*(--dtype bfloat16 or float32))" "$TMP/err" ||
+        { cat "$TMP/err"; fail "temperature $temp: the NaN failure does not say what to do"; }
 done
 exit 0
