@@ -500,6 +500,14 @@ static tp_status make_backend(engine *e)
     if (!strcmp(name, "cpu")) gpu = -1;
     if (!strcmp(name, "cuda") && gpu < 0)
         return tp_error(TP_ERR_UNAVAILABLE, "--backend cuda: rank %d sees no GPU; use --backend cpu", e->g->rank);
+#ifdef HAVE_CUDA
+    /* auto on a machine meant to have GPUs (CUDA_VISIBLE_DEVICES set) that shows none: likely
+     * a scheduler or launcher setting, and the CPU backend is orders of magnitude slower */
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (!strcmp(name, "auto") && gpu < 0 && visible)
+        tp_log(TP_LOG_WARN, "rank %d sees no GPU (CUDA_VISIBLE_DEVICES=\"%s\"): running on the CPU backend; "
+               "--backend cuda makes this an error, --backend cpu says it is meant", e->g->rank, visible);
+#endif
     /* a tensor-parallel slice's decode products are small enough that the CUDA backend's
      * own GEMV beats cuBLASLt (batch-1 decode 3.49 against 3.70 ms at tp=2 on two H200s;
      * at tp=1 cuBLASLt wins): the backend reads TPINFER_GEMV at creation, a user's setting stays */

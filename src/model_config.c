@@ -604,6 +604,13 @@ done:
 
 tp_status tp_model_config_load(const char *model_dir, tp_model_config *cfg)
 {
+    struct stat sb;
+    if (stat(model_dir, &sb) != 0)
+        return tp_error(TP_ERR_IO, "--model %s: %s (give a Hugging Face model directory: config.json, *.safetensors, "
+                        "tokenizer.json)", model_dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return tp_error(TP_ERR_IO, "--model %s is not a directory (give a Hugging Face model directory: config.json, "
+                        "*.safetensors, tokenizer.json)", model_dir);
     char *path = tp_path_join(model_dir, "config.json");
     if (!path) return tp_error(TP_ERR_OOM, "out of memory joining %s/config.json", model_dir);
     char *text;

@@ -619,11 +619,23 @@ START_TEST(config_file_errors)
     tp_model_config cfg;
     tp_error_clear();
     ck_assert_int_eq(tp_model_config_load("/nonexistent-tpinfer-model", &cfg), TP_ERR_IO);
-    ck_assert_ptr_nonnull(strstr(tp_error_message(), "/nonexistent-tpinfer-model/config.json"));
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "--model /nonexistent-tpinfer-model: No such file or directory"));
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "give a Hugging Face model directory"));
 
     char dir[] = "/tmp/check_model_config.XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char *path = tp_path_join(dir, "config.json");
+    /* --model naming a file, and a directory without config.json */
+    FILE *f0 = fopen(path, "w");
+    ck_assert_ptr_nonnull(f0);
+    fclose(f0);
+    tp_error_clear();
+    ck_assert_int_eq(tp_model_config_load(path, &cfg), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "config.json is not a directory (give a Hugging Face model"));
+    unlink(path);
+    tp_error_clear();
+    ck_assert_int_eq(tp_model_config_load(dir, &cfg), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), path));
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs("{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096.0}", f);

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Bad flags: one line from rank 0 naming the flag, exit 2 on every rank, nobody left
-# waiting; --help and --version exit 0.
+# waiting; --help and --version exit 0. --errors naming the output (by any spelling) is a
+# usage error; --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
+# on the CPU (in a build with CUDA; --backend cpu does not warn).
 . "$top_srcdir/tests/lib.sh"
 
 "$TPINFER" --help >"$TMP/help" || fail "--help exited $?"
@@ -30,4 +32,24 @@ mpi 2 "$TPINFER" --help >"$TMP/help2" || fail "--help under mpirun"
 expect_fail 2 "start a multiple of 2 ranks" mpi 3 "$TPINFER" --model m --dry-run --tp 2
 [ "$(grep -c 'multiple of 2' "$TMP/err")" -eq 1 ] || fail "grid error said more than once"
 expect_fail 2 "needs 4 ranks but 2 were started" mpi 2 "$TPINFER" --model m --dry-run --tp 2 --pp 2
+
+[ "$PYTHON3" != no ] || exit 0 # the rest runs a generated model
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/m" || fail "gen_tiny_model.py"
+printf 'Once upon a time\n' >"$TMP/p.txt"
+expect_fail 2 "the errors file and the output are both $TMP/o.jsonl; give two files" "$TPINFER" --model "$TMP/m" \
+    --input "$TMP/p.txt" --output "$TMP/o.jsonl" --errors "$TMP/o.jsonl"
+expect_fail 2 "are the same file; give two files" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" \
+    --output "$TMP/o.jsonl" --errors "$TMP/./o.jsonl"
+[ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
+    2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
+if grep -q "define HAVE_CUDA 1" "$top_builddir/config.h"; then
+    grep -q 'rank 0 sees no GPU (CUDA_VISIBLE_DEVICES=""): running on the CPU backend' "$TMP/err" ||
+        { cat "$TMP/err"; fail "no warning that the run fell back to the CPU"; }
+else
+    grep -q "sees no GPU" "$TMP/err" && fail "a build without CUDA warned of GPUs"
+fi
+CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/p.txt" --output "$TMP/b.jsonl" \
+    --max-tokens 2 2>"$TMP/err" || { cat "$TMP/err"; fail "--backend cpu with CUDA_VISIBLE_DEVICES empty"; }
+grep -q "sees no GPU" "$TMP/err" && fail "--backend cpu warned of GPUs"
 exit 0

@@ -1,5 +1,7 @@
 #!/bin/sh
-# Model files that do not belong together: a config.json that implies smaller tensors than
+# Model directories with a file missing or files that do not belong together: --model
+# naming a file or nothing, or a directory without tokenizer.json, is one clear error
+# before any output is made; a config.json that implies smaller tensors than
 # the file holds (every slice would fit inside them) is refused before anything is
 # computed; one with fewer layers than the file runs, with one warning naming the first
 # unused tensor (as transformers warns), and a model whose every tensor is used gets none;
@@ -9,6 +11,15 @@
 . "$top_srcdir/tests/lib.sh"
 [ "$PYTHON3" != no ] || skip "python3 not found"
 printf 'Once upon a time\n' >"$TMP/p.txt"
+expect_fail 1 "--model $TMP/p.txt is not a directory (give a Hugging Face model directory" "$TPINFER" \
+    --model "$TMP/p.txt" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
+expect_fail 1 "--model $TMP/none: No such file or directory (give a Hugging Face model directory" "$TPINFER" \
+    --model "$TMP/none" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/notok" || fail "gen_tiny_model.py"
+rm "$TMP/notok/tokenizer.json"
+expect_fail 1 "tokenizer.json: No such file or directory (the model directory needs a Hugging Face tokenizer.json)" \
+    "$TPINFER" --model "$TMP/notok" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
+[ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
 # intermediate_size 64 on weights of 128 (gen_tiny_model.py's): the slices [0, 64) would fit
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/small" || fail "gen_tiny_model.py"
 "$PYTHON3" - "$TMP/small/config.json" <<'PY' || fail "editing config.json"
