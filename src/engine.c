@@ -40,6 +40,7 @@
 #include "st_write.h"
 #include "tokenizer.h"
 #include "util.h"
+#include "watchdog.h"
 #include "weights.h"
 
 static volatile sig_atomic_t stop_signal; /* SIGTERM, SIGINT or SIGUSR1 arrived */
@@ -115,6 +116,7 @@ typedef struct engine {
     tp_output *out;         /* rank 0 */
     tp_progress *progress;  /* rank 0 */
     tp_collector *collector;
+    tp_watchdog *watchdog;     /* armed while the loop runs (--step-timeout) */
     uint32_t *done_bits;    /* resume: requests the output already holds */
 
     tp_weights weights;
@@ -1293,6 +1295,7 @@ static tp_status loop(engine *e)
 {
     tp_step step;
     for (int64_t tick = 0;; tick++) {
+        tp_watchdog_beat(e->watchdog);
         int p0 = (int)(tick % e->P);
         if (!e->inflight[p0] && !e->stopping) {
             TP_CHECK(tp_scheduler_schedule(e->S[p0], &e->B[p0]));
@@ -1458,6 +1461,7 @@ static tp_status loop_ahead(engine *e)
 {
     ahead_step *prev = NULL;
     for (int64_t tick = 0;; tick++) {
+        tp_watchdog_beat(e->watchdog);
         ahead_step *cur = NULL;
         double t_tick = now_s();
         if (!e->stopping && !tp_scheduler_idle(e->S[0])) {
@@ -1687,7 +1691,13 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         }
         e->t0 = now_s();
         profile_steps_parse(e);
-        st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
+        /* a peer that stops (or hangs) would leave this rank in a collective for good */
+        const double timeout = e->o->step_timeout >= 0 ? e->o->step_timeout
+                               : !strcmp(e->backend->name, "cuda") ? 600 : 0;
+        st = tp_watchdog_start(timeout, e->g->rank, &e->watchdog);
+        if (st == TP_OK) st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
+        tp_watchdog_stop(e->watchdog);
+        e->watchdog = NULL;
         e->t_loop_end = now_s();
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
             *must_abort = 1;

@@ -46,6 +46,7 @@ enum {
     OPT_OVERWRITE,
     OPT_STATUS_FILE,
     OPT_PROGRESS_INTERVAL,
+    OPT_STEP_TIMEOUT,
     OPT_CHAT_TEMPLATE,
     OPT_TOKENIZE,
     OPT_DETOKENIZE,
@@ -120,6 +121,9 @@ static const option_doc docs[] = {
      "keep a JSON status object (OpenAI batch shape) here, replaced atomically", NULL},
     {{"progress-interval", required_argument, 0, OPT_PROGRESS_INTERVAL}, NULL, "S",
      "seconds between progress lines on stderr", "5"},
+    {{"step-timeout", required_argument, 0, OPT_STEP_TIMEOUT}, NULL, "S",
+     "end the job when no step finishes for S seconds (a stopped or hung rank); 0: never",
+     "600 on GPUs, 0 on the CPU backend"},
     {{"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE}, NULL, "FILE",
      "Jinja chat template for \"messages\" requests, instead of the model's", NULL},
     {{"tokenize", no_argument, 0, OPT_TOKENIZE}, NULL, NULL,
@@ -154,6 +158,7 @@ void tp_options_defaults(tp_options *o)
     o->input_format = "auto";
     o->max_line_bytes = INT64_C(64) << 20;
     o->progress_interval = 5;
+    o->step_timeout = -1;
     o->check_max_bytes = INT64_C(256) << 20;
 }
 
@@ -293,6 +298,12 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
         if (!tp_parse_double(v, &d) || d < 0 || d > 86400)
             return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give seconds from 0 to 86400", flag, v);
         o->progress_interval = d;
+        break;
+    case OPT_STEP_TIMEOUT:
+        if (!tp_parse_double(v, &d) || d < 0 || d > 604800)
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give seconds from 0 (never) to 604800",
+                            flag, v);
+        o->step_timeout = d;
         break;
     case OPT_CHAT_TEMPLATE: o->chat_template = v; break;
     case OPT_TOKENIZE: o->mode = TP_MODE_TOKENIZE; break;

@@ -54,6 +54,7 @@ typedef struct tp_options {
     int enforce_eager; /* no CUDA graphs */
     const char *status_file;
     double progress_interval;
+    double step_timeout;       /* --step-timeout: seconds; < 0: the backend's default */
     const char *chat_template; /* --chat-template FILE */
     int64_t check_max_bytes;   /* --check-max-bytes: largest all-reduce of --check */
 } tp_options;

@@ -49,6 +49,9 @@ START_TEST(defaults)
     ck_assert_str_eq(opts.dtype, "auto");
     ck_assert_str_eq(opts.backend, "auto");
     ck_assert_int_eq(opts.enforce_eager, 0); /* decode steps as CUDA graphs */
+    ck_assert_double_lt(opts.step_timeout, 0); /* the backend's default */
+    ck_assert_int_eq(parse("--model", "m", "--input", "p.txt", "--step-timeout", "2.5", NULL), TP_OK);
+    ck_assert_double_eq(opts.step_timeout, 2.5);
     ck_assert_int_eq(parse("--model", "m", "--input", "p.txt", "--enforce-eager", NULL), TP_OK);
     ck_assert_int_eq(opts.enforce_eager, 1);
     ck_assert_int_ne(parse("--model", "m", "--input", "p.txt", "--enforce-eager=1", NULL), TP_OK);
@@ -102,6 +105,8 @@ static const struct {
     {"--tp", "0", "from 1 to"},
     {"--tensor-parallel-size", "1.5", "--tensor-parallel-size: '1.5'"},
     {"--pp", "abc", "--pp: 'abc'"},
+    {"--step-timeout", "-1", "--step-timeout: '-1' is not allowed; give seconds from 0 (never) to 604800"},
+    {"--step-timeout", "10m", "--step-timeout: '10m'"},
     {"--max-num-seqs", "1e3", "whole number"},
     {"--max-model-len", "99999999999999999999", "whole number"},
     {"--max-num-batched-tokens", "0", "from 1 to"},

@@ -1,0 +1,36 @@
+/*
+ * watchdog.h: ends a rank whose generation loop stopped making progress, so that a job
+ * with a stopped or hung peer (a process stopped by a signal, a hung GPU or NCCL call, a
+ * network partition) does not wait in a collective until the allocation's time limit.
+ * A thread checks the loop's heartbeat; after timeout seconds without one it says so and
+ * exits the process, and mpirun / srun end the other ranks as for a rank that died. The
+ * finished requests are on disk already (each written as it finishes): --resume goes on.
+ */
+#ifndef TP_WATCHDOG_H
+#define TP_WATCHDOG_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_watchdog tp_watchdog;
+
+/* The exit status of a rank the watchdog ends (main.c's fatal failure). */
+#define TP_WATCHDOG_EXIT 1
+
+/* Starts the thread (timeout_s > 0) with a heartbeat now; timeout_s == 0: *out = NULL, no
+ * thread. rank names the rank in the message. */
+tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out);
+
+/* The loop made progress (NULL: nothing). */
+void tp_watchdog_beat(tp_watchdog *w);
+
+/* Stops and joins the thread, frees w (NULL: nothing). */
+void tp_watchdog_stop(tp_watchdog *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+#!/bin/sh
+# A rank stopped (SIGSTOP) in the middle of generation: its peers wait in a collective, and
+# --step-timeout ends the job non-zero within seconds of the timeout, saying why, with no
+# rank left; the requests finished before it are in the output and --resume completes the
+# rest, each id once.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+export OMP_NUM_THREADS=1
+m="$MODELS/stories260K-hf"
+for i in $(seq 1 32); do echo "{\"id\": \"r$i\", \"prompt\": \"Once upon a time there was a girl number $i\"}"; done \
+    >"$TMP/p.jsonl"
+args="--model $m --backend cpu --tp 2 --input $TMP/p.jsonl --max-tokens 300 --ignore-eos --max-num-seqs 4"
+mpi 2 "$TPINFER" $args --step-timeout 3 --output "$TMP/out.jsonl" >"$TMP/log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+    pids=$(pgrep -f "^$TPINFER $args") # the ranks (mpirun's command line starts otherwise)
+    [ "$(echo "$pids" | wc -w)" -eq 2 ] && { victim=$(echo "$pids" | sed -n 2p); break; }
+    sleep 0.1
+done
+[ -n "$victim" ] || { kill $job; fail "the ranks did not start"; }
+# stop it once some requests are done (4 at a time, so later ones are still to run)
+for _ in $(seq 1 200); do
+    [ -s "$TMP/out.jsonl" ] && break
+    sleep 0.1
+done
+kill -STOP "$victim"
+stopped_at=$(date +%s)
+rc=0
+wait $job || rc=$?
+elapsed=$(( $(date +%s) - stopped_at ))
+kill -CONT "$victim" 2>/dev/null
+[ $rc -ne 0 ] || fail "mpirun exited 0 with a rank stopped"
+[ $elapsed -le 20 ] || fail "the job took ${elapsed}s to end after the rank stopped (--step-timeout 3)"
+grep -q "no step has finished for [0-9]* s (--step-timeout 3): a rank of the job is stopped" "$TMP/log" ||
+    { cat "$TMP/log"; fail "no message saying why the job ended"; }
+sleep 0.5
+left=$(pgrep -f "^$TPINFER $args" || true)
+[ -z "$left" ] || { kill -9 $left; fail "ranks still running after the job ended: $left"; }
+done_before=$(grep -c '"id":"r' "$TMP/out.jsonl")
+[ "$done_before" -ge 1 ] && [ "$done_before" -lt 32 ] ||
+    fail "$done_before requests were done when the rank stopped (wanted some, not all)"
+mpi 2 "$TPINFER" $args --step-timeout 3 --output "$TMP/out.jsonl" --resume >"$TMP/log2" 2>&1 ||
+    { cat "$TMP/log2"; fail "--resume after the timeout"; }
+[ "$(grep -c '"id":"r' "$TMP/out.jsonl")" -eq 32 ] || fail "not every request once after --resume"
+[ "$(grep -o '"id":"r[0-9]*"' "$TMP/out.jsonl" | sort -u | wc -l)" -eq 32 ] || fail "an id twice after --resume"
+grep -q '"finish_reason":"length"' "$TMP/out.jsonl" || fail "no completion in the output"
+echo "stopped rank pid $victim after $done_before requests; the job ended (exit $rc) after ${elapsed}s"
+exit 0
