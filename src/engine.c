@@ -192,12 +192,7 @@ static tp_status report_load(engine *e)
     return st;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return tp_monotonic_s(); }
 
 // ----------------------------------------------------------------------------
 // phase 1: config, tokenizer, prompts (every rank, identically)
@@ -294,9 +289,9 @@ static tp_status prepare_request(engine *e, req *r)
     }
     for (size_t i = 0; i < ids.n && st == TP_OK && !in->prompt_ids; i++) /* the embedding would read zeros */
         if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
-            st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, outside the model's vocabulary "
-                          "of %lld (config.json's vocab_size): tokenizer.json does not belong to this model",
-                          (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
+            st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, beyond the model's embedding "
+                          "(config.json's vocab_size %lld): a token added to tokenizer.json that the weights lack, or "
+                          "a tokenizer of another model", (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
     if (st == TP_ERR_OOM) {
         tp_ids_free(&ids);
         return st;

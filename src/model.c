@@ -222,16 +222,25 @@ int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w)
         tp_error_clear(); /* the load that follows reports what is wrong with the config */
         return 0;
     }
+    char *is_used = calloc(w->n_refs ? w->n_refs : 1, 1);
+    if (!is_used) {
+        free(used);
+        return 0; /* a warning's worth of memory: the load reports real shortage */
+    }
+    for (int j = 0; j < n_used; j++) {
+        const tp_weight_ref *r = tp_weights_find(w, used[j].name);
+        if (r) is_used[r - w->refs] = 1;
+    }
     int unused = 0;
     const char *first = NULL;
     for (size_t i = 0; i < w->n_refs; i++) {
         const char *name = w->refs[i].tensor->name;
-        if (ends_with(name, "rotary_emb.inv_freq") || (cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight")))
+        if (is_used[i] || ends_with(name, "rotary_emb.inv_freq") ||
+            (cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight")))
             continue;
-        int found = 0;
-        for (int j = 0; j < n_used && !found; j++) found = !strcmp(used[j].name, name);
-        if (!found && !unused++) first = name;
+        if (!unused++) first = name;
     }
+    free(is_used);
     if (unused)
         tp_log(TP_LOG_WARN, "%d tensor(s) of %s are not used by its config.json (num_hidden_layers %" PRId64 "), the "
                "first %s: check that config.json belongs to these weights", unused, w->dir, cfg->n_layers, first);

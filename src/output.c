@@ -168,11 +168,12 @@ static tp_status fsync_dir(const char *dir)
     return TP_OK;
 }
 
-/* A path that exists and is not a regular file (/dev/null, a FIFO, a terminal): written in
- * place, since a rename over it would replace the device node with a file. */
+/* A path that is no regular file (/dev/null, a FIFO, a terminal): written in place, since
+ * a rename over it would replace the device node with a file. */
 static tp_status write_in_place(const char *path, const char *text, size_t len)
 {
-    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO without a reader: ENXIO, not a hang */
+    /* O_NONBLOCK: a FIFO without a reader is ENXIO, not a hang */
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return tp_error(TP_ERR_IO, "cannot open %s: %s%s", path, strerror(e), io_hint(e));
@@ -186,16 +187,74 @@ static tp_status write_in_place(const char *path, const char *text, size_t len)
     return st;
 }
 
+/* The descriptor of this process that p names (/dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N), else -1. */
+static int own_descriptor(const char *p)
+{
+    int fd = -1, end = 0;
+    if (!strcmp(p, "/dev/stdout")) return 1;
+    if (!strcmp(p, "/dev/stderr")) return 2;
+    if ((sscanf(p, "/dev/fd/%d%n", &fd, &end) == 1 || sscanf(p, "/proc/self/fd/%d%n", &fd, &end) == 1) &&
+        p[end] == '\0' && fd >= 0)
+        return fd;
+    return -1;
+}
+
+/* The file a chain of symbolic links ends at, existing or not (malloc'ed; NULL: out of
+ * memory or more than 16 links, errno set): a dangling link is followed too. *fd: the
+ * descriptor of this process a link of the chain names (own_descriptor), else -1. */
+static char *link_target(const char *path, int *fd)
+{
+    *fd = own_descriptor(path);
+    char *p = strdup(path);
+    for (int hops = 0; p && hops < 16; hops++) {
+        struct stat sb;
+        if (*fd < 0) *fd = own_descriptor(p);
+        if (lstat(p, &sb) != 0 || !S_ISLNK(sb.st_mode)) return p;
+        char buf[PATH_MAX];
+        ssize_t n = readlink(p, buf, sizeof buf - 1);
+        if (n < 0) return p;
+        buf[n] = '\0';
+        char *next = NULL;
+        if (buf[0] == '/') {
+            next = strdup(buf);
+        } else {
+            char *dir = dir_of(p);
+            next = dir ? tp_path_join(dir, buf) : NULL;
+            free(dir);
+        }
+        free(p);
+        p = next;
+    }
+    const int e = p ? ELOOP : ENOMEM;
+    free(p);
+    errno = e;
+    return NULL;
+}
+
 tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, int durable)
 {
+    /* one of this process's descriptors (--status-file /dev/stderr, the job's log): written
+     * through it, so that the text goes where the descriptor's next write would */
+    int own = -1;
+    char *target = link_target(path, &own);
+    if (!target) return tp_error(TP_ERR_IO, "cannot follow the links of %s: %s", path, strerror(errno));
+    if (own >= 0) {
+        free(target);
+        if (write_all_fd(own, text, len, NULL) != TP_OK) {
+            int e = errno;
+            return tp_error(TP_ERR_IO, "cannot write %s: %s%s", path, strerror(e), io_hint(e));
+        }
+        return TP_OK;
+    }
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        free(target);
         if (S_ISDIR(sb.st_mode)) return tp_error(TP_ERR_IO, "cannot write %s: it is a directory", path);
         return write_in_place(path, text, len);
     }
-    /* a symbolic link stays a link: its target is what gets replaced */
-    char *target = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) ? realpath(path, NULL) : NULL;
-    if (target) path = target;
+    /* a symbolic link stays a link: the file it ends at is what gets replaced */
+    path = target;
     char suffix[48];
     snprintf(suffix, sizeof suffix, ".tmp.%ld", (long)getpid());
     char *dir = dir_of(path);
@@ -203,8 +262,9 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
     if (!dir || !tmp) {
         free(dir);
         free(tmp);
+        tp_status oom = tp_error(TP_ERR_OOM, "out of memory writing %s", path);
         free(target);
-        return tp_error(TP_ERR_OOM, "out of memory writing %s", path);
+        return oom;
     }
     tp_status st = TP_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);

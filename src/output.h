@@ -97,8 +97,10 @@ double tp_percentile(const double *sorted, size_t n, double pct);
 
 /* Replace path with text atomically: a temp file beside it, rename over path; with
  * durable, fsync the temp file before and the directory after the rename. A symbolic link's
- * target is replaced (the link stays); a path that is neither a regular file nor a link to
- * one (/dev/null, a FIFO) is written in place; a directory is an error. */
+ * target is replaced (the link stays; a dangling one gets its target made); a descriptor of
+ * this process (/dev/stdout, /dev/stderr, /dev/fd/N: the job's log, say) is written through;
+ * a path that is no regular file (/dev/null, a FIFO, a terminal) is written in place; a
+ * directory is an error. */
 tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, int durable);
 
 /* A stable 64-bit FNV-1a hash of a file's bytes as 16 hex digits (for the manifest). */

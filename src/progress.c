@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "util.h"
 #include "output.h"
 
 typedef struct samples {
@@ -31,6 +32,7 @@ struct tp_progress {
     time_t created_at, in_progress_at, ended_at;
     const char *final_status; /* NULL until finish */
     char *status_path;
+    int status_warned; /* an update of the status file failed (said once; the run goes on) */
     int to_tty;
     size_t bar_len; /* length of the bar last drawn, to blank a longer old one */
     double interval;
@@ -38,12 +40,7 @@ struct tp_progress {
     int dropped_samples;
 };
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double mono_now(void) { return tp_monotonic_s(); }
 
 static void samples_push(samples *s, double v, int *dropped)
 {
@@ -245,7 +242,15 @@ tp_status tp_progress_update(tp_progress *p, int force)
         tp_progress_format(p, line, sizeof line);
         tp_log(TP_LOG_INFO, "%s", line);
     }
-    return write_status(p, "in_progress", 0);
+    /* the file is a view of the run: a reader that went away or a full disk ends no run
+     * that its first write (at create) let start */
+    if (write_status(p, "in_progress", 0) != TP_OK) {
+        if (!p->status_warned)
+            tp_log(TP_LOG_WARN, "the status file is not being updated: %s; the run goes on", tp_error_message());
+        p->status_warned = 1;
+        tp_error_clear();
+    }
+    return TP_OK;
 }
 
 /* "p50/p90/p99" in milliseconds, or "n/a". */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *len)
@@ -102,4 +103,11 @@ void tp_format_bytes(int64_t bytes, char *out, size_t cap)
         u++;
     }
     snprintf(out, cap, u && v != floor(v) ? "%.2f %s" : "%.0f %s", v, unit[u]);
+}
+
+double tp_monotonic_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

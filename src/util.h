@@ -34,6 +34,9 @@ static inline int tp_add_u64(uint64_t a, uint64_t b, uint64_t *out)
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* Seconds on CLOCK_MONOTONIC (durations; it keeps counting while the process is stopped). */
+double tp_monotonic_s(void);
+
 /* bytes as "738.25 KiB", "4 KiB", "1.50 GiB" (powers of 1024; no decimals when whole). */
 void tp_format_bytes(int64_t bytes, char *out, size_t cap);
 

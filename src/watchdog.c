@@ -3,7 +3,6 @@
  */
 #include "watchdog.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,23 +11,17 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 struct tp_watchdog {
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t wake;      /* stop() wakes the thread at once */
+    pthread_cond_t wake;      /* stop() wakes the thread at once; waits on CLOCK_MONOTONIC */
     int stop;                 /* under lock */
     double timeout_s;
     int rank;
-    atomic_llong last_beat_ns; /* CLOCK_MONOTONIC */
+    _Atomic double last_beat; /* tp_monotonic_s() */
 };
-
-static long long mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void *watch(void *arg)
 {
@@ -36,25 +29,27 @@ static void *watch(void *arg)
     /* look a few times per timeout, at least once a second: ends within ~timeout + 1 s */
     double period = w->timeout_s / 4 < 1.0 ? w->timeout_s / 4 : 1.0;
     if (period < 0.01) period = 0.01;
+    double looked = tp_monotonic_s();
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until); /* pthread_cond_timedwait's clock */
-        long long ns = until.tv_nsec + (long long)(period * 1e9);
-        until.tv_sec += (time_t)(ns / 1000000000LL);
-        until.tv_nsec = (long)(ns % 1000000000LL);
-        int rc = pthread_cond_timedwait(&w->wake, &w->lock, &until);
+        const double until_s = tp_monotonic_s() + period;
+        struct timespec until = {(time_t)until_s, (long)((until_s - (double)(time_t)until_s) * 1e9)};
+        pthread_cond_timedwait(&w->wake, &w->lock, &until);
         if (w->stop) break;
-        if (rc != 0 && rc != ETIMEDOUT) continue;
-        const double idle = (double)(mono_ns() - atomic_load(&w->last_beat_ns)) / 1e9;
+        const double now = tp_monotonic_s();
+        /* this thread did not run for a while: the whole process was stopped (Ctrl-Z, a
+         * scheduler's suspend) and the loop with it, which is no hang: start the count again */
+        if (now - looked > 2 * period + 1.0) atomic_store(&w->last_beat, now);
+        looked = now;
+        const double idle = now - atomic_load(&w->last_beat);
         if (idle < w->timeout_s) continue;
+        /* no fflush or MPI here: the main thread may hold stdio's or MPI's locks */
         tp_log(TP_LOG_ERROR,
                "rank %d: no step has finished for %.0f s (--step-timeout %g): a rank of the job is stopped, hung "
                "(a GPU, NCCL, the network) or died without ending the job; ending it. The finished requests are "
                "saved: --resume continues; if one step truly takes this long, raise --step-timeout",
                w->rank, idle, w->timeout_s);
-        fflush(NULL);
-        _exit(TP_WATCHDOG_EXIT); /* the main thread may be inside MPI: no MPI call from here */
+        _exit(TP_WATCHDOG_EXIT);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -68,9 +63,13 @@ tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out)
     if (!w) return tp_error(TP_ERR_OOM, "out of memory starting the step watchdog");
     w->timeout_s = timeout_s;
     w->rank = rank;
-    atomic_init(&w->last_beat_ns, mono_ns());
+    atomic_init(&w->last_beat, tp_monotonic_s());
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->wake, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &attr);
+    pthread_condattr_destroy(&attr);
     const int rc = pthread_create(&w->thread, NULL, watch, w);
     if (rc != 0) {
         pthread_cond_destroy(&w->wake);
@@ -84,7 +83,7 @@ tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out)
 
 void tp_watchdog_beat(tp_watchdog *w)
 {
-    if (w) atomic_store(&w->last_beat_ns, mono_ns());
+    if (w) atomic_store(&w->last_beat, tp_monotonic_s());
 }
 
 void tp_watchdog_stop(tp_watchdog *w)

@@ -5,6 +5,8 @@
  * A thread checks the loop's heartbeat; after timeout seconds without one it says so and
  * exits the process, and mpirun / srun end the other ranks as for a rank that died. The
  * finished requests are on disk already (each written as it finishes): --resume goes on.
+ * A process stopped as a whole (Ctrl-Z, a scheduler's suspend) stops its watchdog too, which
+ * sees the gap when it runs again and starts counting afresh: no hang.
  */
 #ifndef TP_WATCHDOG_H
 #define TP_WATCHDOG_H

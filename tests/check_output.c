@@ -683,9 +683,10 @@ START_TEST(atomic_replace_helper)
 }
 END_TEST
 
-/* --status-file through a symbolic link, a FIFO (as /dev/null: not a regular file) or a
- * directory: the link stays a link with its target replaced, the FIFO stays a FIFO and gets
- * the text (no reader: a clear error, no hang), a directory is an error; no temp files. */
+/* --status-file through a symbolic link (dangling too), a FIFO (as /dev/null: not a regular
+ * file), /dev/stdout into a log file, or a directory: the link stays a link with its target
+ * replaced, the FIFO stays a FIFO and gets the text (no reader: a clear error, no hang), the
+ * log keeps its lines with the text appended, a directory is an error; no temp files. */
 START_TEST(atomic_replace_special_paths)
 {
     char target[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX], dir[PATH_MAX];
@@ -715,6 +716,40 @@ START_TEST(atomic_replace_special_paths)
     close(rfd);
     ck_assert_int_eq(stat(fifo, &sb), 0);
     ck_assert_msg(S_ISFIFO(sb.st_mode), "the FIFO was replaced by a file");
+
+    /* a dangling relative link: its target is made, the link stays */
+    char dangling[PATH_MAX], made[PATH_MAX];
+    P(dangling, "dangling.json");
+    P(made, "made.json");
+    ck_assert_int_eq(symlink("made.json", dangling), 0);
+    ck_assert_int_eq(tp_write_file_atomic(dangling, "m\n", 2, 1), TP_OK);
+    ck_assert_int_eq(lstat(dangling, &sb), 0);
+    ck_assert_msg(S_ISLNK(sb.st_mode), "the dangling link was replaced by a file");
+    t = slurp(made, NULL);
+    ck_assert_str_eq(t, "m\n");
+    free(t);
+
+    /* /dev/stdout into a log file (as under Slurm): appended to, never renamed over */
+    char log[PATH_MAX];
+    P(log, "job.log");
+    fflush(stdout);
+    const int saved = dup(1), lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert(saved >= 0 && lfd >= 0);
+    ck_assert_int_eq(dup2(lfd, 1), 1);
+    ck_assert_int_eq(write(1, "line A\n", 7), 7);
+    const tp_status through_stdout = tp_write_file_atomic("/dev/stdout", "{}\n", 3, 1);
+    ck_assert_int_eq(write(1, "line B\n", 7), 7);
+    dup2(saved, 1);
+    close(saved);
+    struct stat before, after;
+    ck_assert_int_eq(fstat(lfd, &before), 0);
+    close(lfd);
+    ck_assert_int_eq(through_stdout, TP_OK);
+    ck_assert_int_eq(stat(log, &after), 0);
+    ck_assert_msg(before.st_ino == after.st_ino, "the log was replaced by the status file");
+    t = slurp(log, NULL);
+    ck_assert_str_eq(t, "line A\n{}\nline B\n");
+    free(t);
 
     P(dir, "a-directory");
     ck_assert_int_eq(mkdir(dir, 0700), 0);
@@ -1349,6 +1384,33 @@ static int matches(const char *re, const char *s)
     return ok;
 }
 
+/* A status file that stops taking writes after the run started (a FIFO whose reader went
+ * away; a disk that filled): one warning, the updates go on returning TP_OK. */
+START_TEST(status_update_failure_warns_once)
+{
+    char sp[PATH_MAX];
+    P(sp, "status.fifo");
+    ck_assert_int_eq(mkfifo(sp, 0600), 0);
+    int rfd = open(sp, O_RDONLY | O_NONBLOCK);
+    ck_assert_int_ge(rfd, 0);
+    tp_progress *p;
+    ck_assert_int_eq(tp_progress_create(10, sp, 0, 0, &p), TP_OK); /* the first write: a reader */
+    close(rfd);
+    capture_begin();
+    tp_progress_request_done(p, 0, 10, 5, 0.01, 0.001);
+    const tp_status a = tp_progress_update(p, 1), b = tp_progress_update(p, 1);
+    char *err = capture_end();
+    ck_assert_int_eq(a, TP_OK);
+    ck_assert_int_eq(b, TP_OK);
+    ck_assert_msg(matches("warning: the status file is not being updated: cannot open .*status.fifo.*; the run goes on", err),
+                  "%s", err);
+    ck_assert_msg(strstr(strstr(err, "not being updated") + 1, "not being updated") == NULL, "warned twice: %s", err);
+    ck_assert_str_eq(tp_error_message(), "");
+    free(err);
+    tp_progress_destroy(p);
+}
+END_TEST
+
 START_TEST(progress_line_format)
 {
     tp_progress *p;
@@ -1472,6 +1534,7 @@ static Suite *output_suite(void)
     tcase_add_test(pr, percentiles_nearest_rank);
     tcase_add_test(pr, status_file_content);
     tcase_add_test(pr, status_file_always_whole);
+    tcase_add_test(pr, status_update_failure_warns_once);
     tcase_add_test(pr, progress_line_format);
     tcase_add_test(pr, progress_bar_and_summary);
     suite_add_tcase(s, pr);

@@ -62,7 +62,7 @@ expect_fail 1 "1 request(s) failed" "$TPINFER" --model "$TMP/v272" --input "$TMP
 grep -q '"status": "completed"' "$TMP/v.status" && grep -q '"failed": 1' "$TMP/v.status" ||
     { cat "$TMP/v.status"; fail "the status file of a run with a failed request"; }
 grep '"id":"text"' "$TMP/v.jsonl" | grep '"invalid_request"' |
-    grep -q "outside the model's vocabulary of 272 (config.json's vocab_size): tokenizer.json does not belong" ||
+    grep -q "beyond the model's embedding (config.json's vocab_size 272): a token added to tokenizer.json" ||
     { cat "$TMP/v.jsonl"; fail "no error record saying why for the text prompt"; }
 for id in ids bytes; do
     grep "\"id\":\"$id\"" "$TMP/v.jsonl" | grep -q '"completion_tokens":3' ||

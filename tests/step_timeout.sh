@@ -2,7 +2,8 @@
 # A rank stopped (SIGSTOP) in the middle of generation: its peers wait in a collective, and
 # --step-timeout ends the job non-zero within seconds of the timeout, saying why, with no
 # rank left; the requests finished before it are in the output and --resume completes the
-# rest, each id once.
+# rest, each id once. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer
+# than the timeout is no hang: continued, it finishes.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -20,10 +21,11 @@ for _ in $(seq 1 100); do
 done
 [ -n "$victim" ] || { kill $job; fail "the ranks did not start"; }
 # stop it once some requests are done (4 at a time, so later ones are still to run)
-for _ in $(seq 1 200); do
+for _ in $(seq 1 600); do
     [ -s "$TMP/out.jsonl" ] && break
     sleep 0.1
 done
+[ -s "$TMP/out.jsonl" ] || { kill $job; fail "no request finished within 60 s"; }
 kill -STOP "$victim"
 stopped_at=$(date +%s)
 rc=0
@@ -40,10 +42,24 @@ left=$(pgrep -f "^$TPINFER $args" || true)
 done_before=$(grep -c '"id":"r' "$TMP/out.jsonl")
 [ "$done_before" -ge 1 ] && [ "$done_before" -lt 32 ] ||
     fail "$done_before requests were done when the rank stopped (wanted some, not all)"
-mpi 2 "$TPINFER" $args --step-timeout 3 --output "$TMP/out.jsonl" --resume >"$TMP/log2" 2>&1 ||
+mpi 2 "$TPINFER" $args --step-timeout 10 --output "$TMP/out.jsonl" --resume >"$TMP/log2" 2>&1 ||
     { cat "$TMP/log2"; fail "--resume after the timeout"; }
 [ "$(grep -c '"id":"r' "$TMP/out.jsonl")" -eq 32 ] || fail "not every request once after --resume"
 [ "$(grep -o '"id":"r[0-9]*"' "$TMP/out.jsonl" | sort -u | wc -l)" -eq 32 ] || fail "an id twice after --resume"
 grep -q '"finish_reason":"length"' "$TMP/out.jsonl" || fail "no completion in the output"
 echo "stopped rank pid $victim after $done_before requests; the job ended (exit $rc) after ${elapsed}s"
+
+# the whole (one-rank) job stopped for 5 s with --step-timeout 2, then continued: it finishes
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/p.jsonl" --max-tokens 300 --ignore-eos --max-num-seqs 4 \
+    --step-timeout 2 --output "$TMP/whole.jsonl" >"$TMP/log3" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+    [ -s "$TMP/whole.jsonl" ] && break
+    sleep 0.1
+done
+kill -STOP $job
+sleep 5
+kill -CONT $job
+wait $job || { cat "$TMP/log3"; fail "a job suspended as a whole was ended by its watchdog"; }
+[ "$(grep -c '"id":"r' "$TMP/whole.jsonl")" -eq 32 ] || fail "the suspended job did not finish every request"
 exit 0
