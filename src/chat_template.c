@@ -5,6 +5,8 @@
  */
 #include "chat_template.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,7 +178,14 @@ static tp_status lex_tag(lexer *lx, const char *end, enum tok_type end_type, int
             lx->pos += k;
             TP_CHECK(push_tok(lx, real ? T_FLOAT : T_INT, p, k));
             token *t = &lx->v[lx->nt - 1];
-            t->num = real ? json_real(strtod(t->s, NULL)) : json_integer(strtoll(t->s, NULL, 10));
+            errno = 0;
+            const double d = real ? strtod(t->s, NULL) : 0;
+            const long long i = real ? 0 : strtoll(t->s, NULL, 10);
+            if (real ? !isfinite(d) : errno == ERANGE) /* json_real() takes no inf; ints do not saturate */
+                return tp_error(TP_ERR_FORMAT, "chat template: line %d: the number %.40s is out of range", lx->line,
+                                t->s);
+            t->num = real ? json_real(d) : json_integer(i);
+            if (!t->num) return tp_error(TP_ERR_OOM, "chat template: out of memory");
             continue;
         }
         size_t k = 1;

@@ -104,7 +104,9 @@ START_TEST(test_unsupported)
     }
     static const char *const syntax[] = {"{% if x %}", "{% for x in y %}", "{{ x ", "{{ 'abc }}", "{% endif %}",
                                          "{{ (1 }}", "{{ [1, }}", "{{ 1 + }}", "{# open", "{{ x | }}",
-                                         "{% if %}{% endif %}", "{{ \"\\x4\" }}"};
+                                         "{% if %}{% endif %}", "{{ \"\\x4\" }}",
+                                         "{{ 421e3084 }}", "{{ 99999999999999999999 }}"}; /* numbers out of range
+                                         (the first was reported as out of memory; check_mutations found it) */
     for (size_t i = 0; i < sizeof syntax / sizeof syntax[0]; i++) {
         tp_chat_template *tpl = NULL;
         tp_error_clear();
