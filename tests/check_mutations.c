@@ -21,6 +21,7 @@
 #include "st_builder.h"
 #include "status.h"
 #include "test_random.h"
+#include "tiny_tokenizer.h"
 #include "tokenizer.h"
 
 /* ---------------------------------------------------------------------------
@@ -195,26 +196,13 @@ END_TEST
 /* ---------------------------------------------------------------------------
  * tokenizer.json */
 
-static const char TOKENIZER[] =
-    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
-    "\"added_tokens\":[{\"id\":6,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
-    "\"normalized\":false,\"special\":true}],\"normalizer\":{\"type\":\"NFC\"},"
-    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},"
-    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
-    "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[6],"
-    "\"tokens\":[\"<s>\"]}}},"
-    "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},"
-    "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
-    "\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,"
-    "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"c\":3,\"abc\":4,\"\\u0120\":5},\"merges\":[\"a b\",\"ab c\"]}}";
-
 START_TEST(tokenizers)
 {
     int accepted = 0;
     FOR_EACH_COPY(sd, 3000)
     {
         size_t len;
-        char *m = mutate(TOKENIZER, strlen(TOKENIZER), &len);
+        char *m = mutate(TINY_TOKENIZER_JSON, strlen(TINY_TOKENIZER_JSON), &len);
         tp_tokenizer *tok = NULL;
         const tp_status st = tp_tokenizer_load_json(m, len, NULL, 0, &tok);
         check_outcome(st, "tokenizer.json", sd);
