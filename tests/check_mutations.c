@@ -1,6 +1,7 @@
 /*
- * check_mutations.c: every parser of a file a user gives (safetensors, config.json,
- * generation_config.json, tokenizer.json, a chat template, prompt files in each format)
+ * check_mutations.c: every parser of a file a user gives (safetensors and the shards'
+ * index, config.json, generation_config.json, tokenizer.json and tokenizer_config.json, a
+ * chat template, prompt files in each format, an output and its manifest to resume)
  * against thousands of randomly mutated copies of a valid input: bytes flipped or set to
  * JSON punctuation, spans deleted, duplicated or cut off, numbers made huge. Each copy is
  * accepted or refused with a message; never a crash, an out-of-bounds access or a leak
@@ -9,13 +10,16 @@
  * MUTATIONS=N sets the copies per parser (default 5000); a failing copy names its seed.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "model_config.h"
+#include "output.h"
 #include "requests.h"
 #include "safetensors.h"
 #include "st_builder.h"
@@ -23,6 +27,7 @@
 #include "test_random.h"
 #include "tiny_tokenizer.h"
 #include "tokenizer.h"
+#include "weights.h"
 
 /* ---------------------------------------------------------------------------
  * mutations */
@@ -153,6 +158,38 @@ START_TEST(safetensors_images)
 }
 END_TEST
 
+START_TEST(shard_indexes)
+{
+    static const char INDEX[] = "{\"metadata\":{\"total_size\":1024},\"weight_map\":{\"model.a\":"
+                                "\"model-00001-of-00002.safetensors\",\"model.b\":\"model-00002-of-00002.safetensors\","
+                                "\"model.c\":\"model-00001-of-00002.safetensors\"}}";
+    char *dir = stb_tmpdir(), path[4096];
+    for (int i = 1; i <= 2; i++) { /* the shards the index names */
+        snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, i);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
+    int accepted = 0;
+    FOR_EACH_COPY(sd, 6000)
+    {
+        size_t len;
+        char *m = mutate(INDEX, strlen(INDEX), &len);
+        char **names = NULL;
+        size_t n = 0;
+        const tp_status st = tp_weights_parse_index(m, len, dir, &names, &n);
+        check_outcome(st, "model.safetensors.index.json", sd);
+        accepted += st == TP_OK;
+        for (size_t i = 0; i < n; i++) free(names[i]);
+        free(names);
+        free(m);
+    }
+    stb_rmtree(dir);
+    free(dir);
+    report("safetensors index", accepted);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * config.json, generation_config.json */
 
@@ -223,6 +260,34 @@ START_TEST(tokenizers)
         free(m);
     }
     report("tokenizer.json", accepted);
+}
+END_TEST
+
+START_TEST(tokenizer_configs)
+{
+    static const char CONFIG_JSON[] =
+        "{\"add_bos_token\":true,\"add_eos_token\":false,\"bos_token\":\"<s>\",\"eos_token\":{\"content\":\"</s>\","
+        "\"lstrip\":false},\"model_max_length\":2048,\"added_tokens_decoder\":{\"6\":{\"content\":\"<s>\","
+        "\"special\":true}},\"chat_template\":\"{% for m in messages %}{{ m['content'] }}{% endfor %}\"}";
+    int accepted = 0;
+    FOR_EACH_COPY(sd, 7000)
+    {
+        size_t len;
+        char *m = mutate(CONFIG_JSON, strlen(CONFIG_JSON), &len);
+        tp_tokenizer *tok = NULL;
+        const tp_status st = tp_tokenizer_load_json(TINY_TOKENIZER_JSON, strlen(TINY_TOKENIZER_JSON), m, len, &tok);
+        check_outcome(st, "tokenizer_config.json", sd);
+        accepted += st == TP_OK;
+        if (st == TP_OK) {
+            tp_ids ids = {0};
+            tp_error_clear();
+            check_outcome(tp_tokenizer_encode(tok, "abc<s>", 6, 1, &ids), "encode", sd);
+            tp_ids_free(&ids);
+        }
+        tp_tokenizer_destroy(tok);
+        free(m);
+    }
+    report("tokenizer_config.json", accepted);
 }
 END_TEST
 
@@ -310,16 +375,101 @@ START_TEST(prompt_files)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * an output and its manifest, as --resume finds them after a crash or a user's edit */
+
+static void put(const char *path, const char *s, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, s, n), (ssize_t)n);
+    close(fd);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long k = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)k + 1);
+    ck_assert_int_eq(fread(s, 1, (size_t)k, f), (size_t)k);
+    s[k] = '\0';
+    fclose(f);
+    *n = (size_t)k;
+    return s;
+}
+
+START_TEST(resumed_outputs)
+{
+    char *dir = stb_tmpdir(), out[4096], man[4096], in[4096];
+    snprintf(out, sizeof out, "%s/out.jsonl", dir);
+    snprintf(man, sizeof man, "%s/out.jsonl.manifest.json", dir);
+    snprintf(in, sizeof in, "%s/in.jsonl", dir);
+    static const char input[] = "{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"y\"}\n";
+    put(in, input, sizeof input - 1);
+    const tp_manifest mf = {"1.0", dir, in, "{\"temperature\":0.7,\"max_tokens\":16}"};
+    tp_output_config c = {out, NULL, 0, 0, 0, 0, 2.0};
+    tp_output *o = NULL;
+    ck_assert_msg(tp_output_open(&c, &mf, &o) == TP_OK, "%s", tp_error_message()); /* the run the copies resume */
+    static const char *const lines[] = {"{\"id\":\"a\",\"text\":\"one\",\"finish_reason\":\"length\"}",
+                                        "{\"custom_id\":\"b\",\"response\":{\"status_code\":200},\"error\":null}",
+                                        "{\"id\":\"c\",\"code\":\"invalid_request\",\"message\":\"x\"}"};
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(tp_output_write(o, i, lines[i], strlen(lines[i]), i == 2), TP_OK);
+    ck_assert_int_eq(tp_output_close(o, 0), TP_OK);
+    size_t n_out, n_man;
+    char *base_out = slurp(out, &n_out), *base_man = slurp(man, &n_man);
+    c.resume = 1;
+    int accepted = 0;
+    const int every = 5; /* files on disk each time: a fifth of the copies */
+    fflush(stderr);
+    const int saved = dup(2), quiet = open("/dev/null", O_WRONLY);
+    dup2(quiet, 2); /* resume's info lines, thousands of them */
+    close(quiet);
+    FOR_EACH_COPY(sd, 8000)
+    {
+        if (sd % every) continue;
+        size_t len;
+        const int which = rand_int(2);
+        char *m = mutate(which ? base_man : base_out, which ? n_man : n_out, &len);
+        put(out, which ? base_out : m, which ? n_out : len);
+        put(man, which ? m : base_man, which ? len : n_man);
+        o = NULL;
+        const tp_status st = tp_output_open(&c, &mf, &o);
+        check_outcome(st, which ? "manifest" : "output to resume", sd);
+        accepted += st == TP_OK;
+        if (st == TP_OK) {
+            tp_error_clear();
+            check_outcome(tp_output_close(o, 0), "close", sd);
+        }
+        free(m);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    free(base_out);
+    free(base_man);
+    stb_rmtree(dir);
+    free(dir);
+    printf("  %-24s %5d of %d mutated copies accepted (and used), the rest refused with a message\n",
+           "resumed output, manifest", accepted, copies() / every);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mutations");
     TCase *tc = tcase_create("parsers");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, safetensors_images);
+    tcase_add_test(tc, shard_indexes);
     tcase_add_test(tc, model_configs);
     tcase_add_test(tc, tokenizers);
+    tcase_add_test(tc, tokenizer_configs);
     tcase_add_test(tc, chat_templates);
     tcase_add_test(tc, prompt_files);
+    tcase_add_test(tc, resumed_outputs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
