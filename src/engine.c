@@ -512,9 +512,17 @@ static tp_status make_backend(engine *e)
     TP_CHECK(tp_backend_create(gpu >= 0 ? "cuda" : "cpu", gpu, compute_dtype(e), &e->backend));
     e->tpc = e->w->tp;
     e->ppc = e->w->pp;
+    return TP_OK;
+}
+
+/* The NCCL communicators of the GPU backend (their creation is collective over each group:
+ * called once every rank's backend exists, so a rank that failed before is not awaited). */
+static tp_status make_comms(engine *e)
+{
     if (strcmp(e->backend->name, "cuda")) return TP_OK;
     /* device buffers travel through NCCL; MPI keeps the host-side agreements */
 #ifdef HAVE_NCCL
+    const int gpu = e->dev->index;
     if (e->g->tp > 1) TP_CHECK(tp_comm_nccl_create(e->w->tp, gpu, "tp", &e->nccl_tp));
     if (e->g->pp > 1) {
         TP_CHECK(tp_comm_nccl_create(e->w->pp, gpu, "pp", &e->nccl_pp));
@@ -603,10 +611,9 @@ static tp_status kv_budget(const engine *e, int on_gpu, int64_t *budget)
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
-    split_threads(g);
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
-    TP_CHECK(make_backend(e));
+    TP_CHECK(make_comms(e));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
     if (g->rank == 0) (void)tp_model_warn_unused(&e->cfg, &e->weights);
     double t0 = now_s();
@@ -1643,6 +1650,10 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     TP_CHECK(agree(e, st, n_failed));
 
     int32_t n_blocks = 0;
+    /* every rank's backend first: the communicators made next wait for every rank of a group */
+    if (e->n_runnable) split_threads(e->g);
+    st = e->n_runnable ? make_backend(e) : TP_OK;
+    TP_CHECK(agree(e, st, n_failed));
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {
