@@ -515,6 +515,28 @@ static tp_status make_backend(engine *e)
     return TP_OK;
 }
 
+/* Whether every rank made a backend of the same kind (a rank of a GPU job on a node whose
+ * GPUs are hidden falls back to the CPU with --backend auto, and its group would then wait
+ * for a communicator it never joins): the same error on every rank where not. */
+static tp_status same_backend(engine *e)
+{
+    const int32_t mine = !strcmp(e->backend->name, "cuda");
+    int32_t *all = malloc((size_t)e->g->world * sizeof *all);
+    if (!all) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st = tp_comm_all_gather(e->w->world, &mine, all, 1, TP_DTYPE_I32, NULL);
+    int cpu = -1, gpu = -1;
+    for (int r = 0; st == TP_OK && r < e->g->world; r++) {
+        if (all[r] && gpu < 0) gpu = r;
+        if (!all[r] && cpu < 0) cpu = r;
+    }
+    free(all);
+    if (st == TP_OK && cpu >= 0 && gpu >= 0)
+        st = tp_error(TP_ERR_UNAVAILABLE, "the ranks do not all run one backend: rank %d has a GPU, rank %d runs on "
+                      "the CPU (no GPU visible to it: CUDA_VISIBLE_DEVICES, the node); give every rank a GPU, or "
+                      "--backend cpu", gpu, cpu);
+    return st;
+}
+
 /* The NCCL communicators of the GPU backend (their creation is collective over each group:
  * called once every rank's backend exists, so a rank that failed before is not awaited). */
 static tp_status make_comms(engine *e)
@@ -1654,6 +1676,13 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     if (e->n_runnable) split_threads(e->g);
     st = e->n_runnable ? make_backend(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
+    if (e->n_runnable) {
+        st = same_backend(e);
+        if (st != TP_OK) {
+            *n_failed = e->g->world; /* every rank found it: rank 0 says it */
+            return st;
+        }
+    }
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {
