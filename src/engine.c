@@ -517,24 +517,16 @@ static tp_status make_backend(engine *e)
 
 /* Whether every rank made a backend of the same kind (a rank of a GPU job on a node whose
  * GPUs are hidden falls back to the CPU with --backend auto, and its group would then wait
- * for a communicator it never joins): the same error on every rank where not. */
+ * for a communicator it never joins): one sum over the world, the same verdict everywhere. */
 static tp_status same_backend(engine *e)
 {
     const int32_t mine = !strcmp(e->backend->name, "cuda");
-    int32_t *all = malloc((size_t)e->g->world * sizeof *all);
-    if (!all) return tp_error(TP_ERR_OOM, "out of memory");
-    tp_status st = tp_comm_all_gather(e->w->world, &mine, all, 1, TP_DTYPE_I32, NULL);
-    int cpu = -1, gpu = -1;
-    for (int r = 0; st == TP_OK && r < e->g->world; r++) {
-        if (all[r] && gpu < 0) gpu = r;
-        if (!all[r] && cpu < 0) cpu = r;
-    }
-    free(all);
-    if (st == TP_OK && cpu >= 0 && gpu >= 0)
-        st = tp_error(TP_ERR_UNAVAILABLE, "the ranks do not all run one backend: rank %d has a GPU, rank %d runs on "
-                      "the CPU (no GPU visible to it: CUDA_VISIBLE_DEVICES, the node); give every rank a GPU, or "
-                      "--backend cpu", gpu, cpu);
-    return st;
+    int32_t on_gpu = 0;
+    TP_CHECK(tp_comm_all_reduce_sum(e->w->world, &mine, &on_gpu, 1, TP_DTYPE_I32, NULL));
+    if (on_gpu == 0 || on_gpu == e->g->world) return TP_OK;
+    return tp_error(TP_ERR_UNAVAILABLE, "the ranks do not all run one backend: %d of the %d have a GPU, the others run "
+                    "on the CPU (no GPU visible to them: CUDA_VISIBLE_DEVICES, the node); give every rank a GPU, or "
+                    "--backend cpu", (int)on_gpu, e->g->world);
 }
 
 /* The NCCL communicators of the GPU backend (their creation is collective over each group:
@@ -633,9 +625,9 @@ static tp_status kv_budget(const engine *e, int on_gpu, int64_t *budget)
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
+    TP_CHECK(make_comms(e)); /* first: the group's peers wait for this rank there */
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
-    TP_CHECK(make_comms(e));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
     if (g->rank == 0) (void)tp_model_warn_unused(&e->cfg, &e->weights);
     double t0 = now_s();
@@ -1676,13 +1668,8 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     if (e->n_runnable) split_threads(e->g);
     st = e->n_runnable ? make_backend(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
-    if (e->n_runnable) {
-        st = same_backend(e);
-        if (st != TP_OK) {
-            *n_failed = e->g->world; /* every rank found it: rank 0 says it */
-            return st;
-        }
-    }
+    st = e->n_runnable ? same_backend(e) : TP_OK;
+    TP_CHECK(agree(e, st, n_failed));
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {
