@@ -287,7 +287,8 @@ static tp_status prepare_request(engine *e, req *r)
     } else {
         st = tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
     }
-    for (size_t i = 0; i < ids.n && st == TP_OK && !in->prompt_ids; i++) /* the embedding would read zeros */
+    /* text's ids (prompt_token_ids were checked above): past vocab_size the embedding reads zeros */
+    for (size_t i = 0; !in->prompt_ids && st == TP_OK && i < ids.n; i++)
         if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
             st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, beyond the model's embedding "
                           "(config.json's vocab_size %lld): a token added to tokenizer.json that the weights lack, or "

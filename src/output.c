@@ -168,6 +168,14 @@ static tp_status fsync_dir(const char *dir)
     return TP_OK;
 }
 
+/* text to fd, which path names (for the message) */
+static tp_status write_to(int fd, const char *path, const char *text, size_t len)
+{
+    if (write_all_fd(fd, text, len, NULL) == TP_OK) return TP_OK;
+    int e = errno;
+    return tp_error(TP_ERR_IO, "cannot write %s: %s%s", path, strerror(e), io_hint(e));
+}
+
 /* A path that is no regular file (/dev/null, a FIFO, a terminal): written in place, since
  * a rename over it would replace the device node with a file. */
 static tp_status write_in_place(const char *path, const char *text, size_t len)
@@ -178,11 +186,7 @@ static tp_status write_in_place(const char *path, const char *text, size_t len)
         int e = errno;
         return tp_error(TP_ERR_IO, "cannot open %s: %s%s", path, strerror(e), io_hint(e));
     }
-    tp_status st = TP_OK;
-    if (write_all_fd(fd, text, len, NULL) != TP_OK) {
-        int e = errno;
-        st = tp_error(TP_ERR_IO, "cannot write %s: %s%s", path, strerror(e), io_hint(e));
-    }
+    const tp_status st = write_to(fd, path, text, len);
     close(fd);
     return st;
 }
@@ -241,11 +245,7 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
     if (!target) return tp_error(TP_ERR_IO, "cannot follow the links of %s: %s", path, strerror(errno));
     if (own >= 0) {
         free(target);
-        if (write_all_fd(own, text, len, NULL) != TP_OK) {
-            int e = errno;
-            return tp_error(TP_ERR_IO, "cannot write %s: %s%s", path, strerror(e), io_hint(e));
-        }
-        return TP_OK;
+        return write_to(own, path, text, len);
     }
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {

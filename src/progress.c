@@ -40,8 +40,6 @@ struct tp_progress {
     int dropped_samples;
 };
 
-static double mono_now(void) { return tp_monotonic_s(); }
-
 static void samples_push(samples *s, double v, int *dropped)
 {
     if (s->n == s->cap) {
@@ -76,7 +74,7 @@ double tp_percentile(const double *sorted, size_t n, double pct)
 
 static double elapsed(const tp_progress *p)
 {
-    double e = (p->end > 0 ? p->end : mono_now()) - p->start;
+    double e = (p->end > 0 ? p->end : tp_monotonic_s()) - p->start;
     return e > 0 ? e : 0;
 }
 
@@ -200,7 +198,7 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
     p->total = total;
     p->to_tty = to_tty;
     p->interval = interval_seconds >= 0 ? interval_seconds : 10.0; /* also NaN */
-    p->start = p->last_update = mono_now();
+    p->start = p->last_update = tp_monotonic_s();
     p->created_at = p->in_progress_at = time(NULL);
     if (status_path && !(p->status_path = strdup(status_path))) {
         free(p);
@@ -232,7 +230,7 @@ void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens,
 tp_status tp_progress_update(tp_progress *p, int force)
 {
     if (!p || p->final_status) return TP_OK;
-    double now = mono_now();
+    double now = tp_monotonic_s();
     if (!force && now - p->last_update < p->interval) return TP_OK;
     p->last_update = now;
     if (p->to_tty) {
@@ -269,7 +267,7 @@ tp_status tp_progress_finish(tp_progress *p, int interrupted)
 {
     if (!p) return TP_OK;
     if (p->final_status) return TP_OK; /* once */
-    p->end = mono_now();
+    p->end = tp_monotonic_s();
     p->ended_at = time(NULL);
     p->final_status = interrupted == TP_PROGRESS_FAILED ? "failed" : interrupted ? "cancelled" : "completed";
     if (p->to_tty) draw_bar(p, 1);
