@@ -623,10 +623,40 @@ static tp_status kv_budget(const engine *e, int on_gpu, int64_t *budget)
     return TP_OK;
 }
 
+/* --step-timeout, or the backend's default: 600 s on GPUs (a step of NCCL calls that waits
+ * longer is a hang), none on the CPU (MPI's collectives, and steps of any length) */
+static double watchdog_timeout(const engine *e)
+{
+    if (e->o->step_timeout >= 0) return e->o->step_timeout;
+    return !strcmp(e->backend->name, "cuda") ? 600 : 0;
+}
+
+/* TPINFER_TEST_STOP_AT=PHASE:RANK (tests): that rank stops itself (SIGSTOP) as it enters
+ * the phase, as a rank stopped or hung there would, so that its peers' watchdog is seen to
+ * end the job. */
+static void test_stop_at(const engine *e, const char *phase)
+{
+    const char *v = getenv("TPINFER_TEST_STOP_AT");
+    const size_t n = strlen(phase);
+    if (v && !strncmp(v, phase, n) && v[n] == ':' && atoi(v + n + 1) == e->g->rank) raise(SIGSTOP);
+}
+
+/* make_comms under the watchdog: NCCL's communicator creation waits for every rank of the
+ * group, with no deadline of its own */
+static tp_status make_comms_guarded(engine *e)
+{
+    tp_watchdog *wd = NULL;
+    TP_CHECK(tp_watchdog_start(watchdog_timeout(e), e->g->rank, "making the NCCL communicators", &wd));
+    test_stop_at(e, "comms");
+    const tp_status st = make_comms(e);
+    tp_watchdog_stop(wd);
+    return st;
+}
+
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
-    TP_CHECK(make_comms(e)); /* first: the group's peers wait for this rank there */
+    TP_CHECK(make_comms_guarded(e)); /* first: the group's peers wait for this rank there */
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
@@ -1706,7 +1736,15 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
                    e->g->dp_rank, (int)e->max_seqs);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
-        st = warm_up(e);
+        /* the warm-up's steps are the first collectives over NCCL (its connections are made
+         * there), under the watchdog as the loop's */
+        st = tp_watchdog_start(watchdog_timeout(e), e->g->rank, "the warm-up", &e->watchdog);
+        if (st == TP_OK) {
+            test_stop_at(e, "warm-up");
+            st = warm_up(e);
+        }
+        tp_watchdog_stop(e->watchdog);
+        e->watchdog = NULL;
         if (st != TP_OK) { /* peers may be waiting in a collective of the warm-up */
             *must_abort = 1;
             *n_failed = 1;
@@ -1715,9 +1753,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->t0 = now_s();
         profile_steps_parse(e);
         /* a peer that stops (or hangs) would leave this rank in a collective for good */
-        const double timeout = e->o->step_timeout >= 0 ? e->o->step_timeout
-                               : !strcmp(e->backend->name, "cuda") ? 600 : 0;
-        st = tp_watchdog_start(timeout, e->g->rank, &e->watchdog);
+        st = tp_watchdog_start(watchdog_timeout(e), e->g->rank, NULL, &e->watchdog);
         if (st == TP_OK) st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
         tp_watchdog_stop(e->watchdog);
         e->watchdog = NULL;

@@ -122,7 +122,7 @@ static const option_doc docs[] = {
     {{"progress-interval", required_argument, 0, OPT_PROGRESS_INTERVAL}, NULL, "S",
      "seconds between progress lines on stderr", "5"},
     {{"step-timeout", required_argument, 0, OPT_STEP_TIMEOUT}, NULL, "S",
-     "end the job when no step finishes for S seconds (a stopped or hung rank); 0: never",
+     "end the job when no step (nor the NCCL setup, nor the warm-up) finishes in S seconds: a stopped or hung rank; 0: never",
      "600 on GPUs, 0 on the CPU backend"},
     {{"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE}, NULL, "FILE",
      "Jinja chat template for \"messages\" requests, instead of the model's", NULL},

@@ -20,6 +20,7 @@ struct tp_watchdog {
     int stop;                 /* under lock */
     double timeout_s;
     int rank;
+    const char *phase;        /* NULL: the generation loop */
     _Atomic double last_beat; /* tp_monotonic_s() */
 };
 
@@ -44,18 +45,26 @@ static void *watch(void *arg)
         const double idle = now - atomic_load(&w->last_beat);
         if (idle < w->timeout_s) continue;
         /* no fflush or MPI here: the main thread may hold stdio's or MPI's locks */
-        tp_log(TP_LOG_ERROR,
-               "rank %d: no step has finished for %.0f s (--step-timeout %g): a rank of the job is stopped, hung "
-               "(a GPU, NCCL, the network) or died without ending the job; ending it. The finished requests are "
-               "saved: --resume continues; if one step truly takes this long, raise --step-timeout",
-               w->rank, idle, w->timeout_s);
+        if (w->phase)
+            tp_log(TP_LOG_ERROR,
+                   "rank %d: %s has not finished in %.0f s (--step-timeout %g): a rank of its group is stopped, "
+                   "hung or cannot reach the others (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, a firewall; NCCL_DEBUG=INFO "
+                   "shows where each rank waits); ending the job. No step had run: the same command can run "
+                   "again once the cause is fixed",
+                   w->rank, w->phase, idle, w->timeout_s);
+        else
+            tp_log(TP_LOG_ERROR,
+                   "rank %d: no step has finished for %.0f s (--step-timeout %g): a rank of the job is stopped, hung "
+                   "(a GPU, NCCL, the network) or died without ending the job; ending it. The finished requests are "
+                   "saved: --resume continues; if one step truly takes this long, raise --step-timeout",
+                   w->rank, idle, w->timeout_s);
         _exit(TP_WATCHDOG_EXIT);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
-tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out)
+tp_status tp_watchdog_start(double timeout_s, int rank, const char *phase, tp_watchdog **out)
 {
     *out = NULL;
     if (!(timeout_s > 0)) return TP_OK;
@@ -63,6 +72,7 @@ tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out)
     if (!w) return tp_error(TP_ERR_OOM, "out of memory starting the step watchdog");
     w->timeout_s = timeout_s;
     w->rank = rank;
+    w->phase = phase;
     atomic_init(&w->last_beat, tp_monotonic_s());
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t attr;

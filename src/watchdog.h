@@ -5,6 +5,9 @@
  * A thread checks the loop's heartbeat; after timeout seconds without one it says so and
  * exits the process, and mpirun / srun end the other ranks as for a rank that died. The
  * finished requests are on disk already (each written as it finishes): --resume goes on.
+ * The same thread guards the startup's phases that wait for every peer of a group at once
+ * (making the NCCL communicators, the warm-up): there a phase that does not end in time
+ * is the hang, with no heartbeat inside it.
  * A process stopped as a whole (Ctrl-Z, a scheduler's suspend) stops its watchdog too, which
  * sees the gap when it runs again and starts counting afresh: no hang.
  */
@@ -23,8 +26,10 @@ typedef struct tp_watchdog tp_watchdog;
 #define TP_WATCHDOG_EXIT 1
 
 /* Starts the thread (timeout_s > 0) with a heartbeat now; timeout_s == 0: *out = NULL, no
- * thread. rank names the rank in the message. */
-tp_status tp_watchdog_start(double timeout_s, int rank, tp_watchdog **out);
+ * thread. rank names the rank in the message; phase is NULL for the generation loop (its
+ * steps beat), else what the rank is doing, as the message says it ("making the NCCL
+ * communicators"; a string that outlives the watchdog). */
+tp_status tp_watchdog_start(double timeout_s, int rank, const char *phase, tp_watchdog **out);
 
 /* The loop made progress (NULL: nothing). */
 void tp_watchdog_beat(tp_watchdog *w);

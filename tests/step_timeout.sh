@@ -2,8 +2,10 @@
 # A rank stopped (SIGSTOP) in the middle of generation: its peers wait in a collective, and
 # --step-timeout ends the job non-zero within seconds of the timeout, saying why, with no
 # rank left; the requests finished before it are in the output and --resume completes the
-# rest, each id once. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer
-# than the timeout is no hang: continued, it finishes.
+# rest, each id once. A rank that stops as its group begins the warm-up (the first
+# collectives; on GPUs, NCCL's connections) ends the job the same way, saying which phase
+# did not finish. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer than
+# the timeout is no hang: continued, it finishes.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -48,6 +50,22 @@ mpi 2 "$TPINFER" $args --step-timeout 10 --output "$TMP/out.jsonl" --resume >"$T
 [ "$(grep -o '"id":"r[0-9]*"' "$TMP/out.jsonl" | sort -u | wc -l)" -eq 32 ] || fail "an id twice after --resume"
 grep -q '"finish_reason":"length"' "$TMP/out.jsonl" || fail "no completion in the output"
 echo "stopped rank pid $victim after $done_before requests; the job ended (exit $rc) after ${elapsed}s"
+
+# rank 1 stops itself as the warm-up begins (TPINFER_TEST_STOP_AT), rank 0 waits in its first
+# all-reduce: its watchdog ends the job
+start=$(date +%s)
+rc=0
+TPINFER_WARMUP=1 TPINFER_TEST_STOP_AT=warm-up:1 mpi 2 "$TPINFER" $args --step-timeout 3 \
+    --output "$TMP/warm.jsonl" >"$TMP/log4" 2>&1 || rc=$?
+elapsed=$(( $(date +%s) - start ))
+[ $rc -ne 0 ] || { cat "$TMP/log4"; fail "mpirun exited 0 with a rank stopped in the warm-up"; }
+[ $elapsed -le 30 ] || fail "the job took ${elapsed}s to end with a rank stopped in the warm-up (--step-timeout 3)"
+grep -q "rank 0: the warm-up has not finished in [0-9]* s (--step-timeout 3): a rank of its group is stopped" \
+    "$TMP/log4" || { cat "$TMP/log4"; fail "no message saying which phase did not finish"; }
+sleep 0.5
+left=$(pgrep -f "^$TPINFER $args" || true)
+[ -z "$left" ] || { kill -9 $left; fail "ranks still running after the warm-up's timeout: $left"; }
+echo "a rank stopped in the warm-up: the job ended (exit $rc) after ${elapsed}s"
 
 # the whole (one-rank) job stopped for 5 s with --step-timeout 2, then continued: it finishes
 "$TPINFER" --model "$m" --backend cpu --input "$TMP/p.jsonl" --max-tokens 300 --ignore-eos --max-num-seqs 4 \

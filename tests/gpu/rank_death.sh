@@ -6,7 +6,10 @@
 #      output is a whole JSON record (what finished before the kill is kept, nothing half-written);
 #   2. a failure on the pipeline's last stage only (a weight of the wrong shape that only
 #      it loads), at tp=NP/2 x pp=2 with the NCCL communicators up: every rank ends within
-#      30 s, non-zero, and the failing ranks name the tensor.
+#      30 s, non-zero, and the failing ranks name the tensor;
+#   3. a rank that stops (SIGSTOP, TPINFER_TEST_STOP_AT) as its tp group makes the NCCL
+#      communicators, and 4. as the warm-up begins (the first NCCL collectives): with
+#      --step-timeout 5 the job ends within 30 s, non-zero, rank 0 naming the phase, no rank left.
 # Run from the repository root on a machine with NP GPUs (default 2); the shared models
 # in ./.gpu-shared, ./shared or ../shared (TPINFER_SHARED). Prints a result table last.
 set -u
@@ -90,6 +93,29 @@ if [ $((NP % 2)) -eq 0 ]; then
         record "failure on pp stage 1 only, tp=$((NP / 2)) pp=2" FAIL "$detail: $(grep -m2 -i error "$W/fail.log" | tr '\n' ' ')"
     fi
 fi
+
+# ---- 3, 4. a rank stopped in a startup phase that waits for the whole group
+echo "Hello" >"$W/hello.txt"
+for phase in comms warm-up; do
+    what=$([ "$phase" = comms ] && echo "making the NCCL communicators" || echo "the warm-up")
+    t0=$(date +%s)
+    rc=0
+    TPINFER_TEST_STOP_AT=$phase:1 TPINFER_WARMUP=1 timeout 120 mpirun --allow-run-as-root "${pass[@]}" \
+        -x TPINFER_TEST_STOP_AT -x TPINFER_WARMUP -np "$NP" "$T" --model "$SHARED/models/stories260K-hf" \
+        --backend cuda --tp "$NP" --input "$W/hello.txt" --output "$W/stop-$phase.jsonl" --step-timeout 5 \
+        >"$W/stop-$phase.log" 2>&1 || rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    sleep 1
+    left=$(pgrep -x tpinfer | tr '\n' ' ' || true)
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+    said=$(grep -c "rank 0: $what has not finished in [0-9]* s (--step-timeout 5)" "$W/stop-$phase.log" || true)
+    detail="exit $rc after ${dt} s; rank 0 named the phase: $said; left running: ${left:-none}"
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$dt" -le 30 ] && [ "$said" -ge 1 ] && [ -z "$left" ]; then
+        record "a rank stopped in $what, tp=$NP" PASS "$detail"
+    else
+        record "a rank stopped in $what, tp=$NP" FAIL "$detail: $(grep -m2 -i error "$W/stop-$phase.log" | tr '\n' ' ')"
+    fi
+done
 
 echo "| check | result | detail |"
 echo "| --- | --- | --- |"
