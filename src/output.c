@@ -270,7 +270,11 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
         int e = errno;
-        st = tp_error(TP_ERR_IO, "cannot create %s: %s%s", tmp, strerror(e), io_hint(e));
+        /* the file is written beside its final name, then renamed: say what of the directory */
+        const char *why = e == ENOENT ? " (its directory does not exist)"
+                          : e == EACCES ? " (it is made beside the file, then renamed: the directory must be writable)"
+                                        : io_hint(e);
+        st = tp_error(TP_ERR_IO, "cannot create %s in %s: %s%s", tmp, dir, strerror(e), why);
         goto out;
     }
     if (write_all_fd(fd, text, len, NULL) != TP_OK) {

@@ -205,9 +205,12 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
         return tp_error(TP_ERR_OOM, "out of memory");
     }
     tp_status st = write_status(p, "in_progress", 0);
-    if (st != TP_OK) {
+    if (st != TP_OK) { /* before any request ran: the option is what to fix */
+        char why[512];
+        snprintf(why, sizeof why, "%s", tp_error_message());
         tp_progress_destroy(p);
-        return st;
+        tp_error_clear(); /* the same failure, said with the option's name */
+        return tp_error(st, "--status-file %s: %s", status_path, why);
     }
     *out = p;
     return TP_OK;

@@ -1,0 +1,45 @@
+#!/bin/sh
+# The status file is a view of the run, never a reason to lose it: when its directory goes
+# away in the middle of a run, every status update and the final state fail to be written,
+# and the run still finishes every request with exit 0, warning once that the status is not
+# being updated and once that its final state was not written. A status file that cannot be
+# made at the start is an error before any request runs, naming the option.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+export OMP_NUM_THREADS=1
+m="$MODELS/stories260K-hf"
+for i in $(seq 1 24); do echo "{\"id\": \"r$i\", \"prompt\": \"Once upon a time there was a boy number $i\"}"; done \
+    >"$TMP/p.jsonl"
+mkdir "$TMP/st"
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/p.jsonl" --max-tokens 300 --ignore-eos --max-num-seqs 4 \
+    --progress-interval 0.2 --status-file "$TMP/st/status.json" --output "$TMP/out.jsonl" >"$TMP/log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do # the first status is written before the first step
+    [ -s "$TMP/st/status.json" ] && break
+    sleep 0.05
+done
+[ -s "$TMP/st/status.json" ] || { kill $job; cat "$TMP/log"; fail "no status file within 30 s"; }
+rm -rf "$TMP/st"
+rc=0
+wait $job || rc=$?
+[ $rc -eq 0 ] || { cat "$TMP/log"; fail "exit $rc with the status file's directory gone (wanted 0)"; }
+grep -q "the status file's final state was not written" "$TMP/log" ||
+    { cat "$TMP/log"; fail "no warning that the final status was not written"; }
+[ "$(grep -c 'the status file is not being updated' "$TMP/log")" -le 1 ] ||
+    { cat "$TMP/log"; fail "the update failure was warned more than once"; }
+[ "$(grep -c '"id":"r' "$TMP/out.jsonl")" -eq 24 ] || fail "not every request in the output"
+[ "$(grep -o '"id":"r[0-9]*"' "$TMP/out.jsonl" | sort -u | wc -l)" -eq 24 ] || fail "an id twice in the output"
+grep -q "summary (completed)" "$TMP/log" || { cat "$TMP/log"; fail "the run did not complete"; }
+[ ! -e "$TMP/st" ] || fail "the status file's directory came back"
+echo "the status directory removed mid-run: exit 0, 24 of 24 requests, both warnings"
+
+# a status file in a directory that does not exist: an error before any request runs, naming
+# the option and saying why
+rc=0
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/p.jsonl" --max-tokens 2 --status-file "$TMP/none/status.json" \
+    --output "$TMP/out2.jsonl" >"$TMP/log2" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/log2"; fail "exit $rc with --status-file in a missing directory (wanted 1)"; }
+grep -q -- "--status-file $TMP/none/status.json: cannot create .*(its directory does not exist)" "$TMP/log2" ||
+    { cat "$TMP/log2"; fail "the message does not name --status-file and the missing directory"; }
+[ ! -s "$TMP/out2.jsonl" ] || fail "requests ran although the status file could not be written"
+exit 0
