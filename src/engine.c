@@ -116,7 +116,7 @@ typedef struct engine {
     tp_output *out;         /* rank 0 */
     tp_progress *progress;  /* rank 0 */
     tp_collector *collector;
-    tp_watchdog *watchdog;     /* armed while the loop runs (--step-timeout) */
+    tp_watchdog *watchdog;     /* armed while the warm-up and the loop run (--step-timeout) */
     uint32_t *done_bits;    /* resume: requests the output already holds */
 
     tp_weights weights;
@@ -415,7 +415,10 @@ static tp_status open_output(engine *e)
     char *settings = settings_json(e);
     if (!settings) return tp_error(TP_ERR_OOM, "out of memory");
     tp_manifest m = {PACKAGE_VERSION, o->model, o->input, settings};
-    tp_status st = tp_output_open(&oc, &m, &e->out);
+    /* the status file is made later, once the requests are counted: its path is checked
+     * before anything is written */
+    tp_status st = o->status_file ? tp_output_check_target("--status-file", o->status_file) : TP_OK;
+    if (st == TP_OK) st = tp_output_open(&oc, &m, &e->out);
     free(settings);
     return st;
 }
@@ -638,18 +641,28 @@ static void test_stop_at(const engine *e, const char *phase)
 {
     const char *v = getenv("TPINFER_TEST_STOP_AT");
     const size_t n = strlen(phase);
-    if (v && !strncmp(v, phase, n) && v[n] == ':' && atoi(v + n + 1) == e->g->rank) raise(SIGSTOP);
+    if (!v || strncmp(v, phase, n) || v[n] != ':') return;
+    char *end;
+    const long rank = strtol(v + n + 1, &end, 10);
+    if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGSTOP);
 }
 
-/* make_comms under the watchdog: NCCL's communicator creation waits for every rank of the
- * group, with no deadline of its own */
+/* make_comms under the watchdog: NCCL's communicator creation (with its first collective,
+ * where NCCL connects the peers) waits for every rank of the group, with no deadline of its own */
 static tp_status make_comms_guarded(engine *e)
 {
     tp_watchdog *wd = NULL;
-    TP_CHECK(tp_watchdog_start(watchdog_timeout(e), e->g->rank, "making the NCCL communicators", &wd));
+    if (tp_watchdog_start(watchdog_timeout(e), e->g->rank, "making the NCCL communicators", &wd) != TP_OK) {
+        tp_log(TP_LOG_WARN, "rank %d: %s; the communicators are made without a deadline", e->g->rank,
+               tp_error_message()); /* the peers are on their way into NCCL's creation: go too */
+        tp_error_clear();
+    }
     test_stop_at(e, "comms");
     const tp_status st = make_comms(e);
     tp_watchdog_stop(wd);
+    /* said now: peers still inside NCCL's creation wait for this rank until their watchdog
+     * ends the job, before this rank's status reaches main */
+    if (st != TP_OK) tp_log(TP_LOG_ERROR, "rank %d: %s", e->g->rank, tp_error_message());
     return st;
 }
 
@@ -1292,10 +1305,13 @@ static tp_status warm_up(engine *e)
     } else if (e->is_sampler) {
         w.logits = e->logits_host;
     }
+    w.beat = tp_watchdog_beat_cb; /* each step, and what the stage before sends */
+    w.beat_arg = e->watchdog;
     double t0 = now_s();
     const int32_t n = tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
     if (e->g->pp_rank > 0) {
         TP_CHECK(recv_from_prev(e, n));
+        tp_watchdog_beat(e->watchdog);
         w.in_x = &e->rx;
         w.in_delta = &e->rdelta;
     }
@@ -1736,8 +1752,8 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
                    e->g->dp_rank, (int)e->max_seqs);
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
-        /* the warm-up's steps are the first collectives over NCCL (its connections are made
-         * there), under the watchdog as the loop's */
+        /* the warm-up's steps are collectives of the whole group, under the watchdog as the
+         * loop's (each step beats) */
         st = tp_watchdog_start(watchdog_timeout(e), e->g->rank, "the warm-up", &e->watchdog);
         if (st == TP_OK) {
             test_stop_at(e, "warm-up");

@@ -658,8 +658,11 @@ static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         in_x = tp_tensor_rows(w->in_x, 0, n);
         in_delta = tp_tensor_rows(w->in_delta, 0, n);
     }
-    return tp_model_forward(m, kv, buf, &s, tp, stage_input && w->in_x ? &in_x : NULL,
-                            stage_input && w->in_x ? &in_delta : NULL, w->logits, w->ids, w->sample_rows ? &rq : NULL);
+    TP_CHECK(tp_model_forward(m, kv, buf, &s, tp, stage_input && w->in_x ? &in_x : NULL,
+                              stage_input && w->in_x ? &in_delta : NULL, w->logits, w->ids,
+                              w->sample_rows ? &rq : NULL));
+    if (w->beat) w->beat(w->beat_arg);
+    return TP_OK;
 }
 
 static int32_t warm_len(const tp_kv_cache *kv, const tp_step_buffers *buf, const tp_warm_up *w)

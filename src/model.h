@@ -215,6 +215,8 @@ typedef struct tp_warm_up {
     const tp_sample_row *sample_rows;
     tp_sample_out *sample_out;
     const tp_tensor *in_x, *in_delta;
+    void (*beat)(void *arg); /* called after each step (a watchdog's heartbeat), or NULL */
+    void *beat_arg;
 } tp_warm_up;
 
 /* The tokens of the warm-up's prefill-sized step. */

@@ -1044,6 +1044,18 @@ static tp_status inspect_target(target *t, const char *input_path, const struct 
     return st;
 }
 
+tp_status tp_output_check_target(const char *what, const char *path)
+{
+    struct stat ls, st;
+    if (lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)) { /* written where its chain ends (tp_write_file_atomic) */
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return tp_error(TP_ERR_INVALID_ARG, "%s %s is a directory; give a file name", what, path);
+        return TP_OK;
+    }
+    target t = {path, what, 0, 0, 0, {0}};
+    return inspect_target(&t, NULL, NULL, 1);
+}
+
 static tp_status open_target(const target *t, out_file *f)
 {
     f->fd = open(t->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);

@@ -38,6 +38,11 @@ typedef struct tp_output_config {
 
 typedef struct tp_output tp_output;
 
+/* Whether a file the run will replace as a whole (what names the option: "--status-file")
+ * can be written at path: not a directory; a new file's directory exists and, as for an
+ * existing regular file, is writable (the file is made beside its name, then renamed). */
+tp_status tp_output_check_target(const char *what, const char *path);
+
 /* Open (or, with resume, reopen) the output. Refuses: an existing output without resume
  * or overwrite; output == input (same file, by device and inode); a resume whose manifest
  * differs without force (the message names the first field that differs). With resume,

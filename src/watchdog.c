@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,11 +48,13 @@ static void *watch(void *arg)
         /* no fflush or MPI here: the main thread may hold stdio's or MPI's locks */
         if (w->phase)
             tp_log(TP_LOG_ERROR,
-                   "rank %d: %s has not finished in %.0f s (--step-timeout %g): a rank of its group is stopped, "
-                   "hung or cannot reach the others (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, a firewall; NCCL_DEBUG=INFO "
-                   "shows where each rank waits); ending the job. No step had run: the same command can run "
-                   "again once the cause is fixed",
-                   w->rank, w->phase, idle, w->timeout_s);
+                   "rank %d: %s has made no progress for %.0f s (--step-timeout %g): a rank of its group is "
+                   "stopped, hung or cannot reach the others%s; ending the job. No request had run: once the "
+                   "cause is fixed, the same command with --resume goes on (records of requests that cannot run "
+                   "are written already); if this phase truly takes that long, raise --step-timeout",
+                   w->rank, w->phase, idle, w->timeout_s,
+                   strstr(w->phase, "NCCL") ? " (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, a firewall; NCCL_DEBUG=INFO shows "
+                                              "where each rank waits)" : "");
         else
             tp_log(TP_LOG_ERROR,
                    "rank %d: no step has finished for %.0f s (--step-timeout %g): a rank of the job is stopped, hung "
@@ -95,6 +98,8 @@ void tp_watchdog_beat(tp_watchdog *w)
 {
     if (w) atomic_store(&w->last_beat, tp_monotonic_s());
 }
+
+void tp_watchdog_beat_cb(void *watchdog) { tp_watchdog_beat(watchdog); }
 
 void tp_watchdog_stop(tp_watchdog *w)
 {

@@ -2,9 +2,8 @@
 # A rank stopped (SIGSTOP) in the middle of generation: its peers wait in a collective, and
 # --step-timeout ends the job non-zero within seconds of the timeout, saying why, with no
 # rank left; the requests finished before it are in the output and --resume completes the
-# rest, each id once. A rank that stops as its group begins the warm-up (the first
-# collectives; on GPUs, NCCL's connections) ends the job the same way, saying which phase
-# did not finish. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer than
+# rest, each id once. A rank that stops as its group begins the warm-up (whose steps are
+# collectives of the group) ends the job the same way, naming the phase. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer than
 # the timeout is no hang: continued, it finishes.
 . "$top_srcdir/tests/lib.sh"
 need_shared
@@ -60,7 +59,7 @@ TPINFER_WARMUP=1 TPINFER_TEST_STOP_AT=warm-up:1 mpi 2 "$TPINFER" $args --step-ti
 elapsed=$(( $(date +%s) - start ))
 [ $rc -ne 0 ] || { cat "$TMP/log4"; fail "mpirun exited 0 with a rank stopped in the warm-up"; }
 [ $elapsed -le 30 ] || fail "the job took ${elapsed}s to end with a rank stopped in the warm-up (--step-timeout 3)"
-grep -q "rank 0: the warm-up has not finished in [0-9]* s (--step-timeout 3): a rank of its group is stopped" \
+grep -q "rank 0: the warm-up has made no progress for [0-9]* s (--step-timeout 3): a rank of its group is stopped" \
     "$TMP/log4" || { cat "$TMP/log4"; fail "no message saying which phase did not finish"; }
 sleep 0.5
 left=$(pgrep -f "^$TPINFER $args" || true)
