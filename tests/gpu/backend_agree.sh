@@ -9,17 +9,7 @@
 # models in ./.gpu-shared, ./shared or ../shared (TPINFER_SHARED). Prints a result table last.
 set -u
 B=${1:?usage: tests/gpu/backend_agree.sh BUILD_DIR}
-root=$(pwd)
-SHARED=${TPINFER_SHARED:-$( [ -d .gpu-shared/models ] && echo "$root/.gpu-shared" ||
-                          { [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared"; })}
-T=$B/tpinfer
-W=$(mktemp -d /tmp/backend-agree.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-pass=(-x NCCL_NVLS_ENABLE)
-[ -n "${LD_LIBRARY_PATH:-}" ] && pass+=(-x LD_LIBRARY_PATH)
-results=()
-record() { results+=("| $1 | $2 | $3 |"); echo "== $1: $2 ($3)"; }
+. "$(dirname "$0")/jobs.sh"
 echo "Hello" >"$W/hello.txt"
 m=$SHARED/models/stories260K-hf
 
@@ -53,7 +43,4 @@ else
 fi
 sed 's/^/    /' "$W/check.log" | head -40
 
-echo "| check | result | detail |"
-echo "| --- | --- | --- |"
-printf '%s\n' "${results[@]}"
-! printf '%s\n' "${results[@]}" | grep -q "| FAIL |"
+print_table

@@ -6,8 +6,9 @@
 #        2 GPUs: tp=2, pp=2, dp=2      4 GPUs: tp=4, tp=2 x pp=2, dp=2 x tp=2
 #        8 GPUs: tp=8, tp=4 x pp=2
 #   2. tests/gpu/custom_ar.sh on all GPUs (the one-shot all-reduce against NCCL),
-#      tests/gpu/rank_death.sh (a rank killed, a rank failing, under NCCL), tpinfer --check
-#      at the largest tp (P2P matrix, all-reduce sweep);
+#      tests/gpu/rank_death.sh (a rank killed, a rank failing, a rank stopped as the NCCL
+#      communicators are made and as the warm-up begins), tests/gpu/backend_agree.sh (a rank
+#      without a GPU), tpinfer --check at the largest tp (P2P matrix, all-reduce sweep);
 #   3. bench/gpu_decode.sh at each grid: Llama-3-8B's shape on 2 and 4 GPUs (and at the first
 #      grid again without the layers' all-reduces, for their share of a decode step), a
 #      Llama-3-70B shape on 8 GPUs (BENCH_SHAPES overrides).
@@ -52,8 +53,10 @@ read -r tp0 _ _ <<<"${grids[0]}"
 part checks && {
     echo "## tests/gpu/custom_ar.sh ($GPUS ranks): the one-shot all-reduce against NCCL"
     timeout 150 bash tests/gpu/custom_ar.sh "$root/build-gpu" "$GPUS" 2>&1 | tail -8
-    echo "## tests/gpu/rank_death.sh ($GPUS ranks): a rank killed, a rank failing, under NCCL"
-    timeout 200 bash tests/gpu/rank_death.sh "$root/build-gpu" "$GPUS" 2>&1 | grep -E '^\| '
+    echo "## tests/gpu/rank_death.sh ($GPUS ranks): a rank killed, failing, stopped at startup, under NCCL"
+    timeout 300 bash tests/gpu/rank_death.sh "$root/build-gpu" "$GPUS" 2>&1 | grep -E '^\| '
+    echo "## tests/gpu/backend_agree.sh: a rank without a GPU (MPMD), tpinfer --check on one GPU"
+    timeout 120 bash tests/gpu/backend_agree.sh "$root/build-gpu" 2>&1 | grep -E '^\| '
     echo "## tpinfer --check --tp $tp0 ($GPUS ranks)"
     timeout 90 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$GPUS" "$T" --check --tp "$tp0" 2>&1 |
         tail -45

@@ -15,17 +15,7 @@
 set -u
 B=${1:?usage: tests/gpu/rank_death.sh BUILD_DIR [NP]}
 NP=${2:-2}
-root=$(pwd)
-SHARED=${TPINFER_SHARED:-$( [ -d .gpu-shared/models ] && echo "$root/.gpu-shared" ||
-                          { [ -d shared/models ] && echo "$root/shared" || echo "$root/../shared"; })}
-T=$B/tpinfer
-W=$(mktemp -d /tmp/rank-death.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-pass=(-x NCCL_NVLS_ENABLE)
-[ -n "${LD_LIBRARY_PATH:-}" ] && pass+=(-x LD_LIBRARY_PATH)
-results=()
-record() { results+=("| $1 | $2 | $3 |"); echo "== $1: $2 ($3)"; }
+. "$(dirname "$0")/jobs.sh"
 
 # ---- 1. a rank killed mid-generation
 m=$SHARED/models/stories260K-hf
@@ -126,7 +116,4 @@ for phase in comms warm-up; do
     fi
 done
 
-echo "| check | result | detail |"
-echo "| --- | --- | --- |"
-printf '%s\n' "${results[@]}"
-! printf '%s\n' "${results[@]}" | grep -q "| FAIL |"
+print_table
