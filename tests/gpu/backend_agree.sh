@@ -29,7 +29,7 @@ for backend in cuda auto; do
         record "--backend $backend, rank 1 without a GPU" FAIL "$detail: $(grep -m2 -i error "$W/$backend.log" | tr '\n' ' ')"
     fi
 done
-pkill -9 -x tpinfer 2>/dev/null
+pkill -9 -f "^$T " 2>/dev/null # leftovers of these jobs alone
 
 rc=0
 timeout 120 "$T" --check >"$W/check.log" 2>&1 || rc=$?
