@@ -1278,6 +1278,18 @@ static void env_wanted(engine *e)
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
  * the run pays no first-use costs; over pp the prefill step's activations pass down the
  * stages as a step's do. Part of the start-up time. */
+/* The run's first step as scheduler 0 will take it: the prompts of its first sequences,
+ * FIFO, up to --max-num-seqs of them and --max-num-batched-tokens (chunked prefill) */
+static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
+{
+    int64_t t = 0;
+    int32_t n = 0;
+    for (int64_t k = 0; k < e->n_seqs && n < e->max_seqs && t < e->max_batched; k += e->P, n++)
+        t += e->R[e->S_[k].req].n_prompt;
+    *tokens = (int32_t)(t < e->max_batched ? t : e->max_batched);
+    *seqs = n;
+}
+
 static tp_status warm_up(engine *e)
 {
     if (!e->warm) return TP_OK;
@@ -1287,6 +1299,7 @@ static tp_status warm_up(engine *e)
     memset(&w, 0, sizeof w);
     w.prefill_tokens = e->max_batched;
     w.max_len = e->max_model_len;
+    if (!env_is("TPINFER_WARMUP_FIRST", "0")) first_step(e, &w.first_tokens, &w.first_seqs);
     w.graphs = e->buf.use_graphs;
     w.tune = e->tune;
     if (greedy) {

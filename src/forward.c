@@ -7,6 +7,7 @@
 #include "model.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -697,15 +698,27 @@ static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
     const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
-    /* host arrays for the larger of the two kinds of step: 4 per token, 1 + max_blocks per sequence */
+    /* the first step's prefill, where it is smaller: f tokens in sequences of len_f (about as
+     * many as the first step's, at most as many as a step holds) */
+    const int32_t f = w->first_tokens > 0 && w->first_tokens < n ? w->first_tokens : 0;
+    int32_t len_f = f > 0 ? (int32_t)TP_CEIL_DIV(f, w->first_seqs > 0 ? w->first_seqs : 1) : 1;
+    if (len_f > len) len_f = len;
+    if (f > 0 && TP_CEIL_DIV(f, len_f) > buf->max_seqs) len_f = (int32_t)TP_CEIL_DIV(f, buf->max_seqs);
+    const int32_t seqs_f = f > 0 ? (int32_t)TP_CEIL_DIV(f, len_f) : 0;
+    /* host arrays for the largest of the kinds of step: 4 per token, 1 + max_blocks per sequence */
     const int32_t cap = graph_cap(buf), most = n > cap ? n : cap, seqs = n > 0 ? (n + len - 1) / len : 0;
-    const int32_t seqs_most = seqs > cap ? seqs : cap;
+    const int32_t seqs_most = seqs > cap ? (seqs > seqs_f ? seqs : seqs_f) : (cap > seqs_f ? cap : seqs_f);
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
     tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
     if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
+    if (st == TP_OK && f > 0) {
+        st = warm_step(m, kv, buf, tp, w, f, len_f, host, 1);
+        tp_log(TP_LOG_DEBUG, "warm-up: the first step's prefill too, %d tokens in %d sequences (the first step's: %d)",
+               (int)f, (int)seqs_f, (int)w->first_seqs);
+    }
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
      * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
     if (st == TP_OK && graphs && (w->sampled || tune)) {

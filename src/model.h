@@ -208,6 +208,10 @@ int tp_model_can_overlap(const tp_model *m);
  * buf->x and buf->delta for the caller to send on, as tp_model_forward does (graphs need pp 1). */
 typedef struct tp_warm_up {
     int32_t prefill_tokens, max_len;
+    /* the run's first step as the scheduler will take it (0: unknown): a prefill of other
+     * product shapes than prefill_tokens' is run too, so that its products are looked up
+     * (and tuned) here rather than in the step a first token waits for */
+    int32_t first_tokens, first_seqs;
     int graphs, sampled;
     int tune; /* the backend's matmul_tune around the eager steps (then each graph size once eagerly) */
     int32_t *ids;

@@ -61,6 +61,11 @@ grep -q "warm-up before the first step" "$TMP/warm.err" || { cat "$TMP/warm.err"
 # (and the debug level's step timeline: the first step, a prefill of every prompt)
 grep -q "debug: step 0 at [0-9.]* ms: [0-9]* tokens of 4 sequences, 4 sampled; forward" "$TMP/warm.err" ||
     { grep "debug: step" "$TMP/warm.err" | head -3; fail "no step timeline at TPINFER_LOG=debug"; }
+# (the first step's own product shapes are warmed too: a prefill of its token count, here
+# smaller than the prefill-sized step)
+first=$(sed -n 's/.*debug: step 0 at [0-9.]* ms: \([0-9]*\) tokens of 4 sequences.*/\1/p' "$TMP/warm.err")
+grep -q "warm-up: the first step's prefill too, $first tokens in 4 sequences (the first step's: 4)" "$TMP/warm.err" ||
+    { grep "warm-up" "$TMP/warm.err"; fail "the warm-up did not run the first step's prefill ($first tokens)"; }
 same_dumps warm together
 cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
 # a prefill step of more tokens than the largest graph batch, each in fewer sequences than it
