@@ -109,6 +109,7 @@ typedef struct engine {
     int32_t max_seqs;       /* --max-num-seqs, or its default for the device (load) */
     int seqs_fitted;        /* max_seqs is the large GPU's default, fitted to the KV cache (load) */
     int32_t warm, tune;     /* the warm-up, and cuBLASLt tuning in it: agreed by the replica's ranks */
+    int32_t warm_first;     /* the warm-up's prefill of the first step's size (agreed too) */
     int32_t eos[TP_MAX_EOS_IDS];
     int n_eos;
     const char *model_name;
@@ -415,9 +416,13 @@ static tp_status open_output(engine *e)
     char *settings = settings_json(e);
     if (!settings) return tp_error(TP_ERR_OOM, "out of memory");
     tp_manifest m = {PACKAGE_VERSION, o->model, o->input, settings};
-    /* the status file is made later, once the requests are counted: its path is checked
-     * before anything is written */
-    tp_status st = o->status_file ? tp_output_check_target("--status-file", o->status_file) : TP_OK;
+    /* the status file first ("validating"): one that cannot be written (or would replace
+     * the input or the results) fails the run before the output is touched */
+    tp_status st = TP_OK;
+    if (o->status_file) {
+        st = tp_output_check_target("--status-file", o->status_file, o->input, o->output, o->errors);
+        if (st == TP_OK) st = tp_progress_write_validating(o->status_file);
+    }
     if (st == TP_OK) st = tp_output_open(&oc, &m, &e->out);
     free(settings);
     return st;
@@ -1268,6 +1273,7 @@ static void env_wanted(engine *e)
     const char *warm = getenv("TPINFER_WARMUP");
     e->warm = warm ? strcmp(warm, "0") != 0 : e->backend->ops->graph_begin != NULL;
     e->tune = !env_is("TPINFER_GEMM_TUNE", "0");
+    e->warm_first = !env_is("TPINFER_WARMUP_FIRST", "0");
     e->sample_on_host = env_is("TPINFER_SAMPLE_ON_HOST", "1");
     e->pad_decode = !e->o->enforce_eager && e->g->pp == 1 &&
                     (e->backend->ops->graph_begin || env_is("TPINFER_PAD_DECODE", "1"));
@@ -1275,11 +1281,9 @@ static void env_wanted(engine *e)
     e->overlap = !env_is("TPINFER_OVERLAP", "0");
 }
 
-/* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
- * the run pays no first-use costs; over pp the prefill step's activations pass down the
- * stages as a step's do. Part of the start-up time. */
 /* The run's first step as scheduler 0 will take it: the prompts of its first sequences,
- * FIFO, up to --max-num-seqs of them and --max-num-batched-tokens (chunked prefill) */
+ * FIFO, up to --max-num-seqs of them and --max-num-batched-tokens (chunked prefill); the KV
+ * cache's limit on admissions is left out (a mismatch costs only a first-use lookup) */
 static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
 {
     int64_t t = 0;
@@ -1290,6 +1294,10 @@ static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
     *seqs = n;
 }
 
+/* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
+ * the run pays no first-use costs; over pp the prefill step's activations pass down the
+ * stages as a step's do. Part of the start-up time. */
+
 static tp_status warm_up(engine *e)
 {
     if (!e->warm) return TP_OK;
@@ -1299,7 +1307,7 @@ static tp_status warm_up(engine *e)
     memset(&w, 0, sizeof w);
     w.prefill_tokens = e->max_batched;
     w.max_len = e->max_model_len;
-    if (!env_is("TPINFER_WARMUP_FIRST", "0")) first_step(e, &w.first_tokens, &w.first_seqs);
+    if (e->warm_first) first_step(e, &w.first_tokens, &w.first_seqs);
     w.graphs = e->buf.use_graphs;
     w.tune = e->tune;
     if (greedy) {
@@ -1738,9 +1746,9 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
          * steps, of the same sizes (the warm-up's too, whatever each rank's environment
          * says): the smallest of each, but the host sampler where any rank asks for it */
         env_wanted(e);
-        enum { N_AGREED = 9 };
+        enum { N_AGREED = 10 };
         int32_t mine[N_AGREED] = {n_blocks, e->max_batched, e->warm, e->tune, !e->sample_on_host, e->pad_decode,
-                                  e->prune_last, e->overlap, e->max_seqs};
+                                  e->prune_last, e->overlap, e->max_seqs, e->warm_first};
         int32_t *all = malloc((size_t)e->w->replica->size * sizeof mine);
         if (!all) return tp_error(TP_ERR_OOM, "out of memory");
         st = tp_comm_all_gather(e->w->replica, mine, all, N_AGREED, TP_DTYPE_I32, NULL);
@@ -1757,6 +1765,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->prune_last = mine[6];
         e->overlap = mine[7];
         e->max_seqs = mine[8];
+        e->warm_first = mine[9];
         if (st == TP_OK && e->seqs_fitted && e->g->tp_rank == 0 && e->g->pp_rank == 0)
             tp_log(TP_LOG_INFO,
                    "replica %d: %d sequences at once (the default --max-num-seqs on this GPU: as many of the run's "

@@ -641,18 +641,24 @@ int tp_model_can_argmax(const tp_model *m)
 // ----------------------------------------------------------------------------
 // warm-up
 
-/* Dummy tokens: token j is id 0 at position j % len of sequence j / len, with slot -1 (the
- * KV cache is not written) and a block-table row of block 0 (zeroed at creation, or some
- * sequence's keys: finite either way); each sequence's last token has a logit row. */
+/* Dummy tokens in seqs sequences of near-equal length (sequence i: tokens i * n / seqs ..
+ * (i + 1) * n / seqs - 1, at positions from 0), all id 0, with slot -1 (the KV cache is not
+ * written) and a block-table row of block 0 (zeroed at creation, or some sequence's keys:
+ * finite either way); each sequence's last token has a logit row. 1 <= seqs <= n. */
 static tp_status warm_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
-                           int32_t n, int32_t len, int32_t *host, int stage_input)
+                           int32_t n, int32_t seqs, int32_t *host, int stage_input)
 {
-    const int32_t seqs = (n + len - 1) / len, mb = buf->max_blocks;
+    const int32_t mb = buf->max_blocks;
     int32_t *ids = host, *pos = ids + n, *seq = pos + n, *slot = seq + n, *rows = slot + n, *table = rows + seqs;
-    for (int32_t j = 0; j < n; j++) ids[j] = 0, pos[j] = j % len, seq[j] = j / len, slot[j] = -1;
-    for (int32_t i = 0; i < seqs; i++) rows[i] = i == seqs - 1 ? n - 1 : (i + 1) * len - 1;
+    int32_t longest = 0;
+    for (int32_t i = 0; i < seqs; i++) {
+        const int32_t j0 = (int32_t)((int64_t)i * n / seqs), j1 = (int32_t)((int64_t)(i + 1) * n / seqs);
+        for (int32_t j = j0; j < j1; j++) ids[j] = 0, pos[j] = j - j0, seq[j] = i, slot[j] = -1;
+        rows[i] = j1 - 1;
+        if (j1 - j0 > longest) longest = j1 - j0;
+    }
     memset(table, 0, (size_t)seqs * (size_t)mb * sizeof(int32_t));
-    tp_step s = {n, ids, pos, seq, slot, seqs, mb, n < len ? n : len, table, seqs, rows, NULL};
+    tp_step s = {n, ids, pos, seq, slot, seqs, mb, longest, table, seqs, rows, NULL};
     tp_sample_request rq = {w->sample_rows, w->sample_rows ? ids : NULL, 0, w->sample_out};
     tp_tensor in_x, in_delta;
     if (stage_input && w->in_x) {
@@ -689,7 +695,7 @@ static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     const int32_t cap = graph_cap(buf);
     for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
-        TP_CHECK(warm_step(m, kv, buf, tp, w, B, 1, host, 0));
+        TP_CHECK(warm_step(m, kv, buf, tp, w, B, B, host, 0));
         if (B == cap) break;
     }
     return TP_OK;
@@ -698,13 +704,13 @@ static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
     const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
-    /* the first step's prefill, where it is smaller: f tokens in sequences of len_f (about as
-     * many as the first step's, at most as many as a step holds) */
+    /* the first step's prefill, where it is smaller: f tokens in as many sequences as it has
+     * (its logit rows, so its last products' shapes), none longer than len, at most as many
+     * as a step holds */
     const int32_t f = w->first_tokens > 0 && w->first_tokens < n ? w->first_tokens : 0;
-    int32_t len_f = f > 0 ? (int32_t)TP_CEIL_DIV(f, w->first_seqs > 0 ? w->first_seqs : 1) : 1;
-    if (len_f > len) len_f = len;
-    if (f > 0 && TP_CEIL_DIV(f, len_f) > buf->max_seqs) len_f = (int32_t)TP_CEIL_DIV(f, buf->max_seqs);
-    const int32_t seqs_f = f > 0 ? (int32_t)TP_CEIL_DIV(f, len_f) : 0;
+    int32_t seqs_f = w->first_seqs < f ? w->first_seqs : f;
+    if (seqs_f > buf->max_seqs) seqs_f = buf->max_seqs;
+    if (f > 0 && seqs_f < TP_CEIL_DIV(f, len)) seqs_f = (int32_t)TP_CEIL_DIV(f, len);
     /* host arrays for the largest of the kinds of step: 4 per token, 1 + max_blocks per sequence */
     const int32_t cap = graph_cap(buf), most = n > cap ? n : cap, seqs = n > 0 ? (n + len - 1) / len : 0;
     const int32_t seqs_most = seqs > cap ? (seqs > seqs_f ? seqs : seqs_f) : (cap > seqs_f ? cap : seqs_f);
@@ -713,9 +719,14 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     tp_backend *b = m->backend;
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
     tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
-    if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, len, host, 1);
-    if (st == TP_OK && f > 0) {
-        st = warm_step(m, kv, buf, tp, w, f, len_f, host, 1);
+    if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, seqs, host, 1);
+    if (st == TP_OK && f > 0 && seqs_f > 0) {
+        /* eager even where graphs are recorded: a step of one-token sequences would be
+         * taken for a decode step and recorded before its products are tuned */
+        const int use_graphs = buf->use_graphs;
+        buf->use_graphs = 0;
+        st = warm_step(m, kv, buf, tp, w, f, seqs_f, host, 1);
+        buf->use_graphs = use_graphs;
         tp_log(TP_LOG_DEBUG, "warm-up: the first step's prefill too, %d tokens in %d sequences (the first step's: %d)",
                (int)f, (int)seqs_f, (int)w->first_seqs);
     }

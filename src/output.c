@@ -108,6 +108,7 @@ static const char *io_hint(int e)
     case EFBIG: return " (file size limit reached: ulimit -f?)";
     case EROFS: return " (read-only file system)";
     case EPIPE: return " (the reader of the pipe went away)";
+    case ENXIO: return " (a FIFO no process has open for reading)";
     default: return "";
     }
 }
@@ -274,7 +275,7 @@ tp_status tp_write_file_atomic(const char *path, const char *text, size_t len, i
         const char *why = e == ENOENT ? " (its directory does not exist)"
                           : e == EACCES ? " (it is made beside the file, then renamed: the directory must be writable)"
                                         : io_hint(e);
-        st = tp_error(TP_ERR_IO, "cannot create %s in %s: %s%s", tmp, dir, strerror(e), why);
+        st = tp_error(TP_ERR_IO, "cannot create %s: %s%s", tmp, strerror(e), why);
         goto out;
     }
     if (write_all_fd(fd, text, len, NULL) != TP_OK) {
@@ -1044,16 +1045,55 @@ static tp_status inspect_target(target *t, const char *input_path, const struct 
     return st;
 }
 
-tp_status tp_output_check_target(const char *what, const char *path)
+/* Whether a and b name one file: the same device and inode where both exist, else the same
+ * canonical path (neither exists yet); b_fd >= 0: b is this process's descriptor b_fd. */
+static int same_file(const char *a, const char *b, int b_fd)
 {
-    struct stat ls, st;
-    if (lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)) { /* written where its chain ends (tp_write_file_atomic) */
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            return tp_error(TP_ERR_INVALID_ARG, "%s %s is a directory; give a file name", what, path);
-        return TP_OK;
+    struct stat sa, sb;
+    const int ea = stat(a, &sa) == 0, eb = b_fd >= 0 ? fstat(b_fd, &sb) == 0 : stat(b, &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (b_fd >= 0) return 0;
+    char *ca = canon_path(a), *cb = canon_path(b);
+    const int same = ca && cb && !strcmp(ca, cb);
+    free(ca);
+    free(cb);
+    return same;
+}
+
+tp_status tp_output_check_target(const char *what, const char *path, const char *input, const char *output,
+                                 const char *errors)
+{
+    int own = -1;
+    char *end = link_target(path, &own); /* where its links end: what gets replaced */
+    if (!end) return tp_error(TP_ERR_IO, "%s %s: cannot follow its links: %s", what, path, strerror(errno));
+    tp_status st = TP_OK;
+    if (own >= 0) { /* written through the descriptor: only the results' own stream is wrong */
+        if (own == 1 && !output)
+            st = tp_error(TP_ERR_INVALID_ARG, "%s %s is standard output, where the results go without --output; "
+                          "give it another file (or /dev/stderr)", what, path);
+        free(end);
+        return st;
     }
-    target t = {path, what, 0, 0, 0, {0}};
-    return inspect_target(&t, NULL, NULL, 1);
+    char *manifest = output ? str_cat(output, ".manifest.json") : NULL;
+    const struct { const char *name, *path; int fd; } others[] = {
+        {"the input file", input && strcmp(input, "-") ? input : NULL, -1},
+        {"the output", output ? output : "standard output", output ? -1 : 1},
+        {"the output's manifest", manifest, -1},
+        {"the errors file", errors, -1},
+    };
+    for (size_t i = 0; st == TP_OK && i < sizeof others / sizeof others[0]; i++)
+        if (others[i].path && same_file(end, others[i].path, others[i].fd))
+            st = tp_error(TP_ERR_INVALID_ARG, "%s %s is %s (%s): the status would replace it; give another file",
+                          what, path, others[i].name, others[i].path);
+    free(manifest);
+    if (st == TP_OK) { /* a link's messages name it and where it leads */
+        char named[PATH_MAX + 64];
+        snprintf(named, sizeof named, "%s %s, a link to", what, path);
+        target t = {end, strcmp(end, path) ? named : what, 0, 0, 0, {0}};
+        st = inspect_target(&t, NULL, NULL, 1);
+    }
+    free(end);
+    return st;
 }
 
 static tp_status open_target(const target *t, out_file *f)

@@ -39,9 +39,12 @@ typedef struct tp_output_config {
 typedef struct tp_output tp_output;
 
 /* Whether a file the run will replace as a whole (what names the option: "--status-file")
- * can be written at path: not a directory; a new file's directory exists and, as for an
- * existing regular file, is writable (the file is made beside its name, then renamed). */
-tp_status tp_output_check_target(const char *what, const char *path);
+ * can be written at path (followed through its links): not the input, the output (NULL:
+ * standard output), its manifest or the errors file (may be NULL); not a directory; a new
+ * file's directory exists and, as for an existing regular file, is writable (the file is
+ * made beside its name, then renamed). */
+tp_status tp_output_check_target(const char *what, const char *path, const char *input, const char *output,
+                                 const char *errors);
 
 /* Open (or, with resume, reopen) the output. Refuses: an existing output without resume
  * or overwrite; output == input (same file, by device and inode); a resume whose manifest
@@ -75,6 +78,10 @@ typedef struct tp_progress tp_progress;
  * every interval_seconds. */
 tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
                              double interval_seconds, tp_progress **out);
+/* The status file's first version, "validating" (OpenAI's state before "in_progress"),
+ * written before the output is opened, so that a status file that cannot be written
+ * fails the run before anything else is touched. */
+tp_status tp_progress_write_validating(const char *status_path);
 /* A request finished (failed: got an error record), with its token counts and, for a
  * completion, its time to first token and mean inter-token latency in seconds. */
 void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens,

@@ -206,13 +206,33 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
     }
     tp_status st = write_status(p, "in_progress", 0);
     if (st != TP_OK) { /* before any request ran: the option is what to fix */
-        char why[512];
+        char why[2048];
         snprintf(why, sizeof why, "%s", tp_error_message());
         tp_progress_destroy(p);
         tp_error_clear(); /* the same failure, said with the option's name */
         return tp_error(st, "--status-file %s: %s", status_path, why);
     }
     *out = p;
+    return TP_OK;
+}
+
+tp_status tp_progress_write_validating(const char *status_path)
+{
+    tp_progress *p = calloc(1, sizeof *p);
+    if (!p || !(p->status_path = strdup(status_path))) {
+        free(p);
+        return tp_error(TP_ERR_OOM, "out of memory");
+    }
+    p->start = p->last_update = tp_monotonic_s();
+    p->created_at = time(NULL);
+    tp_status st = write_status(p, "validating", 0);
+    tp_progress_destroy(p);
+    if (st != TP_OK) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", tp_error_message());
+        tp_error_clear();
+        return tp_error(st, "--status-file %s: %s", status_path, why);
+    }
     return TP_OK;
 }
 

@@ -3,7 +3,8 @@
 # away in the middle of a run, every status update and the final state fail to be written,
 # and the run still finishes every request with exit 0, warning once that the status is not
 # being updated and once that its final state was not written. A status file that cannot be
-# made is an error before anything is written, naming the option and the directory.
+# made, or would replace the results, the input, the manifest or the errors file, is an
+# error before anything is written, naming the option and why.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -19,7 +20,12 @@ for _ in $(seq 1 600); do # the first status is written before the first step
     sleep 0.05
 done
 [ -s "$TMP/st/status.json" ] || { kill $job; cat "$TMP/log"; fail "no status file within 30 s"; }
+# stopped while the directory goes (no status write half-way through the rm), still running
+kill -STOP $job
+kill -0 $job 2>/dev/null && ! grep -q "summary (" "$TMP/log" ||
+    { kill -CONT $job; cat "$TMP/log"; fail "the run ended before its status directory was removed"; }
 rm -rf "$TMP/st"
+kill -CONT $job
 rc=0
 wait $job || rc=$?
 [ $rc -eq 0 ] || { cat "$TMP/log"; fail "exit $rc with the status file's directory gone (wanted 0)"; }
@@ -42,4 +48,34 @@ rc=0
 grep -q -- "--status-file $TMP/none/status.json: the directory $TMP/none does not exist; create it first" \
     "$TMP/log2" || { cat "$TMP/log2"; fail "the message does not name --status-file and the missing directory"; }
 [ ! -e "$TMP/out2.jsonl" ] || fail "the output was created although the status file cannot be"
+
+# a status file that would replace the results, the input, the manifest or the errors file;
+# results on standard output; a link to a missing directory; a FIFO nobody reads: each an
+# error before the output is touched (an earlier output given --overwrite keeps its lines)
+cp "$TMP/out.jsonl" "$TMP/prev.jsonl"
+cp "$TMP/p.jsonl" "$TMP/in.jsonl"
+ln -s "$TMP/none/s.json" "$TMP/dangling"
+mkfifo "$TMP/fifo"
+base="--model $m --backend cpu --input $TMP/in.jsonl --max-tokens 2"
+n=0
+while IFS='|' read -r name args want; do
+    n=$((n + 1))
+    rc=0
+    # shellcheck disable=SC2086
+    "$TPINFER" $base $args >"$TMP/o.txt" 2>"$TMP/e.txt" || rc=$?
+    [ $rc -ne 0 ] || { cat "$TMP/e.txt"; fail "$name: exit 0"; }
+    grep -q -- "$want" "$TMP/e.txt" || { cat "$TMP/e.txt"; fail "$name: no \"$want\""; }
+    [ "$(grep -c '"id":"r' "$TMP/prev.jsonl")" -eq 24 ] || fail "$name: the earlier output lost lines"
+    cmp -s "$TMP/in.jsonl" "$TMP/p.jsonl" || fail "$name: the input changed"
+done <<EOF2
+the output|--output $TMP/prev.jsonl --overwrite --status-file $TMP/prev.jsonl|is the output ($TMP/prev.jsonl): the status would replace it
+the input|--output $TMP/prev.jsonl --overwrite --status-file $TMP/in.jsonl|is the input file ($TMP/in.jsonl)
+the manifest|--output $TMP/prev.jsonl --overwrite --status-file $TMP/prev.jsonl.manifest.json|is the output's manifest
+the errors file|--output $TMP/prev.jsonl --overwrite --errors $TMP/err.jsonl --status-file $TMP/err.jsonl|is the errors file
+results on stdout|--status-file /dev/stdout|is standard output, where the results go without --output
+a dangling link|--output $TMP/prev.jsonl --overwrite --status-file $TMP/dangling|a link to $TMP/none/s.json: the directory $TMP/none does not exist
+a FIFO nobody reads|--output $TMP/prev.jsonl --overwrite --status-file $TMP/fifo|(a FIFO no process has open for reading)
+EOF2
+[ $n -eq 7 ] || fail "$n of the 7 bad status files were tried"
+echo "7 bad status files refused before the output was touched"
 exit 0
