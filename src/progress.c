@@ -188,6 +188,16 @@ static tp_status write_status(const tp_progress *p, const char *status, int dura
     return st;
 }
 
+/* A status file that cannot be written at the start: the same failure, said with the
+ * option's name (the option is what to fix) */
+static tp_status start_error(tp_status st, const char *status_path)
+{
+    char why[2048];
+    snprintf(why, sizeof why, "%s", tp_error_message());
+    tp_error_clear();
+    return tp_error(st, "--status-file %s: %s", status_path, why);
+}
+
 tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty, double interval_seconds,
                              tp_progress **out)
 {
@@ -205,12 +215,9 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
         return tp_error(TP_ERR_OOM, "out of memory");
     }
     tp_status st = write_status(p, "in_progress", 0);
-    if (st != TP_OK) { /* before any request ran: the option is what to fix */
-        char why[2048];
-        snprintf(why, sizeof why, "%s", tp_error_message());
+    if (st != TP_OK) { /* before any request ran */
         tp_progress_destroy(p);
-        tp_error_clear(); /* the same failure, said with the option's name */
-        return tp_error(st, "--status-file %s: %s", status_path, why);
+        return start_error(st, status_path);
     }
     *out = p;
     return TP_OK;
@@ -225,15 +232,9 @@ tp_status tp_progress_write_validating(const char *status_path)
     }
     p->start = p->last_update = tp_monotonic_s();
     p->created_at = time(NULL);
-    tp_status st = write_status(p, "validating", 0);
+    const tp_status st = write_status(p, "validating", 0);
     tp_progress_destroy(p);
-    if (st != TP_OK) {
-        char why[2048];
-        snprintf(why, sizeof why, "%s", tp_error_message());
-        tp_error_clear();
-        return tp_error(st, "--status-file %s: %s", status_path, why);
-    }
-    return TP_OK;
+    return st == TP_OK ? TP_OK : start_error(st, status_path);
 }
 
 void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens, int64_t completion_tokens,
