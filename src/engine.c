@@ -116,6 +116,7 @@ typedef struct engine {
 
     tp_output *out;         /* rank 0 */
     tp_progress *progress;  /* rank 0 */
+    int status_early;       /* rank 0: the status file says "validating" (no progress yet) */
     tp_collector *collector;
     tp_watchdog *watchdog;     /* armed while the warm-up and the loop run (--step-timeout) */
     uint32_t *done_bits;    /* resume: requests the output already holds */
@@ -421,7 +422,8 @@ static tp_status open_output(engine *e)
     tp_status st = TP_OK;
     if (o->status_file) {
         st = tp_output_check_target("--status-file", o->status_file, o->input, o->output, o->errors);
-        if (st == TP_OK) st = tp_progress_write_validating(o->status_file);
+        if (st == TP_OK) st = tp_progress_write_early(o->status_file, 0);
+        e->status_early = st == TP_OK;
     }
     if (st == TP_OK) st = tp_output_open(&oc, &m, &e->out);
     free(settings);
@@ -1851,6 +1853,11 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
         }
         tp_progress_destroy(e.progress);
         e.progress = NULL;
+    } else if (w->grid.rank == 0 && e.status_early && st != TP_OK) { /* ended before the requests were counted */
+        /* (the run's own error stays the message main reports: this one is not cleared) */
+        if (tp_progress_write_early(o->status_file, 1) != TP_OK)
+            tp_log(TP_LOG_WARN, "the status file %s could not be set to \"failed\"; it still says \"validating\"",
+                   o->status_file);
     }
     if (st == TP_OK) {
         for (size_t i = 0; i < e.reqs.n; i++) *n_request_errors += e.R[i].index >= 0 && e.R[i].error_code;

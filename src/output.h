@@ -78,10 +78,11 @@ typedef struct tp_progress tp_progress;
  * every interval_seconds. */
 tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
                              double interval_seconds, tp_progress **out);
-/* The status file's first version, "validating" (OpenAI's state before "in_progress"),
- * written before the output is opened, so that a status file that cannot be written
- * fails the run before anything else is touched. */
-tp_status tp_progress_write_validating(const char *status_path);
+/* The status file before there is a tp_progress: failed == 0, its first version,
+ * "validating" (OpenAI's state before "in_progress"), written before the output is opened,
+ * so that a status file that cannot be written fails the run before anything else is
+ * touched; failed == 1, "failed", for a run that ends before its requests were counted. */
+tp_status tp_progress_write_early(const char *status_path, int failed);
 /* A request finished (failed: got an error record), with its token counts and, for a
  * completion, its time to first token and mean inter-token latency in seconds. */
 void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens,

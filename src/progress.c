@@ -223,7 +223,7 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
     return TP_OK;
 }
 
-tp_status tp_progress_write_validating(const char *status_path)
+tp_status tp_progress_write_early(const char *status_path, int failed)
 {
     tp_progress *p = calloc(1, sizeof *p);
     if (!p || !(p->status_path = strdup(status_path))) {
@@ -232,9 +232,14 @@ tp_status tp_progress_write_validating(const char *status_path)
     }
     p->start = p->last_update = tp_monotonic_s();
     p->created_at = time(NULL);
-    const tp_status st = write_status(p, "validating", 0);
+    if (failed) {
+        p->final_status = "failed";
+        p->ended_at = p->created_at;
+        p->end = p->start;
+    }
+    const tp_status st = write_status(p, failed ? "failed" : "validating", failed);
     tp_progress_destroy(p);
-    return st == TP_OK ? TP_OK : start_error(st, status_path);
+    return st == TP_OK || failed ? st : start_error(st, status_path);
 }
 
 void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens, int64_t completion_tokens,

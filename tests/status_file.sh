@@ -4,7 +4,8 @@
 # and the run still finishes every request with exit 0, warning once that the status is not
 # being updated and once that its final state was not written. A status file that cannot be
 # made, or would replace the results, the input, the manifest or the errors file, is an
-# error before anything is written, naming the option and why.
+# error before anything is written, naming the option and why; a run that fails before
+# its requests are counted leaves the status "failed", not "validating".
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -78,4 +79,12 @@ a FIFO nobody reads|--output $TMP/prev.jsonl --overwrite --status-file $TMP/fifo
 EOF2
 [ $n -eq 7 ] || fail "$n of the 7 bad status files were tried"
 echo "7 bad status files refused before the output was touched"
+
+# a run that ends before its requests are counted (a --resume of an output with no manifest):
+# the status file, "validating" until then, says "failed"
+rc=0
+"$TPINFER" $base --output "$TMP/prev.jsonl" --resume --status-file "$TMP/early.json" >/dev/null 2>"$TMP/e.txt" || rc=$?
+[ $rc -ne 0 ] && grep -q "has no manifest" "$TMP/e.txt" || { cat "$TMP/e.txt"; fail "a --resume without a manifest"; }
+grep -q '"status": "failed"' "$TMP/early.json" || { cat "$TMP/early.json"; fail "the early failure's status file"; }
+grep -q '"failed_at": [0-9]' "$TMP/early.json" || { cat "$TMP/early.json"; fail "no failed_at"; }
 exit 0
