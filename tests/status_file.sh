@@ -16,11 +16,12 @@ mkdir "$TMP/st"
 "$TPINFER" --model "$m" --backend cpu --input "$TMP/p.jsonl" --max-tokens 300 --ignore-eos --max-num-seqs 4 \
     --progress-interval 0.2 --status-file "$TMP/st/status.json" --output "$TMP/out.jsonl" >"$TMP/log" 2>&1 &
 job=$!
-for _ in $(seq 1 600); do # the first status is written before the first step
-    [ -s "$TMP/st/status.json" ] && break
+for _ in $(seq 1 1200); do # "in_progress" once the requests are counted, before the first step
+    grep -q '"status": "in_progress"' "$TMP/st/status.json" 2>/dev/null && break
     sleep 0.05
 done
-[ -s "$TMP/st/status.json" ] || { kill $job; cat "$TMP/log"; fail "no status file within 30 s"; }
+grep -q '"status": "in_progress"' "$TMP/st/status.json" ||
+    { kill $job; cat "$TMP/log"; fail "no in_progress status within 60 s"; }
 # stopped while the directory goes (no status write half-way through the rm), still running
 kill -STOP $job
 kill -0 $job 2>/dev/null && ! grep -q "summary (" "$TMP/log" ||
