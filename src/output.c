@@ -1083,7 +1083,7 @@ tp_status tp_output_check_target(const char *what, const char *path, const char 
     };
     for (size_t i = 0; st == TP_OK && i < sizeof others / sizeof others[0]; i++)
         if (others[i].path && same_file(end, others[i].path, others[i].fd))
-            st = tp_error(TP_ERR_INVALID_ARG, "%s %s is %s (%s): the status would replace it; give another file",
+            st = tp_error(TP_ERR_INVALID_ARG, "%s %s is %s (%s): writing it would replace that; give another file",
                           what, path, others[i].name, others[i].path);
     free(manifest);
     if (st == TP_OK) { /* a link's messages name it and where it leads */

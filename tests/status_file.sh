@@ -70,7 +70,7 @@ while IFS='|' read -r name args want; do
     [ "$(grep -c '"id":"r' "$TMP/prev.jsonl")" -eq 24 ] || fail "$name: the earlier output lost lines"
     cmp -s "$TMP/in.jsonl" "$TMP/p.jsonl" || fail "$name: the input changed"
 done <<EOF2
-the output|--output $TMP/prev.jsonl --overwrite --status-file $TMP/prev.jsonl|is the output ($TMP/prev.jsonl): the status would replace it
+the output|--output $TMP/prev.jsonl --overwrite --status-file $TMP/prev.jsonl|is the output ($TMP/prev.jsonl): writing it would replace that
 the input|--output $TMP/prev.jsonl --overwrite --status-file $TMP/in.jsonl|is the input file ($TMP/in.jsonl)
 the manifest|--output $TMP/prev.jsonl --overwrite --status-file $TMP/prev.jsonl.manifest.json|is the output's manifest
 the errors file|--output $TMP/prev.jsonl --overwrite --errors $TMP/err.jsonl --status-file $TMP/err.jsonl|is the errors file
