@@ -654,29 +654,33 @@ static void test_stop_at(const engine *e, const char *phase)
     if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGSTOP);
 }
 
-/* make_comms under the watchdog: NCCL's communicator creation (with its first collective,
- * where NCCL connects the peers) waits for every rank of the group, with no deadline of its own */
-static tp_status make_comms_guarded(engine *e)
+/* fn under the watchdog (--step-timeout), phase naming it in the watchdog's message (NULL:
+ * the generation loop) and in TPINFER_TEST_STOP_AT (test_phase). A watchdog that cannot
+ * start is said and gone without: the peers are on their way into the phase's collectives. */
+static tp_status watched(engine *e, const char *phase, const char *test_phase, tp_status (*fn)(engine *))
 {
-    tp_watchdog *wd = NULL;
-    if (tp_watchdog_start(watchdog_timeout(e), e->g->rank, "making the NCCL communicators", &wd) != TP_OK) {
-        tp_log(TP_LOG_WARN, "rank %d: %s; the communicators are made without a deadline", e->g->rank,
-               tp_error_message()); /* the peers are on their way into NCCL's creation: go too */
+    if (tp_watchdog_start(watchdog_timeout(e), e->g->rank, phase, &e->watchdog) != TP_OK) {
+        tp_log(TP_LOG_WARN, "rank %d: %s; going on without a deadline", e->g->rank, tp_error_message());
         tp_error_clear();
     }
-    test_stop_at(e, "comms");
-    const tp_status st = make_comms(e);
-    tp_watchdog_stop(wd);
-    /* said now: peers still inside NCCL's creation wait for this rank until their watchdog
-     * ends the job, before this rank's status reaches main */
-    if (st != TP_OK) tp_log(TP_LOG_ERROR, "rank %d: %s", e->g->rank, tp_error_message());
+    if (test_phase) test_stop_at(e, test_phase);
+    const tp_status st = fn(e);
+    tp_watchdog_stop(e->watchdog);
+    e->watchdog = NULL;
     return st;
 }
 
 static tp_status load(engine *e, int32_t *n_blocks)
 {
     const tp_grid *g = e->g;
-    TP_CHECK(make_comms_guarded(e)); /* first: the group's peers wait for this rank there */
+    /* first: the group's peers wait for this rank there. NCCL's creation (with its first
+     * collective, where it connects the peers) has no deadline of its own */
+    const tp_status comms = watched(e, "making the NCCL communicators", "comms", make_comms);
+    if (comms != TP_OK) { /* said now: peers still inside NCCL's creation wait for this rank
+                           * until their watchdog ends the job, before this status reaches main */
+        tp_log(TP_LOG_ERROR, "rank %d: %s", e->g->rank, tp_error_message());
+        return comms;
+    }
     tp_shard_plan plan;
     TP_CHECK(tp_shard_plan_make(&e->cfg, g->tp, g->pp, g->tp_rank, g->pp_rank, &plan));
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
@@ -1299,7 +1303,6 @@ static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
  * the run pays no first-use costs; over pp the prefill step's activations pass down the
  * stages as a step's do. Part of the start-up time. */
-
 static tp_status warm_up(engine *e)
 {
     if (!e->warm) return TP_OK;
@@ -1706,6 +1709,8 @@ static void catch_stop_signals(void)
     sigaction(SIGUSR1, &sa, NULL);
 }
 
+static tp_status run_loop(engine *e) { return ahead_wanted(e) ? loop_ahead(e) : loop(e); }
+
 static tp_status phases(engine *e, int *n_failed, int *must_abort)
 {
     const tp_options *o = e->o;
@@ -1778,13 +1783,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         TP_CHECK(agree(e, st, n_failed));
         /* the warm-up's steps are collectives of the whole group, under the watchdog as the
          * loop's (each step beats) */
-        st = tp_watchdog_start(watchdog_timeout(e), e->g->rank, "the warm-up", &e->watchdog);
-        if (st == TP_OK) {
-            test_stop_at(e, "warm-up");
-            st = warm_up(e);
-        }
-        tp_watchdog_stop(e->watchdog);
-        e->watchdog = NULL;
+        st = watched(e, "the warm-up", "warm-up", warm_up);
         if (st != TP_OK) { /* peers may be waiting in a collective of the warm-up */
             *must_abort = 1;
             *n_failed = 1;
@@ -1793,10 +1792,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         e->t0 = now_s();
         profile_steps_parse(e);
         /* a peer that stops (or hangs) would leave this rank in a collective for good */
-        st = tp_watchdog_start(watchdog_timeout(e), e->g->rank, NULL, &e->watchdog);
-        if (st == TP_OK) st = ahead_wanted(e) ? loop_ahead(e) : loop(e);
-        tp_watchdog_stop(e->watchdog);
-        e->watchdog = NULL;
+        st = watched(e, NULL, NULL, run_loop);
         e->t_loop_end = now_s();
         if (st != TP_OK) { /* peers may be waiting in a collective of the loop */
             *must_abort = 1;

@@ -713,7 +713,8 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     if (f > 0 && seqs_f < TP_CEIL_DIV(f, len)) seqs_f = (int32_t)TP_CEIL_DIV(f, len);
     /* host arrays for the largest of the kinds of step: 4 per token, 1 + max_blocks per sequence */
     const int32_t cap = graph_cap(buf), most = n > cap ? n : cap, seqs = n > 0 ? (n + len - 1) / len : 0;
-    const int32_t seqs_most = seqs > cap ? (seqs > seqs_f ? seqs : seqs_f) : (cap > seqs_f ? cap : seqs_f);
+    int32_t seqs_most = seqs > cap ? seqs : cap;
+    if (seqs_f > seqs_most) seqs_most = seqs_f;
     int32_t *host = malloc((5 * (size_t)most + (size_t)seqs_most * (size_t)buf->max_blocks) * sizeof(int32_t));
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;

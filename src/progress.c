@@ -198,22 +198,31 @@ static tp_status start_error(tp_status st, const char *status_path)
     return tp_error(st, "--status-file %s: %s", status_path, why);
 }
 
+/* A tp_progress started now that writes status_path (may be NULL); NULL: out of memory */
+static tp_progress *progress_new(const char *status_path)
+{
+    tp_progress *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (status_path && !(p->status_path = strdup(status_path))) {
+        free(p);
+        return NULL;
+    }
+    p->start = p->last_update = tp_monotonic_s();
+    p->created_at = time(NULL);
+    return p;
+}
+
 tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty, double interval_seconds,
                              tp_progress **out)
 {
     *out = NULL;
     if (total < 0) return tp_error(TP_ERR_INVALID_ARG, "progress: a negative request total (%" PRId64 ")", total);
-    tp_progress *p = calloc(1, sizeof *p);
+    tp_progress *p = progress_new(status_path);
     if (!p) return tp_error(TP_ERR_OOM, "out of memory");
     p->total = total;
     p->to_tty = to_tty;
     p->interval = interval_seconds >= 0 ? interval_seconds : 10.0; /* also NaN */
-    p->start = p->last_update = tp_monotonic_s();
-    p->created_at = p->in_progress_at = time(NULL);
-    if (status_path && !(p->status_path = strdup(status_path))) {
-        free(p);
-        return tp_error(TP_ERR_OOM, "out of memory");
-    }
+    p->in_progress_at = p->created_at;
     tp_status st = write_status(p, "in_progress", 0);
     if (st != TP_OK) { /* before any request ran */
         tp_progress_destroy(p);
@@ -225,13 +234,8 @@ tp_status tp_progress_create(int64_t total, const char *status_path, int to_tty,
 
 tp_status tp_progress_write_early(const char *status_path, int failed)
 {
-    tp_progress *p = calloc(1, sizeof *p);
-    if (!p || !(p->status_path = strdup(status_path))) {
-        free(p);
-        return tp_error(TP_ERR_OOM, "out of memory");
-    }
-    p->start = p->last_update = tp_monotonic_s();
-    p->created_at = time(NULL);
+    tp_progress *p = progress_new(status_path);
+    if (!p) return tp_error(TP_ERR_OOM, "out of memory");
     if (failed) {
         p->final_status = "failed";
         p->ended_at = p->created_at;
