@@ -19,12 +19,13 @@ need_shared() {
     [ -d "$MODELS" ] || skip "$MODELS is absent (set TPINFER_SHARED to the shared/ folder)"
 }
 
-# mpirun with what a 2-core CI machine run as root needs, for MPI_TIMEOUT seconds at most (120).
+# mpirun with what a 2-core CI machine run as root needs, for MPI_TIMEOUT seconds at most (120),
+# then killed (Open MPI 4.1's mpirun was seen to hang, ignoring SIGTERM, after a killed rank).
 mpi() {
     [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ] || skip "mpirun not found"
     local np=$1; shift
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-        timeout "${MPI_TIMEOUT:-120}" "$MPIRUN" --oversubscribe -np "$np" "$@"
+        timeout -k 10 "${MPI_TIMEOUT:-120}" "$MPIRUN" --oversubscribe -np "$np" "$@"
 }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tpinfer-test.XXXXXX")

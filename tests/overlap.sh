@@ -100,7 +100,7 @@ n=$(grep -c "enqueued before the step before was read" "$TMP/tpin1.err") && [ "$
 ! grep -q "enqueued before the step before was read" "$TMP/tpmixed1.err" || fail "tp 2 with a sampled request enqueued ahead"
 # TPINFER_OVERLAP=0 on one rank only (mpirun without -x across hosts): the ranks agree to wait
 if [ "$backend" = cpu ]; then
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$MPIRUN" --oversubscribe \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 120 "$MPIRUN" --oversubscribe \
         -np 1 env TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=0 "$TPINFER" --model "$m" --backend cpu --tp 2 \
         --input "$TMP/in.jsonl" --output "$TMP/tpone.jsonl" : \
         -np 1 env TPINFER_LOG=debug TPINFER_PAD_DECODE=1 "$TPINFER" --model "$m" --backend cpu --tp 2 \

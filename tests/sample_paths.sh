@@ -55,7 +55,7 @@ if [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ]; then
     # pruned last layer only where all do), so the run ends and matches the host sampler's
     in=$top_srcdir/tests/sample_prompts.jsonl
     for v in TPINFER_SAMPLE_ON_HOST=1 TPINFER_PAD_DECODE=1 TPINFER_PRUNE_LAST=0; do
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$MPIRUN" --oversubscribe \
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 120 "$MPIRUN" --oversubscribe \
             -np 1 env TPINFER_PAD_DECODE=0 "$v" "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$in" \
             --output "$TMP/one-rank.jsonl" : \
             -np 1 env TPINFER_PAD_DECODE=0 "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$in" \
