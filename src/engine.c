@@ -1287,17 +1287,38 @@ static void env_wanted(engine *e)
     e->overlap = !env_is("TPINFER_OVERLAP", "0");
 }
 
-/* The run's first step as scheduler 0 will take it: the prompts of its first sequences,
- * FIFO, up to --max-num-seqs of them and --max-num-batched-tokens (chunked prefill); the KV
- * cache's limit on admissions is left out (a mismatch costs only a first-use lookup) */
+/* The run's first step as scheduler 0 will take it (tp_scheduler_schedule's admission, 2b):
+ * the prompts of its first sequences, FIFO, up to --max-num-seqs of them, --max-num-batched-
+ * tokens (chunked prefill) and the tokens its share of the KV cache holds */
 static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
 {
-    int64_t t = 0;
+    const int64_t bs = e->o->kv_block_size;
+    int64_t t = 0, free_blocks = e->blocks_per_engine;
     int32_t n = 0;
-    for (int64_t k = 0; k < e->n_seqs && n < e->max_seqs && t < e->max_batched; k += e->P, n++)
-        t += e->R[e->S_[k].req].n_prompt;
-    *tokens = (int32_t)(t < e->max_batched ? t : e->max_batched);
+    for (int64_t k = 0; k < e->n_seqs && n < e->max_seqs; k += e->P, n++) {
+        int64_t want = e->R[e->S_[k].req].n_prompt;
+        if (want > e->max_batched - t) want = e->max_batched - t;
+        if (want > free_blocks * bs) want = free_blocks * bs;
+        if (want < 1) break;
+        t += want;
+        free_blocks -= TP_CEIL_DIV(want, bs);
+    }
+    *tokens = (int32_t)t;
     *seqs = n;
+}
+
+/* TPINFER_TEST_WARMUP_STEP_S=X (tests): each warm-up step lasts X seconds longer, so that a
+ * warm-up longer than --step-timeout, each of whose steps is shorter, is seen to go on. */
+static void warm_beat(void *watchdog)
+{
+    static double extra = -1;
+    if (extra < 0) {
+        const char *v = getenv("TPINFER_TEST_WARMUP_STEP_S");
+        extra = v ? atof(v) : 0;
+        if (!(extra > 0 && extra < 60)) extra = 0;
+    }
+    if (extra > 0) nanosleep(&(struct timespec){(time_t)extra, (long)((extra - (time_t)extra) * 1e9)}, NULL);
+    tp_watchdog_beat(watchdog);
 }
 
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
@@ -1331,7 +1352,7 @@ static tp_status warm_up(engine *e)
     } else if (e->is_sampler) {
         w.logits = e->logits_host;
     }
-    w.beat = tp_watchdog_beat_cb; /* each step, and what the stage before sends */
+    w.beat = warm_beat; /* each step, and what the stage before sends */
     w.beat_arg = e->watchdog;
     double t0 = now_s();
     const int32_t n = tp_model_warm_up_tokens(&e->kv, &e->buf, &w);

@@ -99,8 +99,6 @@ void tp_watchdog_beat(tp_watchdog *w)
     if (w) atomic_store(&w->last_beat, tp_monotonic_s());
 }
 
-void tp_watchdog_beat_cb(void *watchdog) { tp_watchdog_beat(watchdog); }
-
 void tp_watchdog_stop(tp_watchdog *w)
 {
     if (!w) return;

@@ -26,9 +26,6 @@ typedef struct tp_watchdog tp_watchdog;
 /* The exit status of a rank the watchdog ends (main.c's fatal failure). */
 #define TP_WATCHDOG_EXIT 1
 
-/* tp_watchdog_beat for a callback's void * (the warm-up's, between its steps) */
-void tp_watchdog_beat_cb(void *watchdog);
-
 /* Starts the thread (timeout_s > 0) with a heartbeat now; timeout_s == 0: *out = NULL, no
  * thread. rank names the rank in the message; phase is NULL for the generation loop (its
  * steps beat), else what the rank is doing, as the message says it ("making the NCCL

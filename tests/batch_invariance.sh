@@ -68,6 +68,16 @@ grep -q "warm-up: the first step's prefill too, $first tokens in 4 sequences (th
     { grep "warm-up" "$TMP/warm.err"; fail "the warm-up did not run the first step's prefill ($first tokens)"; }
 same_dumps warm together
 cmp -s "$TMP/together.jsonl" "$TMP/warm.jsonl" || fail "completions differ after the warm-up"
+# (and where the KV cache admits fewer of the prompts: 3 blocks of 16 tokens take 3 sequences,
+# the third in part, so the warmed step is the first step's size, not the prompts')
+sed 's/"max_tokens": 128/"max_tokens": 8/' "$TMP/all.jsonl" >"$TMP/short.jsonl"
+TPINFER_LOG=debug TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm_kv "$TMP/short.jsonl" --kv-cache-memory 60KiB \
+    --max-model-len 48
+step0=$(sed -n 's/.*debug: step 0 at [0-9.]* ms: \([0-9]*\) tokens of \([0-9]*\) sequences.*/\1 \2/p' "$TMP/warm_kv.err")
+set -- $step0
+[ $# -eq 2 ] && [ "$2" -lt 4 ] || { cat "$TMP/warm_kv.err"; fail "the tight KV cache admitted every prompt at once ($step0)"; }
+grep -q "warm-up: the first step's prefill too, $1 tokens in $2 sequences (the first step's: $2)" "$TMP/warm_kv.err" ||
+    { grep "warm-up\|step 0" "$TMP/warm_kv.err"; fail "the warm-up's first step is not the admitted one ($1 tokens, $2 sequences)"; }
 # a prefill step of more tokens than the largest graph batch, each in fewer sequences than it
 # (the warm-up's host arrays must hold the larger of both)
 TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 run warm_small "$TMP/all.jsonl" --max-num-batched-tokens 300 --max-num-seqs 200
