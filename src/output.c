@@ -853,7 +853,7 @@ static tp_status scan_line(scan_state *s, const char *line, size_t len, off_t st
         return TP_OK;
     }
     json_error_t jerr;
-    json_t *j = json_loadb(line, len, 0, &jerr);
+    json_t *j = json_loadb(line, len, JSON_ALLOW_NUL, &jerr);
     if (!j || !json_is_object(j)) {
         json_decref(j);
         s->bad_whole++;
@@ -1223,7 +1223,7 @@ tp_status tp_output_open(const tp_output_config *cfg, const tp_manifest *m, tp_o
             } else {
                 st = tp_read_file(o->manifest_path, MANIFEST_MAX, &text, &len);
                 json_error_t jerr;
-                json_t *old = st == TP_OK ? json_loadb(text, len, 0, &jerr) : NULL;
+                json_t *old = st == TP_OK ? json_loadb(text, len, JSON_ALLOW_NUL, &jerr) : NULL;
                 free(text);
                 if (st == TP_OK && !json_is_object(old)) {
                     json_decref(old);

@@ -892,6 +892,7 @@ START_TEST(resume_collects_ids)
     put_str(out,
             "{\"id\":\"batch_req_1\",\"custom_id\":\"request-1\",\"response\":{\"status_code\":200},\"error\":null}\n"
             "{\"id\":\"c1\",\"text\":\"compact\"}\n"
+            "{\"id\":\"nul\",\"text\":\"a generated \\u0000 is valid JSON\"}\n"
             "\n"
             "{\"id\":42,\"text\":\"a numeric id\"}\n"
             "{\"text\":\"no id\"}\n"
@@ -906,11 +907,12 @@ START_TEST(resume_collects_ids)
     ck_assert(tp_output_is_done(o, "request-2"));
     ck_assert(tp_output_is_done(o, "c1"));
     ck_assert(tp_output_is_done(o, "42"));
+    ck_assert(tp_output_is_done(o, "nul")); /* a NUL in the text: the line is whole */
     ck_assert(!tp_output_is_done(o, "batch_req_1"));
     ck_assert(!tp_output_is_done(o, "request-3"));
     ck_assert(!tp_output_is_done(o, ""));
     ck_assert(!tp_output_is_done(o, NULL));
-    ck_assert_int_eq(tp_output_done_count(o), 4);
+    ck_assert_int_eq(tp_output_done_count(o), 5);
     ck_assert_int_eq(tp_output_close(o, 0), TP_OK);
     ck_assert_int_eq(tp_output_is_done(NULL, "x"), 0);
     ck_assert_int_eq(tp_output_done_count(NULL), 0);
