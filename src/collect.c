@@ -1,15 +1,21 @@
 /*
  * collect.c: the record transport. A record is one MPI message on a private duplicate
  * of the world communicator: a fixed header (index, flags, stats) and the line's bytes.
+ * With a step timeout, senders also send an empty beat at least every BEAT_S (or a quarter
+ * of the timeout) while they run, so that rank 0, waiting for the last results, sees a
+ * replica that went silent: one whose every rank is stopped or hung has no peer to notice.
  */
 #include "collect.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
+#include "util.h"
 
-enum { TAG_RECORD = 1, TAG_DONE = 2 };
+enum { TAG_RECORD = 1, TAG_DONE = 2, TAG_BEAT = 3 };
+#define BEAT_S 1.0
 
 typedef struct record_header {
     int64_t index;
@@ -30,7 +36,14 @@ struct tp_collector {
     tp_progress *progress;
     pending *sends;
     int n_sends, cap_sends;
+    double timeout_s, last_beat; /* senders: when the last beat went */
+    int world;                   /* rank 0: */
+    int *sender, *done;          /* per rank: sends records; has said it is done */
+    double *heard;               /* per rank: when rank 0 last received from it */
+    int64_t received;            /* rank 0: messages received */
 };
+
+static tp_status isend(tp_collector *c, char *buf, size_t n, int tag);
 
 #define MPI_OK(call, what)                                                   \
     do {                                                                     \
@@ -52,16 +65,43 @@ tp_status tp_collector_create(tp_mpi_world *w, int is_sender, tp_output *out, tp
     c->is_sender = is_sender;
     c->out = out;
     c->progress = progress;
-    int32_t mine = is_sender, total = 0;
-    tp_status st = tp_comm_all_reduce_sum(w->world, &mine, &total, 1, TP_DTYPE_I32, NULL);
-    if (st != TP_OK) {
-        MPI_Comm_free(&c->comm);
-        free(c);
-        return st;
+    MPI_Comm_size(c->comm, &c->world);
+    c->sender = calloc((size_t)c->world, sizeof *c->sender);
+    c->done = calloc((size_t)c->world, sizeof *c->done);
+    c->heard = calloc((size_t)c->world, sizeof *c->heard);
+    int mine = is_sender, ok = c->sender && c->done && c->heard, all_ok = 0;
+    /* collective on every rank whatever happened: then all agree */
+    int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->comm);
+    if (rc == MPI_SUCCESS && all_ok) rc = MPI_Allgather(&mine, 1, MPI_INT, c->sender, 1, MPI_INT, c->comm);
+    if (rc != MPI_SUCCESS || !all_ok) {
+        tp_collector_destroy(c);
+        return rc != MPI_SUCCESS ? tp_error(TP_ERR_MPI, "MPI_Allgather of the senders failed")
+                                 : tp_error(TP_ERR_OOM, "out of memory");
     }
-    c->n_senders = total;
+    const double now = tp_monotonic_s();
+    for (int r = 0; r < c->world; r++) {
+        c->n_senders += c->sender[r];
+        c->heard[r] = now;
+    }
+    c->last_beat = now;
     *cp = c;
     return TP_OK;
+}
+
+void tp_collector_set_timeout(tp_collector *c, double timeout_s)
+{
+    if (c) c->timeout_s = timeout_s > 0 ? timeout_s : 0;
+}
+
+tp_status tp_collector_beat(tp_collector *c)
+{
+    if (!c || c->rank == 0 || !c->is_sender || !(c->timeout_s > 0)) return TP_OK;
+    const double now = tp_monotonic_s(), every = c->timeout_s / 4 < BEAT_S ? c->timeout_s / 4 : BEAT_S;
+    if (now - c->last_beat < every) return TP_OK;
+    c->last_beat = now;
+    char *buf = malloc(1);
+    if (!buf) return tp_error(TP_ERR_OOM, "out of memory");
+    return isend(c, buf, 0, TAG_BEAT);
 }
 
 static tp_status write_record(tp_collector *c, const record_header *h, const char *line, size_t len)
@@ -95,8 +135,11 @@ static tp_status drain(tp_collector *c, int block)
             return tp_error(TP_ERR_MPI, "MPI_Recv of a record from rank %d failed", s.MPI_SOURCE);
         }
         tp_status st = TP_OK;
+        c->received++;
+        if (s.MPI_SOURCE >= 0 && s.MPI_SOURCE < c->world) c->heard[s.MPI_SOURCE] = tp_monotonic_s();
         if (s.MPI_TAG == TAG_DONE) {
             c->done_senders++;
+            if (s.MPI_SOURCE >= 0 && s.MPI_SOURCE < c->world) c->done[s.MPI_SOURCE] = 1;
             if (n >= (int)sizeof(int32_t) && *(int32_t *)buf) c->any_interrupted = 1;
         } else if ((size_t)n >= sizeof(record_header)) {
             record_header h;
@@ -173,7 +216,38 @@ tp_status tp_collector_poll(tp_collector *c)
         if (c->progress) TP_CHECK(tp_progress_update(c->progress, 0));
         return TP_OK;
     }
-    return c->n_sends ? reclaim(c, 0) : TP_OK;
+    if (c->n_sends) TP_CHECK(reclaim(c, 0));
+    return tp_collector_beat(c);
+}
+
+/* Rank 0, its own loop done: write what comes until every sender is done. With a timeout,
+ * a sender silent for twice it (no beat, record or end: its steps may each take up to the
+ * timeout) is taken for stopped or hung, and the job ends. */
+static tp_status wait_for_senders(tp_collector *c)
+{
+    if (!(c->timeout_s > 0)) return drain(c, 1);
+    const double start = tp_monotonic_s(), limit = 2 * c->timeout_s;
+    long nap_ns = 100000; /* 0.1 ms, doubling to 10 ms while nothing comes */
+    while (c->done_senders < c->n_senders) {
+        const int64_t before = c->received;
+        TP_CHECK(drain(c, 0));
+        const int got = c->received != before;
+        const double now = tp_monotonic_s();
+        for (int r = 0; r < c->world; r++) {
+            if (!c->sender[r] || c->done[r] || r == 0) continue;
+            const double since = c->heard[r] > start ? c->heard[r] : start, silent = now - since;
+            if (silent > limit)
+                return tp_error(TP_ERR_MPI,
+                                "rank 0: rank %d, which sends its replica's results, has sent nothing for %.0f s "
+                                "(twice --step-timeout %g) while rank 0 waits for the last of them: its replica is "
+                                "stopped, hung or died without ending the job; ending it. The finished requests are "
+                                "saved: --resume continues",
+                                r, now - c->heard[r], c->timeout_s);
+        }
+        nap_ns = got ? 100000 : nap_ns * 2 > 10000000 ? 10000000 : nap_ns * 2;
+        nanosleep(&(struct timespec){0, nap_ns}, NULL);
+    }
+    return TP_OK;
 }
 
 tp_status tp_collector_finish(tp_collector *c, int interrupted, int *any_interrupted)
@@ -190,7 +264,7 @@ tp_status tp_collector_finish(tp_collector *c, int interrupted, int *any_interru
         }
     }
     if (c->rank == 0) {
-        if (c->done_senders < c->n_senders) TP_CHECK(drain(c, 1));
+        if (c->done_senders < c->n_senders) TP_CHECK(wait_for_senders(c));
         TP_CHECK(drain(c, 0));
         if (any_interrupted) *any_interrupted = c->any_interrupted;
         return TP_OK;
@@ -206,6 +280,9 @@ void tp_collector_destroy(tp_collector *c)
         free(c->sends[i].buf);
     }
     free(c->sends);
+    free(c->sender);
+    free(c->done);
+    free(c->heard);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&c->comm);

@@ -22,16 +22,25 @@ typedef struct tp_collector tp_collector;
 tp_status tp_collector_create(tp_mpi_world *w, int is_sender, tp_output *out, tp_progress *progress,
                               tp_collector **c);
 
+/* --step-timeout (0: none), once every rank knows it: senders then beat while they run
+ * (tp_collector_beat, tp_collector_poll) and rank 0 ends its wait for a sender that is
+ * silent for twice it. */
+void tp_collector_set_timeout(tp_collector *c, double timeout_s);
+
+/* Senders: an empty message to rank 0 if none went for a while (a quarter of the timeout,
+ * at most 1 s); cheap, for a phase without polls (the warm-up's steps). */
+tp_status tp_collector_beat(tp_collector *c);
+
 /* A finished request's line (without newline); index orders it for --ordered. */
 tp_status tp_collector_send(tp_collector *c, int64_t index, int is_error, const char *line, size_t len,
                             const tp_record_stats *st);
 
 /* Rank 0: write what has arrived, sync on cadence, update progress. Senders: reclaim
- * finished sends. Cheap; call between steps. */
+ * finished sends, and beat. Cheap; call between steps. */
 tp_status tp_collector_poll(tp_collector *c);
 
 /* The end of this rank's loop: a sender says it is done (and whether it was interrupted);
- * rank 0 then writes until every sender is done. *any_interrupted (rank 0) tells whether
+ * rank 0 then writes until every sender is done (or one is silent too long: an error). *any_interrupted (rank 0) tells whether
  * some replica stopped early. */
 tp_status tp_collector_finish(tp_collector *c, int interrupted, int *any_interrupted);
 

@@ -1307,10 +1307,13 @@ static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
     *seqs = n;
 }
 
-/* TPINFER_TEST_WARMUP_STEP_S=X (tests): each warm-up step lasts X seconds longer, so that a
- * warm-up longer than --step-timeout, each of whose steps is shorter, is seen to go on. */
-static void warm_beat(void *watchdog)
+/* After each warm-up step: the watchdog's beat, and the collector's (a replica's sender
+ * tells rank 0 it is alive). TPINFER_TEST_WARMUP_STEP_S=X (tests): each step lasts X seconds
+ * longer, so that a warm-up longer than --step-timeout, each of whose steps is shorter, is
+ * seen to go on. */
+static void warm_beat(void *engine_)
 {
+    engine *e = engine_;
     static double extra = -1;
     if (extra < 0) {
         const char *v = getenv("TPINFER_TEST_WARMUP_STEP_S");
@@ -1318,7 +1321,8 @@ static void warm_beat(void *watchdog)
         if (!(extra > 0 && extra < 60)) extra = 0;
     }
     if (extra > 0) nanosleep(&(struct timespec){(time_t)extra, (long)((extra - (time_t)extra) * 1e9)}, NULL);
-    tp_watchdog_beat(watchdog);
+    tp_watchdog_beat(e->watchdog);
+    if (tp_collector_beat(e->collector) != TP_OK) tp_error_clear(); /* a beat is advice; the loop's polls retry */
 }
 
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
@@ -1353,7 +1357,7 @@ static tp_status warm_up(engine *e)
         w.logits = e->logits_host;
     }
     w.beat = warm_beat; /* each step, and what the stage before sends */
-    w.beat_arg = e->watchdog;
+    w.beat_arg = e;
     double t0 = now_s();
     const int32_t n = tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
     if (e->g->pp_rank > 0) {
@@ -1766,6 +1770,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     TP_CHECK(agree(e, st, n_failed));
     st = e->n_runnable ? same_backend(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
+    tp_collector_set_timeout(e->collector, e->n_runnable ? watchdog_timeout(e) : 0);
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (e->n_runnable) {

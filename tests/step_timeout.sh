@@ -2,7 +2,8 @@
 # A rank stopped (SIGSTOP) in the middle of generation: its peers wait in a collective, and
 # --step-timeout ends the job non-zero within seconds of the timeout, saying why, with no
 # rank left; the requests finished before it are in the output and --resume completes the
-# rest, each id once. A rank that stops as its group begins the warm-up (whose steps are
+# rest, each id once. With two replicas of one rank each, rank 0 ends the job when the other
+# replica goes silent. A rank that stops as its group begins the warm-up (whose steps are
 # collectives of the group) ends the job the same way, naming the phase. A job stopped as a whole (Ctrl-Z, a scheduler's suspend) for longer than
 # the timeout is no hang: continued, it finishes.
 . "$top_srcdir/tests/lib.sh"
@@ -49,6 +50,42 @@ mpi 2 "$TPINFER" $args --step-timeout 10 --output "$TMP/out.jsonl" --resume >"$T
 [ "$(grep -o '"id":"r[0-9]*"' "$TMP/out.jsonl" | sort -u | wc -l)" -eq 32 ] || fail "an id twice after --resume"
 grep -q '"finish_reason":"length"' "$TMP/out.jsonl" || fail "no completion in the output"
 echo "stopped rank pid $victim after $done_before requests; the job ended (exit $rc) after ${elapsed}s"
+
+# two data-parallel replicas of one rank each (tp 1): rank 1 stopped has no peer in its
+# replica to notice; rank 0 finishes its own share, then waits for rank 1's results, and ends
+# the job when rank 1 has sent nothing (results or beats) for twice --step-timeout
+dpargs="--model $m --backend cpu --input $TMP/p.jsonl --max-tokens 300 --ignore-eos --max-num-seqs 4 --step-timeout 3"
+mpi 2 "$TPINFER" $dpargs --output "$TMP/dp.jsonl" >"$TMP/log7" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+    pids=$(pgrep -f "^$TPINFER $dpargs")
+    [ "$(echo "$pids" | wc -w)" -eq 2 ] && { victim=$(echo "$pids" | sed -n 2p); break; }
+    sleep 0.1
+done
+[ -n "$victim" ] || { kill $job; fail "the dp ranks did not start"; }
+for _ in $(seq 1 600); do
+    [ -s "$TMP/dp.jsonl" ] && break
+    sleep 0.1
+done
+kill -STOP "$victim"
+stopped_at=$(date +%s)
+rc=0
+wait $job || rc=$?
+elapsed=$(( $(date +%s) - stopped_at ))
+kill -CONT "$victim" 2>/dev/null
+[ $rc -ne 0 ] || { cat "$TMP/log7"; fail "mpirun exited 0 with a replica stopped"; }
+[ $elapsed -le 40 ] || fail "the job took ${elapsed}s to end after a replica stopped (--step-timeout 3)"
+grep -q "rank 0: rank 1, which sends its replica's results, has sent nothing for [0-9]* s (twice --step-timeout 3)" \
+    "$TMP/log7" || { cat "$TMP/log7"; fail "no message naming the silent replica"; }
+sleep 0.5
+left=$(pgrep -f "^$TPINFER $dpargs" || true)
+[ -z "$left" ] || { kill -9 $left; fail "ranks still running after the silent replica's timeout: $left"; }
+mpi 2 "$TPINFER" $dpargs --output "$TMP/dp.jsonl" --resume >"$TMP/log8" 2>&1 ||
+    { cat "$TMP/log8"; fail "--resume after the silent replica"; }
+[ "$(grep -o '"id":"r[0-9]*"' "$TMP/dp.jsonl" | sort -u | wc -l)" -eq 32 ] &&
+    [ "$(grep -c '"id":"r' "$TMP/dp.jsonl")" -eq 32 ] || fail "not every request once after --resume (dp 2)"
+echo "a stopped replica (dp 2): the job ended (exit $rc) after ${elapsed}s; --resume finished the rest"
 
 # rank 1 stops itself as the warm-up begins (TPINFER_TEST_STOP_AT), rank 0 waits in its first
 # all-reduce: its watchdog ends the job
