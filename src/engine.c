@@ -384,6 +384,12 @@ static tp_status setup(engine *e)
     tp_input_format fmt = TP_INPUT_AUTO;
     tp_input_format_from_name(o->input_format, &fmt);
     TP_CHECK(tp_requests_read(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &e->reqs));
+    if (e->reqs.unknown_lines && e->g->rank == 0) { /* a misspelt field would pass unseen */
+        char fields[1024];
+        tp_requests_unknown_summary(&e->reqs, fields, sizeof fields);
+        tp_log(TP_LOG_WARN, "%s: %" PRId64 " line(s) hold fields tpinfer does not read, which it ignores: %s; check "
+               "their spelling (tpinfer(1), Input, lists the fields)", o->input, e->reqs.unknown_lines, fields);
+    }
     e->R = calloc(e->reqs.n, sizeof *e->R);
     if (!e->R) return tp_error(TP_ERR_OOM, "out of memory for %zu requests", e->reqs.n);
     for (size_t i = 0; i < e->reqs.n; i++) {

@@ -243,6 +243,8 @@ typedef struct line_ctx {
     int lossy;          /* parsed with JSON_DECODE_INT_AS_REAL after an integer overflow */
     int standin;        /* r->id is the line number, not an id the line gave */
     const char *prefix; /* "" or "body." before field names */
+    tp_request_list *list; /* where unknown fields are counted */
+    int unknown_here;      /* this line already counted in list->unknown_lines */
 } line_ctx;
 
 /* Record the line's first error; later ones are dropped (one message per line). */
@@ -703,6 +705,112 @@ static int jsonl_id(line_ctx *c, const json_t *o)
 static int openai_id(line_ctx *c, const json_t *o) { return read_id(c, "custom_id", get(o, "custom_id"), 0); }
 static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id", get(o, "task_id"), 1); }
 
+/* ------------------------------------------------------------------------------------
+ * Fields tpinfer does not read */
+
+/* read by read_params besides pfields */
+static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
+                                         "stop_token_ids", NULL};
+/* meaningless in an offline batch of one model: accepted without a word */
+static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
+                                         "service_tier", "parallel_tool_calls", "tool_choice", NULL};
+static const char *const jsonl_keys[] = {"id", "custom_id", "prompt", "prompt_token_ids", "input_ids",
+                                         "messages", "add_generation_prompt", NULL};
+static const char *const openai_keys[] = {"custom_id", "method", "url", "body", NULL};
+static const char *const body_keys[] = {"prompt", "messages", "add_generation_prompt", NULL};
+static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "output_tokens", "lora_request",
+                                          "media_paths", NULL};
+/* they change what a request produces, and tpinfer does not do them: an error record, not
+ * an output other than the one asked for (checked by refuse_unsupported) */
+static const char *const unsupported_keys[] = {"logit_bias", "response_format", "tools", "echo", "suffix",
+                                               "best_of", "use_beam_search", "guided_json", "guided_regex",
+                                               "guided_choice", "guided_grammar", "structured_outputs",
+                                               "logits_processors", NULL};
+
+static int in_list(const char *const *list, const char *k)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, k)) return 1;
+    return 0;
+}
+
+static int is_param(const char *k)
+{
+    for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++)
+        if (!strcmp(pfields[i].key, k)) return 1;
+    return in_list(param_keys, k) || in_list(quiet_keys, k) || in_list(unsupported_keys, k);
+}
+
+static void count_unknown(line_ctx *c, const char *key)
+{
+    tp_request_list *l = c->list;
+    if (!l) return;
+    if (!c->unknown_here) l->unknown_lines++;
+    c->unknown_here = 1;
+    char name[sizeof l->unknown[0].name];
+    int k = snprintf(name, sizeof name, "%s%s", c->prefix, key);
+    if (k >= (int)sizeof name) memcpy(name + sizeof name - 4, "...", 4);
+    for (int i = 0; i < l->n_unknown; i++)
+        if (!strcmp(l->unknown[i].name, name)) {
+            l->unknown[i].lines++;
+            return;
+        }
+    if (l->n_unknown == TP_UNKNOWN_FIELDS_KEPT) {
+        l->unknown_more = 1;
+        return;
+    }
+    tp_unknown_field *u = &l->unknown[l->n_unknown++];
+    memcpy(u->name, name, sizeof name);
+    u->lines = 1;
+    u->first_line = c->line;
+}
+
+/* o's keys that are neither in known nor (params) request settings: counted */
+static void note_unknown(line_ctx *c, const json_t *o, const char *const *known, int params)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        (void)v;
+        if (!in_list(known, k) && !(params && is_param(k))) count_unknown(c, k);
+    }
+}
+
+/* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
+ * an error record. Their neutral values pass (an empty logit_bias, a "text" format, no
+ * tools, echo false, best_of 1). */
+static int refuse_unsupported(line_ctx *c, const json_t *o)
+{
+    char b[QUOTE_CAP];
+    const char *p = c->prefix;
+    json_t *v;
+    if ((v = get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return fail(c, E_REQUEST, "\"%slogit_bias\" is not supported: tpinfer does not bias logits; remove it", p);
+    if ((v = get(o, "response_format"))) {
+        json_t *t = json_is_object(v) ? get(v, "type") : NULL;
+        if (!(json_is_string(t) && !strcmp(json_string_value(t), "text")))
+            return fail(c, E_REQUEST, "\"%sresponse_format\" %s is not supported: tpinfer has no structured (JSON) "
+                        "output; remove it or give {\"type\": \"text\"}", p, t ? repr(b, t) : repr(b, v));
+    }
+    if ((v = get(o, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return fail(c, E_REQUEST, "\"%stools\": tool calling is not supported", p);
+    if ((v = get(o, "echo")) && !json_is_false(v))
+        return fail(c, E_REQUEST, "\"%secho\" is not supported: the output holds the completion only", p);
+    if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+        return fail(c, E_REQUEST, "\"%ssuffix\" (fill-in-the-middle) is not supported", p);
+    if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return fail(c, E_REQUEST, "\"%sbest_of\" %s is not supported (\"n\" is)", p, repr(b, v));
+    if ((v = get(o, "use_beam_search")) && !json_is_false(v))
+        return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
+    static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                         "structured_outputs", "logits_processors"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(guided); i++)
+        if (get(o, guided[i]))
+            return fail(c, E_REQUEST, "\"%s%s\": guided decoding is not supported", p, guided[i]);
+    return OK;
+}
+
 static int parse_jsonl(line_ctx *c, const json_t *o)
 {
     TRY(jsonl_id(c, o));
@@ -733,7 +841,10 @@ static int parse_jsonl(line_ctx *c, const json_t *o)
         TRY(read_messages(c, given[3]));
     }
     TRY(read_add_generation_prompt(c, o));
-    return read_params(c, o);
+    TRY(refuse_unsupported(c, o));
+    TRY(read_params(c, o));
+    note_unknown(c, o, jsonl_keys, 1);
+    return OK;
 }
 
 static int parse_openai(line_ctx *c, const json_t *o)
@@ -754,7 +865,10 @@ static int parse_openai(line_ctx *c, const json_t *o)
                     repr(b, url));
     if (!json_is_object(body))
         return fail(c, E_REQUEST, "\"body\" must be an object, not %s", body ? repr(b, body) : "missing");
+    note_unknown(c, o, openai_keys, 0);
     c->prefix = "body.";
+    TRY(refuse_unsupported(c, body));
+    note_unknown(c, body, body_keys, 1);
     json_t *stream = get(body, "stream");
     if (stream && !json_is_boolean(stream))
         return fail(c, E_REQUEST, "\"body.stream\" must be true or false, not %s", repr(b, stream));
@@ -808,6 +922,7 @@ static int parse_trtllm(line_ctx *c, const json_t *o)
         c->r->p.has_max_tokens = 1;
         c->r->p.max_tokens = (int32_t)x;
     }
+    note_unknown(c, o, trtllm_keys, 0);
     return OK;
 }
 
@@ -867,9 +982,9 @@ static const char *type_name(const json_t *v)
 /* Fill r from line s[0..n) (no '\n', no trailing '\r'). OOM is the only failure; a bad
  * line is recorded in r. */
 static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_input_format fmt,
-                      int64_t vocab, size_t max_line, int *standin)
+                      int64_t vocab, size_t max_line, int *standin, tp_request_list *list)
 {
-    line_ctx c = {.r = r, .line = line, .vocab = vocab, .prefix = ""};
+    line_ctx c = {.r = r, .line = line, .vocab = vocab, .prefix = "", .list = list};
     r->line = line;
     r->add_generation_prompt = 1;
     int rc = OK;
@@ -1068,7 +1183,7 @@ tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_i
         tp_request *r = &out->v[out->n++];
         memset(r, 0, sizeof *r);
         int si = 0;
-        if (parse_line(r, s, n, it.line, fmt, vocab_size, max_line_bytes, &si) != OK) {
+        if (parse_line(r, s, n, it.line, fmt, vocab_size, max_line_bytes, &si, out) != OK) {
             st = tp_error(TP_ERR_OOM, "out of memory reading %s at line %lld", what, (long long)it.line);
             goto fail;
         }
@@ -1087,6 +1202,22 @@ fail:
     free(standin);
     tp_requests_free(out);
     return st;
+}
+
+void tp_requests_unknown_summary(const tp_request_list *l, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap) buf[0] = '\0';
+    for (int i = 0; i < l->n_unknown && o < cap; i++) {
+        const tp_unknown_field *u = &l->unknown[i];
+        int k = u->lines == 1
+                    ? snprintf(buf + o, cap - o, "%s\"%s\" (line %lld)", i ? ", " : "", u->name, (long long)u->first_line)
+                    : snprintf(buf + o, cap - o, "%s\"%s\" (%lld lines, first line %lld)", i ? ", " : "", u->name,
+                               (long long)u->lines, (long long)u->first_line);
+        if (k < 0) break;
+        o += (size_t)k;
+    }
+    if (l->unknown_more && o < cap) snprintf(buf + o, cap - o, " and others");
 }
 
 tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,

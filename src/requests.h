@@ -75,10 +75,22 @@ typedef struct tp_request {
     char *error_message;    /* what was wrong and where: "line 7: \"top_p\" 1.5 is outside (0, 1]" */
 } tp_request;
 
+/* A field of the input that tpinfer does not read (a misspelt "max_token" would otherwise
+ * pass unseen): the lines that hold it and the first of them. */
+#define TP_UNKNOWN_FIELDS_KEPT 8
+typedef struct tp_unknown_field {
+    char name[40];     /* "body." before an OpenAI body's field; cut with "..." */
+    int64_t lines, first_line;
+} tp_unknown_field;
+
 typedef struct tp_request_list {
     tp_request *v;
     size_t n;
     size_t n_errors;        /* requests that carry an error */
+    int64_t unknown_lines;  /* lines holding fields tpinfer does not read (ignored) */
+    int n_unknown;          /* distinct such fields kept, the first TP_UNKNOWN_FIELDS_KEPT */
+    int unknown_more;       /* more distinct fields than kept */
+    tp_unknown_field unknown[TP_UNKNOWN_FIELDS_KEPT];
 } tp_request_list;
 
 /* Read and check path. vocab_size bounds token ids. Fatal (the job stops): the file
@@ -88,13 +100,19 @@ typedef struct tp_request_list {
  * vocab_size <= 0: not known yet (ids are then only checked to fit in int32);
  * max_line_bytes 0: no limit. A line whose id cannot be read (not JSON, bad UTF-8 that
  * hides it, too long) gets its decimal line number as id, which takes part in the
- * duplicate check like any other id. Unknown fields are ignored. */
+ * duplicate check like any other id. Fields that change the output but that tpinfer
+ * does not support (logit_bias, response_format other than text, tools, guided decoding,
+ * echo, suffix, best_of, beam search) make the line an error record; other unknown fields
+ * are ignored and counted in unknown_lines / unknown (tp_requests_unknown_summary). */
 tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,
                            size_t max_line_bytes, tp_request_list *out);
 /* The same from memory (tests). */
 tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
                             int64_t vocab_size, size_t max_line_bytes, tp_request_list *out);
 void tp_requests_free(tp_request_list *l);
+
+/* "\"max_token\" (3 lines, first line 7), ..." into buf: the unknown fields l counted. */
+void tp_requests_unknown_summary(const tp_request_list *l, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

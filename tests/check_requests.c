@@ -703,18 +703,73 @@ END_TEST
 /* P15: unknown fields are ignored, in every dialect. */
 START_TEST(unknown_fields_ignored)
 {
-    const char *in = "{\"id\":\"a\",\"prompt\":\"x\",\"model\":\"m\",\"foo\":{\"bar\":[1,{\"baz\":null}]},\"logit_bias\":{\"1\":5}}\n";
+    char sum[512];
+    /* unknown fields run the line as if absent, and are counted with their first line */
+    const char *in = "{\"id\":\"a\",\"prompt\":\"x\",\"model\":\"m\",\"foo\":{\"bar\":[1,{\"baz\":null}]},\"logit_bias\":{}}\n"
+                     "{\"id\":\"b\",\"prompt\":\"x\",\"max_token\":5,\"foo\":1}\n"
+                     "{\"id\":\"c\",\"prompt\":\"x\",\"max_token\":5,\"user\":\"u\",\"stream\":false}\n"
+                     "{\"id\":\"d\",\"prompt\":\"x\",\"max_tokens\":5}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
     assert_prompt(&L.v[0], "x");
+    ck_assert_uint_eq(L.n_errors, 0);
+    ck_assert(!L.v[1].p.has_max_tokens);
+    ck_assert_int_eq(L.unknown_lines, 3);
+    ck_assert_int_eq(L.n_unknown, 2);
+    tp_requests_unknown_summary(&L, sum, sizeof sum);
+    ck_assert_str_eq(sum, "\"foo\" (2 lines, first line 1), \"max_token\" (2 lines, first line 2)");
     in = "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"extra\":1,"
          "\"body\":{\"model\":\"gpt\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"meta\":{\"k\":[1]}}],"
-         "\"response_format\":{\"type\":\"text\"},\"user\":\"u\"}}\n";
+         "\"response_format\":{\"type\":\"text\"},\"user\":\"u\",\"temprature\":0.5}}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
     assert_ok(&L.v[0]);
     ck_assert_str_eq(L.v[0].messages_json, "[{\"role\":\"user\",\"content\":\"x\",\"meta\":{\"k\":[1]}}]");
+    tp_requests_unknown_summary(&L, sum, sizeof sum);
+    ck_assert_str_eq(sum, "\"extra\" (line 1), \"body.temprature\" (line 1)");
+    ck_assert_int_eq(L.unknown_lines, 1);
     in = "{\"task_id\":1,\"prompt\":\"x\",\"whatever\":[]}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
     assert_prompt(&L.v[0], "x");
+    tp_requests_unknown_summary(&L, sum, sizeof sum);
+    ck_assert_str_eq(sum, "\"whatever\" (line 1)");
+    /* more distinct fields than kept, and a long name cut */
+    char many[1024] = "{\"id\":\"m\",\"prompt\":\"x\"";
+    for (int i = 0; i < TP_UNKNOWN_FIELDS_KEPT + 2; i++) sprintf(many + strlen(many), ",\"f%d\":1", i);
+    strcat(many, ",\"a_field_name_longer_than_forty_bytes_is_cut_here\":1}\n");
+    ck_assert_int_eq(parse(many, TP_INPUT_JSONL), TP_OK);
+    ck_assert_int_eq(L.n_unknown, TP_UNKNOWN_FIELDS_KEPT);
+    ck_assert(L.unknown_more);
+    tp_requests_unknown_summary(&L, sum, sizeof sum);
+    ck_assert(strstr(sum, "\"f7\" (line 1) and others"));
+    /* fields that would change the output, which tpinfer does not do: an error record each;
+     * their neutral values run */
+    static const char *const refused[][2] = {
+        {"\"logit_bias\":{\"1\":5}", "\"logit_bias\" is not supported"},
+        {"\"response_format\":{\"type\":\"json_object\"}", "\"response_format\" \"json_object\" is not supported"},
+        {"\"tools\":[{\"type\":\"function\"}]", "tool calling"},
+        {"\"echo\":true", "\"echo\" is not supported"},
+        {"\"suffix\":\"end\"", "fill-in-the-middle"},
+        {"\"best_of\":3", "\"best_of\" 3 is not supported"},
+        {"\"use_beam_search\":true", "beam search"},
+        {"\"guided_json\":{}", "\"guided_json\": guided decoding"},
+        {"\"guided_choice\":[\"a\"]", "\"guided_choice\": guided decoding"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", refused[i][0]);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, refused[i][1]), "%s: %s", line, L.v[0].error_message);
+        ck_assert_int_eq(L.unknown_lines, 0);
+    }
+    in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
+         "\"logit_bias\":{\"7\":-100}}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
+    ck_assert(strstr(L.v[0].error_message, "\"body.logit_bias\" is not supported"));
+    in = "{\"id\":\"n\",\"prompt\":\"x\",\"logit_bias\":{},\"tools\":[],\"echo\":false,\"best_of\":1,"
+         "\"suffix\":\"\",\"use_beam_search\":false,\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\"}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    assert_prompt(&L.v[0], "x");
+    ck_assert_int_eq(L.unknown_lines, 0);
     /* a message value nested too deeply is refused (json_dumps recursion) */
     char deep[512] = "{\"id\":\"d\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"k\":";
     for (int i = 0; i < 70; i++) strcat(deep, "[");

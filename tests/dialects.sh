@@ -127,6 +127,20 @@ rc=0
 [ "$(wc -l <"$TMP/m.out")" -eq 2 ] && [ "$(wc -l <"$TMP/m.err")" -eq 1 ] || fail "--errors did not separate the records"
 grep -q '"code":"invalid_request"' "$TMP/m.err" && grep -q '"line":2' "$TMP/m.err" || fail "error record: $(cat "$TMP/m.err")"
 
+# 4b. a misspelt field runs as if absent with a warning naming it and its first line; a field
+# asking for what tpinfer does not do (logit_bias) is an error record, its neighbours run
+printf '%s\n' '{"id": "t1", "prompt": "Once", "max_token": 2, "model": "m"}' \
+    '{"id": "t2", "prompt": "Once", "max_tokens": 2, "logit_bias": {"5": 10}}' \
+    '{"id": "t3", "prompt": "Once", "max_tokens": 2, "max_token": 9}' >"$TMP/typo.jsonl"
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/typo.jsonl" --output "$TMP/typo.out" 2>"$TMP/typo.err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/typo.err"; fail "a line with logit_bias: exit $rc, wanted 1"; }
+grep -q 'typo.jsonl: 2 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (2 lines, first line 1); check their spelling' \
+    "$TMP/typo.err" || { cat "$TMP/typo.err"; fail "no warning naming the misspelt field"; }
+grep -q '"model"' "$TMP/typo.err" && fail "the warning names \"model\", which means nothing in a batch"
+grep -q '"id":"t2".*"logit_bias\\" is not supported' "$TMP/typo.out" || fail "no error record for logit_bias: $(cat "$TMP/typo.out")"
+[ "$(grep -c '"finish_reason"' "$TMP/typo.out")" -eq 2 ] || fail "the lines beside the refused one did not run"
+
 # 5. fatal input problems stop before the model loads, naming lines
 printf '%s\n' '{"id": "a", "prompt": "x"}' '{"id": "a", "prompt": "y"}' >"$TMP/dup.jsonl"
 expect_fail 2 "line 2" "$TPINFER" --model "$st" --input "$TMP/dup.jsonl" --output "$TMP/dup.out"
