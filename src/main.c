@@ -108,8 +108,8 @@ static int run(const tp_options *o, int rank, int world_size)
     }
     if (st == TP_OK && request_errors > 0) {
         if (rank == 0)
-            tp_log(TP_LOG_WARN, "%lld request(s) failed; their lines in the output say why",
-                   (long long)request_errors);
+            tp_log(TP_LOG_WARN, "%lld request(s) failed; their lines in %s say why", (long long)request_errors,
+                   o->errors ? o->errors : o->output ? o->output : "the output");
         return EXIT_FAIL;
     }
     return exit_code(st);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -616,6 +617,12 @@ tp_status tp_model_config_load(const char *model_dir, tp_model_config *cfg)
     char *text;
     size_t len;
     tp_status st = tp_read_file(path, MAX_CONFIG_BYTES, &text, &len);
+    if (st != TP_OK && access(path, F_OK) != 0) {
+        tp_error_clear(); /* the first error stands otherwise; this one says what to do */
+        st = tp_error(TP_ERR_IO, "--model %s has no config.json: give the directory of a Hugging Face model as "
+                      "downloaded (config.json, *.safetensors, tokenizer.json), e.g. from huggingface-cli download",
+                      model_dir);
+    }
     if (st == TP_OK) {
         st = tp_model_config_parse(text, len, path, cfg);
         free(text);

@@ -440,10 +440,10 @@ static tp_status emit(tp_output *o, const char *buf, size_t len, int is_error)
         cut = ftruncate(f->fd, f->size) == 0 ? "; the partial line was removed"
                                               : "; a partial last line remains (--resume repairs it)";
     }
-    o->broken = tp_error(TP_ERR_IO,
-                         "cannot write to %s: %s%s%s; the lines written before stay valid and "
-                         "--resume continues from them",
-                         f->path, strerror(e), io_hint(e), cut);
+    o->broken = tp_error(TP_ERR_IO, "cannot write to %s: %s%s%s; the lines written before stay valid%s", f->path,
+                         strerror(e), io_hint(e), cut,
+                         f->own && f->regular ? " and --resume continues from them"
+                                              : " (--resume needs --output FILE: with a file, a run can continue)");
     return o->broken;
 }
 
