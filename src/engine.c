@@ -46,6 +46,7 @@
 static volatile sig_atomic_t stop_signal; /* SIGTERM, SIGINT or SIGUSR1 arrived */
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
+static int stop_requested(void) { return stop_signal != 0; }
 
 typedef struct req {
     const tp_request *in;
@@ -451,9 +452,13 @@ static tp_status share_done(engine *e)
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
 
 /* Number the requests of this run, tokenize them, and find those that cannot run. */
+static void test_term_at(const engine *e, const char *phase);
+
 static tp_status prepare_all(engine *e)
 {
+    test_term_at(e, "input");
     for (size_t i = 0; i < e->reqs.n; i++) {
+        if (stop_signal) return TP_OK; /* phases() stops every rank next */
         req *r = &e->R[i];
         if (is_done_earlier(e, i)) continue;
         r->index = e->n_index++;
@@ -660,6 +665,19 @@ static void test_stop_at(const engine *e, const char *phase)
     if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGSTOP);
 }
 
+/* TPINFER_TEST_TERM_AT=PHASE:RANK (tests): that rank sends itself SIGTERM as it enters the
+ * phase ("input": preparing the requests, "load": the weights), as Slurm's or mpirun's
+ * signal would, so that tests see the startup cut short. */
+static void test_term_at(const engine *e, const char *phase)
+{
+    const char *v = getenv("TPINFER_TEST_TERM_AT");
+    const size_t n = strlen(phase);
+    if (!v || strncmp(v, phase, n) || v[n] != ':') return;
+    char *end;
+    const long rank = strtol(v + n + 1, &end, 10);
+    if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGTERM);
+}
+
 /* fn under the watchdog (--step-timeout), phase naming it in the watchdog's message (NULL:
  * the generation loop) and in TPINFER_TEST_STOP_AT (test_phase). A watchdog that cannot
  * start is said and gone without: the peers are on their way into the phase's collectives. */
@@ -692,7 +710,14 @@ static tp_status load(engine *e, int32_t *n_blocks)
     TP_CHECK(tp_weights_open(e->o->model, &e->weights));
     if (g->rank == 0) (void)tp_model_warn_unused(&e->cfg, &e->weights);
     double t0 = now_s();
-    TP_CHECK(tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e)));
+    test_term_at(e, "load");
+    const tp_status loaded = tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e),
+                                           stop_requested);
+    if (loaded != TP_OK && stop_signal) { /* not a failure: phases() stops every rank after the load */
+        tp_error_clear();
+        return TP_OK;
+    }
+    TP_CHECK(loaded);
     double s = now_s() - t0;
     e->load_seconds = s;
     tp_log(TP_LOG_DEBUG, "loaded %" PRId64 " bytes of weights in %.2f s (%.2f GB/s)", e->model.weight_bytes, s,
@@ -1729,6 +1754,21 @@ static tp_status agree(engine *e, tp_status mine, int *n_failed)
     return mine != TP_OK ? mine : n_usage ? TP_ERR_INVALID_ARG : TP_ERR_FORMAT;
 }
 
+/* Whether a rank has had a stop signal, asked of every rank at the startup's long phases'
+ * ends (reading and tokenizing the input, loading the weights), which a signal cuts short:
+ * then every rank stops there as at the end of a step, and the job exits 3 in seconds,
+ * not after the load. */
+static int stopped_everywhere(engine *e)
+{
+    int32_t mine = stop_signal != 0, any = 0;
+    if (tp_comm_all_reduce_sum(e->w->world, &mine, &any, 1, TP_DTYPE_I32, NULL) != TP_OK) {
+        tp_error_clear(); /* the next collective says what is wrong */
+        any = mine;
+    }
+    if (any) e->stopping = 1;
+    return any != 0;
+}
+
 static void catch_stop_signals(void)
 {
     struct sigaction sa;
@@ -1763,6 +1803,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         st = tp_progress_create(e->n_index, o->status_file, isatty(2), o->progress_interval, &e->progress);
     }
     TP_CHECK(agree(e, st, n_failed));
+    if (stopped_everywhere(e)) return TP_OK;
     st = tp_collector_create(e->w, e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0, e->out, e->progress,
                              &e->collector);
     TP_CHECK(agree(e, st, n_failed));
@@ -1779,6 +1820,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     tp_collector_set_timeout(e->collector, e->n_runnable ? watchdog_timeout(e) : 0);
     st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
+    if (stopped_everywhere(e)) return TP_OK;
     if (e->n_runnable) {
         TP_CHECK(report_load(e));
         /* every rank of a replica must hold the same number of blocks and take the same
@@ -1852,7 +1894,9 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
     catch_stop_signals();
 
     tp_status st = phases(&e, n_failed, must_abort);
-    if (st == TP_OK) {
+    if (st == TP_OK && !e.collector) { /* stopped by a signal before the collector was made */
+        *interrupted = e.stopping;
+    } else if (st == TP_OK) {
         int any = 0;
         st = tp_collector_finish(e.collector, e.stopping, &any);
         if (st != TP_OK) {

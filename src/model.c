@@ -249,7 +249,7 @@ int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w)
 }
 
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
-                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype)
+                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype, int (*stop)(void))
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -274,6 +274,10 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
     if (!m->layers) return tp_error(TP_ERR_OOM, "out of memory");
     TP_CHECK_GOTO(tp_shard_plan_weights(cfg, plan, &slices, &n), st, fail);
     for (int i = 0; i < n; i++) {
+        if (stop && stop()) {
+            st = tp_error(TP_ERR_IO, "the weights' load was stopped (a signal) at tensor %d of %d", i, n);
+            goto fail;
+        }
         /* a one-stage pipeline with tied embeddings reads the embedding once */
         if (cfg->tie_word_embeddings && plan->has_embedding && plan->has_lm_head && m->embed.data &&
             !strcmp(slices[i].name, "model.embed_tokens.weight")) {

@@ -71,8 +71,10 @@ void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq);
 int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w);
 
 /* Load this rank's slices (plan) from w onto backend b, converting to weight_dtype. */
+/* stop (or NULL): asked between tensors; nonzero ends the load (the model freed, an error
+ * saying so), so that a signal during a long load is not held until it ends */
 tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_plan *plan,
-                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype);
+                        const tp_weights *w, tp_backend *b, tp_dtype weight_dtype, int (*stop)(void));
 void tp_model_free(tp_model *m); /* accepts a zeroed model */
 
 /* ----------------------------------------------------------------------------

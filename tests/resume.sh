@@ -4,7 +4,8 @@
 # in the output exactly once, with lines identical to an uninterrupted run (half of them
 # greedy, half sampled with their own seeds).
 # SIGUSR1 to mpirun (Slurm's warning) and SIGTERM to the ranks exit 3 within 10 s, and
-# --resume completes those runs too; resuming a finished run is a no-op that exits 0.
+# --resume completes those runs too, as it does after a SIGTERM during the startup (the input
+# being prepared, the weights loading); resuming a finished run is a no-op that exits 0.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 [ "$PYTHON3" != no ] || skip "python3 not found"
@@ -117,5 +118,20 @@ for how in usr1-mpirun term-ranks; do
     run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$how: --resume"; }
     sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$how: resumed output differs from the uninterrupted run"
     echo "$how: exit 3 after ${took}s with $kept lines kept; resumed to 24"
+done
+
+# a signal during the startup (TPINFER_TEST_TERM_AT: as the requests are prepared, or as the
+# weights load) stops every rank at that phase's end, not after the load and warm-up: exit 3,
+# the manifest says interrupted, and --resume runs everything
+for at in input:0 load:3; do
+    out="$TMP/startup-$at.jsonl"
+    rc=0
+    TPINFER_TEST_TERM_AT=$at run "$out" --tp 2 --pp 2 >/dev/null 2>"$TMP/term.err" || rc=$?
+    [ $rc -eq 3 ] || { cat "$TMP/term.err"; fail "SIGTERM at $at: exit status $rc, wanted 3"; }
+    grep -q '"status": "interrupted"' "$out.manifest.json" || fail "SIGTERM at $at: the manifest does not say interrupted"
+    grep -q "step 0\|tokens in [1-9]" "$TMP/term.err" && fail "SIGTERM at $at: the run went on to generate"
+    run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$at: --resume"; }
+    sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$at: resumed output differs from the uninterrupted run"
+    echo "SIGTERM at $at: exit 3 before the first step; resumed to 24"
 done
 exit 0
