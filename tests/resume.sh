@@ -129,7 +129,7 @@ for at in input:0 load:3; do
     TPINFER_TEST_TERM_AT=$at run "$out" --tp 2 --pp 2 >/dev/null 2>"$TMP/term.err" || rc=$?
     [ $rc -eq 3 ] || { cat "$TMP/term.err"; fail "SIGTERM at $at: exit status $rc, wanted 3"; }
     grep -q '"status": "interrupted"' "$out.manifest.json" || fail "SIGTERM at $at: the manifest does not say interrupted"
-    grep -q "step 0\|tokens in [1-9]" "$TMP/term.err" && fail "SIGTERM at $at: the run went on to generate"
+    [ ! -s "$out" ] || fail "SIGTERM at $at: the run went on to generate ($(wc -l <"$out") lines)"
     run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$at: --resume"; }
     sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$at: resumed output differs from the uninterrupted run"
     echo "SIGTERM at $at: exit 3 before the first step; resumed to 24"
