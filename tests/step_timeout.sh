@@ -116,19 +116,20 @@ sleep 5
 kill -CONT $job
 wait $job || { cat "$TMP/log3"; fail "a job suspended as a whole was ended by its watchdog"; }
 [ "$(grep -c '"id":"r' "$TMP/whole.jsonl")" -eq 32 ] || fail "the suspended job did not finish every request"
-# the deadline is per warm-up step: a warm-up of ~5 steps of 0.8 s each (TPINFER_TEST_WARMUP_STEP_S)
-# under --step-timeout 2 goes on and the run finishes; one step of 2.6 s is ended, naming the phase
-one="--model $m --backend cpu --input $TMP/p.jsonl --max-tokens 4 --max-num-seqs 4 --step-timeout 2"
-TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 TPINFER_TEST_WARMUP_STEP_S=0.8 "$TPINFER" $one --output "$TMP/slow_warm.jsonl" \
+# the deadline is per warm-up step: a warm-up of 4 steps of 1 s each (TPINFER_TEST_WARMUP_STEP_S;
+# small steps, which stay well under the limit even under the sanitizers) under --step-timeout 3
+# goes on and the run finishes; one step of 3.6 s is ended, naming the phase
+one="--model $m --backend cpu --input $TMP/p.jsonl --max-tokens 4 --max-num-seqs 4 --max-num-batched-tokens 64 --step-timeout 3"
+TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 TPINFER_TEST_WARMUP_STEP_S=1 "$TPINFER" $one --output "$TMP/slow_warm.jsonl" \
     >"$TMP/log5" 2>&1 || { cat "$TMP/log5"; fail "a warm-up of short steps, longer than --step-timeout, was ended"; }
 ms=$(sed -n 's/.*warm-up before the first step: \([0-9]*\) ms.*/\1/p' "$TMP/log5")
-[ -n "$ms" ] && [ "$ms" -gt 2500 ] || { cat "$TMP/log5"; fail "the slowed warm-up took ${ms:-?} ms, not over --step-timeout"; }
+[ -n "$ms" ] && [ "$ms" -gt 3500 ] || { cat "$TMP/log5"; fail "the slowed warm-up took ${ms:-?} ms, not over --step-timeout"; }
 [ "$(grep -c '"id":"r' "$TMP/slow_warm.jsonl")" -eq 32 ] || fail "the run after a long warm-up did not finish every request"
 rc=0
-TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 TPINFER_TEST_WARMUP_STEP_S=2.6 "$TPINFER" $one --output "$TMP/stuck_warm.jsonl" \
+TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 TPINFER_TEST_WARMUP_STEP_S=3.6 "$TPINFER" $one --output "$TMP/stuck_warm.jsonl" \
     >"$TMP/log6" 2>&1 || rc=$?
 [ $rc -ne 0 ] || { cat "$TMP/log6"; fail "a warm-up step longer than --step-timeout was not ended"; }
-grep -q "rank 0: the warm-up has made no progress for [0-9]* s (--step-timeout 2)" "$TMP/log6" ||
+grep -q "rank 0: the warm-up has made no progress for [0-9]* s (--step-timeout 3)" "$TMP/log6" ||
     { cat "$TMP/log6"; fail "no message naming the warm-up"; }
-echo "a warm-up of $ms ms in short steps went on under --step-timeout 2; a 2.6 s step was ended (exit $rc)"
+echo "a warm-up of $ms ms in short steps went on under --step-timeout 3; a 3.6 s step was ended (exit $rc)"
 exit 0
