@@ -121,6 +121,7 @@ typedef struct engine {
     tp_collector *collector;
     tp_watchdog *watchdog;     /* armed while the warm-up and the loop run (--step-timeout) */
     uint32_t *done_bits;    /* resume: requests the output already holds */
+    int32_t done_errors;    /* resume: of those, error records (the batch's exit status counts them) */
 
     tp_weights weights;
     tp_backend *backend;
@@ -443,10 +444,14 @@ static tp_status share_done(engine *e)
     size_t words = (e->reqs.n + 31) / 32;
     e->done_bits = calloc(words ? words : 1, sizeof *e->done_bits);
     if (!e->done_bits) return tp_error(TP_ERR_OOM, "out of memory");
-    if (e->g->rank == 0 && e->out)
+    if (e->g->rank == 0 && e->out) {
         for (size_t i = 0; i < e->reqs.n; i++)
             if (tp_output_is_done(e->out, e->reqs.v[i].id)) e->done_bits[i / 32] |= 1u << (i % 32);
-    return tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL);
+        const int64_t errs = tp_output_done_errors(e->out);
+        e->done_errors = errs > INT32_MAX ? INT32_MAX : (int32_t)errs;
+    }
+    TP_CHECK(tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL));
+    return tp_comm_broadcast(e->w->world, &e->done_errors, 1, TP_DTYPE_I32, 0, NULL);
 }
 
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
@@ -1933,6 +1938,10 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
     }
     if (st == TP_OK) {
         for (size_t i = 0; i < e.reqs.n; i++) *n_request_errors += e.R[i].index >= 0 && e.R[i].error_code;
+        if (e.done_errors && w->grid.rank == 0)
+            tp_log(TP_LOG_WARN, "--resume: the output holds %d error record(s) from an earlier run; the exit status "
+                   "counts them", (int)e.done_errors);
+        *n_request_errors += e.done_errors;
         double dt = e.t0 > 0 ? now_s() - e.t0 : 0;
         int64_t steps = 0, preempted = 0;
         for (int p = 0; e.S && p < e.P; p++) {

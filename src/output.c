@@ -410,6 +410,7 @@ struct tp_output {
     char *scratch;
     size_t capscratch;
     id_set done;
+    int64_t done_errors; /* of done: error records (an earlier run's requests that failed) */
     char *manifest_path; /* NULL: no manifest */
     json_t *manifest;
     tp_status broken; /* the first fatal write error: later calls return it */
@@ -582,6 +583,8 @@ tp_status tp_output_write(tp_output *o, int64_t index, const char *line, size_t 
 int tp_output_is_done(const tp_output *o, const char *id) { return o && idset_has(&o->done, id); }
 
 int64_t tp_output_done_count(const tp_output *o) { return o ? (int64_t)o->done.count : 0; }
+
+int64_t tp_output_done_errors(const tp_output *o) { return o ? o->done_errors : 0; }
 
 /* ---------------------------------------------------------------------------
  * The manifest */
@@ -885,9 +888,14 @@ static tp_status scan_line(scan_state *s, const char *line, size_t len, off_t st
         klen = (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(id));
         key = num;
     }
+    /* an error record: OpenAI's envelope with an error, or the compact line's code */
+    json_t *err = json_object_get(j, "error");
+    const int is_error = (err && !json_is_null(err)) || json_is_string(json_object_get(j, "code"));
     tp_status st = TP_OK;
+    int added = 0;
     if (!key) s->no_id++;
-    else if (idset_add(&s->o->done, key, klen) < 0) st = tp_error(TP_ERR_OOM, "out of memory reading %s", s->path);
+    else if ((added = idset_add(&s->o->done, key, klen)) < 0) st = tp_error(TP_ERR_OOM, "out of memory reading %s", s->path);
+    if (added > 0 && is_error) s->o->done_errors++;
     json_decref(j);
     return st;
 }

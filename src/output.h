@@ -55,6 +55,9 @@ tp_status tp_output_open(const tp_output_config *cfg, const tp_manifest *m, tp_o
 /* With resume: was this id completed (or given an error record) by the earlier run? */
 int tp_output_is_done(const tp_output *o, const char *id);
 int64_t tp_output_done_count(const tp_output *o);
+/* Of those, the error records: the exit status of a resumed batch counts them, as the run
+ * that wrote them did. */
+int64_t tp_output_done_errors(const tp_output *o);
 
 /* One finished request: line is one JSON object without the newline. index is its
  * position among the requests still to do (0, 1, 2, ... in input order), used by ordered

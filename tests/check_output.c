@@ -893,6 +893,8 @@ START_TEST(resume_collects_ids)
             "{\"id\":\"batch_req_1\",\"custom_id\":\"request-1\",\"response\":{\"status_code\":200},\"error\":null}\n"
             "{\"id\":\"c1\",\"text\":\"compact\"}\n"
             "{\"id\":\"nul\",\"text\":\"a generated \\u0000 is valid JSON\"}\n"
+            "{\"id\":\"e1\",\"line\":9,\"code\":\"invalid_request\",\"message\":\"m\"}\n"
+            "{\"id\":\"e1\",\"line\":9,\"code\":\"invalid_request\",\"message\":\"counted once\"}\n"
             "\n"
             "{\"id\":42,\"text\":\"a numeric id\"}\n"
             "{\"text\":\"no id\"}\n"
@@ -912,7 +914,9 @@ START_TEST(resume_collects_ids)
     ck_assert(!tp_output_is_done(o, "request-3"));
     ck_assert(!tp_output_is_done(o, ""));
     ck_assert(!tp_output_is_done(o, NULL));
-    ck_assert_int_eq(tp_output_done_count(o), 5);
+    ck_assert_int_eq(tp_output_done_count(o), 6);
+    /* error records: the compact line's code and OpenAI's error (not "error": null) */
+    ck_assert_int_eq(tp_output_done_errors(o), 2);
     ck_assert_int_eq(tp_output_close(o, 0), TP_OK);
     ck_assert_int_eq(tp_output_is_done(NULL, "x"), 0);
     ck_assert_int_eq(tp_output_done_count(NULL), 0);

@@ -140,6 +140,14 @@ grep -q 'typo.jsonl: 2 line(s) hold fields tpinfer does not read, which it ignor
 grep -q '"model"' "$TMP/typo.err" && fail "the warning names \"model\", which means nothing in a batch"
 grep -q '"id":"t2".*"logit_bias\\" is not supported' "$TMP/typo.out" || fail "no error record for logit_bias: $(cat "$TMP/typo.out")"
 [ "$(grep -c '"finish_reason"' "$TMP/typo.out")" -eq 2 ] || fail "the lines beside the refused one did not run"
+# a resumed batch's exit status counts the error records an earlier run wrote (as that run's did)
+grep -v '"id":"t3"' "$TMP/typo.out" >"$TMP/typo.cut" && cat "$TMP/typo.cut" >"$TMP/typo.out"
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/typo.jsonl" --output "$TMP/typo.out" --resume 2>"$TMP/typo2.err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/typo2.err"; fail "a resume over an earlier error record: exit $rc, wanted 1"; }
+grep -q -- "--resume: the output holds 1 error record(s) from an earlier run" "$TMP/typo2.err" ||
+    { cat "$TMP/typo2.err"; fail "the resume did not say it counts the earlier error record"; }
+[ "$(grep -c '"finish_reason"' "$TMP/typo.out")" -eq 2 ] || fail "the resume did not finish the cut request"
 
 # 5. fatal input problems stop before the model loads, naming lines
 printf '%s\n' '{"id": "a", "prompt": "x"}' '{"id": "a", "prompt": "y"}' >"$TMP/dup.jsonl"
