@@ -1,6 +1,7 @@
 #!/bin/sh
 # Model directories with a file missing or files that do not belong together: --model
-# naming a file or nothing, or a directory without tokenizer.json, is one clear error
+# naming a file or nothing, or a directory without config.json or tokenizer.json, or a checkpoint
+# without a tensor the architecture needs, is one clear error
 # before any output is made; a config.json that implies smaller tensors than
 # the file holds (every slice would fit inside them) is refused before anything is
 # computed; one with fewer layers than the file runs, with one warning naming the first
@@ -20,6 +21,26 @@ rm "$TMP/notok/tokenizer.json"
 expect_fail 1 "tokenizer.json: No such file or directory (the model directory needs a Hugging Face tokenizer.json)" \
     "$TPINFER" --model "$TMP/notok" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
 [ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+# a directory without config.json says what to give
+mkdir -p "$TMP/empty"
+expect_fail 1 "--model $TMP/empty has no config.json: give the directory of a Hugging Face model as downloaded" \
+    "$TPINFER" --model "$TMP/empty" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
+[ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+# a tensor config.json's architecture needs is missing (renamed in the header, its length kept):
+# exit 1, naming it and what to check
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/lacks" || fail "gen_tiny_model.py"
+"$PYTHON3" - "$TMP/lacks/model.safetensors" <<'PY' || fail "renaming a tensor"
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = f.read(n)
+    old = b"model.layers.0.mlp.up_proj.weight"
+    assert old in h
+    f.seek(8)
+    f.write(h.replace(old, b"model.layers.0.mlp.up_prOj.weight", 1))
+PY
+expect_fail 1 'the model has no tensor "model.layers.0.mlp.up_proj.weight", which config.json'"'"'s architecture needs: a shard missing' \
+    "$TPINFER" --model "$TMP/lacks" --input "$TMP/p.txt" --output "$TMP/lacks.jsonl"
 # intermediate_size 64 on weights of 128 (gen_tiny_model.py's): the slices [0, 64) would fit
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/small" || fail "gen_tiny_model.py"
 "$PYTHON3" - "$TMP/small/config.json" <<'PY' || fail "editing config.json"
