@@ -1343,6 +1343,16 @@ static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
     *seqs = n;
 }
 
+/* After the warm-up's prefill-sized step, a stage before the last sends its output on at
+ * once: the next stage waits for that step, not for this stage's whole warm-up (which would
+ * outlast --step-timeout however short each step). Stream-ordered: the later steps' writes
+ * to buf->x come after the send has read it. */
+static tp_status warm_send_on(void *engine_, int32_t n)
+{
+    engine *e = engine_;
+    return send_to_next(e, n);
+}
+
 /* After each warm-up step: the watchdog's beat, and the collector's (a replica's sender
  * tells rank 0 it is alive). TPINFER_TEST_WARMUP_STEP_S=X (tests): each step lasts X seconds
  * longer, so that a warm-up longer than --step-timeout, each of whose steps is shorter, is
@@ -1393,6 +1403,7 @@ static tp_status warm_up(engine *e)
         w.logits = e->logits_host;
     }
     w.beat = warm_beat; /* each step, and what the stage before sends */
+    w.after_prefill = e->g->pp_rank < e->g->pp - 1 ? warm_send_on : NULL;
     w.beat_arg = e;
     double t0 = now_s();
     const int32_t n = tp_model_warm_up_tokens(&e->kv, &e->buf, &w);
@@ -1404,10 +1415,6 @@ static tp_status warm_up(engine *e)
     }
     TP_CHECK(tp_model_warm_up(&e->model, &e->kv, &e->buf, e->tpc, &w));
     if (w.sampled && w.graphs) e->sample_op_ran = 1; /* its eager sampled step (tp_model_warm_up) */
-    if (e->g->pp_rank < e->g->pp - 1) {
-        TP_CHECK(send_to_next(e, n));
-        TP_CHECK(e->backend->ops->synchronize(e->backend));
-    }
     tp_log_info0("warm-up before the first step: %.0f ms (TPINFER_WARMUP=0 skips it)", 1e3 * (now_s() - t0));
     return TP_OK;
 }

@@ -721,6 +721,7 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
     tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
     if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, seqs, host, 1);
+    if (st == TP_OK && w->after_prefill) st = w->after_prefill(w->beat_arg, n); /* the next stage's input */
     if (st == TP_OK && f > 0 && seqs_f > 0) {
         /* eager even where graphs are recorded: a step of one-token sequences would be
          * taken for a decode step and recorded before its products are tuned */

@@ -206,8 +206,10 @@ int tp_model_can_overlap(const tp_model *m);
  * steps choose the matmuls' algorithms in place, with graphs after one eager step at each
  * graph batch size. At tp > 1 every rank of the group calls it alike. A pipeline
  * stage after the first takes the prefill step's input from in_x / in_delta (at least
- * tp_model_warm_up_tokens rows, received from the stage before), and leaves its output in
- * buf->x and buf->delta for the caller to send on, as tp_model_forward does (graphs need pp 1). */
+ * tp_model_warm_up_tokens rows, received from the stage before); after that step (its output
+ * in buf->x and buf->delta, as tp_model_forward leaves it) after_prefill lets the caller send
+ * it on at once, so that the next stage waits for one step, not the whole warm-up (graphs
+ * need pp 1). */
 typedef struct tp_warm_up {
     int32_t prefill_tokens, max_len;
     /* the run's first step as the scheduler will take it (0: unknown): a prefill of other
@@ -222,7 +224,8 @@ typedef struct tp_warm_up {
     tp_sample_out *sample_out;
     const tp_tensor *in_x, *in_delta;
     void (*beat)(void *arg); /* called after each step (a watchdog's heartbeat), or NULL */
-    void *beat_arg;
+    tp_status (*after_prefill)(void *arg, int32_t n); /* after the n-token prefill step, or NULL */
+    void *beat_arg;           /* the argument of both */
 } tp_warm_up;
 
 /* The tokens of the warm-up's prefill-sized step. */

@@ -132,4 +132,10 @@ TPINFER_WARMUP=1 TPINFER_PAD_DECODE=1 TPINFER_TEST_WARMUP_STEP_S=3.6 "$TPINFER" 
 grep -q "rank 0: the warm-up has made no progress for [0-9]* s (--step-timeout 3)" "$TMP/log6" ||
     { cat "$TMP/log6"; fail "no message naming the warm-up"; }
 echo "a warm-up of $ms ms in short steps went on under --step-timeout 3; a 3.6 s step was ended (exit $rc)"
+# at pp 2 the second stage waits for the first stage's prefill-sized warm-up step alone (its
+# output is sent on at once), not for the first stage's whole warm-up: two steps of 1.7 s
+# each, 3.4 s in all, under --step-timeout 3
+TPINFER_WARMUP=1 TPINFER_TEST_WARMUP_STEP_S=1.7 mpi 2 "$TPINFER" $one --pp 2 --max-num-seqs 2 \
+    --output "$TMP/pp_warm.jsonl" >"$TMP/log9" 2>&1 || { cat "$TMP/log9"; fail "pp 2: a warm-up of short steps was ended"; }
+[ "$(grep -c '"id":"r' "$TMP/pp_warm.jsonl")" -eq 32 ] || fail "pp 2: the run after a long warm-up did not finish every request"
 exit 0
