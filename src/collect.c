@@ -226,13 +226,18 @@ tp_status tp_collector_poll(tp_collector *c)
 static tp_status wait_for_senders(tp_collector *c)
 {
     if (!(c->timeout_s > 0)) return drain(c, 1);
-    const double start = tp_monotonic_s(), limit = 2 * c->timeout_s;
+    double start = tp_monotonic_s(), last_pass = start;
+    const double limit = 2 * c->timeout_s;
     long nap_ns = 100000; /* 0.1 ms, doubling to 10 ms while nothing comes */
     while (c->done_senders < c->n_senders) {
         const int64_t before = c->received;
         TP_CHECK(drain(c, 0));
         const int got = c->received != before;
         const double now = tp_monotonic_s();
+        /* a pass long after the last: this rank was stopped (the whole job suspended, as the
+         * watchdog allows for); the senders were too, so their silence counts from now */
+        if (now - last_pass > 1.0) start = now;
+        last_pass = now;
         for (int r = 0; r < c->world; r++) {
             if (!c->sender[r] || c->done[r] || r == 0) continue;
             const double since = c->heard[r] > start ? c->heard[r] : start, silent = now - since;

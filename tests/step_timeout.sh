@@ -86,6 +86,27 @@ mpi 2 "$TPINFER" $dpargs --output "$TMP/dp.jsonl" --resume >"$TMP/log8" 2>&1 ||
 [ "$(grep -o '"id":"r[0-9]*"' "$TMP/dp.jsonl" | sort -u | wc -l)" -eq 32 ] &&
     [ "$(grep -c '"id":"r' "$TMP/dp.jsonl")" -eq 32 ] || fail "not every request once after --resume (dp 2)"
 echo "a stopped replica (dp 2): the job ended (exit $rc) after ${elapsed}s; --resume finished the rest"
+# ... but the whole job suspended while rank 0 waits for the other replica is no silence: rank
+# 0's short requests done, both ranks stopped for 3 s (twice --step-timeout 1 is 2), continued:
+# the run finishes
+for i in $(seq 1 20); do
+    echo "{\"id\": \"s$i\", \"prompt\": \"Once upon a time\", \"max_tokens\": 1}"
+    echo "{\"id\": \"l$i\", \"prompt\": \"Once upon a time\", \"max_tokens\": 300, \"ignore_eos\": true}"
+done >"$TMP/uneven.jsonl"
+susargs="--model $m --backend cpu --input $TMP/uneven.jsonl --max-num-seqs 1 --step-timeout 1"
+mpi 2 "$TPINFER" $susargs --output "$TMP/sus.jsonl" >"$TMP/log10" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+    [ "$(grep -c '"id":"s' "$TMP/sus.jsonl" 2>/dev/null)" = 20 ] && break
+    sleep 0.1
+done
+pids=$(pgrep -f "^$TPINFER $susargs")
+[ "$(echo "$pids" | wc -w)" -eq 2 ] || { kill $job; fail "the suspended dp job's ranks: '$pids'"; }
+kill -STOP $pids
+sleep 3
+kill -CONT $pids
+wait $job || { cat "$TMP/log10"; fail "a dp job suspended as a whole while rank 0 waited was ended"; }
+[ "$(grep -c '"id":"' "$TMP/sus.jsonl")" -eq 40 ] || fail "the suspended dp job did not finish every request"
 
 # rank 1 stops itself as the warm-up begins (TPINFER_TEST_STOP_AT), rank 0 waits in its first
 # all-reduce: its watchdog ends the job
