@@ -444,7 +444,7 @@ static tp_status emit(tp_output *o, const char *buf, size_t len, int is_error)
     o->broken = tp_error(TP_ERR_IO, "cannot write to %s: %s%s%s; the lines written before stay valid%s", f->path,
                          strerror(e), io_hint(e), cut,
                          f->own && f->regular ? " and --resume continues from them"
-                                              : " (--resume needs --output FILE: with a file, a run can continue)");
+                                              : " (--resume needs --output to be a regular file: with one, a run can continue)");
     return o->broken;
 }
 

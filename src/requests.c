@@ -779,7 +779,7 @@ static void note_unknown(line_ctx *c, const json_t *o, const char *const *known,
 
 /* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
  * an error record. Their neutral values pass (an empty logit_bias, a "text" format, no
- * tools, echo false, best_of 1). */
+ * tools, echo false, best_of 1 or n, no logits processors). */
 static int refuse_unsupported(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
@@ -799,15 +799,19 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%secho\" is not supported: the output holds the completion only", p);
     if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return fail(c, E_REQUEST, "\"%ssuffix\" (fill-in-the-middle) is not supported", p);
-    if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+    json_t *n = get(o, "n"); /* best_of == n (vLLM's default) changes nothing */
+    const json_int_t n_value = json_is_integer(n) ? json_integer_value(n) : 1;
+    if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == n_value))
         return fail(c, E_REQUEST, "\"%sbest_of\" %s is not supported (\"n\" is)", p, repr(b, v));
     if ((v = get(o, "use_beam_search")) && !json_is_false(v))
         return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
     static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                                         "structured_outputs", "logits_processors"};
+                                         "structured_outputs"};
     for (size_t i = 0; i < TP_ARRAY_LEN(guided); i++)
         if (get(o, guided[i]))
             return fail(c, E_REQUEST, "\"%s%s\": guided decoding is not supported", p, guided[i]);
+    if ((v = get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
     return OK;
 }
 

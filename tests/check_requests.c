@@ -752,6 +752,8 @@ START_TEST(unknown_fields_ignored)
         {"\"use_beam_search\":true", "beam search"},
         {"\"guided_json\":{}", "\"guided_json\": guided decoding"},
         {"\"guided_choice\":[\"a\"]", "\"guided_choice\": guided decoding"},
+        {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
+        {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
         char line[256];
@@ -766,9 +768,11 @@ START_TEST(unknown_fields_ignored)
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
     ck_assert(strstr(L.v[0].error_message, "\"body.logit_bias\" is not supported"));
     in = "{\"id\":\"n\",\"prompt\":\"x\",\"logit_bias\":{},\"tools\":[],\"echo\":false,\"best_of\":1,"
-         "\"suffix\":\"\",\"use_beam_search\":false,\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\"}\n";
+         "\"suffix\":\"\",\"use_beam_search\":false,\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\","
+         "\"logits_processors\":[]}\n{\"id\":\"n2\",\"prompt\":\"x\",\"n\":2,\"best_of\":2}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
     assert_prompt(&L.v[0], "x");
+    assert_prompt(&L.v[1], "x");
     ck_assert_int_eq(L.unknown_lines, 0);
     /* a message value nested too deeply is refused (json_dumps recursion) */
     char deep[512] = "{\"id\":\"d\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"k\":";
