@@ -456,9 +456,32 @@ static tp_status share_done(engine *e)
 
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
 
-/* Number the requests of this run, tokenize them, and find those that cannot run. */
-static void test_term_at(const engine *e, const char *phase);
+/* Test hooks, PHASE:RANK: TPINFER_TEST_STOP_AT (comms, warm-up): that rank stops itself
+ * (SIGSTOP) as it enters the phase, as a stopped or hung rank would, so that its peers'
+ * watchdog is seen to end the job; TPINFER_TEST_TERM_AT (input: preparing the requests, load:
+ * the weights): it sends itself SIGTERM, as Slurm or mpirun would, so that the startup is seen
+ * cut short. */
+static int test_hook_at(const engine *e, const char *var, const char *phase)
+{
+    const char *v = getenv(var);
+    const size_t n = strlen(phase);
+    if (!v || strncmp(v, phase, n) || v[n] != ':') return 0;
+    char *end;
+    const long rank = strtol(v + n + 1, &end, 10);
+    return end != v + n + 1 && !*end && rank == e->g->rank;
+}
 
+static void test_stop_at(const engine *e, const char *phase)
+{
+    if (test_hook_at(e, "TPINFER_TEST_STOP_AT", phase)) raise(SIGSTOP);
+}
+
+static void test_term_at(const engine *e, const char *phase)
+{
+    if (test_hook_at(e, "TPINFER_TEST_TERM_AT", phase)) raise(SIGTERM);
+}
+
+/* Number the requests of this run, tokenize them, and find those that cannot run. */
 static tp_status prepare_all(engine *e)
 {
     test_term_at(e, "input");
@@ -655,32 +678,6 @@ static double watchdog_timeout(const engine *e)
 {
     if (e->o->step_timeout >= 0) return e->o->step_timeout;
     return !strcmp(e->backend->name, "cuda") ? 600 : 0;
-}
-
-/* TPINFER_TEST_STOP_AT=PHASE:RANK (tests): that rank stops itself (SIGSTOP) as it enters
- * the phase, as a rank stopped or hung there would, so that its peers' watchdog is seen to
- * end the job. */
-static void test_stop_at(const engine *e, const char *phase)
-{
-    const char *v = getenv("TPINFER_TEST_STOP_AT");
-    const size_t n = strlen(phase);
-    if (!v || strncmp(v, phase, n) || v[n] != ':') return;
-    char *end;
-    const long rank = strtol(v + n + 1, &end, 10);
-    if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGSTOP);
-}
-
-/* TPINFER_TEST_TERM_AT=PHASE:RANK (tests): that rank sends itself SIGTERM as it enters the
- * phase ("input": preparing the requests, "load": the weights), as Slurm's or mpirun's
- * signal would, so that tests see the startup cut short. */
-static void test_term_at(const engine *e, const char *phase)
-{
-    const char *v = getenv("TPINFER_TEST_TERM_AT");
-    const size_t n = strlen(phase);
-    if (!v || strncmp(v, phase, n) || v[n] != ':') return;
-    char *end;
-    const long rank = strtol(v + n + 1, &end, 10);
-    if (end != v + n + 1 && !*end && rank == e->g->rank) raise(SIGTERM);
 }
 
 /* fn under the watchdog (--step-timeout), phase naming it in the watchdog's message (NULL:

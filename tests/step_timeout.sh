@@ -12,35 +12,46 @@ export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
 for i in $(seq 1 32); do echo "{\"id\": \"r$i\", \"prompt\": \"Once upon a time there was a girl number $i\"}"; done \
     >"$TMP/p.jsonl"
+# stop_second_rank ARGS OUT LOG: two ranks of tpinfer ARGS --output OUT in the background, the
+# second stopped (SIGSTOP) once OUT has a line; sets job, victim and stopped_at
+stop_second_rank() {
+    mpi 2 "$TPINFER" $1 --output "$2" >"$3" 2>&1 &
+    job=$!
+    victim=""
+    for _ in $(seq 1 100); do
+        pids=$(pgrep -f "^$TPINFER $1") # the ranks (mpirun's command line starts otherwise)
+        [ "$(echo "$pids" | wc -w)" -eq 2 ] && { victim=$(echo "$pids" | sed -n 2p); break; }
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { kill $job; fail "the ranks did not start"; }
+    for _ in $(seq 1 600); do
+        [ -s "$2" ] && break
+        sleep 0.1
+    done
+    [ -s "$2" ] || { kill $job; fail "no request finished within 60 s"; }
+    kill -STOP "$victim"
+    stopped_at=$(date +%s)
+}
+# job_ended ARGS: the job's end (rc, elapsed since the stop); the victim continued, no rank of
+# ARGS may be left
+job_ended() {
+    rc=0
+    wait $job || rc=$?
+    elapsed=$(( $(date +%s) - stopped_at ))
+    kill -CONT "$victim" 2>/dev/null
+    sleep 0.5
+    left=$(pgrep -f "^$TPINFER $1" || true)
+    [ -z "$left" ] || { kill -9 $left; fail "ranks still running after the job ended: $left"; }
+}
+
+# stopped once some requests are done (4 at a time, so later ones are still to run)
 args="--model $m --backend cpu --tp 2 --input $TMP/p.jsonl --max-tokens 300 --ignore-eos --max-num-seqs 4"
-mpi 2 "$TPINFER" $args --step-timeout 3 --output "$TMP/out.jsonl" >"$TMP/log" 2>&1 &
-job=$!
-victim=""
-for _ in $(seq 1 100); do
-    pids=$(pgrep -f "^$TPINFER $args") # the ranks (mpirun's command line starts otherwise)
-    [ "$(echo "$pids" | wc -w)" -eq 2 ] && { victim=$(echo "$pids" | sed -n 2p); break; }
-    sleep 0.1
-done
-[ -n "$victim" ] || { kill $job; fail "the ranks did not start"; }
-# stop it once some requests are done (4 at a time, so later ones are still to run)
-for _ in $(seq 1 600); do
-    [ -s "$TMP/out.jsonl" ] && break
-    sleep 0.1
-done
-[ -s "$TMP/out.jsonl" ] || { kill $job; fail "no request finished within 60 s"; }
-kill -STOP "$victim"
-stopped_at=$(date +%s)
-rc=0
-wait $job || rc=$?
-elapsed=$(( $(date +%s) - stopped_at ))
-kill -CONT "$victim" 2>/dev/null
+stop_second_rank "$args --step-timeout 3" "$TMP/out.jsonl" "$TMP/log"
+job_ended "$args"
 [ $rc -ne 0 ] || fail "mpirun exited 0 with a rank stopped"
 [ $elapsed -le 20 ] || fail "the job took ${elapsed}s to end after the rank stopped (--step-timeout 3)"
 grep -q "no step has finished for [0-9]* s (--step-timeout 3): a rank of the job is stopped" "$TMP/log" ||
     { cat "$TMP/log"; fail "no message saying why the job ended"; }
-sleep 0.5
-left=$(pgrep -f "^$TPINFER $args" || true)
-[ -z "$left" ] || { kill -9 $left; fail "ranks still running after the job ended: $left"; }
 done_before=$(grep -c '"id":"r' "$TMP/out.jsonl")
 [ "$done_before" -ge 1 ] && [ "$done_before" -lt 32 ] ||
     fail "$done_before requests were done when the rank stopped (wanted some, not all)"
@@ -55,32 +66,12 @@ echo "stopped rank pid $victim after $done_before requests; the job ended (exit 
 # replica to notice; rank 0 finishes its own share, then waits for rank 1's results, and ends
 # the job when rank 1 has sent nothing (results or beats) for twice --step-timeout
 dpargs="--model $m --backend cpu --input $TMP/p.jsonl --max-tokens 300 --ignore-eos --max-num-seqs 4 --step-timeout 3"
-mpi 2 "$TPINFER" $dpargs --output "$TMP/dp.jsonl" >"$TMP/log7" 2>&1 &
-job=$!
-victim=""
-for _ in $(seq 1 100); do
-    pids=$(pgrep -f "^$TPINFER $dpargs")
-    [ "$(echo "$pids" | wc -w)" -eq 2 ] && { victim=$(echo "$pids" | sed -n 2p); break; }
-    sleep 0.1
-done
-[ -n "$victim" ] || { kill $job; fail "the dp ranks did not start"; }
-for _ in $(seq 1 600); do
-    [ -s "$TMP/dp.jsonl" ] && break
-    sleep 0.1
-done
-kill -STOP "$victim"
-stopped_at=$(date +%s)
-rc=0
-wait $job || rc=$?
-elapsed=$(( $(date +%s) - stopped_at ))
-kill -CONT "$victim" 2>/dev/null
+stop_second_rank "$dpargs" "$TMP/dp.jsonl" "$TMP/log7"
+job_ended "$dpargs"
 [ $rc -ne 0 ] || { cat "$TMP/log7"; fail "mpirun exited 0 with a replica stopped"; }
 [ $elapsed -le 40 ] || fail "the job took ${elapsed}s to end after a replica stopped (--step-timeout 3)"
 grep -q "rank 0: rank 1, which sends its replica's results, has sent nothing for [0-9]* s (twice --step-timeout 3)" \
     "$TMP/log7" || { cat "$TMP/log7"; fail "no message naming the silent replica"; }
-sleep 0.5
-left=$(pgrep -f "^$TPINFER $dpargs" || true)
-[ -z "$left" ] || { kill -9 $left; fail "ranks still running after the silent replica's timeout: $left"; }
 mpi 2 "$TPINFER" $dpargs --output "$TMP/dp.jsonl" --resume >"$TMP/log8" 2>&1 ||
     { cat "$TMP/log8"; fail "--resume after the silent replica"; }
 [ "$(grep -o '"id":"r[0-9]*"' "$TMP/dp.jsonl" | sort -u | wc -l)" -eq 32 ] &&
