@@ -26,6 +26,19 @@ mkdir -p "$TMP/empty"
 expect_fail 1 "--model $TMP/empty has no config.json: give the directory of a Hugging Face model as downloaded" \
     "$TPINFER" --model "$TMP/empty" --input "$TMP/p.txt" --output "$TMP/o.jsonl"
 [ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+# a tokenizer.json holding a lone UTF-16 surrogate (not JSON that any parser accepts) is refused,
+# naming the file and the place, before any output is made
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/surrogate" || fail "gen_tiny_model.py"
+"$PYTHON3" - "$TMP/surrogate/tokenizer.json" <<'PY' || fail "editing tokenizer.json"
+import sys
+s = open(sys.argv[1]).read()
+j = s.index("{", s.index('"vocab"')) + 1
+open(sys.argv[1], "w").write(s[:j] + '"\\ud800x": 999999,' + s[j:])
+PY
+expect_fail 1 "tokenizer.json: invalid JSON at line" "$TPINFER" --model "$TMP/surrogate" --input "$TMP/p.txt" \
+    --output "$TMP/o.jsonl"
+grep -q "invalid Unicode" "$TMP/err" || { cat "$TMP/err"; fail "the message does not say what is wrong in tokenizer.json"; }
+[ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
 # a tensor config.json's architecture needs is missing (renamed in the header, its length kept):
 # exit 1, naming it and what to check
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/lacks" || fail "gen_tiny_model.py"
