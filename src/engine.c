@@ -1320,26 +1320,6 @@ static void env_wanted(engine *e)
     e->overlap = !env_is("TPINFER_OVERLAP", "0");
 }
 
-/* The run's first step as scheduler 0 will take it (tp_scheduler_schedule's admission, 2b):
- * the prompts of its first sequences, FIFO, up to --max-num-seqs of them, --max-num-batched-
- * tokens (chunked prefill) and the tokens its share of the KV cache holds */
-static void first_step(const engine *e, int32_t *tokens, int32_t *seqs)
-{
-    const int64_t bs = e->o->kv_block_size;
-    int64_t t = 0, free_blocks = e->blocks_per_engine;
-    int32_t n = 0;
-    for (int64_t k = 0; k < e->n_seqs && n < e->max_seqs; k += e->P, n++) {
-        int64_t want = e->R[e->S_[k].req].n_prompt;
-        if (want > e->max_batched - t) want = e->max_batched - t;
-        if (want > free_blocks * bs) want = free_blocks * bs;
-        if (want < 1) break;
-        t += want;
-        free_blocks -= TP_CEIL_DIV(want, bs);
-    }
-    *tokens = (int32_t)t;
-    *seqs = n;
-}
-
 /* After the warm-up's prefill-sized step, a stage before the last sends its output on at
  * once: the next stage waits for that step, not for this stage's whole warm-up (which would
  * outlast --step-timeout however short each step). Stream-ordered: the later steps' writes
@@ -1380,7 +1360,7 @@ static tp_status warm_up(engine *e)
     memset(&w, 0, sizeof w);
     w.prefill_tokens = e->max_batched;
     w.max_len = e->max_model_len;
-    if (e->warm_first) first_step(e, &w.first_tokens, &w.first_seqs);
+    if (e->warm_first) tp_scheduler_peek_first(e->S[0], &w.first_tokens, &w.first_seqs);
     w.graphs = e->buf.use_graphs;
     w.tune = e->tune;
     if (greedy) {

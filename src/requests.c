@@ -723,9 +723,10 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
 static const char *const unsupported_keys[] = {"logit_bias", "response_format", "tools", "echo", "suffix",
-                                               "best_of", "use_beam_search", "guided_json", "guided_regex",
-                                               "guided_choice", "guided_grammar", "structured_outputs",
-                                               "logits_processors", NULL};
+                                               "best_of", "use_beam_search", "logits_processors", NULL};
+/* vLLM's guided decoding: refused whatever their value */
+static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                          "structured_outputs", NULL};
 
 static int in_list(const char *const *list, const char *k)
 {
@@ -738,7 +739,7 @@ static int is_param(const char *k)
 {
     for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++)
         if (!strcmp(pfields[i].key, k)) return 1;
-    return in_list(param_keys, k) || in_list(quiet_keys, k) || in_list(unsupported_keys, k);
+    return in_list(param_keys, k) || in_list(quiet_keys, k) || in_list(unsupported_keys, k) || in_list(guided_keys, k);
 }
 
 static void count_unknown(line_ctx *c, const char *key)
@@ -805,11 +806,8 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%sbest_of\" %s is not supported (\"n\" is)", p, repr(b, v));
     if ((v = get(o, "use_beam_search")) && !json_is_false(v))
         return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
-    static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                                         "structured_outputs"};
-    for (size_t i = 0; i < TP_ARRAY_LEN(guided); i++)
-        if (get(o, guided[i]))
-            return fail(c, E_REQUEST, "\"%s%s\": guided decoding is not supported", p, guided[i]);
+    for (const char *const *g = guided_keys; *g; g++)
+        if (get(o, *g)) return fail(c, E_REQUEST, "\"%s%s\": guided decoding is not supported", p, *g);
     if ((v = get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
         return fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
     return OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block_alloc.h"
+#include "util.h"
 
 enum { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED };
 
@@ -74,6 +75,15 @@ struct tp_scheduler {
 /* ---- small helpers ---------------------------------------------------------------- */
 
 static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* The tokens a waiting sequence is admitted with (schedule's 2b): its next chunk, within the
+ * step's budget and what free_blocks hold */
+static int32_t admit_want(const tp_scheduler *s, const seq *sq, int32_t budget, int64_t free_blocks)
+{
+    const int64_t fit = free_blocks * s->cfg.block_size;
+    const int32_t want = min32(sq->len - sq->n_computed, budget);
+    return fit < want ? (int32_t)fit : want;
+}
 
 static int32_t blocks_for(const tp_scheduler *s, int64_t n_tokens)
 {
@@ -538,9 +548,7 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
     while (!s->preempted_now && s->waiting.head && s->running.n < s->cfg.max_num_seqs &&
            budget > 0) {
         seq *sq = s->waiting.head;
-        int64_t fit = (int64_t)tp_block_alloc_n_free(s->alloc) * s->cfg.block_size;
-        int32_t want = min32(sq->len - sq->n_computed, budget);
-        if (fit < want) want = (int32_t)fit;
+        const int32_t want = admit_want(s, sq, budget, tp_block_alloc_n_free(s->alloc));
         if (want < 1) break;
         list_remove(&s->waiting, sq);
         list_push_back(&s->running, sq);
@@ -652,6 +660,20 @@ int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **gen
 }
 
 int tp_scheduler_idle(const tp_scheduler *s) { return !s->waiting.n && !s->running.n; }
+
+void tp_scheduler_peek_first(const tp_scheduler *s, int32_t *n_tokens, int32_t *n_seqs)
+{
+    int32_t budget = s->cfg.max_num_batched_tokens, n = 0;
+    int64_t free_blocks = tp_block_alloc_n_free(s->alloc);
+    for (const seq *sq = s->waiting.head; sq && n < s->cfg.max_num_seqs && budget > 0; sq = sq->next, n++) {
+        const int32_t want = admit_want(s, sq, budget, free_blocks);
+        if (want < 1) break;
+        budget -= want;
+        free_blocks -= TP_CEIL_DIV(want, s->cfg.block_size); /* a fresh sequence's blocks */
+    }
+    *n_tokens = s->cfg.max_num_batched_tokens - budget;
+    *n_seqs = n;
+}
 
 void tp_scheduler_stats(const tp_scheduler *s, tp_sched_stats *st)
 {

@@ -96,6 +96,12 @@ int tp_scheduler_resolve(tp_scheduler *s, int64_t key, int32_t token, int end);
 int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **generated,
                               int32_t *n_generated);
 
+/* The run's first step, as tp_scheduler_schedule will take it, without taking it: the tokens
+ * and sequences it admits from the waiting queue (FIFO, within max_num_seqs, the token budget
+ * and the free blocks). For a scheduler where nothing runs or was computed yet (the warm-up
+ * sizes a step by it). */
+void tp_scheduler_peek_first(const tp_scheduler *s, int32_t *n_tokens, int32_t *n_seqs);
+
 /* 1 when no sequence is waiting or running. */
 int tp_scheduler_idle(const tp_scheduler *s);
 

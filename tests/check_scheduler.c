@@ -995,6 +995,42 @@ START_TEST(many_keys)
 }
 END_TEST
 
+/* tp_scheduler_peek_first says what the first schedule then takes: its tokens and sequences,
+ * under a token budget, a sequence cap and KV caches too small for every prompt. */
+START_TEST(peek_first_is_the_first_step)
+{
+    static const tp_sched_config cfgs[] = {
+        {16, 64, 8, 512, 256},  /* room for all: the budget or the cap decides */
+        {16, 10, 8, 512, 160},  /* 10 blocks: the cache decides, the last admitted in part */
+        {4, 30, 3, 1000, 120},  /* the sequence cap */
+        {1, 40, 16, 25, 40},    /* a small budget, one-token blocks */
+        {8, 12, 64, 4096, 96},
+    };
+    uint64_t rng = 12345;
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+        for (int trial = 0; trial < 20; trial++) {
+            tp_scheduler *s = NULL;
+            ck_assert_int_eq(tp_scheduler_create(&cfgs[c], &s), TP_OK);
+            int32_t prompt[64];
+            for (int i = 0; i < 64; i++) prompt[i] = i;
+            for (int64_t k = 0; k < 12; k++) {
+                rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                const int32_t n = 1 + (int32_t)((rng >> 33) % 60);
+                const int32_t max_new = cfgs[c].max_model_len - n < 8 ? cfgs[c].max_model_len - n : 8;
+                if (max_new < 1 || tp_scheduler_add(s, k, prompt, n, max_new) != TP_OK) continue;
+            }
+            int32_t tokens = -1, seqs = -1;
+            tp_scheduler_peek_first(s, &tokens, &seqs);
+            tp_sched_batch b;
+            ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+            ck_assert_msg(tokens == b.n_tokens && seqs == b.n_seqs,
+                          "config %zu trial %d: peek %d tokens / %d sequences, the step %d / %d", c, trial, tokens,
+                          seqs, b.n_tokens, b.n_seqs);
+            tp_scheduler_destroy(s);
+        }
+}
+END_TEST
+
 START_TEST(determinism)
 {
     engine e1, e2;
@@ -1065,6 +1101,7 @@ int main(void)
     tcase_add_test(tc, create_refusals_and_misuse);
     tcase_add_test(tc, fit_seqs);
     tcase_add_test(tc, many_keys);
+    tcase_add_test(tc, peek_first_is_the_first_step);
     tcase_add_test(tc, determinism);
     tcase_add_test(tc, stress);
     suite_add_tcase(s, tc);
