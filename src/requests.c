@@ -43,7 +43,6 @@
 
 #include "util.h"
 
-#define MAX_INPUT_BYTES ((size_t)1 << 34) /* 16 GiB: a million long prompts */
 #define MAX_STOP 16                       /* stop strings per request */
 #define MAX_MESSAGE_DEPTH 64              /* nesting inside one chat message */
 #define DETECT_LINES 1000                 /* lines auto-detection may parse */
@@ -107,9 +106,9 @@ void tp_requests_free(tp_request_list *l)
     if (!l) return;
     for (size_t i = 0; i < l->n; i++) request_free(&l->v[i]);
     free(l->v);
-    l->v = NULL;
-    l->n = 0;
-    l->n_errors = 0;
+    free(l->id_text);
+    free(l->id_at);
+    memset(l, 0, sizeof *l);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1041,25 +1040,54 @@ static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_i
 }
 
 /* ------------------------------------------------------------------------------------
- * The file */
+ * The file, as a stream of lines */
 
-typedef struct line_iter {
-    const char *text;
-    size_t len, at;
-    int64_t line;
-} line_iter;
+#define READ_CHUNK ((size_t)1 << 20) /* bytes read at a time */
 
-static void iter_init(line_iter *it, const char *text, size_t len)
+/* The input's non-blank lines, one at a time, from a file (read in chunks, holding at most
+ * the longest line it returns) or from memory. */
+typedef struct line_reader {
+    FILE *f;              /* NULL: memory */
+    char *buf;            /* file: owned; memory: the text */
+    size_t cap, at, end;  /* buf[at..end) not yet returned */
+    size_t no_nl;         /* bytes from at known to hold no '\n' (a long line is not searched again) */
+    char lead;            /* the last line's first byte other than a space or tab */
+    size_t max_line;      /* a longer line is skipped, not held: only its length is returned */
+    int eof, started;
+    int64_t line;         /* 1-based number of the last line returned */
+    const char *what;
+} line_reader;
+
+static void reader_memory(line_reader *rd, const char *text, size_t len, size_t max_line, const char *what)
 {
-    /* a UTF-8 byte order mark is not part of the first line */
-    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
-        text += 3;
-        len -= 3;
+    memset(rd, 0, sizeof *rd);
+    rd->buf = (char *)text;
+    rd->end = len;
+    rd->eof = 1;
+    rd->max_line = max_line;
+    rd->what = what;
+}
+
+static tp_status reader_fill(line_reader *rd)
+{
+    if (rd->at > 0) { /* keep the unread tail at the start */
+        memmove(rd->buf, rd->buf + rd->at, rd->end - rd->at);
+        rd->end -= rd->at;
+        rd->at = 0;
     }
-    it->text = text;
-    it->len = len;
-    it->at = 0;
-    it->line = 0;
+    if (rd->cap - rd->end < READ_CHUNK) {
+        size_t c = rd->cap ? 2 * rd->cap : 2 * READ_CHUNK;
+        while (c - rd->end < READ_CHUNK) c *= 2;
+        char *b = realloc(rd->buf, c);
+        if (!b) return tp_error(TP_ERR_OOM, "out of memory reading %s (a line of %zu bytes)", rd->what, rd->end);
+        rd->buf = b;
+        rd->cap = c;
+    }
+    size_t got = fread(rd->buf + rd->end, 1, rd->cap - rd->end, rd->f);
+    rd->end += got;
+    if (got == 0 && ferror(rd->f)) return tp_error(TP_ERR_IO, "cannot read %s: %s", rd->what, strerror(errno));
+    if (got == 0) rd->eof = 1;
+    return TP_OK;
 }
 
 static int blank(const char *s, size_t n)
@@ -1069,54 +1097,134 @@ static int blank(const char *s, size_t n)
     return 1;
 }
 
-/* The next non-blank line, without its '\n' and trailing '\r'. */
-static int iter_next(line_iter *it, const char **s_out, size_t *n_out)
+/* The rest of a line too long to hold, up to its '\n' (or the end): counted into *n (a
+ * last '\r' not), *all_blank cleared where it holds more than blanks. */
+static tp_status reader_skip_line(line_reader *rd, size_t *n, int *all_blank)
 {
-    while (it->at < it->len) {
-        const char *s = it->text + it->at;
-        const char *nl = memchr(s, '\n', it->len - it->at);
-        size_t n = nl ? (size_t)(nl - s) : it->len - it->at;
-        it->at += n + (nl != NULL);
-        it->line++;
+    char last = 0;
+    for (;;) {
+        const char *s = rd->buf + rd->at;
+        const char *nl = memchr(s, '\n', rd->end - rd->at);
+        const size_t k = nl ? (size_t)(nl - s) : rd->end - rd->at;
+        if (*all_blank) *all_blank = blank(s, k);
+        if (k) last = s[k - 1];
+        *n += k;
+        rd->at += k + (nl != NULL);
+        rd->no_nl = 0;
+        if (nl || rd->eof) break;
+        rd->at = rd->end = 0; /* nothing of it is kept */
+        TP_CHECK(reader_fill(rd));
+        if (rd->end == 0 && rd->eof) break;
+    }
+    if (last == '\r') --*n;
+    return TP_OK;
+}
+
+static char lead_byte(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    return i < n ? s[i] : 0;
+}
+
+/* The next non-blank line, without its '\n' and trailing '\r': *got 0 at the end. *s is
+ * NULL for a line longer than max_line (+ its '\r'), which is not held: *n is its length. */
+static tp_status reader_next(line_reader *rd, const char **s_out, size_t *n_out, int *got)
+{
+    *got = 0;
+    for (;;) {
+        if (rd->f && !rd->eof) {
+            const char *from = rd->buf + rd->at + rd->no_nl;
+            if (!memchr(from, '\n', rd->end - rd->at - rd->no_nl)) {
+                rd->no_nl = rd->end - rd->at;
+                if (rd->no_nl > rd->max_line + 1) { /* too long to hold: count it, keep nothing */
+                    size_t n = 0;
+                    int all_blank = 1;
+                    const char lead = lead_byte(rd->buf + rd->at, rd->end - rd->at);
+                    rd->line++;
+                    TP_CHECK(reader_skip_line(rd, &n, &all_blank));
+                    if (all_blank) continue;
+                    rd->lead = lead;
+                    *s_out = NULL;
+                    *n_out = n;
+                    *got = 1;
+                    return TP_OK;
+                }
+                TP_CHECK(reader_fill(rd));
+                continue;
+            }
+        }
+        if (!rd->started) { /* a UTF-8 byte order mark is not part of the first line */
+            rd->started = 1;
+            if (rd->end - rd->at >= 3 && !memcmp(rd->buf + rd->at, "\xEF\xBB\xBF", 3)) rd->at += 3;
+        }
+        if (rd->at >= rd->end) return TP_OK;
+        const char *s = rd->buf + rd->at;
+        const char *nl = memchr(s, '\n', rd->end - rd->at);
+        size_t n = nl ? (size_t)(nl - s) : rd->end - rd->at;
+        rd->at += n + (nl != NULL);
+        rd->no_nl = 0;
+        rd->line++;
         if (n && s[n - 1] == '\r') n--;
         if (blank(s, n)) continue;
-        *s_out = s;
+        rd->lead = lead_byte(s, n);
+        *s_out = n > rd->max_line ? NULL : s;
         *n_out = n;
-        return 1;
+        *got = 1;
+        return TP_OK;
     }
-    return 0;
+}
+
+/* Back to the first line (auto-detection reads ahead). */
+static tp_status reader_rewind(line_reader *rd)
+{
+    rd->line = 0;
+    rd->started = 0;
+    if (!rd->f) {
+        rd->at = 0;
+        return TP_OK;
+    }
+    rd->at = rd->end = rd->no_nl = 0;
+    rd->eof = 0;
+    if (fseek(rd->f, 0, SEEK_SET) != 0) return tp_error(TP_ERR_IO, "cannot read %s again: %s", rd->what, strerror(errno));
+    return TP_OK;
 }
 
 /* TP_INPUT_AUTO: text unless the first non-blank line starts with '{'; then the first
  * line (of the first DETECT_LINES) that parses as an object picks the dialect. */
-static tp_input_format detect(const char *text, size_t len, size_t max_line)
+static tp_status detect(line_reader *rd, tp_input_format *fmt)
 {
-    line_iter it;
     const char *s;
     size_t n;
-    iter_init(&it, text, len);
-    if (!iter_next(&it, &s, &n)) return TP_INPUT_JSONL;
-    size_t i = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
-    if (s[i] != '{') return TP_INPUT_TEXT;
+    int got;
+    *fmt = TP_INPUT_JSONL;
+    TP_CHECK(reader_next(rd, &s, &n, &got));
+    if (!got) return reader_rewind(rd);
+    if (rd->lead != '{') {
+        *fmt = TP_INPUT_TEXT;
+        return reader_rewind(rd);
+    }
     for (int k = 0; k < DETECT_LINES; k++) {
-        if (k > 0 && !iter_next(&it, &s, &n)) break;
-        if (n > max_line) continue;
+        if (k > 0) TP_CHECK(reader_next(rd, &s, &n, &got));
+        if (!got) break;
+        if (!s) continue; /* longer than max_line */
         json_t *o = json_loadb(s, n, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
         if (!json_is_object(o)) {
             json_decref(o);
             continue;
         }
-        tp_input_format f = TP_INPUT_JSONL;
         if (json_object_get(o, "custom_id") && json_object_get(o, "body") && json_object_get(o, "url"))
-            f = TP_INPUT_OPENAI;
+            *fmt = TP_INPUT_OPENAI;
         else if (json_object_get(o, "task_id"))
-            f = TP_INPUT_TRTLLM;
+            *fmt = TP_INPUT_TRTLLM;
         json_decref(o);
-        return f;
+        break;
     }
-    return TP_INPUT_JSONL;
+    return reader_rewind(rd);
 }
+
+/* ------------------------------------------------------------------------------------
+ * The requests */
 
 typedef struct id_ref {
     const char *id;
@@ -1131,14 +1239,21 @@ static int by_id_then_line(const void *a, const void *b)
     return c ? c : (x->line > y->line) - (x->line < y->line);
 }
 
-static tp_status check_unique_ids(const tp_request_list *l, const unsigned char *standin, const char *what)
+/* Every request's line and whether its id stands in, beside the ids (all_ids). */
+typedef struct id_extra {
+    int64_t *line;
+    unsigned char *standin;
+} id_extra;
+
+static tp_status check_unique_ids(const tp_request_list *l, const id_extra *x, const char *what)
 {
-    id_ref *v = malloc((l->n ? l->n : 1) * sizeof *v);
-    if (!v) return tp_error(TP_ERR_OOM, "out of memory checking %zu request ids", l->n);
-    for (size_t i = 0; i < l->n; i++) v[i] = (id_ref){l->v[i].id, l->v[i].line, standin[i]};
-    qsort(v, l->n, sizeof *v, by_id_then_line);
+    const size_t n = l->n_total;
+    id_ref *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return tp_error(TP_ERR_OOM, "out of memory checking %zu request ids", n);
+    for (size_t i = 0; i < n; i++) v[i] = (id_ref){l->id_text + l->id_at[i], x->line[i], x->standin[i]};
+    qsort(v, n, sizeof *v, by_id_then_line);
     tp_status st = TP_OK;
-    for (size_t i = 1; i < l->n; i++) {
+    for (size_t i = 1; i < n; i++) {
         if (strcmp(v[i - 1].id, v[i].id)) continue;
         char b[QUOTE_CAP], note[160] = "";
         const id_ref *a = &v[i - 1], *z = &v[i];
@@ -1153,57 +1268,138 @@ static tp_status check_unique_ids(const tp_request_list *l, const unsigned char 
     return st;
 }
 
-tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
-                            int64_t vocab_size, size_t max_line_bytes, tp_request_list *out)
+/* Room for one more request at l->v[l->n], and (all_ids) one more id's line and stand-in
+ * flag at pos. */
+static tp_status grow(tp_request_list *l, size_t *cap, id_extra *x, size_t *xcap, int all_ids, const char *what)
 {
-    memset(out, 0, sizeof *out);
-    if (!what) what = "the input";
-    if (vocab_size <= 0 || vocab_size > (int64_t)INT32_MAX + 1) vocab_size = (int64_t)INT32_MAX + 1;
-    if (max_line_bytes == 0) max_line_bytes = SIZE_MAX;
-    if (fmt == TP_INPUT_AUTO) fmt = detect(text, len, max_line_bytes);
+    if (l->n == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        tp_request *v = realloc(l->v, c * sizeof *v);
+        if (!v) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, l->n);
+        l->v = v;
+        *cap = c;
+    }
+    if (all_ids && l->n_total == *xcap) {
+        size_t c = *xcap ? 2 * *xcap : 64;
+        size_t *at = realloc(l->id_at, c * sizeof *at);
+        if (at) l->id_at = at;
+        int64_t *line = at ? realloc(x->line, c * sizeof *line) : NULL;
+        if (line) x->line = line;
+        unsigned char *si = line ? realloc(x->standin, c) : NULL;
+        if (!si) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, l->n_total);
+        x->standin = si;
+        *xcap = c;
+    }
+    return TP_OK;
+}
 
-    size_t cap = 0;
-    unsigned char *standin = NULL;
+static tp_status keep_id(tp_request_list *l, const char *id, const char *what)
+{
+    const size_t k = strlen(id) + 1;
+    if (l->id_cap - l->id_len < k) {
+        size_t c = l->id_cap ? 2 * l->id_cap : 4096;
+        while (c - l->id_len < k) c *= 2;
+        char *t = realloc(l->id_text, c);
+        if (!t) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu request ids so far)", what, l->n_total);
+        l->id_text = t;
+        l->id_cap = c;
+    }
+    l->id_at[l->n_total] = l->id_len;
+    memcpy(l->id_text + l->id_len, id, k);
+    l->id_len += k;
+    return TP_OK;
+}
+
+static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_size, const tp_request_share *share,
+                            tp_request_list *out)
+{
+    const char *what = rd->what;
+    const tp_request_share all = {1, 0, 1, NULL, NULL};
+    if (!share) share = &all;
+    if (share->parts < 1 || share->part < 0 || share->part >= share->parts)
+        return tp_error(TP_ERR_INTERNAL, "a share %d of %d requests", share->part, share->parts);
+    if (fmt == TP_INPUT_AUTO) TP_CHECK(detect(rd, &fmt));
+
+    size_t cap = 0, xcap = 0;
+    id_extra x = {NULL, NULL};
     tp_status st = TP_OK;
-    line_iter it;
     const char *s;
     size_t n;
-    iter_init(&it, text, len);
-    while (iter_next(&it, &s, &n)) {
-        if (out->n == cap) {
-            size_t c = cap ? 2 * cap : 64;
-            tp_request *v = realloc(out->v, c * sizeof *v);
-            if (v) out->v = v;
-            unsigned char *sv = v ? realloc(standin, c) : NULL;
-            if (!sv) {
-                st = tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, out->n);
-                goto fail;
-            }
-            standin = sv;
-            cap = c;
+    int got;
+    for (;;) {
+        TP_CHECK_GOTO(reader_next(rd, &s, &n, &got), st, fail);
+        if (!got) break;
+        const size_t pos = out->n_total;
+        const int kept = pos % (size_t)share->parts == (size_t)share->part;
+        if (!kept && !share->all_ids) {
+            out->n_total++;
+            continue;
         }
-        tp_request *r = &out->v[out->n++];
+        TP_CHECK_GOTO(grow(out, &cap, &x, &xcap, share->all_ids, what), st, fail);
+        tp_request *r = &out->v[out->n];
         memset(r, 0, sizeof *r);
+        r->pos = (int64_t)pos;
         int si = 0;
-        if (parse_line(r, s, n, it.line, fmt, vocab_size, max_line_bytes, &si, out) != OK) {
-            st = tp_error(TP_ERR_OOM, "out of memory reading %s at line %lld", what, (long long)it.line);
+        if (parse_line(r, s, n, rd->line, fmt, vocab_size, rd->max_line, &si, out) != OK) {
+            request_free(r);
+            st = tp_error(TP_ERR_OOM, "out of memory reading %s at line %lld", what, (long long)rd->line);
             goto fail;
         }
-        standin[out->n - 1] = (unsigned char)si;
+        out->any_endpoint |= r->endpoint != TP_ENDPOINT_NONE;
+        if (share->all_ids) {
+            st = keep_id(out, r->id, what);
+            if (st != TP_OK) {
+                request_free(r);
+                goto fail;
+            }
+            x.line[pos] = r->line;
+            x.standin[pos] = (unsigned char)si;
+        }
+        out->n_total++;
+        if (!kept) {
+            request_free(r);
+            continue;
+        }
+        out->n++;
         out->n_errors += r->error_code != NULL;
+        if (share->on_kept) TP_CHECK_GOTO(share->on_kept(share->arg, r), st, fail);
     }
-    if (out->n == 0) {
+    if (out->n_total == 0) {
         st = tp_error(TP_ERR_INVALID_ARG, "%s holds no requests (it is empty or has only blank lines)", what);
         goto fail;
     }
     /* duplicate ids would make the output ambiguous: refuse, naming both lines */
-    TP_CHECK_GOTO(check_unique_ids(out, standin, what), st, fail);
-    free(standin);
+    if (share->all_ids) TP_CHECK_GOTO(check_unique_ids(out, &x, what), st, fail);
+    free(x.line);
+    free(x.standin);
     return TP_OK;
 fail:
-    free(standin);
+    free(x.line);
+    free(x.standin);
     tp_requests_free(out);
     return st;
+}
+
+tp_status tp_requests_parse_share(const char *text, size_t len, const char *what, tp_input_format fmt,
+                                  int64_t vocab_size, size_t max_line_bytes, const tp_request_share *share,
+                                  tp_request_list *out)
+{
+    memset(out, 0, sizeof *out);
+    if (vocab_size <= 0 || vocab_size > (int64_t)INT32_MAX + 1) vocab_size = (int64_t)INT32_MAX + 1;
+    line_reader rd;
+    reader_memory(&rd, text, len, max_line_bytes ? max_line_bytes : SIZE_MAX - 2, what ? what : "the input");
+    return read_lines(&rd, fmt, vocab_size, share, out);
+}
+
+tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
+                            int64_t vocab_size, size_t max_line_bytes, tp_request_list *out)
+{
+    return tp_requests_parse_share(text, len, what, fmt, vocab_size, max_line_bytes, NULL, out);
+}
+
+const char *tp_requests_id(const tp_request_list *l, size_t pos)
+{
+    return l->id_at && pos < l->n_total ? l->id_text + l->id_at[pos] : NULL;
 }
 
 void tp_requests_unknown_summary(const tp_request_list *l, char *buf, size_t cap)
@@ -1222,11 +1418,9 @@ void tp_requests_unknown_summary(const tp_request_list *l, char *buf, size_t cap
     if (l->unknown_more && o < cap) snprintf(buf + o, cap - o, " and others");
 }
 
-tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,
-                           size_t max_line_bytes, tp_request_list *out)
+tp_status tp_requests_read_share(const char *path, tp_input_format fmt, int64_t vocab_size, size_t max_line_bytes,
+                                 const tp_request_share *share, tp_request_list *out)
 {
-    char *text;
-    size_t len;
     struct stat sb;
     memset(out, 0, sizeof *out);
     if (!path || !strcmp(path, "-"))
@@ -1238,12 +1432,26 @@ tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_
         return tp_error(TP_ERR_IO, "%s is a directory, not a prompt file", path);
     if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || S_ISCHR(sb.st_mode))
         return tp_error(TP_ERR_IO,
-                        "%s is a %s, not a regular file: the prompt file is read whole and checked before the model loads, "
-                        "so pipes and standard input (/dev/stdin) are not supported; write the prompts to a file",
+                        "%s is a %s, not a regular file: every rank reads the prompt file, and checks it before the "
+                        "model loads, so pipes and standard input (/dev/stdin) are not supported; write the prompts "
+                        "to a file",
                         path, S_ISFIFO(sb.st_mode) ? "pipe (FIFO)" : S_ISSOCK(sb.st_mode) ? "socket" : "character device");
     if (!S_ISREG(sb.st_mode)) return tp_error(TP_ERR_IO, "%s is not a regular file", path);
-    TP_CHECK(tp_read_file(path, MAX_INPUT_BYTES, &text, &len));
-    tp_status st = tp_requests_parse(text, len, path, fmt, vocab_size, max_line_bytes, out);
-    free(text);
+    if (vocab_size <= 0 || vocab_size > (int64_t)INT32_MAX + 1) vocab_size = (int64_t)INT32_MAX + 1;
+    line_reader rd;
+    memset(&rd, 0, sizeof rd);
+    rd.max_line = max_line_bytes ? max_line_bytes : SIZE_MAX - 2;
+    rd.what = path;
+    rd.f = fopen(path, "rb");
+    if (!rd.f) return tp_error(TP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    tp_status st = read_lines(&rd, fmt, vocab_size, share, out);
+    fclose(rd.f);
+    free(rd.buf);
     return st;
+}
+
+tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size, size_t max_line_bytes,
+                           tp_request_list *out)
+{
+    return tp_requests_read_share(path, fmt, vocab_size, max_line_bytes, NULL, out);
 }

@@ -5,9 +5,11 @@
  * OpenAI batch lines {"custom_id", "method": "POST", "url": "/v1/completions" |
  * "/v1/chat/completions", "body": {...}} (OpenAI's fields plus vLLM's extensions); and
  * TensorRT-LLM benchmark lines {"task_id", "prompt" | "input_ids", "output_tokens"}.
- * The whole file is read and checked before the model loads. A bad line never stops the
- * batch: it becomes a request that carries an error (code + message) and is not run.
- * Only a fatal problem (unreadable file, duplicate ids) stops the job, with line numbers.
+ * The file is read as a stream, a line at a time, before the model loads; a rank keeps
+ * whole only its share of the requests (tp_request_share), so no rank holds the file, and
+ * a replica holds only the prompts it runs. A bad line never stops the batch: it becomes
+ * a request that carries an error (code + message) and is not run. Only a fatal problem
+ * (unreadable file, duplicate ids) stops the job, with line numbers.
  */
 #ifndef TP_REQUESTS_H
 #define TP_REQUESTS_H
@@ -63,6 +65,7 @@ typedef struct tp_request_params {
 typedef struct tp_request {
     char *id;               /* "custom_id" / "id" / "task_id" (integers as decimal), or the line number for text */
     int64_t line;           /* 1-based line in the input */
+    int64_t pos;            /* 0-based among the file's requests (its non-blank lines) */
     tp_endpoint endpoint;
     char *prompt;           /* text (may hold NUL bytes), or NULL */
     size_t prompt_len;
@@ -84,16 +87,37 @@ typedef struct tp_unknown_field {
 } tp_unknown_field;
 
 typedef struct tp_request_list {
-    tp_request *v;
+    tp_request *v;          /* the requests kept (all, or the share's), in file order */
     size_t n;
-    size_t n_errors;        /* requests that carry an error */
+    size_t n_total;         /* requests in the file, kept or not */
+    size_t n_errors;        /* requests kept that carry an error */
+    int any_endpoint;       /* some request read is an OpenAI batch line (error records answer in its shape) */
+    /* with tp_request_share.all_ids: every request's id, by pos (tp_requests_id) */
+    char *id_text;
+    size_t id_len, id_cap;
+    size_t *id_at;          /* [n_total] offsets into id_text */
     int64_t unknown_lines;  /* lines holding fields tpinfer does not read (ignored) */
     int n_unknown;          /* distinct such fields kept, the first TP_UNKNOWN_FIELDS_KEPT */
     int unknown_more;       /* more distinct fields than kept */
     tp_unknown_field unknown[TP_UNKNOWN_FIELDS_KEPT];
 } tp_request_list;
 
-/* Read and check path. vocab_size bounds token ids. Fatal (the job stops): the file
+/* Which requests a rank keeps whole: the one at pos where pos % parts == part (a
+ * replica's share); the others are counted but not kept. all_ids: every line is parsed,
+ * every id is kept (tp_requests_id) and checked for duplicates, and unknown fields and
+ * the dialect are seen in every line (the rank that writes the output); otherwise the
+ * lines of other shares are only counted, and duplicate ids are not looked for. on_kept,
+ * where set, is called with each kept request as soon as it is read (its payload is the
+ * callee's to transform, e.g. to tokenize the text and free it); a status other than
+ * TP_OK stops the read. */
+typedef struct tp_request_share {
+    int parts, part;
+    int all_ids;
+    tp_status (*on_kept)(void *arg, tp_request *r);
+    void *arg;
+} tp_request_share;
+
+/* Read and check path, keeping every request (a share of one part, with all ids). vocab_size bounds token ids. Fatal (the job stops): the file
  * cannot be read, is a directory, holds no requests, or two requests share an id (the
  * message names both lines). Per-line problems become requests with error_code set. A
  * line longer than max_line_bytes is an error record too, not a crash.
@@ -106,9 +130,17 @@ typedef struct tp_request_list {
  * are ignored and counted in unknown_lines / unknown (tp_requests_unknown_summary). */
 tp_status tp_requests_read(const char *path, tp_input_format fmt, int64_t vocab_size,
                            size_t max_line_bytes, tp_request_list *out);
+/* The same, keeping share's part (NULL: all). */
+tp_status tp_requests_read_share(const char *path, tp_input_format fmt, int64_t vocab_size, size_t max_line_bytes,
+                                 const tp_request_share *share, tp_request_list *out);
 /* The same from memory (tests). */
 tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_input_format fmt,
                             int64_t vocab_size, size_t max_line_bytes, tp_request_list *out);
+tp_status tp_requests_parse_share(const char *text, size_t len, const char *what, tp_input_format fmt,
+                                  int64_t vocab_size, size_t max_line_bytes, const tp_request_share *share,
+                                  tp_request_list *out);
+/* The id of the request at pos (0 <= pos < n_total), read with all_ids. */
+const char *tp_requests_id(const tp_request_list *l, size_t pos);
 void tp_requests_free(tp_request_list *l);
 
 /* "\"max_token\" (3 lines, first line 7), ..." into buf: the unknown fields l counted. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -1127,6 +1128,169 @@ START_TEST(read_dev_stdin_pipe)
 }
 END_TEST
 
+/* The file is read in chunks of 1 MiB: what it gives must be what the same bytes give
+ * from memory, across chunk boundaries, with a BOM, CRLF, blank lines, a line longer than
+ * a chunk, one longer than --max-line-bytes (ending in '\r') and no final newline. */
+START_TEST(stream_matches_memory)
+{
+    make_tmpdir();
+    char *path = tmp_path("mixed.jsonl");
+    const size_t max_line = (size_t)2 << 20, cap = (size_t)16 << 20;
+    char *text = malloc(cap);
+    size_t n = (size_t)sprintf(text, "\xEF\xBB\xBF{\"id\":\"first\",\"prompt\":\"a\"}\r\n\n  \r\n");
+    for (int i = 0; i < 40000; i++) {
+        n += (size_t)sprintf(text + n, "{\"id\":\"r%d\",\"prompt\":\"%*d\"}%s", i, 1 + i % 97, i, i % 3 ? "\n" : "\r\n");
+        if (i == 20000 || i == 30000) { /* 1.5 MiB, then 3 MiB + '\r' (too long) */
+            const size_t big = i == 20000 ? (size_t)3 << 19 : (size_t)3 << 20;
+            n += (size_t)sprintf(text + n, "{\"id\":\"big%d\",\"prompt\":\"", i);
+            memset(text + n, 'y', big), n += big;
+            n += (size_t)sprintf(text + n, "\"}\r\n\t\n");
+        }
+    }
+    n += (size_t)sprintf(text + n, "{\"id\":\"last\",\"prompt\":\"z\"}");
+    ck_assert_uint_lt(n, cap);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(text, 1, n, f), n);
+    fclose(f);
+
+    tp_request_list mem;
+    ck_assert_int_eq(tp_requests_parse(text, n, path, TP_INPUT_AUTO, VOCAB, max_line, &mem), TP_OK);
+    ck_assert_int_eq(tp_requests_read_share(path, TP_INPUT_AUTO, VOCAB, max_line, NULL, &L), TP_OK);
+    ck_assert_uint_eq(L.n, 40004);
+    ck_assert_uint_eq(L.n, mem.n);
+    ck_assert_uint_eq(L.n_total, mem.n);
+    ck_assert_uint_eq(L.n_errors, 1);
+    for (size_t i = 0; i < L.n; i++) {
+        const tp_request *a = &L.v[i], *b = &mem.v[i];
+        ck_assert_str_eq(a->id, b->id);
+        ck_assert_str_eq(tp_requests_id(&L, i), b->id);
+        ck_assert_int_eq(a->line, b->line);
+        ck_assert_int_eq(a->pos, (int64_t)i);
+        ck_assert_uint_eq(a->prompt_len, b->prompt_len);
+        ck_assert(a->prompt_len == 0 || !memcmp(a->prompt, b->prompt, a->prompt_len));
+        ck_assert_str_eq(a->error_message ? a->error_message : "", b->error_message ? b->error_message : "");
+    }
+    ck_assert_str_eq(L.v[0].id, "first");
+    ck_assert_int_eq(L.v[0].line, 1);
+    ck_assert_uint_eq(L.v[20002].prompt_len, (size_t)3 << 19);
+    ck_assert_str_eq(L.v[30003].id, "30007"); /* 3 lines before r0, 2 with the first big line */
+    char want[128];
+    snprintf(want, sizeof want, "line 30007: the line is %zu bytes, more than --max-line-bytes %zu",
+             ((size_t)3 << 20) + 29, max_line); /* the line less its "\r" */
+    ck_assert_str_eq(L.v[30003].error_message, want);
+    ck_assert_str_eq(L.v[L.n - 1].id, "last");
+    tp_requests_free(&mem);
+    tp_requests_free(&L);
+    unlink(path);
+    rmdir(tmpdir);
+    free(path), free(text);
+}
+END_TEST
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* A 100 MiB line in a file is counted, not held: reading it costs a few MiB, not 100. */
+START_TEST(stream_long_line_not_held)
+{
+    make_tmpdir();
+    char *path = tmp_path("long.txt");
+    FILE *f = fopen(path, "wb");
+    fputs("before\n", f);
+    char chunk[1 << 16];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 1600; i++) fwrite(chunk, 1, sizeof chunk, f);
+    fputs("\r\nafter\n", f);
+    fclose(f);
+    const long before = max_rss_kib();
+    ck_assert_int_eq(tp_requests_read_share(path, TP_INPUT_AUTO, VOCAB, 1 << 20, NULL, &L), TP_OK);
+    const long grew = max_rss_kib() - before;
+    ck_assert_msg(grew < 32 * 1024, "reading grew the peak RSS by %ld KiB", grew);
+    ck_assert_uint_eq(L.n, 3);
+    assert_prompt(&L.v[0], "before"); /* a text file, though its first long line was never held */
+    assert_prompt(&L.v[2], "after");
+    ck_assert_str_eq(L.v[1].error_message, "line 2: the line is 104857600 bytes, more than --max-line-bytes 1048576");
+    ck_assert_int_eq(L.v[2].line, 3);
+    tp_requests_free(&L);
+    unlink(path);
+    rmdir(tmpdir);
+    free(path);
+}
+END_TEST
+
+static int64_t kept_pos[16];
+static int n_kept_seen;
+
+static tp_status note_kept(void *arg, tp_request *r)
+{
+    ck_assert_ptr_eq(arg, &n_kept_seen);
+    kept_pos[n_kept_seen++] = r->pos;
+    free(r->prompt); /* the callee may take the payload */
+    r->prompt = NULL;
+    return TP_OK;
+}
+
+/* A replica's share: every parts-th request, the others counted; the rank that checks ids
+ * parses them all. */
+START_TEST(share_of_requests)
+{
+    const char *in = "{\"id\":\"a\",\"prompt\":\"0\"}\n"
+                     "{\"id\":\"b\",\"prompt\":\"1\"}\n\n"
+                     "{\"id\":\"c\",\"prompt\":\"2\"}\n"
+                     "{\"id\":\"same\",\"prompt\":\"3\"}\n"
+                     "not json\n"
+                     "{\"id\":\"d\",\"prompt\":\"5\",\"max_tokenz\":1}\n"
+                     "{\"id\":\"e\",\"prompt\":\"6\"}\n"
+                     "{\"id\":\"same\",\"prompt\":\"7\"}\n";
+    tp_request_list l;
+    n_kept_seen = 0;
+    tp_request_share sh = {3, 1, 0, note_kept, &n_kept_seen};
+    ck_assert_int_eq(tp_requests_parse_share(in, strlen(in), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_OK);
+    ck_assert_uint_eq(l.n_total, 8);
+    ck_assert_uint_eq(l.n, 3); /* pos 1, 4, 7 */
+    ck_assert_int_eq(n_kept_seen, 3);
+    ck_assert_int_eq(kept_pos[0], 1); ck_assert_int_eq(kept_pos[1], 4); ck_assert_int_eq(kept_pos[2], 7);
+    ck_assert_str_eq(l.v[0].id, "b"); ck_assert_int_eq(l.v[0].line, 2);
+    ck_assert_str_eq(l.v[1].id, "6"); ck_assert_int_eq(l.v[1].pos, 4);
+    ck_assert_str_eq(l.v[1].error_code, "invalid_json");
+    ck_assert_str_eq(l.v[2].id, "same"); ck_assert_int_eq(l.v[2].line, 9);
+    ck_assert_ptr_null(l.v[0].prompt);
+    ck_assert_ptr_null(tp_requests_id(&l, 0)); /* ids of other shares are not kept */
+    ck_assert_int_eq(l.unknown_lines, 0);    /* their lines are not parsed */
+    tp_requests_free(&l);
+
+    /* part 2 holds the bad line; every id kept: the duplicate is seen though neither is kept */
+    sh = (tp_request_share){3, 2, 1, NULL, NULL};
+    ck_assert_int_eq(tp_requests_parse_share(in, strlen(in), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_ERR_INVALID_ARG);
+    ck_assert_str_eq(tp_error_message(), "x: id \"same\" is used on line 5 and again on line 9; ids must be unique");
+    tp_error_clear();
+    const char *unique = "{\"id\":\"a\",\"prompt\":\"0\"}\n"
+                         "not json\n"
+                         "{\"custom_id\":\"q\",\"prompt\":\"x\"}\n"
+                         "{\"id\":\"d\",\"prompt\":\"5\",\"max_tokenz\":1}\n";
+    sh.part = 1;
+    ck_assert_int_eq(tp_requests_parse_share(unique, strlen(unique), "x", TP_INPUT_JSONL, VOCAB, 0, &sh, &l), TP_OK);
+    ck_assert_uint_eq(l.n_total, 4);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_str_eq(l.v[0].id, "2"); ck_assert_str_eq(l.v[0].error_code, "invalid_json");
+    ck_assert_str_eq(tp_requests_id(&l, 0), "a"); ck_assert_str_eq(tp_requests_id(&l, 3), "d");
+    ck_assert_int_eq(l.unknown_lines, 1); /* seen on a line of another share */
+    ck_assert_int_eq(l.any_endpoint, 0);  /* a JSONL line: no endpoint */
+    tp_requests_free(&l);
+
+    /* a share of one: everything, as tp_requests_parse */
+    sh = (tp_request_share){1, 0, 0, NULL, NULL};
+    ck_assert_int_eq(tp_requests_parse_share(unique, strlen(unique), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_OK);
+    ck_assert_uint_eq(l.n, 4);
+    ck_assert_int_eq(l.v[3].pos, 3);
+    tp_requests_free(&l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("requests");
@@ -1163,6 +1327,9 @@ int main(void)
     tcase_add_test(big, hundred_megabyte_line);
     tcase_add_test(big, million_lines);
     tcase_add_test(big, big_line_bad_utf8);
+    tcase_add_test(big, stream_matches_memory);
+    tcase_add_test(big, stream_long_line_not_held);
+    tcase_add_test(big, share_of_requests);
     tcase_add_checked_fixture(big, NULL, free_list);
     suite_add_tcase(s, big);
 
