@@ -49,7 +49,7 @@ static void on_stop_signal(int sig) { stop_signal = sig; }
 static int stop_requested(void) { return stop_signal != 0; }
 
 typedef struct req {
-    const tp_request *in;
+    tp_request *in;
     int64_t index;          /* among this run's requests (after --resume skips), -1: skipped */
     int64_t runnable;       /* among those that run, -1: does not run */
     int32_t *prompt;
@@ -104,7 +104,10 @@ typedef struct engine {
     req *R;
     seq *S_;                /* every sequence of this replica */
     int64_t n_seqs;
-    int64_t n_index, n_runnable;
+    int64_t n_index;        /* this run's requests (all replicas'; those done earlier not counted) */
+    int64_t n_runnable;     /* this replica's requests that run */
+    int any_runnable;       /* some replica runs a request (else no rank loads the model) */
+    int openai;             /* the input holds OpenAI batch lines: error records answer in that shape */
     int32_t max_model_len;
     int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
     int32_t max_seqs;       /* --max-num-seqs, or its default for the device (load) */
@@ -199,7 +202,7 @@ static tp_status report_load(engine *e)
 static double now_s(void) { return tp_monotonic_s(); }
 
 // ----------------------------------------------------------------------------
-// phase 1: config, tokenizer, prompts (every rank, identically)
+// phase 1: config, tokenizer (every rank alike), prompts (each replica its share)
 
 static void set_request_error(req *r, const char *code)
 {
@@ -264,9 +267,67 @@ static tp_status render_chat(engine *e, req *r, tp_ids *ids)
     return st;
 }
 
+static void drop_prompt(tp_request *in)
+{
+    free(in->prompt);
+    free(in->messages_json);
+    free(in->prompt_ids);
+    in->prompt = in->messages_json = NULL;
+    in->prompt_ids = NULL;
+    in->prompt_len = 0;
+    in->n_prompt_ids = 0;
+}
+
+/* The prompt as token ids, into in->prompt_ids, its text or messages freed: a replica keeps
+ * only ids, and from as soon as a line is read (no text for the whole input at once). A
+ * prompt that cannot be encoded becomes the request's error. Its sampling settings are
+ * checked first (prepare_request says what is wrong with them, as before any encoding). */
+static tp_status encode_input(engine *e, tp_request *in)
+{
+    if (in->error_code || in->encoded || in->prompt_ids) return TP_OK; /* given ids are checked in prepare_request */
+    req probe = {.in = in};
+    apply_params(e, &probe);
+    if (tp_sampling_params_validate(&probe.sp) != TP_OK) {
+        tp_error_clear();
+        return TP_OK;
+    }
+    tp_ids ids = {0};
+    tp_status st = in->messages_json ? render_chat(e, &probe, &ids)
+                                     : tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
+    /* past vocab_size the embedding reads zeros */
+    for (size_t i = 0; st == TP_OK && i < ids.n; i++)
+        if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
+            st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, beyond the model's embedding "
+                          "(config.json's vocab_size %lld): a token added to tokenizer.json that the weights lack, or "
+                          "a tokenizer of another model", (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
+    if (st == TP_ERR_OOM) {
+        tp_ids_free(&ids);
+        return st;
+    }
+    drop_prompt(in);
+    in->encoded = 1;
+    if (st != TP_OK) {
+        tp_ids_free(&ids);
+        in->error_code = "invalid_request";
+        in->error_message = strdup(*tp_error_message() ? tp_error_message() : in->error_code);
+        tp_error_clear();
+        return in->error_message ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    in->prompt_ids = ids.v;
+    in->n_prompt_ids = (int32_t)ids.n;
+    return TP_OK;
+}
+
+/* The reader's callback: each request of this replica's share, as it is read. */
+static tp_status encode_kept(void *arg, tp_request *in)
+{
+    return stop_signal ? TP_OK : encode_input(arg, in);
+}
+
 static tp_status prepare_request(engine *e, req *r)
 {
-    const tp_request *in = r->in;
+    tp_request *in = r->in;
+    TP_CHECK(encode_input(e, in));
     if (in->error_code) {
         r->error_code = in->error_code;
         r->error_message = strdup(in->error_message ? in->error_message : in->error_code);
@@ -277,37 +338,18 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "invalid_request");
         return TP_OK;
     }
-    tp_ids ids = {0};
-    tp_status st = TP_OK;
-    if (in->prompt_ids) {
-        for (int32_t i = 0; i < in->n_prompt_ids && st == TP_OK; i++) {
-            if (in->prompt_ids[i] >= e->cfg.vocab_size)
-                st = tp_error(TP_ERR_INVALID_ARG, "line %lld: prompt token %d is outside the vocabulary of %lld",
-                              (long long)in->line, in->prompt_ids[i], (long long)e->cfg.vocab_size);
-            else st = tp_ids_push(&ids, in->prompt_ids[i]);
-        }
-    } else if (in->messages_json) {
-        st = render_chat(e, r, &ids);
-    } else {
-        st = tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
-    }
-    /* text's ids (prompt_token_ids were checked above): past vocab_size the embedding reads zeros */
-    for (size_t i = 0; !in->prompt_ids && st == TP_OK && i < ids.n; i++)
-        if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
-            st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, beyond the model's embedding "
-                          "(config.json's vocab_size %lld): a token added to tokenizer.json that the weights lack, or "
-                          "a tokenizer of another model", (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
-    if (st == TP_ERR_OOM) {
-        tp_ids_free(&ids);
-        return st;
-    }
-    if (st != TP_OK) {
-        tp_ids_free(&ids);
-        set_request_error(r, "invalid_request");
-        return TP_OK;
-    }
-    r->prompt = ids.v;
-    r->n_prompt = (int32_t)ids.n;
+    if (!in->encoded) /* the line's own ids */
+        for (int32_t i = 0; i < in->n_prompt_ids; i++)
+            if (in->prompt_ids[i] >= e->cfg.vocab_size) {
+                tp_error(TP_ERR_INVALID_ARG, "line %lld: prompt token %d is outside the vocabulary of %lld",
+                         (long long)in->line, in->prompt_ids[i], (long long)e->cfg.vocab_size);
+                set_request_error(r, "invalid_request");
+                return TP_OK;
+            }
+    r->prompt = in->prompt_ids; /* the request takes them */
+    r->n_prompt = in->n_prompt_ids;
+    in->prompt_ids = NULL;
+    in->n_prompt_ids = 0;
     if (r->n_prompt == 0) {
         tp_error(TP_ERR_INVALID_ARG, "line %lld: the prompt encodes to no tokens", (long long)in->line);
         set_request_error(r, "invalid_request");
@@ -385,7 +427,13 @@ static tp_status setup(engine *e)
     TP_CHECK(load_chat_template(e));
     tp_input_format fmt = TP_INPUT_AUTO;
     tp_input_format_from_name(o->input_format, &fmt);
-    TP_CHECK(tp_requests_read(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &e->reqs));
+    /* a replica keeps its share, the requests at pos % dp == dp_rank, tokenized as they are
+     * read (with --resume, once the done ones are known); rank 0 reads every id, for the
+     * duplicate check and the resume */
+    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0, o->resume ? NULL : encode_kept, e};
+    TP_CHECK(tp_requests_read_share(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &share, &e->reqs));
+    tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's %zu requests kept", e->g->rank, e->g->dp_rank,
+           e->reqs.n, e->reqs.n_total);
     if (e->reqs.unknown_lines && e->g->rank == 0) { /* a misspelt field would pass unseen */
         char fields[1024];
         tp_requests_unknown_summary(&e->reqs, fields, sizeof fields);
@@ -438,20 +486,33 @@ static tp_status open_output(engine *e)
     return st;
 }
 
-/* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request. */
+/* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request
+ * (by pos), with the input's count of requests (which every rank must read alike) and its
+ * dialect. */
 static tp_status share_done(engine *e)
 {
-    size_t words = (e->reqs.n + 31) / 32;
+    const size_t n = e->reqs.n_total, words = (n + 31) / 32;
     e->done_bits = calloc(words ? words : 1, sizeof *e->done_bits);
     if (!e->done_bits) return tp_error(TP_ERR_OOM, "out of memory");
+    int32_t head[4] = {(int32_t)(n & 0x7fffffff), (int32_t)(n >> 31), e->reqs.any_endpoint, 0};
     if (e->g->rank == 0 && e->out) {
-        for (size_t i = 0; i < e->reqs.n; i++)
-            if (tp_output_is_done(e->out, e->reqs.v[i].id)) e->done_bits[i / 32] |= 1u << (i % 32);
+        for (size_t i = 0; i < n; i++)
+            if (tp_output_is_done(e->out, tp_requests_id(&e->reqs, i))) e->done_bits[i / 32] |= 1u << (i % 32);
         const int64_t errs = tp_output_done_errors(e->out);
-        e->done_errors = errs > INT32_MAX ? INT32_MAX : (int32_t)errs;
+        head[3] = errs > INT32_MAX ? INT32_MAX : (int32_t)errs;
     }
-    TP_CHECK(tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL));
-    return tp_comm_broadcast(e->w->world, &e->done_errors, 1, TP_DTYPE_I32, 0, NULL);
+    int32_t got[4];
+    memcpy(got, head, sizeof head);
+    TP_CHECK(tp_comm_broadcast(e->w->world, got, 4, TP_DTYPE_I32, 0, NULL));
+    e->openai = got[2];
+    e->done_errors = got[3];
+    const size_t n0 = (size_t)got[0] | (size_t)got[1] << 31;
+    if (n0 != n) /* every rank must see the same file, or their shares overlap and miss */
+        return tp_error(TP_ERR_INVALID_ARG, "rank %d reads %zu requests in %s, rank 0 reads %zu: the file differs "
+                        "between nodes (a copy on local disks that differs, or a file being written); give every rank "
+                        "the same file", e->g->rank, n, e->o->input, n0);
+    /* (a rank that failed above still takes part: the broadcast is of every rank) */
+    return tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL);
 }
 
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
@@ -481,33 +542,52 @@ static void test_term_at(const engine *e, const char *phase)
     if (test_hook_at(e, "TPINFER_TEST_TERM_AT", phase)) raise(SIGTERM);
 }
 
-/* Number the requests of this run, tokenize them, and find those that cannot run. */
+/* Number the requests of this run (all replicas'), tokenize this replica's, and find
+ * those that cannot run. */
 static tp_status prepare_all(engine *e)
 {
     test_term_at(e, "input");
-    for (size_t i = 0; i < e->reqs.n; i++) {
+    size_t k = 0;
+    int64_t index = 0;
+    for (size_t pos = 0; pos < e->reqs.n_total; pos++) {
+        req *r = k < e->reqs.n && (size_t)e->reqs.v[k].pos == pos ? &e->R[k++] : NULL;
+        if (is_done_earlier(e, pos)) {
+            if (r) drop_prompt(r->in);
+            continue;
+        }
+        const int64_t i = index++;
+        if (!r) continue;
         if (stop_signal) return TP_OK; /* phases() stops every rank next */
-        req *r = &e->R[i];
-        if (is_done_earlier(e, i)) continue;
-        r->index = e->n_index++;
+        r->index = i;
         TP_CHECK(prepare_request(e, r));
         if (!r->error_code) r->runnable = e->n_runnable++;
     }
+    e->n_index = index;
     return TP_OK;
 }
 
-/* Rank 0 writes the records of requests that cannot run, at once. */
+/* Whether any replica runs a request: if none does, no rank loads the model. */
+static tp_status count_runnable(engine *e)
+{
+    int32_t mine = e->g->tp_rank == 0 && e->g->pp_rank == 0 && e->n_runnable > 0, any = 0;
+    TP_CHECK(tp_comm_all_reduce_sum(e->w->world, &mine, &any, 1, TP_DTYPE_I32, NULL));
+    e->any_runnable = any > 0;
+    return TP_OK;
+}
+
+static int is_sender(const engine *e) { return e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0; }
+
+/* Each replica's sender (it holds the replica's share) sends the records of its requests
+ * that cannot run, at once. */
 static tp_status write_error_records(engine *e)
 {
-    if (e->g->rank != 0) return TP_OK;
-    int openai = 0; /* an OpenAI batch file answers in its own shape, unreadable lines too */
-    for (size_t i = 0; i < e->reqs.n && !openai; i++) openai = e->reqs.v[i].endpoint != TP_ENDPOINT_NONE;
+    if (!is_sender(e)) return TP_OK;
     for (size_t i = 0; i < e->reqs.n; i++) {
         req *r = &e->R[i];
         if (r->index < 0 || !r->error_code) continue;
         char *line;
         size_t len;
-        TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, openai, &line, &len));
+        TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, e->openai, &line, &len));
         tp_record_stats rs = {0, 0, -1, -1};
         tp_status st = tp_collector_send(e->collector, r->index, 1, line, len, &rs);
         free(line);
@@ -623,7 +703,7 @@ static int32_t logit_rows(const engine *e, int32_t T)
     int prompt_rows = e->o->dump_logits != NULL;
     for (size_t i = 0; !prompt_rows && i < e->reqs.n; i++) {
         const req *r = &e->R[i];
-        prompt_rows = r->runnable >= 0 && r->runnable % e->g->dp == e->g->dp_rank && r->prompt_lp >= 0;
+        prompt_rows = r->runnable >= 0 && r->prompt_lp >= 0;
     }
     return prompt_rows ? seqs + T : seqs;
 }
@@ -639,7 +719,7 @@ static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
     int64_t n = 0, need = 0;
     for (size_t i = 0; i < e->reqs.n; i++) {
         const req *r = &e->R[i];
-        if (r->runnable < 0 || r->runnable % e->g->dp != e->g->dp_rank) continue;
+        if (r->runnable < 0) continue;
         int64_t len = (int64_t)r->n_prompt + r->max_new;
         if (len > e->max_model_len) len = e->max_model_len;
         n += r->n;
@@ -759,16 +839,16 @@ static tp_status load(engine *e, int32_t *n_blocks)
 
 static tp_status add_sequences(engine *e)
 {
-    /* this replica's requests: every dp-th runnable one; each of its n choices is a
-     * sequence, dealt round-robin to the engines */
+    /* this replica's requests that run; each of its n choices is a sequence, dealt
+     * round-robin to the engines */
     int64_t count = 0;
     for (size_t i = 0; i < e->reqs.n; i++)
-        if (e->R[i].runnable >= 0 && e->R[i].runnable % e->g->dp == e->g->dp_rank) count += e->R[i].n;
+        if (e->R[i].runnable >= 0) count += e->R[i].n;
     e->S_ = calloc((size_t)(count ? count : 1), sizeof *e->S_);
     if (!e->S_) return tp_error(TP_ERR_OOM, "out of memory");
     for (size_t i = 0; i < e->reqs.n; i++) {
         req *r = &e->R[i];
-        if (r->runnable < 0 || r->runnable % e->g->dp != e->g->dp_rank) continue;
+        if (r->runnable < 0) continue;
         r->first_seq = e->n_seqs;
         for (int32_t j = 0; j < r->n; j++) {
             int64_t k = e->n_seqs++;
@@ -1782,9 +1862,11 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
 
     st = e->g->rank == 0 ? open_output(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
-    TP_CHECK(share_done(e));
+    st = share_done(e);
+    TP_CHECK(agree(e, st, n_failed));
     st = prepare_all(e);
     TP_CHECK(agree(e, st, n_failed));
+    TP_CHECK(count_runnable(e));
     if (e->g->rank == 0) {
         if (o->resume && tp_output_done_count(e->out))
             tp_log_info0("resuming: %" PRId64 " requests are done already, %" PRId64 " to go",
@@ -1793,7 +1875,7 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     }
     TP_CHECK(agree(e, st, n_failed));
     if (stopped_everywhere(e)) return TP_OK;
-    st = tp_collector_create(e->w, e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0, e->out, e->progress,
+    st = tp_collector_create(e->w, is_sender(e), e->out, e->progress,
                              &e->collector);
     TP_CHECK(agree(e, st, n_failed));
     st = write_error_records(e);
@@ -1801,16 +1883,16 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
 
     int32_t n_blocks = 0;
     /* every rank's backend first: the communicators made next wait for every rank of a group */
-    if (e->n_runnable) split_threads(e->g);
-    st = e->n_runnable ? make_backend(e) : TP_OK;
+    if (e->any_runnable) split_threads(e->g);
+    st = e->any_runnable ? make_backend(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
-    st = e->n_runnable ? same_backend(e) : TP_OK;
+    st = e->any_runnable ? same_backend(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
-    tp_collector_set_timeout(e->collector, e->n_runnable ? watchdog_timeout(e) : 0);
-    st = e->n_runnable ? load(e, &n_blocks) : TP_OK;
+    tp_collector_set_timeout(e->collector, e->any_runnable ? watchdog_timeout(e) : 0);
+    st = e->any_runnable ? load(e, &n_blocks) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     if (stopped_everywhere(e)) return TP_OK;
-    if (e->n_runnable) {
+    if (e->any_runnable) {
         TP_CHECK(report_load(e));
         /* every rank of a replica must hold the same number of blocks and take the same
          * steps, of the same sizes (the warm-up's too, whatever each rank's environment
@@ -1866,6 +1948,17 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     return TP_OK;
 }
 
+/* This run's error records, over every replica. */
+static tp_status count_request_errors(engine *e, int64_t *count)
+{
+    int64_t mine = 0;
+    for (size_t i = 0; is_sender(e) && i < e->reqs.n; i++) mine += e->R[i].index >= 0 && e->R[i].error_code;
+    int32_t m = mine > INT32_MAX ? INT32_MAX : (int32_t)mine, all = 0;
+    TP_CHECK(tp_comm_all_reduce_sum(e->w->world, &m, &all, 1, TP_DTYPE_I32, NULL));
+    *count = all;
+    return TP_OK;
+}
+
 tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info *dev, int *n_failed,
                       int *must_abort, int64_t *n_request_errors, int *interrupted)
 {
@@ -1893,6 +1986,9 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
             *n_failed = 1;
         }
         *interrupted = e.stopping || any;
+        /* the exit status counts every replica's error records (each sender knows its own);
+         * a rank whose finish failed ends the job instead (and so its peers here) */
+        if (st == TP_OK) st = count_request_errors(&e, n_request_errors);
     }
     const double t_finished = now_s();
     if (w->grid.rank == 0 && e.out) {
@@ -1921,7 +2017,6 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                    o->status_file);
     }
     if (st == TP_OK) {
-        for (size_t i = 0; i < e.reqs.n; i++) *n_request_errors += e.R[i].index >= 0 && e.R[i].error_code;
         if (e.done_errors && w->grid.rank == 0)
             tp_log(TP_LOG_WARN, "--resume: the output holds %d error record(s) from an earlier run; the exit status "
                    "counts them", (int)e.done_errors);

@@ -71,6 +71,7 @@ typedef struct tp_request {
     size_t prompt_len;
     int32_t *prompt_ids;    /* token ids, or NULL */
     int32_t n_prompt_ids;
+    int encoded;            /* prompt_ids are the text's or messages' (then freed), by the engine's tokenizer */
     char *messages_json;    /* the "messages" array as JSON text (chat), or NULL */
     int add_generation_prompt; /* chat: default 1 */
     tp_request_params p;
@@ -117,9 +118,10 @@ typedef struct tp_request_share {
     void *arg;
 } tp_request_share;
 
-/* Read and check path, keeping every request (a share of one part, with all ids). vocab_size bounds token ids. Fatal (the job stops): the file
- * cannot be read, is a directory, holds no requests, or two requests share an id (the
- * message names both lines). Per-line problems become requests with error_code set. A
+/* Read and check path, keeping every request (a share of one part, with all ids).
+ * vocab_size bounds token ids. Fatal (the job stops): the file cannot be read, is a
+ * directory, holds no requests, or two requests share an id (the message names both
+ * lines). Per-line problems become requests with error_code set. A
  * line longer than max_line_bytes is an error record too, not a crash.
  * vocab_size <= 0: not known yet (ids are then only checked to fit in int32);
  * max_line_bytes 0: no limit. A line whose id cannot be read (not JSON, bad UTF-8 that

@@ -1,0 +1,82 @@
+#!/bin/sh
+# Data parallel: a replica keeps, tokenizes and runs only its share of the input (every
+# dp-th request), and rank 0 reads every id; no rank holds the whole input. The output at
+# dp 3 is dp 1's, error records included (each replica sends its own, in the input's
+# dialect), in the input's order with --ordered; the exit status counts every replica's
+# failed requests; --resume at dp 3 finishes a dp 1 run. No ../shared needed.
+. "$top_srcdir/tests/lib.sh"
+[ "$PYTHON3" != no ] || skip "python3 not found"
+export OMP_NUM_THREADS=1
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/m" || fail "gen"
+
+# 29 requests (the blank lines are none): 3 that cannot run, in the shares of replicas 1, 2
+# and 0 at dp 3 (pos 4, 11 and 18)
+long=$("$PYTHON3" -c 'print("word " * 300)')
+i=0
+while [ $i -lt 30 ]; do
+    case $i in
+    4) echo '{"id":"bad-json", "prompt": ' ;;
+    11) printf '{"id":"too-long","prompt":"%s"}\n' "$long" ;;
+    18) echo '{"id":"top-p","prompt":"x","top_p":2}' ;;
+    23) printf '\n  \n' ;;
+    *) printf '{"id":"r%d","prompt":"Once upon a time %d","max_tokens":%d,"ignore_eos":true}\n' $i $i $((i % 5 + 1)) ;;
+    esac
+    i=$((i + 1))
+done >"$TMP/in.jsonl"
+
+run() { # run NAME NP INPUT [flags...]: exits 1 (some requests failed)
+    name=$1 np=$2 input=$3
+    shift 3
+    rc=0
+    TPINFER_LOG=debug mpi "$np" "$TPINFER" --model "$TMP/m" --backend cpu --input "$input" \
+        --output "$TMP/$name.jsonl" --max-model-len 128 --ordered "$@" 2>"$TMP/$name.err" || rc=$?
+    [ "$rc" -eq 1 ] || { cat "$TMP/$name.err"; fail "$name exited $rc, wanted 1 (failed requests)"; }
+}
+plain() { sed 's/"created":[0-9]*,//' "$1"; }
+
+run dp1 1 "$TMP/in.jsonl"
+run dp3 3 "$TMP/in.jsonl"
+[ "$(wc -l <"$TMP/dp1.jsonl")" -eq 29 ] || fail "dp 1 wrote $(wc -l <"$TMP/dp1.jsonl") records, not 29"
+plain "$TMP/dp1.jsonl" >"$TMP/dp1.plain"
+plain "$TMP/dp3.jsonl" >"$TMP/dp3.plain"
+cmp -s "$TMP/dp1.plain" "$TMP/dp3.plain" ||
+    { diff "$TMP/dp1.plain" "$TMP/dp3.plain" | head; fail "dp 3 wrote other records than dp 1, or in another order"; }
+for name in dp1 dp3; do
+    grep -q "3 request(s) failed" "$TMP/$name.err" || { cat "$TMP/$name.err"; fail "$name: not 3 failed requests"; }
+done
+grep -q '"id":"5","line":5,"code":"invalid_json"' "$TMP/dp3.jsonl" || fail "replica 1's invalid line"
+grep -q '"id":"too-long".*"code":"context_length_exceeded"' "$TMP/dp3.jsonl" || fail "replica 2's long prompt"
+grep -q '"id":"top-p".*"code":"invalid_request"' "$TMP/dp3.jsonl" || fail "replica 0's bad top_p"
+
+# each rank kept its replica's share only, and they add up to the input
+kept=0
+for r in 0 1 2; do
+    k=$(sed -n "s/.*rank $r (replica $r): \([0-9]*\) of the input's 29 requests kept.*/\1/p" "$TMP/dp3.err")
+    [ -n "$k" ] && [ "$k" -le 10 ] || { grep "requests kept" "$TMP/dp3.err"; fail "rank $r kept '$k' requests"; }
+    kept=$((kept + k))
+done
+[ "$kept" -eq 29 ] || fail "the replicas kept $kept requests, not 29"
+
+# the records of an OpenAI batch file's bad lines are OpenAI-shaped in every replica
+{
+    for i in 0 1 2 3; do
+        if [ $i -eq 1 ]; then echo '{"custom_id":"b1","method":"POST","url":"/v1/completions","body":{'; continue; fi
+        printf '{"custom_id":"b%d","method":"POST","url":"/v1/completions","body":{"prompt":"Once %d","max_tokens":2}}\n' $i $i
+    done
+} >"$TMP/batch.jsonl"
+run oa1 1 "$TMP/batch.jsonl"
+run oa2 2 "$TMP/batch.jsonl"
+plain "$TMP/oa1.jsonl" >"$TMP/oa1.plain"
+plain "$TMP/oa2.jsonl" >"$TMP/oa2.plain"
+cmp -s "$TMP/oa1.plain" "$TMP/oa2.plain" || { diff "$TMP/oa1.plain" "$TMP/oa2.plain"; fail "OpenAI records differ at dp 2"; }
+grep -q '"custom_id":"2".*"status_code":400' "$TMP/oa2.jsonl" || { cat "$TMP/oa2.jsonl"; fail "replica 1's bad line is not an OpenAI record"; }
+
+# --resume at dp 3 finishes what a dp 1 run left: the first 12 records kept
+head -n 12 "$TMP/dp1.jsonl" >"$TMP/part.jsonl"
+cp "$TMP/dp1.jsonl.manifest.json" "$TMP/part.jsonl.manifest.json" 2>/dev/null || true
+run part 3 "$TMP/in.jsonl" --resume --output "$TMP/part.jsonl"
+plain "$TMP/part.jsonl" | sort >"$TMP/part.sorted"
+sort "$TMP/dp1.plain" >"$TMP/dp1.sorted"
+cmp -s "$TMP/dp1.sorted" "$TMP/part.sorted" || { diff "$TMP/dp1.sorted" "$TMP/part.sorted" | head; fail "--resume at dp 3"; }
+grep -q "17 to go" "$TMP/part.err" || { grep resum "$TMP/part.err"; fail "the resume did not skip 12 requests"; }
+exit 0
