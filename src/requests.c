@@ -1104,7 +1104,7 @@ static tp_status reader_skip_line(line_reader *rd, size_t *n, int *all_blank)
     char last = 0;
     for (;;) {
         const char *s = rd->buf + rd->at;
-        const char *nl = memchr(s, '\n', rd->end - rd->at);
+        const char *nl = rd->end > rd->at ? memchr(s, '\n', rd->end - rd->at) : NULL;
         const size_t k = nl ? (size_t)(nl - s) : rd->end - rd->at;
         if (*all_blank) *all_blank = blank(s, k);
         if (k) last = s[k - 1];
@@ -1134,8 +1134,8 @@ static tp_status reader_next(line_reader *rd, const char **s_out, size_t *n_out,
     *got = 0;
     for (;;) {
         if (rd->f && !rd->eof) {
-            const char *from = rd->buf + rd->at + rd->no_nl;
-            if (!memchr(from, '\n', rd->end - rd->at - rd->no_nl)) {
+            const size_t unsearched = rd->end - rd->at - rd->no_nl;
+            if (!unsearched || !memchr(rd->buf + rd->at + rd->no_nl, '\n', unsearched)) {
                 rd->no_nl = rd->end - rd->at;
                 if (rd->no_nl > rd->max_line + 1) { /* too long to hold: count it, keep nothing */
                     size_t n = 0;
