@@ -108,6 +108,7 @@ typedef struct engine {
     int64_t n_runnable;     /* this replica's requests that run */
     int any_runnable;       /* some replica runs a request (else no rank loads the model) */
     int openai;             /* the input holds OpenAI batch lines: error records answer in that shape */
+    int64_t n_encoded;      /* prompts this rank tokenized (its part of its replica's) */
     int32_t max_model_len;
     int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
     int32_t max_seqs;       /* --max-num-seqs, or its default for the device (load) */
@@ -306,6 +307,7 @@ static tp_status encode_input(engine *e, tp_request *in)
     }
     drop_prompt(in);
     in->encoded = 1;
+    e->n_encoded++;
     if (st != TP_OK) {
         tp_ids_free(&ids);
         in->error_code = "invalid_request";
@@ -318,16 +320,38 @@ static tp_status encode_input(engine *e, tp_request *in)
     return TP_OK;
 }
 
-/* The reader's callback: each request of this replica's share, as it is read. */
-static tp_status encode_kept(void *arg, tp_request *in)
+/* A replica's ranks split the tokenizing of its share: its k-th request is encoded by the
+ * replica's rank k mod size, which sends the ids (or the error) to the others (prepare_all);
+ * the others drop its text as soon as it is read. */
+static int encodes(const engine *e, size_t k)
 {
-    return stop_signal ? TP_OK : encode_input(arg, in);
+    return (int)(k % (size_t)e->w->replica->size) == e->w->replica->rank;
+}
+
+static void drop_text(tp_request *in)
+{
+    free(in->prompt);
+    free(in->messages_json);
+    in->prompt = in->messages_json = NULL;
+    in->prompt_len = 0;
+}
+
+/* The reader's callback: each request of this replica's share, as it is read (its pos
+ * tells its k: the share is every dp-th). Without --resume nothing is done earlier, so the
+ * rank that encodes it does so at once. */
+static tp_status take_kept(void *arg, tp_request *in)
+{
+    engine *e = arg;
+    if (!encodes(e, (size_t)in->pos / (size_t)e->g->dp)) {
+        drop_text(in);
+        return TP_OK;
+    }
+    return e->o->resume || stop_signal ? TP_OK : encode_input(e, in);
 }
 
 static tp_status prepare_request(engine *e, req *r)
 {
-    tp_request *in = r->in;
-    TP_CHECK(encode_input(e, in));
+    tp_request *in = r->in; /* encoded by now (prepare_all) */
     if (in->error_code) {
         r->error_code = in->error_code;
         r->error_message = strdup(in->error_message ? in->error_message : in->error_code);
@@ -430,7 +454,7 @@ static tp_status setup(engine *e)
     /* a replica keeps its share, the requests at pos % dp == dp_rank, tokenized as they are
      * read (with --resume, once the done ones are known); rank 0 reads every id, for the
      * duplicate check and the resume */
-    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0, o->resume ? NULL : encode_kept, e};
+    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0, take_kept, e};
     TP_CHECK(tp_requests_read_share(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &share, &e->reqs));
     tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's %zu requests kept", e->g->rank, e->g->dp_rank,
            e->reqs.n, e->reqs.n_total);
@@ -542,27 +566,135 @@ static void test_term_at(const engine *e, const char *phase)
     if (test_hook_at(e, "TPINFER_TEST_TERM_AT", phase)) raise(SIGTERM);
 }
 
-/* Number the requests of this run (all replicas'), tokenize this replica's, and find
- * those that cannot run. */
+enum { ENCODE_ROUND = 128 }; /* requests a rank encodes between two exchanges of a replica's ids */
+
+static void put_i32(int32_t *buf, size_t *n, int32_t v)
+{
+    if (buf) buf[*n] = v;
+    ++*n;
+}
+
+/* The ids (or the errors) this rank encoded among the replica's requests [b0, b1), as
+ * int32 words: k - b0, then n and n ids, or -1 - bytes and the message; NULL buf: counts. */
+static size_t pack_encoded(const engine *e, size_t b0, size_t b1, int32_t *buf)
+{
+    size_t n = 0;
+    for (size_t k = b0; k < b1; k++) {
+        const tp_request *in = e->R[k].in;
+        if (!encodes(e, k) || !in->encoded) continue; /* given ids, done earlier, bad settings */
+        put_i32(buf, &n, (int32_t)(k - b0));
+        if (in->error_code) {
+            const size_t len = strlen(in->error_message);
+            put_i32(buf, &n, -1 - (int32_t)len);
+            if (buf) memcpy(buf + n, in->error_message, len);
+            n += TP_CEIL_DIV(len, 4);
+        } else {
+            put_i32(buf, &n, in->n_prompt_ids);
+            if (buf && in->n_prompt_ids) memcpy(buf + n, in->prompt_ids, (size_t)in->n_prompt_ids * 4);
+            n += (size_t)in->n_prompt_ids;
+        }
+    }
+    return n;
+}
+
+static tp_status unpack_encoded(engine *e, size_t b0, const int32_t *buf, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        tp_request *in = e->R[b0 + (size_t)buf[i]].in;
+        const int32_t m = buf[i + 1];
+        i += 2;
+        in->encoded = 1;
+        if (m < 0) {
+            const size_t len = (size_t)(-1 - (int64_t)m);
+            in->error_code = "invalid_request";
+            in->error_message = malloc(len + 1);
+            if (!in->error_message) return tp_error(TP_ERR_OOM, "out of memory");
+            memcpy(in->error_message, buf + i, len);
+            in->error_message[len] = '\0';
+            i += TP_CEIL_DIV(len, 4);
+        } else {
+            in->prompt_ids = malloc(m ? (size_t)m * 4 : 4);
+            if (!in->prompt_ids) return tp_error(TP_ERR_OOM, "out of memory");
+            if (m) memcpy(in->prompt_ids, buf + i, (size_t)m * 4);
+            in->n_prompt_ids = m;
+            i += (size_t)m;
+        }
+    }
+    return TP_OK;
+}
+
+/* Every rank of the replica learns what the others encoded in [b0, b1), and whether any
+ * was stopped by a signal (*stop) or failed (*failed): then all leave prepare_all together. */
+static tp_status exchange_encoded(engine *e, size_t b0, size_t b1, tp_status mine, int *stop, int *failed)
+{
+    tp_comm *c = e->w->replica;
+    const size_t words = mine == TP_OK ? pack_encoded(e, b0, b1, NULL) : 0;
+    int32_t head[3] = {(int32_t)(words > INT32_MAX ? INT32_MAX : words), stop_signal != 0, mine != TP_OK};
+    if (words > INT32_MAX) head[2] = 1, mine = tp_error(TP_ERR_INVALID_ARG, "the ids of %zu prompts exceed 8 GB",
+                                                        b1 - b0);
+    int32_t *heads = malloc((size_t)c->size * sizeof head);
+    if (!heads) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st = tp_comm_all_gather(c, head, heads, 3, TP_DTYPE_I32, NULL);
+    size_t most = 0;
+    *stop = *failed = 0;
+    for (int q = 0; st == TP_OK && q < c->size; q++) {
+        most = (size_t)heads[3 * q] > most ? (size_t)heads[3 * q] : most;
+        *stop |= heads[3 * q + 1];
+        *failed |= heads[3 * q + 2];
+    }
+    int32_t *all = NULL, *own = NULL;
+    if (st == TP_OK && !*stop && !*failed && most > 0) {
+        own = calloc(most, sizeof *own);
+        all = malloc(most * (size_t)c->size * sizeof *all);
+        if (!own || !all) st = tp_error(TP_ERR_OOM, "out of memory for %zu prompt ids", most * (size_t)c->size);
+        if (st == TP_OK) pack_encoded(e, b0, b1, own);
+        if (st == TP_OK) st = tp_comm_all_gather(c, own, all, most, TP_DTYPE_I32, NULL);
+        for (int q = 0; st == TP_OK && q < c->size; q++)
+            if (q != c->rank) st = unpack_encoded(e, b0, all + (size_t)q * most, (size_t)heads[3 * q]);
+    }
+    free(heads);
+    free(own);
+    free(all);
+    return mine != TP_OK ? mine : st;
+}
+
+/* Number the requests of this run (all replicas'), tokenize this replica's (its ranks
+ * share the work, ENCODE_ROUND requests each at a time), and find those that cannot run. */
 static tp_status prepare_all(engine *e)
 {
     test_term_at(e, "input");
-    size_t k = 0;
+    const int split = e->w->replica->size > 1;
+    const size_t n = e->reqs.n, round = (size_t)ENCODE_ROUND * (size_t)e->w->replica->size;
+    size_t pos = 0;     /* positions before pos: index counts those not done */
     int64_t index = 0;
-    for (size_t pos = 0; pos < e->reqs.n_total; pos++) {
-        req *r = k < e->reqs.n && (size_t)e->reqs.v[k].pos == pos ? &e->R[k++] : NULL;
-        if (is_done_earlier(e, pos)) {
-            if (r) drop_prompt(r->in);
-            continue;
+    for (size_t b0 = 0; b0 < n; b0 += round) {
+        const size_t b1 = n - b0 < round ? n : b0 + round;
+        tp_status st = TP_OK;
+        for (size_t k = b0; k < b1 && st == TP_OK && !stop_signal; k++) /* with --resume: not done in the stream */
+            if (encodes(e, k) && !is_done_earlier(e, (size_t)e->R[k].in->pos)) st = encode_input(e, e->R[k].in);
+        if (split) {
+            int stop, failed;
+            st = exchange_encoded(e, b0, b1, st, &stop, &failed);
+            if (st != TP_OK || stop || failed) return st; /* phases() stops, or fails, every rank next */
+        } else if (st != TP_OK || stop_signal) {
+            return st;
         }
-        const int64_t i = index++;
-        if (!r) continue;
-        if (stop_signal) return TP_OK; /* phases() stops every rank next */
-        r->index = i;
-        TP_CHECK(prepare_request(e, r));
-        if (!r->error_code) r->runnable = e->n_runnable++;
+        for (size_t k = b0; k < b1; k++) {
+            req *r = &e->R[k];
+            for (; pos < (size_t)r->in->pos; pos++) index += !is_done_earlier(e, pos);
+            if (is_done_earlier(e, pos)) {
+                drop_prompt(r->in);
+                continue;
+            }
+            r->index = index;
+            TP_CHECK(prepare_request(e, r));
+            if (!r->error_code) r->runnable = e->n_runnable++;
+        }
     }
+    for (; pos < e->reqs.n_total; pos++) index += !is_done_earlier(e, pos);
     e->n_index = index;
+    tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %" PRId64 " of the replica's %zu prompts tokenized here", e->g->rank,
+           e->g->dp_rank, e->n_encoded, n);
     return TP_OK;
 }
 

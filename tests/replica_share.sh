@@ -9,13 +9,16 @@
 export OMP_NUM_THREADS=1
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/m" || fail "gen"
 
-# 29 requests (the blank lines are none): 3 that cannot run, in the shares of replicas 1, 2
-# and 0 at dp 3 (pos 4, 11 and 18)
+# 29 requests (the blank lines are none): 4 that cannot run, in the shares of replicas 1, 1,
+# 2 and 0 at dp 3 (pos 4, 7, 11 and 18: a line that is not JSON, messages for a model without
+# a chat template, a prompt too long, a bad top_p), and one of token ids
 long=$("$PYTHON3" -c 'print("word " * 300)')
 i=0
 while [ $i -lt 30 ]; do
     case $i in
     4) echo '{"id":"bad-json", "prompt": ' ;;
+    7) echo '{"id":"chat","messages":[{"role":"user","content":"hi"}]}' ;;
+    9) echo '{"id":"ids","prompt_token_ids":[72,101,108],"max_tokens":3,"ignore_eos":true}' ;;
     11) printf '{"id":"too-long","prompt":"%s"}\n' "$long" ;;
     18) echo '{"id":"top-p","prompt":"x","top_p":2}' ;;
     23) printf '\n  \n' ;;
@@ -42,11 +45,29 @@ plain "$TMP/dp3.jsonl" >"$TMP/dp3.plain"
 cmp -s "$TMP/dp1.plain" "$TMP/dp3.plain" ||
     { diff "$TMP/dp1.plain" "$TMP/dp3.plain" | head; fail "dp 3 wrote other records than dp 1, or in another order"; }
 for name in dp1 dp3; do
-    grep -q "3 request(s) failed" "$TMP/$name.err" || { cat "$TMP/$name.err"; fail "$name: not 3 failed requests"; }
+    grep -q "4 request(s) failed" "$TMP/$name.err" || { cat "$TMP/$name.err"; fail "$name: not 4 failed requests"; }
 done
 grep -q '"id":"5","line":5,"code":"invalid_json"' "$TMP/dp3.jsonl" || fail "replica 1's invalid line"
 grep -q '"id":"too-long".*"code":"context_length_exceeded"' "$TMP/dp3.jsonl" || fail "replica 2's long prompt"
 grep -q '"id":"top-p".*"code":"invalid_request"' "$TMP/dp3.jsonl" || fail "replica 0's bad top_p"
+grep -q '"id":"chat".*"code":"invalid_request".*chat template' "$TMP/dp3.jsonl" || fail "replica 1's chat request"
+
+# the ranks of a replica share its tokenizing: at tp 2, pp 2 and tp 2 x dp 2 each rank
+# tokenizes part and sends the ids (or the errors) to the others; the records are dp 1's
+for grid in "tp2 2 --tp 2" "pp2 2 --pp 2" "tp2dp2 4 --tp 2"; do
+    set -- $grid
+    name=$1 np=$2
+    shift 2
+    run "$name" "$np" "$TMP/in.jsonl" "$@"
+    plain "$TMP/$name.jsonl" >"$TMP/$name.plain"
+    cmp -s "$TMP/dp1.plain" "$TMP/$name.plain" ||
+        { diff "$TMP/dp1.plain" "$TMP/$name.plain" | head; fail "$name wrote other records than dp 1"; }
+done
+# (26 prompts to tokenize: not the token ids, the bad JSON, the bad top_p; 13 a rank at tp 2)
+for r in 0 1; do
+    grep -q "rank $r (replica 0): 13 of the replica's 29 prompts tokenized here" "$TMP/tp2.err" ||
+        { grep "tokenized here" "$TMP/tp2.err"; fail "tp 2: rank $r did not tokenize its half"; }
+done
 
 # each rank kept its replica's share only, and they add up to the input
 kept=0
