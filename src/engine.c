@@ -452,18 +452,13 @@ static tp_status setup(engine *e)
     tp_input_format fmt = TP_INPUT_AUTO;
     tp_input_format_from_name(o->input_format, &fmt);
     /* a replica keeps its share, the requests at pos % dp == dp_rank, tokenized as they are
-     * read (with --resume, once the done ones are known); rank 0 reads every id, for the
-     * duplicate check and the resume */
-    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0, take_kept, e};
+     * read (with --resume, once the done ones are known); rank 0 needs every id, for the
+     * duplicate check and the resume: its own share's is every one at dp 1, else it gathers
+     * the other replicas' (gather_ids) */
+    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0 && e->g->dp == 1, take_kept, e};
     TP_CHECK(tp_requests_read_share(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &share, &e->reqs));
     tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's %zu requests kept", e->g->rank, e->g->dp_rank,
            e->reqs.n, e->reqs.n_total);
-    if (e->reqs.unknown_lines && e->g->rank == 0) { /* a misspelt field would pass unseen */
-        char fields[1024];
-        tp_requests_unknown_summary(&e->reqs, fields, sizeof fields);
-        tp_log(TP_LOG_WARN, "%s: %" PRId64 " line(s) hold fields tpinfer does not read, which it ignores: %s; check "
-               "their spelling (tpinfer(1), Input, lists the fields)", o->input, e->reqs.unknown_lines, fields);
-    }
     e->R = calloc(e->reqs.n, sizeof *e->R);
     if (!e->R) return tp_error(TP_ERR_OOM, "out of memory for %zu requests", e->reqs.n);
     for (size_t i = 0; i < e->reqs.n; i++) {
@@ -508,6 +503,149 @@ static tp_status open_output(engine *e)
     if (st == TP_OK) st = tp_output_open(&oc, &m, &e->out);
     free(settings);
     return st;
+}
+
+/* The words of the exchanges below: v at buf[*n] (NULL buf: counts). */
+static void put_i32(int32_t *buf, size_t *n, int32_t v)
+{
+    if (buf) buf[*n] = v;
+    ++*n;
+}
+
+/* Rank 0 of a data-parallel run gathers every replica's ids (each replica's first rank sends
+ * its share's: no rank parses the whole input), checks them for duplicates, and says which
+ * fields of the input no replica reads. Words: any_endpoint, unknown_lines (2), n_unknown,
+ * unknown_more, the unknown fields (ID_FIELD_WORDS each), the count, then per request its
+ * line (2), stand-in flag, id length and id. */
+enum { ID_FIELD_WORDS = (sizeof(((tp_unknown_field *)0)->name) + 3) / 4 + 4 };
+
+static size_t pack_ids(const engine *e, int32_t *buf)
+{
+    const tp_request_list *l = &e->reqs;
+    size_t n = 0;
+    put_i32(buf, &n, l->any_endpoint);
+    put_i32(buf, &n, (int32_t)(l->unknown_lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(l->unknown_lines >> 32));
+    put_i32(buf, &n, l->n_unknown);
+    put_i32(buf, &n, l->unknown_more);
+    for (int i = 0; i < l->n_unknown; i++) {
+        const tp_unknown_field *u = &l->unknown[i];
+        if (buf) memcpy(buf + n, u->name, sizeof u->name);
+        n += ID_FIELD_WORDS - 4;
+        put_i32(buf, &n, (int32_t)(u->lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->lines >> 32));
+        put_i32(buf, &n, (int32_t)(u->first_line & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->first_line >> 32));
+    }
+    put_i32(buf, &n, (int32_t)l->n);
+    for (size_t k = 0; k < l->n; k++) {
+        const tp_request *r = &l->v[k];
+        const size_t len = strlen(r->id);
+        put_i32(buf, &n, (int32_t)(r->line & 0xffffffff)), put_i32(buf, &n, (int32_t)(r->line >> 32));
+        put_i32(buf, &n, r->standin);
+        put_i32(buf, &n, (int32_t)len);
+        if (buf) memcpy(buf + n, r->id, len);
+        n += TP_CEIL_DIV(len, 4);
+    }
+    return n;
+}
+
+static int64_t get_i64(const int32_t *w) { return (int64_t)((uint64_t)(uint32_t)w[0] | (uint64_t)(uint32_t)w[1] << 32); }
+
+static void merge_unknown(tp_request_list *l, const tp_unknown_field *u)
+{
+    for (int i = 0; i < l->n_unknown; i++)
+        if (!strcmp(l->unknown[i].name, u->name)) {
+            l->unknown[i].lines += u->lines;
+            if (u->first_line < l->unknown[i].first_line) l->unknown[i].first_line = u->first_line;
+            return;
+        }
+    if (l->n_unknown == TP_UNKNOWN_FIELDS_KEPT) l->unknown_more = 1;
+    else l->unknown[l->n_unknown++] = *u;
+}
+
+/* Replica q's words into rank 0's table: its k-th request is the input's q + k * dp. */
+static tp_status unpack_ids(engine *e, int q, const int32_t *w, size_t n)
+{
+    tp_request_list *l = &e->reqs;
+    size_t i = 5;
+    if (n < 5) return tp_error(TP_ERR_INTERNAL, "replica %d sent %zu words of ids", q, n);
+    l->any_endpoint |= w[0];
+    l->unknown_lines += get_i64(w + 1);
+    l->unknown_more |= w[4];
+    for (int f = 0; f < w[3]; f++, i += ID_FIELD_WORDS) {
+        tp_unknown_field u;
+        memcpy(u.name, w + i, sizeof u.name);
+        u.name[sizeof u.name - 1] = '\0';
+        u.lines = get_i64(w + i + ID_FIELD_WORDS - 4);
+        u.first_line = get_i64(w + i + ID_FIELD_WORDS - 2);
+        merge_unknown(l, &u);
+    }
+    const size_t count = (size_t)w[i++];
+    char *id = NULL;
+    tp_status st = TP_OK;
+    for (size_t k = 0; k < count && st == TP_OK; k++) {
+        const int64_t line = get_i64(w + i);
+        const int standin = w[i + 2];
+        const size_t len = (size_t)w[i + 3];
+        i += 4;
+        char *p = realloc(id, len + 1);
+        if (!p) {
+            st = tp_error(TP_ERR_OOM, "out of memory");
+            break;
+        }
+        id = p;
+        memcpy(id, w + i, len);
+        id[len] = '\0';
+        i += TP_CEIL_DIV(len, 4);
+        st = tp_requests_put_id(l, (size_t)q + k * (size_t)e->g->dp, id, line, standin);
+    }
+    free(id);
+    return st;
+}
+
+static tp_status gather_ids(engine *e)
+{
+    if (e->g->dp == 1 || e->g->tp_rank != 0 || e->g->pp_rank != 0) return TP_OK;
+    tp_comm *c = e->w->dp; /* the replicas' first ranks, rank 0 first */
+    if (c->rank != 0) {
+        const size_t n = pack_ids(e, NULL);
+        int32_t *buf = n <= INT32_MAX ? malloc(n * sizeof *buf) : NULL;
+        int32_t size = buf ? (int32_t)n : -1; /* -1: rank 0 is told this one failed, and still hears the others */
+        if (buf) pack_ids(e, buf);
+        tp_status st = tp_comm_send(c, &size, 1, TP_DTYPE_I32, 0, NULL);
+        if (st == TP_OK && buf) st = tp_comm_send(c, buf, n, TP_DTYPE_I32, 0, NULL);
+        free(buf);
+        return st != TP_OK ? st : size < 0 ? tp_error(TP_ERR_OOM, "out of memory sending %zu words of ids", n) : TP_OK;
+    }
+    tp_status st = TP_OK;
+    for (size_t k = 0; k < e->reqs.n && st == TP_OK; k++) {
+        const tp_request *r = &e->reqs.v[k];
+        st = tp_requests_put_id(&e->reqs, (size_t)r->pos, r->id, r->line, r->standin);
+    }
+    for (int q = 1; q < c->size; q++) { /* every sender is heard, whatever failed */
+        int32_t size = 0;
+        TP_CHECK(tp_comm_recv(c, &size, 1, TP_DTYPE_I32, q, NULL));
+        if (size < 0) continue;
+        int32_t *buf = malloc((size ? (size_t)size : 1) * sizeof *buf);
+        tp_status rs = buf ? tp_comm_recv(c, buf, (size_t)size, TP_DTYPE_I32, q, NULL) : TP_OK;
+        if (!buf) { /* still take the message, in pieces, so the sender is not left waiting */
+            int32_t piece[1024];
+            for (int32_t got = 0; got < size && rs == TP_OK; got += 1024)
+                rs = tp_comm_recv(c, piece, (size_t)(size - got < 1024 ? size - got : 1024), TP_DTYPE_I32, q, NULL);
+        }
+        TP_CHECK(rs);
+        if (st == TP_OK) st = buf ? unpack_ids(e, q, buf, (size_t)size) : tp_error(TP_ERR_OOM, "out of memory");
+        free(buf);
+    }
+    return st == TP_OK ? tp_requests_check_ids(&e->reqs, e->o->input) : st;
+}
+
+/* Rank 0: the fields of the input that no replica reads (a misspelt one would pass unseen). */
+static void warn_unknown_fields(const engine *e)
+{
+    if (!e->reqs.unknown_lines || e->g->rank != 0) return;
+    char fields[1024];
+    tp_requests_unknown_summary(&e->reqs, fields, sizeof fields);
+    tp_log(TP_LOG_WARN, "%s: %" PRId64 " line(s) hold fields tpinfer does not read, which it ignores: %s; check "
+           "their spelling (tpinfer(1), Input, lists the fields)", e->o->input, e->reqs.unknown_lines, fields);
 }
 
 /* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request
@@ -567,12 +705,6 @@ static void test_term_at(const engine *e, const char *phase)
 }
 
 enum { ENCODE_ROUND = 128 }; /* requests a rank encodes between two exchanges of a replica's ids */
-
-static void put_i32(int32_t *buf, size_t *n, int32_t v)
-{
-    if (buf) buf[*n] = v;
-    ++*n;
-}
 
 /* The ids (or the errors) this rank encoded among the replica's requests [b0, b1), as
  * int32 words: k - b0, then n and n ids, or -1 - bytes and the message; NULL buf: counts. */
@@ -1991,6 +2123,9 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         st = tp_error(TP_ERR_IO, "cannot create --dump-logits directory %s: %s", o->dump_logits, strerror(errno));
     if (st == TP_OK) st = setup(e);
     TP_CHECK(agree(e, st, n_failed));
+    st = gather_ids(e);
+    TP_CHECK(agree(e, st, n_failed));
+    warn_unknown_fields(e);
 
     st = e->g->rank == 0 ? open_output(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));

@@ -108,6 +108,8 @@ void tp_requests_free(tp_request_list *l)
     free(l->v);
     free(l->id_text);
     free(l->id_at);
+    free(l->id_line);
+    free(l->id_standin);
     memset(l, 0, sizeof *l);
 }
 
@@ -1239,18 +1241,15 @@ static int by_id_then_line(const void *a, const void *b)
     return c ? c : (x->line > y->line) - (x->line < y->line);
 }
 
-/* Every request's line and whether its id stands in, beside the ids (all_ids). */
-typedef struct id_extra {
-    int64_t *line;
-    unsigned char *standin;
-} id_extra;
-
-static tp_status check_unique_ids(const tp_request_list *l, const id_extra *x, const char *what)
+static tp_status check_unique_ids(const tp_request_list *l, const char *what)
 {
     const size_t n = l->n_total;
+    for (size_t i = 0; i < n; i++)
+        if (i >= l->id_n || l->id_at[i] == SIZE_MAX)
+            return tp_error(TP_ERR_INTERNAL, "%s: the id of request %zu (of %zu) is missing", what, i, n);
     id_ref *v = malloc((n ? n : 1) * sizeof *v);
     if (!v) return tp_error(TP_ERR_OOM, "out of memory checking %zu request ids", n);
-    for (size_t i = 0; i < n; i++) v[i] = (id_ref){l->id_text + l->id_at[i], x->line[i], x->standin[i]};
+    for (size_t i = 0; i < n; i++) v[i] = (id_ref){l->id_text + l->id_at[i], l->id_line[i], l->id_standin[i]};
     qsort(v, n, sizeof *v, by_id_then_line);
     tp_status st = TP_OK;
     for (size_t i = 1; i < n; i++) {
@@ -1268,45 +1267,57 @@ static tp_status check_unique_ids(const tp_request_list *l, const id_extra *x, c
     return st;
 }
 
-/* Room for one more request at l->v[l->n], and (all_ids) one more id's line and stand-in
- * flag at pos. */
-static tp_status grow(tp_request_list *l, size_t *cap, id_extra *x, size_t *xcap, int all_ids, const char *what)
+tp_status tp_requests_check_ids(tp_request_list *l, const char *what)
 {
-    if (l->n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        tp_request *v = realloc(l->v, c * sizeof *v);
-        if (!v) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, l->n);
-        l->v = v;
-        *cap = c;
-    }
-    if (all_ids && l->n_total == *xcap) {
-        size_t c = *xcap ? 2 * *xcap : 64;
-        size_t *at = realloc(l->id_at, c * sizeof *at);
-        if (at) l->id_at = at;
-        int64_t *line = at ? realloc(x->line, c * sizeof *line) : NULL;
-        if (line) x->line = line;
-        unsigned char *si = line ? realloc(x->standin, c) : NULL;
-        if (!si) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, l->n_total);
-        x->standin = si;
-        *xcap = c;
-    }
-    return TP_OK;
+    tp_status st = check_unique_ids(l, what ? what : "the input");
+    free(l->id_line); /* only the ids are needed from here on */
+    free(l->id_standin);
+    l->id_line = NULL;
+    l->id_standin = NULL;
+    return st;
 }
 
-static tp_status keep_id(tp_request_list *l, const char *id, const char *what)
+tp_status tp_requests_put_id(tp_request_list *l, size_t pos, const char *id, int64_t line, int standin)
 {
+    if (pos >= l->id_n) {
+        size_t c = l->id_n ? l->id_n : 64;
+        while (c <= pos) c *= 2;
+        size_t *at = realloc(l->id_at, c * sizeof *at);
+        if (at) l->id_at = at;
+        int64_t *ln = at ? realloc(l->id_line, c * sizeof *ln) : NULL;
+        if (ln) l->id_line = ln;
+        unsigned char *si = ln ? realloc(l->id_standin, c) : NULL;
+        if (!si) return tp_error(TP_ERR_OOM, "out of memory for %zu request ids", c);
+        l->id_standin = si;
+        for (size_t i = l->id_n; i < c; i++) at[i] = SIZE_MAX;
+        l->id_n = c;
+    }
     const size_t k = strlen(id) + 1;
     if (l->id_cap - l->id_len < k) {
         size_t c = l->id_cap ? 2 * l->id_cap : 4096;
         while (c - l->id_len < k) c *= 2;
         char *t = realloc(l->id_text, c);
-        if (!t) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu request ids so far)", what, l->n_total);
+        if (!t) return tp_error(TP_ERR_OOM, "out of memory for request ids (%zu bytes)", c);
         l->id_text = t;
         l->id_cap = c;
     }
-    l->id_at[l->n_total] = l->id_len;
+    l->id_at[pos] = l->id_len;
     memcpy(l->id_text + l->id_len, id, k);
     l->id_len += k;
+    l->id_line[pos] = line;
+    l->id_standin[pos] = (unsigned char)(standin != 0);
+    return TP_OK;
+}
+
+/* Room for one more request at l->v[l->n]. */
+static tp_status grow(tp_request_list *l, size_t *cap, const char *what)
+{
+    if (l->n < *cap) return TP_OK;
+    size_t c = *cap ? 2 * *cap : 64;
+    tp_request *v = realloc(l->v, c * sizeof *v);
+    if (!v) return tp_error(TP_ERR_OOM, "out of memory reading %s (%zu requests so far)", what, l->n);
+    l->v = v;
+    *cap = c;
     return TP_OK;
 }
 
@@ -1320,8 +1331,7 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
         return tp_error(TP_ERR_INTERNAL, "a share %d of %d requests", share->part, share->parts);
     if (fmt == TP_INPUT_AUTO) TP_CHECK(detect(rd, &fmt));
 
-    size_t cap = 0, xcap = 0;
-    id_extra x = {NULL, NULL};
+    size_t cap = 0;
     tp_status st = TP_OK;
     const char *s;
     size_t n;
@@ -1335,25 +1345,19 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
             out->n_total++;
             continue;
         }
-        TP_CHECK_GOTO(grow(out, &cap, &x, &xcap, share->all_ids, what), st, fail);
+        TP_CHECK_GOTO(grow(out, &cap, what), st, fail);
         tp_request *r = &out->v[out->n];
         memset(r, 0, sizeof *r);
         r->pos = (int64_t)pos;
-        int si = 0;
-        if (parse_line(r, s, n, rd->line, fmt, vocab_size, rd->max_line, &si, out) != OK) {
+        if (parse_line(r, s, n, rd->line, fmt, vocab_size, rd->max_line, &r->standin, out) != OK) {
             request_free(r);
             st = tp_error(TP_ERR_OOM, "out of memory reading %s at line %lld", what, (long long)rd->line);
             goto fail;
         }
         out->any_endpoint |= r->endpoint != TP_ENDPOINT_NONE;
-        if (share->all_ids) {
-            st = keep_id(out, r->id, what);
-            if (st != TP_OK) {
-                request_free(r);
-                goto fail;
-            }
-            x.line[pos] = r->line;
-            x.standin[pos] = (unsigned char)si;
+        if (share->all_ids && (st = tp_requests_put_id(out, pos, r->id, r->line, r->standin)) != TP_OK) {
+            request_free(r);
+            goto fail;
         }
         out->n_total++;
         if (!kept) {
@@ -1369,13 +1373,9 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
         goto fail;
     }
     /* duplicate ids would make the output ambiguous: refuse, naming both lines */
-    if (share->all_ids) TP_CHECK_GOTO(check_unique_ids(out, &x, what), st, fail);
-    free(x.line);
-    free(x.standin);
+    if (share->all_ids) TP_CHECK_GOTO(tp_requests_check_ids(out, what), st, fail);
     return TP_OK;
 fail:
-    free(x.line);
-    free(x.standin);
     tp_requests_free(out);
     return st;
 }
@@ -1399,7 +1399,7 @@ tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_i
 
 const char *tp_requests_id(const tp_request_list *l, size_t pos)
 {
-    return l->id_at && pos < l->n_total ? l->id_text + l->id_at[pos] : NULL;
+    return pos < l->id_n && pos < l->n_total && l->id_at[pos] != SIZE_MAX ? l->id_text + l->id_at[pos] : NULL;
 }
 
 void tp_requests_unknown_summary(const tp_request_list *l, char *buf, size_t cap)

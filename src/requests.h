@@ -66,6 +66,7 @@ typedef struct tp_request {
     char *id;               /* "custom_id" / "id" / "task_id" (integers as decimal), or the line number for text */
     int64_t line;           /* 1-based line in the input */
     int64_t pos;            /* 0-based among the file's requests (its non-blank lines) */
+    int standin;            /* the id is the line number: the line gave none that could be read */
     tp_endpoint endpoint;
     char *prompt;           /* text (may hold NUL bytes), or NULL */
     size_t prompt_len;
@@ -93,10 +94,13 @@ typedef struct tp_request_list {
     size_t n_total;         /* requests in the file, kept or not */
     size_t n_errors;        /* requests kept that carry an error */
     int any_endpoint;       /* some request read is an OpenAI batch line (error records answer in its shape) */
-    /* with tp_request_share.all_ids: every request's id, by pos (tp_requests_id) */
+    /* with tp_request_share.all_ids, or put: every request's id, by pos (tp_requests_id) */
     char *id_text;
     size_t id_len, id_cap;
-    size_t *id_at;          /* [n_total] offsets into id_text */
+    size_t *id_at;          /* [id_n] offsets into id_text, SIZE_MAX: none yet */
+    int64_t *id_line;       /* [id_n] their lines, until tp_requests_check_ids */
+    unsigned char *id_standin; /* [id_n] the line number stands in for the id */
+    size_t id_n;
     int64_t unknown_lines;  /* lines holding fields tpinfer does not read (ignored) */
     int n_unknown;          /* distinct such fields kept, the first TP_UNKNOWN_FIELDS_KEPT */
     int unknown_more;       /* more distinct fields than kept */
@@ -141,8 +145,14 @@ tp_status tp_requests_parse(const char *text, size_t len, const char *what, tp_i
 tp_status tp_requests_parse_share(const char *text, size_t len, const char *what, tp_input_format fmt,
                                   int64_t vocab_size, size_t max_line_bytes, const tp_request_share *share,
                                   tp_request_list *out);
-/* The id of the request at pos (0 <= pos < n_total), read with all_ids. */
+/* The id of the request at pos (0 <= pos < n_total), read with all_ids or put; NULL if none. */
 const char *tp_requests_id(const tp_request_list *l, size_t pos);
+/* The table of every id by pos, on the rank that checks them, filled by hand where the
+ * requests were read in shares (rank 0 of a data-parallel run gathers the replicas'): put
+ * each request's id, then check them all (duplicates refused, naming both lines; an id
+ * missing is an internal error). */
+tp_status tp_requests_put_id(tp_request_list *l, size_t pos, const char *id, int64_t line, int standin);
+tp_status tp_requests_check_ids(tp_request_list *l, const char *what);
 void tp_requests_free(tp_request_list *l);
 
 /* "\"max_token\" (3 lines, first line 7), ..." into buf: the unknown fields l counted. */

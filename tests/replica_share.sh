@@ -92,6 +92,22 @@ plain "$TMP/oa2.jsonl" >"$TMP/oa2.plain"
 cmp -s "$TMP/oa1.plain" "$TMP/oa2.plain" || { diff "$TMP/oa1.plain" "$TMP/oa2.plain"; fail "OpenAI records differ at dp 2"; }
 grep -q '"custom_id":"2".*"status_code":400' "$TMP/oa2.jsonl" || { cat "$TMP/oa2.jsonl"; fail "replica 1's bad line is not an OpenAI record"; }
 
+# rank 0 gathers the replicas' ids: a duplicate across replicas stops the job before any
+# output, naming both lines (one a line number standing in for an unreadable id), and the
+# fields no replica reads are summed over them
+printf '{"id":"a","prompt":"x"}\n{"id":"b","prompt":"y"}\n{"id":"c","prompt":"z"}\n{"id":"b","prompt":"w"}\n' >"$TMP/dup.jsonl"
+expect_fail 2 'dup.jsonl: id "b" is used on line 2 and again on line 4; ids must be unique' \
+    mpi 3 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/dup.jsonl" --output "$TMP/dup.out"
+[ ! -e "$TMP/dup.out" ] || fail "a refused input left an output"
+printf '{"id":"a","prompt":"x"}\nnot json\n{"id":"2","prompt":"z"}\n' >"$TMP/standin.jsonl"
+expect_fail 2 '(line 2 has no readable id, so its line number stands in)' \
+    mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/standin.jsonl" --output "$TMP/dup.out"
+printf '{"id":"a","prompt":"x","max_tokens":1}\n{"id":"b","prompt":"y","max_token":1}\n{"id":"c","prompt":"z","max_tokens":1}\n{"id":"d","prompt":"w","max_tokens":1,"max_token":1,"colour":1}\n{"id":"e","prompt":"v","max_token":1,"max_tokens":1}\n' >"$TMP/fields.jsonl"
+mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/fields.jsonl" --output "$TMP/fields.out" 2>"$TMP/fields.err" ||
+    { cat "$TMP/fields.err"; fail "unknown fields at dp 2"; }
+grep -q 'fields.jsonl: 3 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (3 lines, first line 2), "colour" (line 4)' "$TMP/fields.err" ||
+    { cat "$TMP/fields.err"; fail "the unknown fields of both replicas"; }
+
 # --resume at dp 3 finishes what a dp 1 run left: the first 12 records kept
 head -n 12 "$TMP/dp1.jsonl" >"$TMP/part.jsonl"
 cp "$TMP/dp1.jsonl.manifest.json" "$TMP/part.jsonl.manifest.json" 2>/dev/null || true
