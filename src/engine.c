@@ -109,6 +109,12 @@ typedef struct engine {
     int any_runnable;       /* some replica runs a request (else no rank loads the model) */
     int openai;             /* the input holds OpenAI batch lines: error records answer in that shape */
     int64_t n_encoded;      /* prompts this rank tokenized (its part of its replica's) */
+    size_t n_kept_read;     /* requests of the share read so far (take_kept) */
+    int reread;             /* --resume: the share read again, of the requests to go */
+    int32_t *exchange_heads; /* prepare_all's exchanges: [3 * replica size] */
+    int abort_startup;      /* a rank failed with peers in a collective of the startup: abort the job */
+    size_t keep_pos;        /* keep_to_go: positions before keep_pos counted into keep_index */
+    int64_t keep_index;
     int32_t max_model_len;
     int32_t max_batched;    /* --max-num-batched-tokens, or its default for the device (load) */
     int32_t max_seqs;       /* --max-num-seqs, or its default for the device (load) */
@@ -336,17 +342,22 @@ static void drop_text(tp_request *in)
     in->prompt_len = 0;
 }
 
-/* The reader's callback: each request of this replica's share, as it is read (its pos
- * tells its k: the share is every dp-th). Without --resume nothing is done earlier, so the
- * rank that encodes it does so at once. */
+/* The reader's callback: each request of this replica's share, as it is read, the k-th.
+ * With --resume the first read only finds the ids (the share is read again once the done
+ * ones are known: reread_undone); otherwise the rank that encodes it does so at once. */
 static tp_status take_kept(void *arg, tp_request *in)
 {
     engine *e = arg;
-    if (!encodes(e, (size_t)in->pos / (size_t)e->g->dp)) {
+    const size_t k = e->n_kept_read++;
+    if (e->o->resume && !e->reread) {
+        drop_prompt(in);
+        return TP_OK;
+    }
+    if (!encodes(e, k)) {
         drop_text(in);
         return TP_OK;
     }
-    return e->o->resume || stop_signal ? TP_OK : encode_input(e, in);
+    return stop_signal ? TP_OK : encode_input(e, in);
 }
 
 static tp_status prepare_request(engine *e, req *r)
@@ -425,6 +436,19 @@ static tp_status load_chat_template(engine *e)
     return st;
 }
 
+/* The engine's side of each request kept. */
+static tp_status make_requests(engine *e)
+{
+    free(e->R);
+    e->R = calloc(e->reqs.n ? e->reqs.n : 1, sizeof *e->R);
+    if (!e->R) return tp_error(TP_ERR_OOM, "out of memory for %zu requests", e->reqs.n);
+    for (size_t i = 0; i < e->reqs.n; i++) {
+        e->R[i].in = &e->reqs.v[i];
+        e->R[i].index = e->R[i].runnable = -1;
+    }
+    return TP_OK;
+}
+
 static tp_status setup(engine *e)
 {
     const tp_options *o = e->o;
@@ -455,18 +479,15 @@ static tp_status setup(engine *e)
      * read (with --resume, once the done ones are known); rank 0 needs every id, for the
      * duplicate check and the resume: its own share's is every one at dp 1, else it gathers
      * the other replicas' (gather_ids) */
-    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0 && e->g->dp == 1, take_kept, e};
+    const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0 && e->g->dp == 1, take_kept, e, NULL};
+    e->exchange_heads = malloc(3 * sizeof(int32_t) * (size_t)e->w->replica->size);
+    if (!e->exchange_heads) return tp_error(TP_ERR_OOM, "out of memory");
     TP_CHECK(tp_requests_read_share(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &share, &e->reqs));
     tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's %zu requests kept", e->g->rank, e->g->dp_rank,
            e->reqs.n, e->reqs.n_total);
-    e->R = calloc(e->reqs.n, sizeof *e->R);
-    if (!e->R) return tp_error(TP_ERR_OOM, "out of memory for %zu requests", e->reqs.n);
-    for (size_t i = 0; i < e->reqs.n; i++) {
-        e->R[i].in = &e->reqs.v[i];
-        e->R[i].index = e->R[i].runnable = -1;
-    }
-    return TP_OK;
+    return make_requests(e);
 }
+
 
 // ----------------------------------------------------------------------------
 // phase 2: the output (rank 0), resume, and what each replica runs
@@ -601,6 +622,12 @@ static tp_status unpack_ids(engine *e, int q, const int32_t *w, size_t n)
     return st;
 }
 
+static int by_first_line(const void *a, const void *b)
+{
+    const tp_unknown_field *x = a, *y = b;
+    return (x->first_line > y->first_line) - (x->first_line < y->first_line);
+}
+
 static tp_status gather_ids(engine *e)
 {
     if (e->g->dp == 1 || e->g->tp_rank != 0 || e->g->pp_rank != 0) return TP_OK;
@@ -635,6 +662,8 @@ static tp_status gather_ids(engine *e)
         if (st == TP_OK) st = buf ? unpack_ids(e, q, buf, (size_t)size) : tp_error(TP_ERR_OOM, "out of memory");
         free(buf);
     }
+    /* the fields in the order of the file, as one rank reading it all would list them */
+    qsort(e->reqs.unknown, (size_t)e->reqs.n_unknown, sizeof *e->reqs.unknown, by_first_line);
     return st == TP_OK ? tp_requests_check_ids(&e->reqs, e->o->input) : st;
 }
 
@@ -648,36 +677,72 @@ static void warn_unknown_fields(const engine *e)
            "their spelling (tpinfer(1), Input, lists the fields)", e->o->input, e->reqs.unknown_lines, fields);
 }
 
-/* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request
- * (by pos), with the input's count of requests (which every rank must read alike) and its
- * dialect. */
+/* Every rank must read the same file, or the replicas' shares overlap and miss: each
+ * compares its count of requests with rank 0's, before anything is written. */
+static tp_status same_count(engine *e)
+{
+    const size_t n = e->reqs.n_total;
+    int32_t head[2] = {(int32_t)(n & 0x7fffffff), (int32_t)(n >> 31)};
+    TP_CHECK(tp_comm_broadcast(e->w->world, head, 2, TP_DTYPE_I32, 0, NULL));
+    const size_t n0 = (size_t)head[0] | (size_t)head[1] << 31;
+    if (n0 != n)
+        return tp_error(TP_ERR_INVALID_ARG, "rank %d reads %zu requests in %s, rank 0 reads %zu: the file differs "
+                        "between nodes (a copy on local disks that differs, or a file being written); give every rank "
+                        "the same file", e->g->rank, n, e->o->input, n0);
+    /* (room for share_done's bits, while a failure can still be agreed) */
+    e->done_bits = calloc((n + 31) / 32 + 1, sizeof *e->done_bits);
+    return e->done_bits ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+}
+
+/* Rank 0 knows what an earlier run finished; every rank learns it as a bit per request (by
+ * pos), with the input's dialect. */
 static tp_status share_done(engine *e)
 {
-    const size_t n = e->reqs.n_total, words = (n + 31) / 32;
-    e->done_bits = calloc(words ? words : 1, sizeof *e->done_bits);
-    if (!e->done_bits) return tp_error(TP_ERR_OOM, "out of memory");
-    int32_t head[4] = {(int32_t)(n & 0x7fffffff), (int32_t)(n >> 31), e->reqs.any_endpoint, 0};
+    const size_t n = e->reqs.n_total;
+    int32_t head[2] = {e->reqs.any_endpoint, 0};
     if (e->g->rank == 0 && e->out) {
         for (size_t i = 0; i < n; i++)
             if (tp_output_is_done(e->out, tp_requests_id(&e->reqs, i))) e->done_bits[i / 32] |= 1u << (i % 32);
         const int64_t errs = tp_output_done_errors(e->out);
-        head[3] = errs > INT32_MAX ? INT32_MAX : (int32_t)errs;
+        head[1] = errs > INT32_MAX ? INT32_MAX : (int32_t)errs;
     }
-    int32_t got[4];
-    memcpy(got, head, sizeof head);
-    TP_CHECK(tp_comm_broadcast(e->w->world, got, 4, TP_DTYPE_I32, 0, NULL));
-    e->openai = got[2];
-    e->done_errors = got[3];
-    const size_t n0 = (size_t)got[0] | (size_t)got[1] << 31;
-    if (n0 != n) /* every rank must see the same file, or their shares overlap and miss */
-        return tp_error(TP_ERR_INVALID_ARG, "rank %d reads %zu requests in %s, rank 0 reads %zu: the file differs "
-                        "between nodes (a copy on local disks that differs, or a file being written); give every rank "
-                        "the same file", e->g->rank, n, e->o->input, n0);
-    /* (a rank that failed above still takes part: the broadcast is of every rank) */
-    return tp_comm_broadcast(e->w->world, e->done_bits, words ? words : 1, TP_DTYPE_I32, 0, NULL);
+    TP_CHECK(tp_comm_broadcast(e->w->world, head, 2, TP_DTYPE_I32, 0, NULL));
+    e->openai = head[0];
+    e->done_errors = head[1];
+    return tp_comm_broadcast(e->w->world, e->done_bits, (n + 31) / 32 + 1, TP_DTYPE_I32, 0, NULL);
 }
 
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
+
+/* --resume: the replicas split the requests to go, not the file (request j of those to go
+ * to replica j mod dp), so a replica whose share of an earlier run is done is not idle now;
+ * asked of every request of the file, in order. */
+static int keep_to_go(void *arg, size_t pos)
+{
+    engine *e = arg;
+    for (; e->keep_pos < pos; e->keep_pos++) e->keep_index += !is_done_earlier(e, e->keep_pos);
+    return !is_done_earlier(e, pos) && e->keep_index % e->g->dp == e->g->dp_rank;
+}
+
+/* --resume, once the done requests are known: the share read again, of those to go. */
+static tp_status reread_to_go(engine *e)
+{
+    const size_t n_total = e->reqs.n_total;
+    tp_input_format fmt = TP_INPUT_AUTO;
+    tp_input_format_from_name(e->o->input_format, &fmt);
+    tp_requests_free(&e->reqs);
+    e->reread = 1;
+    e->n_kept_read = 0;
+    const tp_request_share share = {1, 0, 0, take_kept, e, keep_to_go};
+    TP_CHECK(tp_requests_read_share(e->o->input, fmt, e->cfg.vocab_size, (size_t)e->o->max_line_bytes, &share,
+                                    &e->reqs));
+    if (e->reqs.n_total != n_total)
+        return tp_error(TP_ERR_INVALID_ARG, "%s changed while tpinfer read it (%zu requests, then %zu); give a file "
+                        "that no one writes", e->o->input, n_total, e->reqs.n_total);
+    tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's requests to go kept", e->g->rank, e->g->dp_rank,
+           e->reqs.n);
+    return make_requests(e);
+}
 
 /* Test hooks, PHASE:RANK: TPINFER_TEST_STOP_AT (comms, warm-up): that rank stops itself
  * (SIGSTOP) as it enters the phase, as a stopped or hung rank would, so that its peers'
@@ -756,42 +821,41 @@ static tp_status unpack_encoded(engine *e, size_t b0, const int32_t *buf, size_t
 }
 
 /* Every rank of the replica learns what the others encoded in [b0, b1), and whether any
- * was stopped by a signal (*stop) or failed (*failed): then all leave prepare_all together. */
-static tp_status exchange_encoded(engine *e, size_t b0, size_t b1, tp_status mine, int *stop, int *failed)
+ * was stopped by a signal (*stop) or has failed (*failed, from *mine): then all leave
+ * prepare_all together. A rank that fails to take the others' ids fails in *mine, which the
+ * next exchange tells. An error returned (the communicator, or no memory for the exchange
+ * once the others are in it) leaves peers in a collective: the job must be aborted. */
+static tp_status exchange_encoded(engine *e, size_t b0, size_t b1, tp_status *mine, int *stop, int *failed)
 {
     tp_comm *c = e->w->replica;
-    const size_t words = mine == TP_OK ? pack_encoded(e, b0, b1, NULL) : 0;
-    int32_t head[3] = {(int32_t)(words > INT32_MAX ? INT32_MAX : words), stop_signal != 0, mine != TP_OK};
-    if (words > INT32_MAX) head[2] = 1, mine = tp_error(TP_ERR_INVALID_ARG, "the ids of %zu prompts exceed 8 GB",
-                                                        b1 - b0);
-    int32_t *heads = malloc((size_t)c->size * sizeof head);
-    if (!heads) return tp_error(TP_ERR_OOM, "out of memory");
-    tp_status st = tp_comm_all_gather(c, head, heads, 3, TP_DTYPE_I32, NULL);
+    const size_t words = *mine == TP_OK ? pack_encoded(e, b0, b1, NULL) : 0;
+    if (words > INT32_MAX)
+        *mine = tp_error(TP_ERR_INVALID_ARG, "the token ids of %zu prompts exceed 8 GB", b1 - b0);
+    int32_t head[3] = {*mine == TP_OK ? (int32_t)words : 0, stop_signal != 0, *mine != TP_OK};
+    int32_t *heads = e->exchange_heads; /* [3 * replica size], made with the requests (agreed) */
+    TP_CHECK(tp_comm_all_gather(c, head, heads, 3, TP_DTYPE_I32, NULL));
     size_t most = 0;
     *stop = *failed = 0;
-    for (int q = 0; st == TP_OK && q < c->size; q++) {
+    for (int q = 0; q < c->size; q++) {
         most = (size_t)heads[3 * q] > most ? (size_t)heads[3 * q] : most;
         *stop |= heads[3 * q + 1];
         *failed |= heads[3 * q + 2];
     }
-    int32_t *all = NULL, *own = NULL;
-    if (st == TP_OK && !*stop && !*failed && most > 0) {
-        own = calloc(most, sizeof *own);
-        all = malloc(most * (size_t)c->size * sizeof *all);
-        if (!own || !all) st = tp_error(TP_ERR_OOM, "out of memory for %zu prompt ids", most * (size_t)c->size);
-        if (st == TP_OK) pack_encoded(e, b0, b1, own);
-        if (st == TP_OK) st = tp_comm_all_gather(c, own, all, most, TP_DTYPE_I32, NULL);
-        for (int q = 0; st == TP_OK && q < c->size; q++)
-            if (q != c->rank) st = unpack_encoded(e, b0, all + (size_t)q * most, (size_t)heads[3 * q]);
-    }
-    free(heads);
+    if (*stop || *failed || most == 0) return TP_OK;
+    int32_t *own = calloc(most, sizeof *own), *all = malloc(most * (size_t)c->size * sizeof *all);
+    tp_status st = own && all ? TP_OK : tp_error(TP_ERR_OOM, "out of memory for %zu prompt ids", most * (size_t)c->size);
+    if (st == TP_OK) pack_encoded(e, b0, b1, own);
+    if (st == TP_OK) st = tp_comm_all_gather(c, own, all, most, TP_DTYPE_I32, NULL);
+    for (int q = 0; st == TP_OK && *mine == TP_OK && q < c->size; q++)
+        if (q != c->rank) *mine = unpack_encoded(e, b0, all + (size_t)q * most, (size_t)heads[3 * q]);
     free(own);
     free(all);
-    return mine != TP_OK ? mine : st;
+    return st;
 }
 
 /* Number the requests of this run (all replicas'), tokenize this replica's (its ranks
- * share the work, ENCODE_ROUND requests each at a time), and find those that cannot run. */
+ * share the work, ENCODE_ROUND requests each at a time), and find those that cannot run.
+ * A rank of a replica that fails goes on to the next exchange, which tells the others. */
 static tp_status prepare_all(engine *e)
 {
     test_term_at(e, "input");
@@ -799,19 +863,23 @@ static tp_status prepare_all(engine *e)
     const size_t n = e->reqs.n, round = (size_t)ENCODE_ROUND * (size_t)e->w->replica->size;
     size_t pos = 0;     /* positions before pos: index counts those not done */
     int64_t index = 0;
+    tp_status mine = TP_OK;
     for (size_t b0 = 0; b0 < n; b0 += round) {
         const size_t b1 = n - b0 < round ? n : b0 + round;
-        tp_status st = TP_OK;
-        for (size_t k = b0; k < b1 && st == TP_OK && !stop_signal; k++) /* with --resume: not done in the stream */
-            if (encodes(e, k) && !is_done_earlier(e, (size_t)e->R[k].in->pos)) st = encode_input(e, e->R[k].in);
+        for (size_t k = b0; k < b1 && mine == TP_OK && !stop_signal; k++) /* (mostly done as the lines were read) */
+            if (encodes(e, k) && !is_done_earlier(e, (size_t)e->R[k].in->pos)) mine = encode_input(e, e->R[k].in);
         if (split) {
             int stop, failed;
-            st = exchange_encoded(e, b0, b1, st, &stop, &failed);
-            if (st != TP_OK || stop || failed) return st; /* phases() stops, or fails, every rank next */
-        } else if (st != TP_OK || stop_signal) {
-            return st;
+            const tp_status st = exchange_encoded(e, b0, b1, &mine, &stop, &failed);
+            if (st != TP_OK) {
+                e->abort_startup = 1;
+                return st;
+            }
+            if (stop || failed) return mine; /* phases() stops, or fails, every rank next */
+        } else if (mine != TP_OK || stop_signal) {
+            return mine;
         }
-        for (size_t k = b0; k < b1; k++) {
+        for (size_t k = b0; k < b1 && mine == TP_OK; k++) {
             req *r = &e->R[k];
             for (; pos < (size_t)r->in->pos; pos++) index += !is_done_earlier(e, pos);
             if (is_done_earlier(e, pos)) {
@@ -819,10 +887,11 @@ static tp_status prepare_all(engine *e)
                 continue;
             }
             r->index = index;
-            TP_CHECK(prepare_request(e, r));
-            if (!r->error_code) r->runnable = e->n_runnable++;
+            mine = prepare_request(e, r);
+            if (mine == TP_OK && !r->error_code) r->runnable = e->n_runnable++;
         }
     }
+    if (mine != TP_OK) return mine; /* (the last round's: every rank goes to the agreement next) */
     for (; pos < e->reqs.n_total; pos++) index += !is_done_earlier(e, pos);
     e->n_index = index;
     tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %" PRId64 " of the replica's %zu prompts tokenized here", e->g->rank,
@@ -2053,6 +2122,7 @@ static void engine_free(engine *e)
     free(e->R);
     free(e->S_);
     free(e->done_bits);
+    free(e->exchange_heads);
     tp_requests_free(&e->reqs);
     tp_chat_template_destroy(e->tpl);
     tp_tokenizer_destroy(e->tok);
@@ -2123,15 +2193,23 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
         st = tp_error(TP_ERR_IO, "cannot create --dump-logits directory %s: %s", o->dump_logits, strerror(errno));
     if (st == TP_OK) st = setup(e);
     TP_CHECK(agree(e, st, n_failed));
+    st = same_count(e);
+    TP_CHECK(agree(e, st, n_failed));
     st = gather_ids(e);
     TP_CHECK(agree(e, st, n_failed));
     warn_unknown_fields(e);
 
     st = e->g->rank == 0 ? open_output(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
-    st = share_done(e);
+    TP_CHECK(share_done(e));
+    st = o->resume ? reread_to_go(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     st = prepare_all(e);
+    if (e->abort_startup) { /* peers may be in an exchange of prepare_all */
+        *must_abort = 1;
+        *n_failed = 1;
+        return st;
+    }
     TP_CHECK(agree(e, st, n_failed));
     TP_CHECK(count_runnable(e));
     if (e->g->rank == 0) {

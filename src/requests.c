@@ -1135,6 +1135,11 @@ static tp_status reader_next(line_reader *rd, const char **s_out, size_t *n_out,
 {
     *got = 0;
     for (;;) {
+        /* a UTF-8 byte order mark is not part of the first line (even one too long to hold) */
+        if (!rd->started && (!rd->f || rd->eof || rd->end - rd->at >= 3)) {
+            rd->started = 1;
+            if (rd->end - rd->at >= 3 && !memcmp(rd->buf + rd->at, "\xEF\xBB\xBF", 3)) rd->at += 3;
+        }
         if (rd->f && !rd->eof) {
             const size_t unsearched = rd->end - rd->at - rd->no_nl;
             if (!unsearched || !memchr(rd->buf + rd->at + rd->no_nl, '\n', unsearched)) {
@@ -1155,10 +1160,6 @@ static tp_status reader_next(line_reader *rd, const char **s_out, size_t *n_out,
                 TP_CHECK(reader_fill(rd));
                 continue;
             }
-        }
-        if (!rd->started) { /* a UTF-8 byte order mark is not part of the first line */
-            rd->started = 1;
-            if (rd->end - rd->at >= 3 && !memcmp(rd->buf + rd->at, "\xEF\xBB\xBF", 3)) rd->at += 3;
         }
         if (rd->at >= rd->end) return TP_OK;
         const char *s = rd->buf + rd->at;
@@ -1325,7 +1326,7 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
                             tp_request_list *out)
 {
     const char *what = rd->what;
-    const tp_request_share all = {1, 0, 1, NULL, NULL};
+    const tp_request_share all = {1, 0, 1, NULL, NULL, NULL};
     if (!share) share = &all;
     if (share->parts < 1 || share->part < 0 || share->part >= share->parts)
         return tp_error(TP_ERR_INTERNAL, "a share %d of %d requests", share->part, share->parts);
@@ -1340,7 +1341,7 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
         TP_CHECK_GOTO(reader_next(rd, &s, &n, &got), st, fail);
         if (!got) break;
         const size_t pos = out->n_total;
-        const int kept = pos % (size_t)share->parts == (size_t)share->part;
+        const int kept = share->keep ? share->keep(share->arg, pos) : pos % (size_t)share->parts == (size_t)share->part;
         if (!kept && !share->all_ids) {
             out->n_total++;
             continue;

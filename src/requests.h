@@ -120,6 +120,8 @@ typedef struct tp_request_share {
     int all_ids;
     tp_status (*on_kept)(void *arg, tp_request *r);
     void *arg;
+    int (*keep)(void *arg, size_t pos); /* where set, decides instead of parts and part (asked of
+                                          * every request, in order) */
 } tp_request_share;
 
 /* Read and check path, keeping every request (a share of one part, with all ids).

@@ -1187,6 +1187,32 @@ START_TEST(stream_matches_memory)
 }
 END_TEST
 
+/* A byte order mark before a first line too long to hold is still no part of it: the
+ * dialect is the next line's, and the long line's length is its own. */
+START_TEST(stream_bom_before_long_line)
+{
+    make_tmpdir();
+    char *path = tmp_path("bom.jsonl");
+    FILE *f = fopen(path, "wb");
+    fputs("\xEF\xBB\xBF{\"id\":\"a\",\"prompt\":\"", f);
+    char ys[1024];
+    memset(ys, 'y', sizeof ys);
+    for (int i = 0; i < 3 << 10; i++) fwrite(ys, 1, sizeof ys, f); /* 3 MiB */
+    fputs("\"}\n{\"id\":\"b\",\"prompt\":\"Once\",\"max_tokens\":2}\n", f);
+    fclose(f);
+    ck_assert_int_eq(tp_requests_read_share(path, TP_INPUT_AUTO, VOCAB, 1 << 20, NULL, &L), TP_OK);
+    ck_assert_uint_eq(L.n, 2);
+    ck_assert_str_eq(L.v[0].error_message, "line 1: the line is 3145750 bytes, more than --max-line-bytes 1048576");
+    assert_prompt(&L.v[1], "Once"); /* read as JSONL, not as a line of text */
+    ck_assert_str_eq(L.v[1].id, "b");
+    ck_assert_int_eq(L.v[1].p.max_tokens, 2);
+    tp_requests_free(&L);
+    unlink(path);
+    rmdir(tmpdir);
+    free(path);
+}
+END_TEST
+
 static long max_rss_kib(void)
 {
     struct rusage ru;
@@ -1248,7 +1274,7 @@ START_TEST(share_of_requests)
                      "{\"id\":\"same\",\"prompt\":\"7\"}\n";
     tp_request_list l;
     n_kept_seen = 0;
-    tp_request_share sh = {3, 1, 0, note_kept, &n_kept_seen};
+    tp_request_share sh = {3, 1, 0, note_kept, &n_kept_seen, NULL};
     ck_assert_int_eq(tp_requests_parse_share(in, strlen(in), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_OK);
     ck_assert_uint_eq(l.n_total, 8);
     ck_assert_uint_eq(l.n, 3); /* pos 1, 4, 7 */
@@ -1264,7 +1290,7 @@ START_TEST(share_of_requests)
     tp_requests_free(&l);
 
     /* part 2 holds the bad line; every id kept: the duplicate is seen though neither is kept */
-    sh = (tp_request_share){3, 2, 1, NULL, NULL};
+    sh = (tp_request_share){3, 2, 1, NULL, NULL, NULL};
     ck_assert_int_eq(tp_requests_parse_share(in, strlen(in), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_ERR_INVALID_ARG);
     ck_assert_str_eq(tp_error_message(), "x: id \"same\" is used on line 5 and again on line 9; ids must be unique");
     tp_error_clear();
@@ -1283,7 +1309,7 @@ START_TEST(share_of_requests)
     tp_requests_free(&l);
 
     /* a share of one: everything, as tp_requests_parse */
-    sh = (tp_request_share){1, 0, 0, NULL, NULL};
+    sh = (tp_request_share){1, 0, 0, NULL, NULL, NULL};
     ck_assert_int_eq(tp_requests_parse_share(unique, strlen(unique), "x", TP_INPUT_AUTO, VOCAB, 0, &sh, &l), TP_OK);
     ck_assert_uint_eq(l.n, 4);
     ck_assert_int_eq(l.v[3].pos, 3);
@@ -1329,6 +1355,7 @@ int main(void)
     tcase_add_test(big, big_line_bad_utf8);
     tcase_add_test(big, stream_matches_memory);
     tcase_add_test(big, stream_long_line_not_held);
+    tcase_add_test(big, stream_bom_before_long_line);
     tcase_add_test(big, share_of_requests);
     tcase_add_checked_fixture(big, NULL, free_list);
     suite_add_tcase(s, big);

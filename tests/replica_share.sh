@@ -108,6 +108,22 @@ mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/fields.jsonl" --ou
 grep -q 'fields.jsonl: 3 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (3 lines, first line 2), "colour" (line 4)' "$TMP/fields.err" ||
     { cat "$TMP/fields.err"; fail "the unknown fields of both replicas"; }
 
+# every rank must read the same file: per-node copies that differ stop the job at once (each
+# rank here in its own directory, whose in.jsonl holds 3 or 4 requests), whichever rank differs
+mkdir -p "$TMP/a" "$TMP/b"
+head -n 3 "$TMP/fields.jsonl" >"$TMP/a/in.jsonl"
+head -n 4 "$TMP/fields.jsonl" >"$TMP/b/in.jsonl"
+args="--model $TMP/m --backend cpu --input in.jsonl --output $TMP/differ.jsonl"
+differ() { # differ TP NP_AFTER: rank 0 reads a/, rank 1 b/, NP_AFTER more a/
+    expect_fail 2 "rank 1 reads 4 requests in in.jsonl, rank 0 reads 3: the file differs between nodes" \
+        mpi 1 -wdir "$TMP/a" "$TPINFER" $args --tp "$1" : -np 1 -wdir "$TMP/b" "$TPINFER" $args --tp "$1" \
+        ${2:+: -np "$2" -wdir "$TMP/a" "$TPINFER" $args --tp "$1"}
+}
+differ 1 ""  # dp 2: rank 1 is its replica's first rank
+differ 2 ""  # tp 2: rank 1 is rank 0's peer
+differ 2 2   # tp 2 x dp 2
+[ ! -e "$TMP/differ.jsonl" ] || fail "a file that differs between ranks left an output"
+
 # --resume at dp 3 finishes what a dp 1 run left: the first 12 records kept
 head -n 12 "$TMP/dp1.jsonl" >"$TMP/part.jsonl"
 cp "$TMP/dp1.jsonl.manifest.json" "$TMP/part.jsonl.manifest.json" 2>/dev/null || true
@@ -116,4 +132,15 @@ plain "$TMP/part.jsonl" | sort >"$TMP/part.sorted"
 sort "$TMP/dp1.plain" >"$TMP/dp1.sorted"
 cmp -s "$TMP/dp1.sorted" "$TMP/part.sorted" || { diff "$TMP/dp1.sorted" "$TMP/part.sorted" | head; fail "--resume at dp 3"; }
 grep -q "17 to go" "$TMP/part.err" || { grep resum "$TMP/part.err"; fail "the resume did not skip 12 requests"; }
+# ... and the replicas split what is to go, not the file: where an earlier dp 2 run finished
+# all of replica 0's share (the even positions), both replicas of the resumed run have work
+awk 'NR % 2 == 1' "$TMP/dp1.jsonl" >"$TMP/even.jsonl"
+cp "$TMP/dp1.jsonl.manifest.json" "$TMP/even.jsonl.manifest.json" 2>/dev/null || true
+run even 2 "$TMP/in.jsonl" --resume --output "$TMP/even.jsonl"
+plain "$TMP/even.jsonl" | sort >"$TMP/even.sorted"
+cmp -s "$TMP/dp1.sorted" "$TMP/even.sorted" || { diff "$TMP/dp1.sorted" "$TMP/even.sorted" | head; fail "--resume of the odd positions"; }
+for r in 0 1; do
+    grep -q "rank $r (replica $r): 7 of the input's requests to go kept" "$TMP/even.err" ||
+        { grep "kept" "$TMP/even.err"; fail "resumed at dp 2, replica $r did not take half of the 14 to go"; }
+done
 exit 0
