@@ -37,6 +37,7 @@
 #include "requests.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "share.h"
 #include "st_write.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -326,13 +327,9 @@ static tp_status encode_input(engine *e, tp_request *in)
     return TP_OK;
 }
 
-/* A replica's ranks split the tokenizing of its share: its k-th request is encoded by the
- * replica's rank k mod size, which sends the ids (or the error) to the others (prepare_all);
- * the others drop its text as soon as it is read. */
-static int encodes(const engine *e, size_t k)
-{
-    return (int)(k % (size_t)e->w->replica->size) == e->w->replica->rank;
-}
+/* A replica's ranks split the tokenizing of its share (tp_share_encodes): the others drop
+ * a request's text as soon as it is read. */
+static int encodes(const engine *e, size_t k) { return tp_share_encodes(e->w->replica, k); }
 
 static void drop_text(tp_request *in)
 {
@@ -478,7 +475,7 @@ static tp_status setup(engine *e)
     /* a replica keeps its share, the requests at pos % dp == dp_rank, tokenized as they are
      * read (with --resume, once the done ones are known); rank 0 needs every id, for the
      * duplicate check and the resume: its own share's is every one at dp 1, else it gathers
-     * the other replicas' (gather_ids) */
+     * the other replicas' (tp_share_gather_ids) */
     const tp_request_share share = {e->g->dp, e->g->dp_rank, e->g->rank == 0 && e->g->dp == 1, take_kept, e, NULL};
     e->exchange_heads = malloc(3 * sizeof(int32_t) * (size_t)e->w->replica->size);
     if (!e->exchange_heads) return tp_error(TP_ERR_OOM, "out of memory");
@@ -524,147 +521,6 @@ static tp_status open_output(engine *e)
     if (st == TP_OK) st = tp_output_open(&oc, &m, &e->out);
     free(settings);
     return st;
-}
-
-/* The words of the exchanges below: v at buf[*n] (NULL buf: counts). */
-static void put_i32(int32_t *buf, size_t *n, int32_t v)
-{
-    if (buf) buf[*n] = v;
-    ++*n;
-}
-
-/* Rank 0 of a data-parallel run gathers every replica's ids (each replica's first rank sends
- * its share's: no rank parses the whole input), checks them for duplicates, and says which
- * fields of the input no replica reads. Words: any_endpoint, unknown_lines (2), n_unknown,
- * unknown_more, the unknown fields (ID_FIELD_WORDS each), the count, then per request its
- * line (2), stand-in flag, id length and id. */
-enum { ID_FIELD_WORDS = (sizeof(((tp_unknown_field *)0)->name) + 3) / 4 + 4 };
-
-static size_t pack_ids(const engine *e, int32_t *buf)
-{
-    const tp_request_list *l = &e->reqs;
-    size_t n = 0;
-    put_i32(buf, &n, l->any_endpoint);
-    put_i32(buf, &n, (int32_t)(l->unknown_lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(l->unknown_lines >> 32));
-    put_i32(buf, &n, l->n_unknown);
-    put_i32(buf, &n, l->unknown_more);
-    for (int i = 0; i < l->n_unknown; i++) {
-        const tp_unknown_field *u = &l->unknown[i];
-        if (buf) memcpy(buf + n, u->name, sizeof u->name);
-        n += ID_FIELD_WORDS - 4;
-        put_i32(buf, &n, (int32_t)(u->lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->lines >> 32));
-        put_i32(buf, &n, (int32_t)(u->first_line & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->first_line >> 32));
-    }
-    put_i32(buf, &n, (int32_t)l->n);
-    for (size_t k = 0; k < l->n; k++) {
-        const tp_request *r = &l->v[k];
-        const size_t len = strlen(r->id);
-        put_i32(buf, &n, (int32_t)(r->line & 0xffffffff)), put_i32(buf, &n, (int32_t)(r->line >> 32));
-        put_i32(buf, &n, r->standin);
-        put_i32(buf, &n, (int32_t)len);
-        if (buf) memcpy(buf + n, r->id, len);
-        n += TP_CEIL_DIV(len, 4);
-    }
-    return n;
-}
-
-static int64_t get_i64(const int32_t *w) { return (int64_t)((uint64_t)(uint32_t)w[0] | (uint64_t)(uint32_t)w[1] << 32); }
-
-static void merge_unknown(tp_request_list *l, const tp_unknown_field *u)
-{
-    for (int i = 0; i < l->n_unknown; i++)
-        if (!strcmp(l->unknown[i].name, u->name)) {
-            l->unknown[i].lines += u->lines;
-            if (u->first_line < l->unknown[i].first_line) l->unknown[i].first_line = u->first_line;
-            return;
-        }
-    if (l->n_unknown == TP_UNKNOWN_FIELDS_KEPT) l->unknown_more = 1;
-    else l->unknown[l->n_unknown++] = *u;
-}
-
-/* Replica q's words into rank 0's table: its k-th request is the input's q + k * dp. */
-static tp_status unpack_ids(engine *e, int q, const int32_t *w, size_t n)
-{
-    tp_request_list *l = &e->reqs;
-    size_t i = 5;
-    if (n < 5) return tp_error(TP_ERR_INTERNAL, "replica %d sent %zu words of ids", q, n);
-    l->any_endpoint |= w[0];
-    l->unknown_lines += get_i64(w + 1);
-    l->unknown_more |= w[4];
-    for (int f = 0; f < w[3]; f++, i += ID_FIELD_WORDS) {
-        tp_unknown_field u;
-        memcpy(u.name, w + i, sizeof u.name);
-        u.name[sizeof u.name - 1] = '\0';
-        u.lines = get_i64(w + i + ID_FIELD_WORDS - 4);
-        u.first_line = get_i64(w + i + ID_FIELD_WORDS - 2);
-        merge_unknown(l, &u);
-    }
-    const size_t count = (size_t)w[i++];
-    char *id = NULL;
-    tp_status st = TP_OK;
-    for (size_t k = 0; k < count && st == TP_OK; k++) {
-        const int64_t line = get_i64(w + i);
-        const int standin = w[i + 2];
-        const size_t len = (size_t)w[i + 3];
-        i += 4;
-        char *p = realloc(id, len + 1);
-        if (!p) {
-            st = tp_error(TP_ERR_OOM, "out of memory");
-            break;
-        }
-        id = p;
-        memcpy(id, w + i, len);
-        id[len] = '\0';
-        i += TP_CEIL_DIV(len, 4);
-        st = tp_requests_put_id(l, (size_t)q + k * (size_t)e->g->dp, id, line, standin);
-    }
-    free(id);
-    return st;
-}
-
-static int by_first_line(const void *a, const void *b)
-{
-    const tp_unknown_field *x = a, *y = b;
-    return (x->first_line > y->first_line) - (x->first_line < y->first_line);
-}
-
-static tp_status gather_ids(engine *e)
-{
-    if (e->g->dp == 1 || e->g->tp_rank != 0 || e->g->pp_rank != 0) return TP_OK;
-    tp_comm *c = e->w->dp; /* the replicas' first ranks, rank 0 first */
-    if (c->rank != 0) {
-        const size_t n = pack_ids(e, NULL);
-        int32_t *buf = n <= INT32_MAX ? malloc(n * sizeof *buf) : NULL;
-        int32_t size = buf ? (int32_t)n : -1; /* -1: rank 0 is told this one failed, and still hears the others */
-        if (buf) pack_ids(e, buf);
-        tp_status st = tp_comm_send(c, &size, 1, TP_DTYPE_I32, 0, NULL);
-        if (st == TP_OK && buf) st = tp_comm_send(c, buf, n, TP_DTYPE_I32, 0, NULL);
-        free(buf);
-        return st != TP_OK ? st : size < 0 ? tp_error(TP_ERR_OOM, "out of memory sending %zu words of ids", n) : TP_OK;
-    }
-    tp_status st = TP_OK;
-    for (size_t k = 0; k < e->reqs.n && st == TP_OK; k++) {
-        const tp_request *r = &e->reqs.v[k];
-        st = tp_requests_put_id(&e->reqs, (size_t)r->pos, r->id, r->line, r->standin);
-    }
-    for (int q = 1; q < c->size; q++) { /* every sender is heard, whatever failed */
-        int32_t size = 0;
-        TP_CHECK(tp_comm_recv(c, &size, 1, TP_DTYPE_I32, q, NULL));
-        if (size < 0) continue;
-        int32_t *buf = malloc((size ? (size_t)size : 1) * sizeof *buf);
-        tp_status rs = buf ? tp_comm_recv(c, buf, (size_t)size, TP_DTYPE_I32, q, NULL) : TP_OK;
-        if (!buf) { /* still take the message, in pieces, so the sender is not left waiting */
-            int32_t piece[1024];
-            for (int32_t got = 0; got < size && rs == TP_OK; got += 1024)
-                rs = tp_comm_recv(c, piece, (size_t)(size - got < 1024 ? size - got : 1024), TP_DTYPE_I32, q, NULL);
-        }
-        TP_CHECK(rs);
-        if (st == TP_OK) st = buf ? unpack_ids(e, q, buf, (size_t)size) : tp_error(TP_ERR_OOM, "out of memory");
-        free(buf);
-    }
-    /* the fields in the order of the file, as one rank reading it all would list them */
-    qsort(e->reqs.unknown, (size_t)e->reqs.n_unknown, sizeof *e->reqs.unknown, by_first_line);
-    return st == TP_OK ? tp_requests_check_ids(&e->reqs, e->o->input) : st;
 }
 
 /* Rank 0: the fields of the input that no replica reads (a misspelt one would pass unseen). */
@@ -771,88 +627,6 @@ static void test_term_at(const engine *e, const char *phase)
 
 enum { ENCODE_ROUND = 128 }; /* requests a rank encodes between two exchanges of a replica's ids */
 
-/* The ids (or the errors) this rank encoded among the replica's requests [b0, b1), as
- * int32 words: k - b0, then n and n ids, or -1 - bytes and the message; NULL buf: counts. */
-static size_t pack_encoded(const engine *e, size_t b0, size_t b1, int32_t *buf)
-{
-    size_t n = 0;
-    for (size_t k = b0; k < b1; k++) {
-        const tp_request *in = e->R[k].in;
-        if (!encodes(e, k) || !in->encoded) continue; /* given ids, done earlier, bad settings */
-        put_i32(buf, &n, (int32_t)(k - b0));
-        if (in->error_code) {
-            const size_t len = strlen(in->error_message);
-            put_i32(buf, &n, -1 - (int32_t)len);
-            if (buf) memcpy(buf + n, in->error_message, len);
-            n += TP_CEIL_DIV(len, 4);
-        } else {
-            put_i32(buf, &n, in->n_prompt_ids);
-            if (buf && in->n_prompt_ids) memcpy(buf + n, in->prompt_ids, (size_t)in->n_prompt_ids * 4);
-            n += (size_t)in->n_prompt_ids;
-        }
-    }
-    return n;
-}
-
-static tp_status unpack_encoded(engine *e, size_t b0, const int32_t *buf, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        tp_request *in = e->R[b0 + (size_t)buf[i]].in;
-        const int32_t m = buf[i + 1];
-        i += 2;
-        in->encoded = 1;
-        if (m < 0) {
-            const size_t len = (size_t)(-1 - (int64_t)m);
-            in->error_code = "invalid_request";
-            in->error_message = malloc(len + 1);
-            if (!in->error_message) return tp_error(TP_ERR_OOM, "out of memory");
-            memcpy(in->error_message, buf + i, len);
-            in->error_message[len] = '\0';
-            i += TP_CEIL_DIV(len, 4);
-        } else {
-            in->prompt_ids = malloc(m ? (size_t)m * 4 : 4);
-            if (!in->prompt_ids) return tp_error(TP_ERR_OOM, "out of memory");
-            if (m) memcpy(in->prompt_ids, buf + i, (size_t)m * 4);
-            in->n_prompt_ids = m;
-            i += (size_t)m;
-        }
-    }
-    return TP_OK;
-}
-
-/* Every rank of the replica learns what the others encoded in [b0, b1), and whether any
- * was stopped by a signal (*stop) or has failed (*failed, from *mine): then all leave
- * prepare_all together. A rank that fails to take the others' ids fails in *mine, which the
- * next exchange tells. An error returned (the communicator, or no memory for the exchange
- * once the others are in it) leaves peers in a collective: the job must be aborted. */
-static tp_status exchange_encoded(engine *e, size_t b0, size_t b1, tp_status *mine, int *stop, int *failed)
-{
-    tp_comm *c = e->w->replica;
-    const size_t words = *mine == TP_OK ? pack_encoded(e, b0, b1, NULL) : 0;
-    if (words > INT32_MAX)
-        *mine = tp_error(TP_ERR_INVALID_ARG, "the token ids of %zu prompts exceed 8 GB", b1 - b0);
-    int32_t head[3] = {*mine == TP_OK ? (int32_t)words : 0, stop_signal != 0, *mine != TP_OK};
-    int32_t *heads = e->exchange_heads; /* [3 * replica size], made with the requests (agreed) */
-    TP_CHECK(tp_comm_all_gather(c, head, heads, 3, TP_DTYPE_I32, NULL));
-    size_t most = 0;
-    *stop = *failed = 0;
-    for (int q = 0; q < c->size; q++) {
-        most = (size_t)heads[3 * q] > most ? (size_t)heads[3 * q] : most;
-        *stop |= heads[3 * q + 1];
-        *failed |= heads[3 * q + 2];
-    }
-    if (*stop || *failed || most == 0) return TP_OK;
-    int32_t *own = calloc(most, sizeof *own), *all = malloc(most * (size_t)c->size * sizeof *all);
-    tp_status st = own && all ? TP_OK : tp_error(TP_ERR_OOM, "out of memory for %zu prompt ids", most * (size_t)c->size);
-    if (st == TP_OK) pack_encoded(e, b0, b1, own);
-    if (st == TP_OK) st = tp_comm_all_gather(c, own, all, most, TP_DTYPE_I32, NULL);
-    for (int q = 0; st == TP_OK && *mine == TP_OK && q < c->size; q++)
-        if (q != c->rank) *mine = unpack_encoded(e, b0, all + (size_t)q * most, (size_t)heads[3 * q]);
-    free(own);
-    free(all);
-    return st;
-}
-
 /* Number the requests of this run (all replicas'), tokenize this replica's (its ranks
  * share the work, ENCODE_ROUND requests each at a time), and find those that cannot run.
  * A rank of a replica that fails goes on to the next exchange, which tells the others. */
@@ -870,7 +644,8 @@ static tp_status prepare_all(engine *e)
             if (encodes(e, k) && !is_done_earlier(e, (size_t)e->R[k].in->pos)) mine = encode_input(e, e->R[k].in);
         if (split) {
             int stop, failed;
-            const tp_status st = exchange_encoded(e, b0, b1, &mine, &stop, &failed);
+            const tp_status st = tp_share_exchange(&e->reqs, e->w->replica, e->exchange_heads, b0, b1, stop_signal != 0,
+                                                   &mine, &stop, &failed);
             if (st != TP_OK) {
                 e->abort_startup = 1;
                 return st;
@@ -2195,7 +1970,9 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     TP_CHECK(agree(e, st, n_failed));
     st = same_count(e);
     TP_CHECK(agree(e, st, n_failed));
-    st = gather_ids(e);
+    /* at dp > 1 rank 0 gathers every replica's ids, from their first ranks */
+    st = e->g->dp > 1 && e->g->tp_rank == 0 && e->g->pp_rank == 0 ? tp_share_gather_ids(&e->reqs, e->w->dp, o->input)
+                                                                   : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     warn_unknown_fields(e);
 
