@@ -275,14 +275,19 @@ static tp_status render_chat(engine *e, req *r, tp_ids *ids)
     return st;
 }
 
-static void drop_prompt(tp_request *in)
+static void drop_text(tp_request *in)
 {
     free(in->prompt);
     free(in->messages_json);
-    free(in->prompt_ids);
     in->prompt = in->messages_json = NULL;
-    in->prompt_ids = NULL;
     in->prompt_len = 0;
+}
+
+static void drop_prompt(tp_request *in)
+{
+    drop_text(in);
+    free(in->prompt_ids);
+    in->prompt_ids = NULL;
     in->n_prompt_ids = 0;
 }
 
@@ -331,17 +336,9 @@ static tp_status encode_input(engine *e, tp_request *in)
  * a request's text as soon as it is read. */
 static int encodes(const engine *e, size_t k) { return tp_share_encodes(e->w->replica, k); }
 
-static void drop_text(tp_request *in)
-{
-    free(in->prompt);
-    free(in->messages_json);
-    in->prompt = in->messages_json = NULL;
-    in->prompt_len = 0;
-}
-
 /* The reader's callback: each request of this replica's share, as it is read, the k-th.
  * With --resume the first read only finds the ids (the share is read again once the done
- * ones are known: reread_undone); otherwise the rank that encodes it does so at once. */
+ * ones are known: reread_to_go); otherwise the rank that encodes it does so at once. */
 static tp_status take_kept(void *arg, tp_request *in)
 {
     engine *e = arg;
@@ -359,7 +356,7 @@ static tp_status take_kept(void *arg, tp_request *in)
 
 static tp_status prepare_request(engine *e, req *r)
 {
-    tp_request *in = r->in; /* encoded by now (prepare_all) */
+    tp_request *in = r->in; /* encoded by now (take_kept, or a peer through prepare_all) */
     if (in->error_code) {
         r->error_code = in->error_code;
         r->error_message = strdup(in->error_message ? in->error_message : in->error_code);
@@ -370,6 +367,8 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "invalid_request");
         return TP_OK;
     }
+    if (!in->encoded && !in->prompt_ids) /* every prompt is encoded as its line is read (take_kept) */
+        return tp_error(TP_ERR_INTERNAL, "line %lld: the prompt was not tokenized", (long long)in->line);
     if (!in->encoded) /* the line's own ids */
         for (int32_t i = 0; i < in->n_prompt_ids; i++)
             if (in->prompt_ids[i] >= e->cfg.vocab_size) {
@@ -627,8 +626,9 @@ static void test_term_at(const engine *e, const char *phase)
 
 enum { ENCODE_ROUND = 128 }; /* requests a rank encodes between two exchanges of a replica's ids */
 
-/* Number the requests of this run (all replicas'), tokenize this replica's (its ranks
- * share the work, ENCODE_ROUND requests each at a time), and find those that cannot run.
+/* Number the requests of this run (all replicas'), take the ids of the prompts this
+ * replica's other ranks tokenized (ENCODE_ROUND a rank at a time), and find those that
+ * cannot run.
  * A rank of a replica that fails goes on to the next exchange, which tells the others. */
 static tp_status prepare_all(engine *e)
 {
@@ -640,8 +640,6 @@ static tp_status prepare_all(engine *e)
     tp_status mine = TP_OK;
     for (size_t b0 = 0; b0 < n; b0 += round) {
         const size_t b1 = n - b0 < round ? n : b0 + round;
-        for (size_t k = b0; k < b1 && mine == TP_OK && !stop_signal; k++) /* (mostly done as the lines were read) */
-            if (encodes(e, k) && !is_done_earlier(e, (size_t)e->R[k].in->pos)) mine = encode_input(e, e->R[k].in);
         if (split) {
             int stop, failed;
             const tp_status st = tp_share_exchange(&e->reqs, e->w->replica, e->exchange_heads, b0, b1, stop_signal != 0,
