@@ -9,11 +9,38 @@
 
 #include "util.h"
 
-/* The words of the exchanges: v at buf[*n] (NULL buf: counts). */
+/* The words of the exchanges, written at buf[*n] (NULL buf: only counted). */
 static void put_i32(int32_t *buf, size_t *n, int32_t v)
 {
     if (buf) buf[*n] = v;
     ++*n;
+}
+
+static void put_i64(int32_t *buf, size_t *n, int64_t v)
+{
+    put_i32(buf, n, (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu));
+    put_i32(buf, n, (int32_t)(uint32_t)((uint64_t)v >> 32));
+}
+
+static int64_t get_i64(const int32_t *w) { return (int64_t)((uint64_t)(uint32_t)w[0] | (uint64_t)(uint32_t)w[1] << 32); }
+
+/* len bytes of s, padded to a word (their length goes before them, as the caller says). */
+static void put_bytes(int32_t *buf, size_t *n, const void *s, size_t len)
+{
+    if (buf && len) memcpy(buf + *n, s, len);
+    *n += TP_CEIL_DIV(len, 4);
+}
+
+/* The len bytes at w[*i] as a C string (malloc'd; NULL: no memory), *i past their words. */
+static char *take_string(const int32_t *w, size_t *i, size_t len)
+{
+    char *s = malloc(len + 1);
+    if (s) {
+        memcpy(s, w + *i, len);
+        s[len] = '\0';
+    }
+    *i += TP_CEIL_DIV(len, 4);
+    return s;
 }
 
 /* tp_share_gather_ids: each replica's first rank sends rank 0 its share's ids (no rank
@@ -27,30 +54,26 @@ static size_t pack_ids(const tp_request_list *l, int32_t *buf)
 {
     size_t n = 0;
     put_i32(buf, &n, l->any_endpoint);
-    put_i32(buf, &n, (int32_t)(l->unknown_lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(l->unknown_lines >> 32));
+    put_i64(buf, &n, l->unknown_lines);
     put_i32(buf, &n, l->n_unknown);
     put_i32(buf, &n, l->unknown_more);
     for (int i = 0; i < l->n_unknown; i++) {
         const tp_unknown_field *u = &l->unknown[i];
-        if (buf) memcpy(buf + n, u->name, sizeof u->name);
-        n += ID_FIELD_WORDS - 4;
-        put_i32(buf, &n, (int32_t)(u->lines & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->lines >> 32));
-        put_i32(buf, &n, (int32_t)(u->first_line & 0xffffffff)), put_i32(buf, &n, (int32_t)(u->first_line >> 32));
+        put_bytes(buf, &n, u->name, sizeof u->name);
+        put_i64(buf, &n, u->lines);
+        put_i64(buf, &n, u->first_line);
     }
     put_i32(buf, &n, (int32_t)l->n);
     for (size_t k = 0; k < l->n; k++) {
         const tp_request *r = &l->v[k];
         const size_t len = strlen(r->id);
-        put_i32(buf, &n, (int32_t)(r->line & 0xffffffff)), put_i32(buf, &n, (int32_t)(r->line >> 32));
+        put_i64(buf, &n, r->line);
         put_i32(buf, &n, r->standin);
         put_i32(buf, &n, (int32_t)len);
-        if (buf) memcpy(buf + n, r->id, len);
-        n += TP_CEIL_DIV(len, 4);
+        put_bytes(buf, &n, r->id, len);
     }
     return n;
 }
-
-static int64_t get_i64(const int32_t *w) { return (int64_t)((uint64_t)(uint32_t)w[0] | (uint64_t)(uint32_t)w[1] << 32); }
 
 static void merge_unknown(tp_request_list *l, const tp_unknown_field *u)
 {
@@ -81,25 +104,17 @@ static tp_status unpack_ids(tp_request_list *l, int q, int dp, const int32_t *w,
         merge_unknown(l, &u);
     }
     const size_t count = (size_t)w[i++];
-    char *id = NULL;
     tp_status st = TP_OK;
-    for (size_t k = 0; k < count && st == TP_OK; k++) {
+    for (size_t k = 0; k < count && st == TP_OK && i + 4 <= n; k++) {
         const int64_t line = get_i64(w + i);
         const int standin = w[i + 2];
         const size_t len = (size_t)w[i + 3];
         i += 4;
-        char *p = realloc(id, len + 1);
-        if (!p) {
-            st = tp_error(TP_ERR_OOM, "out of memory");
-            break;
-        }
-        id = p;
-        memcpy(id, w + i, len);
-        id[len] = '\0';
-        i += TP_CEIL_DIV(len, 4);
-        st = tp_requests_put_id(l, (size_t)q + k * (size_t)dp, id, line, standin);
+        char *id = take_string(w, &i, len);
+        st = id ? tp_requests_put_id(l, (size_t)q + k * (size_t)dp, id, line, standin) : tp_error(TP_ERR_OOM, "out of memory");
+        free(id);
     }
-    free(id);
+    if (st == TP_OK && i != n) return tp_error(TP_ERR_INTERNAL, "replica %d's ids: %zu words read of %zu", q, i, n);
     return st;
 }
 
@@ -162,12 +177,10 @@ static size_t pack_encoded(const tp_request_list *l, const tp_comm *c, size_t b0
         if (in->error_code) {
             const size_t len = strlen(in->error_message);
             put_i32(buf, &n, -1 - (int32_t)len);
-            if (buf) memcpy(buf + n, in->error_message, len);
-            n += TP_CEIL_DIV(len, 4);
+            put_bytes(buf, &n, in->error_message, len);
         } else {
             put_i32(buf, &n, in->n_prompt_ids);
-            if (buf && in->n_prompt_ids) memcpy(buf + n, in->prompt_ids, (size_t)in->n_prompt_ids * 4);
-            n += (size_t)in->n_prompt_ids;
+            put_bytes(buf, &n, in->prompt_ids, (size_t)in->n_prompt_ids * 4);
         }
     }
     return n;
@@ -181,13 +194,9 @@ static tp_status unpack_encoded(tp_request_list *l, size_t b0, const int32_t *bu
         i += 2;
         in->encoded = 1;
         if (m < 0) {
-            const size_t len = (size_t)(-1 - (int64_t)m);
             in->error_code = "invalid_request";
-            in->error_message = malloc(len + 1);
+            in->error_message = take_string(buf, &i, (size_t)(-1 - (int64_t)m));
             if (!in->error_message) return tp_error(TP_ERR_OOM, "out of memory");
-            memcpy(in->error_message, buf + i, len);
-            in->error_message[len] = '\0';
-            i += TP_CEIL_DIV(len, 4);
         } else {
             in->prompt_ids = malloc(m ? (size_t)m * 4 : 4);
             if (!in->prompt_ids) return tp_error(TP_ERR_OOM, "out of memory");
@@ -199,9 +208,9 @@ static tp_status unpack_encoded(tp_request_list *l, size_t b0, const int32_t *bu
     return TP_OK;
 }
 
-/* tp_share_exchange: every rank of the replica learns what the others encoded in [b0, b1), and whether any
- * was stopped by a signal (*stop) or has failed (*failed, from *mine): then all leave
- * prepare_all together. A rank that fails to take the others' ids fails in *mine, which the
+/* tp_share_exchange: every rank of the replica learns what the others encoded in [b0, b1),
+ * and whether any was stopped by a signal (*stop) or has failed (*failed, from *mine):
+ * then all leave prepare_all together. A rank that fails to take the others' ids fails in *mine, which the
  * next exchange tells. An error returned (the communicator, or no memory for the exchange
  * once the others are in it) leaves peers in a collective: the job must be aborted. */
 tp_status tp_share_exchange(tp_request_list *l, tp_comm *c, int32_t *heads, size_t b0, size_t b1, int stop_here,
@@ -230,7 +239,6 @@ tp_status tp_share_exchange(tp_request_list *l, tp_comm *c, int32_t *heads, size
     free(all);
     return st;
 }
-
 
 int tp_share_encodes(const tp_comm *replica, size_t k)
 {

@@ -102,10 +102,11 @@ expect_fail 2 'dup.jsonl: id "b" is used on line 2 and again on line 4; ids must
 printf '{"id":"a","prompt":"x"}\nnot json\n{"id":"2","prompt":"z"}\n' >"$TMP/standin.jsonl"
 expect_fail 2 '(line 2 has no readable id, so its line number stands in)' \
     mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/standin.jsonl" --output "$TMP/dup.out"
-printf '{"id":"a","prompt":"x","max_tokens":1}\n{"id":"b","prompt":"y","max_token":1}\n{"id":"c","prompt":"z","max_tokens":1}\n{"id":"d","prompt":"w","max_tokens":1,"max_token":1,"colour":1}\n{"id":"e","prompt":"v","max_token":1,"max_tokens":1}\n' >"$TMP/fields.jsonl"
+printf '{"id":"a","prompt":"x","max_tokens":1}\n{"id":"b","prompt":"y","max_token":1}\n{"id":"c","prompt":"z","max_tokens":1,"shade":1}\n{"id":"d","prompt":"w","max_tokens":1,"max_token":1,"colour":1}\n{"id":"e","prompt":"v","max_token":1,"max_tokens":1}\n' >"$TMP/fields.jsonl"
 mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/fields.jsonl" --output "$TMP/fields.out" 2>"$TMP/fields.err" ||
     { cat "$TMP/fields.err"; fail "unknown fields at dp 2"; }
-grep -q 'fields.jsonl: 3 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (3 lines, first line 2), "colour" (line 4)' "$TMP/fields.err" ||
+# (in the file's order: rank 0 saw "shade" on line 3 and "max_token" first on line 5)
+grep -q 'fields.jsonl: 4 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (3 lines, first line 2), "shade" (line 3), "colour" (line 4)' "$TMP/fields.err" ||
     { cat "$TMP/fields.err"; fail "the unknown fields of both replicas"; }
 
 # every rank must read the same file: per-node copies that differ stop the job at once (each
