@@ -1,0 +1,43 @@
+/* fuzz_shard_index.c: a model.safetensors.index.json as the fuzzer writes it, checked
+ * against a directory that holds the two shards it names: a shard name that leaves the
+ * directory, is missing or is not a string must be refused, never followed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "fuzz_common.h"
+#include "weights.h"
+
+static char dir[] = "/tmp/tpinfer-fuzz-index.XXXXXX", shard[2][96];
+
+static void cleanup(void)
+{
+    for (int i = 0; i < 2; i++) unlink(shard[i]);
+    rmdir(dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    fuzz_quiet();
+    if (!mkdtemp(dir)) abort();
+    atexit(cleanup);
+    for (int i = 0; i < 2; i++) {
+        snprintf(shard[i], sizeof shard[i], "%s/model-0000%d-of-00002.safetensors", dir, i + 1);
+        FILE *f = fopen(shard[i], "w");
+        if (!f) abort();
+        fclose(f);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char **names = NULL;
+    size_t n = 0;
+    tp_weights_parse_index((const char *)data, size, dir, &names, &n);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    tp_error_clear();
+    return 0;
+}

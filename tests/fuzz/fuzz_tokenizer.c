@@ -1,0 +1,72 @@
+/* fuzz_tokenizer.c: arbitrary bytes encoded by a real tokenizer (TP_FUZZ_TOKENIZER: a
+ * directory with tokenizer.json; run.sh gives GPT-2's and Mistral's from ../shared), the
+ * ids decoded back, and the same bytes read as ids and decoded. Invalid UTF-8 must be
+ * refused; valid text must round-trip through the byte-level or byte-fallback decoder. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_common.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+static tp_tokenizer *tok;
+static int roundtrip; /* TP_FUZZ_ROUNDTRIP=1: the tokenizer is lossless (byte-level BPE) */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    fuzz_quiet();
+    const char *dir = getenv("TP_FUZZ_TOKENIZER");
+    if (!dir || tp_tokenizer_load(dir, &tok) != TP_OK) {
+        fprintf(stderr, "fuzz_tokenizer: set TP_FUZZ_TOKENIZER to a directory with a tokenizer.json\n");
+        exit(1);
+    }
+    const char *r = getenv("TP_FUZZ_ROUNDTRIP");
+    roundtrip = r && strcmp(r, "1") == 0;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *text = (const char *)data;
+    tp_ids ids = {0};
+    const tp_status st = tp_tokenizer_encode(tok, text, size, size & 1, &ids);
+    if (st == TP_OK) {
+        char *back = NULL;
+        size_t n = 0;
+        if (tp_tokenizer_decode(tok, ids.v, ids.n, 0, &back, &n) == TP_OK && roundtrip &&
+            (n != size || memcmp(back, text, size) != 0))
+            abort(); /* a lossless tokenizer (GPT-2's) gives the text back */
+        free(back);
+    }
+    tp_ids_free(&ids);
+    /* the bytes as ids: out-of-range and special ids are skipped, never read past the table,
+     * and the stream's pieces add up to the whole decode */
+    const size_t n_ids = size / 4;
+    int32_t *as_ids = malloc(n_ids * 4 + 4);
+    memcpy(as_ids, data, n_ids * 4);
+    char *whole = NULL, *streamed = malloc(16);
+    size_t whole_n = 0, streamed_n = 0, streamed_cap = 16;
+    tp_detok_stream *ds = NULL;
+    if (tp_tokenizer_decode(tok, as_ids, n_ids, 1, &whole, &whole_n) == TP_OK &&
+        tp_detok_stream_create(tok, 1, &ds) == TP_OK) {
+        const char *piece;
+        size_t k;
+        int ok = 1;
+        for (size_t i = 0; i <= n_ids && ok; i++) {
+            ok = (i < n_ids ? tp_detok_stream_push(ds, as_ids[i], &piece, &k) : tp_detok_stream_finish(ds, &piece, &k)) ==
+                 TP_OK;
+            if (!ok) break;
+            while (streamed_n + k > streamed_cap) streamed = realloc(streamed, streamed_cap *= 2);
+            memcpy(streamed + streamed_n, piece, k);
+            streamed_n += k;
+        }
+        if (ok && (streamed_n != whole_n || memcmp(streamed, whole, whole_n) != 0)) abort();
+    }
+    tp_detok_stream_destroy(ds);
+    free(whole);
+    free(streamed);
+    free(as_ids);
+    tp_error_clear();
+    return 0;
+}
