@@ -110,6 +110,7 @@ typedef struct engine {
     int any_runnable;       /* some replica runs a request (else no rank loads the model) */
     int openai;             /* the input holds OpenAI batch lines: error records answer in that shape */
     int64_t n_encoded;      /* prompts this rank tokenized (its part of its replica's) */
+    tp_ids encode_scratch;  /* encode_input's vector, reused prompt after prompt */
     size_t n_kept_read;     /* requests of the share read so far (take_kept) */
     int reread;             /* --resume: the share read again, of the requests to go */
     int32_t *exchange_heads; /* prepare_all's exchanges: [3 * replica size] */
@@ -304,31 +305,35 @@ static tp_status encode_input(engine *e, tp_request *in)
         tp_error_clear();
         return TP_OK;
     }
-    tp_ids ids = {0};
-    tp_status st = in->messages_json ? render_chat(e, &probe, &ids)
-                                     : tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, &ids);
+    /* encoded into a scratch vector reused across prompts, then copied to a block of the
+     * exact size: the replica holds every prompt of its share until it runs, and the
+     * encoder's doubling would leave up to half of each spare (64 ids for the shortest) */
+    tp_ids *ids = &e->encode_scratch;
+    ids->n = 0;
+    tp_status st = in->messages_json ? render_chat(e, &probe, ids)
+                                     : tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, ids);
     /* past vocab_size the embedding reads zeros */
-    for (size_t i = 0; st == TP_OK && i < ids.n; i++)
-        if (ids.v[i] < 0 || ids.v[i] >= e->cfg.vocab_size)
+    for (size_t i = 0; st == TP_OK && i < ids->n; i++)
+        if (ids->v[i] < 0 || ids->v[i] >= e->cfg.vocab_size)
             st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the tokenizer gave token %d, beyond the model's embedding "
                           "(config.json's vocab_size %lld): a token added to tokenizer.json that the weights lack, or "
-                          "a tokenizer of another model", (long long)in->line, ids.v[i], (long long)e->cfg.vocab_size);
-    if (st == TP_ERR_OOM) {
-        tp_ids_free(&ids);
-        return st;
-    }
+                          "a tokenizer of another model", (long long)in->line, ids->v[i], (long long)e->cfg.vocab_size);
+    int32_t *exact = NULL;
+    if (st == TP_OK && !(exact = malloc(ids->n ? ids->n * sizeof *exact : sizeof *exact)))
+        st = tp_error(TP_ERR_OOM, "out of memory for %zu token ids (line %lld)", ids->n, (long long)in->line);
+    if (st == TP_ERR_OOM) return st;
     drop_prompt(in);
     in->encoded = 1;
     e->n_encoded++;
     if (st != TP_OK) {
-        tp_ids_free(&ids);
         in->error_code = "invalid_request";
         in->error_message = strdup(*tp_error_message() ? tp_error_message() : in->error_code);
         tp_error_clear();
         return in->error_message ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
     }
-    in->prompt_ids = ids.v;
-    in->n_prompt_ids = (int32_t)ids.n;
+    if (ids->n) memcpy(exact, ids->v, ids->n * sizeof *exact);
+    in->prompt_ids = exact;
+    in->n_prompt_ids = (int32_t)ids->n;
     return TP_OK;
 }
 
@@ -1865,6 +1870,7 @@ static tp_status write_dump(engine *e, req *r)
 
 static void engine_free(engine *e)
 {
+    tp_ids_free(&e->encode_scratch);
     for (int p = 0; e->S && p < e->P; p++) tp_scheduler_destroy(e->S[p]);
     free(e->S);
     free(e->B);

@@ -1375,6 +1375,10 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
     }
     /* duplicate ids would make the output ambiguous: refuse, naming both lines */
     if (share->all_ids) TP_CHECK_GOTO(tp_requests_check_ids(out, what), st, fail);
+    if (out->n && out->n < cap) { /* held for the whole run: give back the doubling's spare room */
+        tp_request *fit = realloc(out->v, out->n * sizeof *out->v);
+        if (fit) out->v = fit;
+    }
     return TP_OK;
 fail:
     tp_requests_free(out);
