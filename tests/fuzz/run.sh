@@ -22,7 +22,8 @@ if [ ! -f "$build/src/libtp.a" ] || [ -n "$(find "$top/src" -newer "$build/src/l
     echo "== building src/libtp.a with $cc for fuzzing in $build"
     [ -f "$top/configure" ] || (cd "$top" && autoreconf -fi)
     (cd "$build" && { [ -f Makefile ] || "$top/configure" -q --without-cuda CC="$cc" \
-        CFLAGS="-g -O1 $san -fsanitize=fuzzer-no-link" LDFLAGS="$san"; } && make -s src/libtp.a)
+        CFLAGS="-g -O1 $san -fsanitize=fuzzer-no-link" LDFLAGS="$san"; } && make -s src/libtp.a) \
+        > "$build/build.log" 2>&1 || { tail -30 "$build/build.log"; exit 1; }
 fi
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -I$top/src -I$build $(mpicc --showme:compile)"
 libs="$build/src/libtp.a $(pkg-config --libs jansson libpcre2-8) -lunistring $(mpicc --showme:link) -lm -fopenmp"
@@ -64,7 +65,7 @@ PY
 $cc -I"$top/tests" -w "$build/dump_templates.c" -o "$build/dump_templates" && "$build/dump_templates" "$build/seeds/chat_template"
 find "$build/seeds" -type f -empty -delete
 
-tok_dir=$shared/tokenizers/gpt2
+tok_dir=${TP_FUZZ_TOKENIZER:-$shared/tokenizers/gpt2}
 status=0
 results=""
 for t in $targets; do
@@ -76,7 +77,7 @@ for t in $targets; do
     [ "$t" = resume ] && export TP_FUZZ_SEED_DIR="$build/seeds/resume"
     if [ "$t" = tokenizer ]; then
         [ -d "$tok_dir" ] || { echo "$t: skipped, $tok_dir is absent"; continue; }
-        export TP_FUZZ_TOKENIZER=$tok_dir TP_FUZZ_ROUNDTRIP=1
+        export TP_FUZZ_TOKENIZER=$tok_dir TP_FUZZ_ROUNDTRIP=$([ "$(basename "$tok_dir")" = gpt2 ] && echo 1 || echo 0)
     fi
     echo "== $t: ${seconds}s"
     set +e
