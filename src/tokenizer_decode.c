@@ -386,6 +386,14 @@ static int is_byte_id(const tp_detok_stream *ds, int32_t id)
     return byte_token(t, n) >= 0;
 }
 
+/* An id the decode drops (not a token, or a special token skipped): a run of <0xHH>
+ * tokens goes on across it, as in the whole decode. */
+static int is_dropped_id(const tp_detok_stream *ds, int32_t id)
+{
+    size_t n;
+    return !tp_tokenizer_id_to_token(ds->tok, id, &n) || (ds->skip && tp_tokenizer_is_special(ds->tok, id));
+}
+
 /* Length of s without the characters a later token could still change: trailing U+FFFD
  * (an incomplete UTF-8 sequence so far) and trailing characters a Strip(stop) removes. */
 static size_t stable_len(const tp_detok_stream *ds, const char *s, size_t n)
@@ -425,8 +433,8 @@ tp_status tp_detok_stream_push(tp_detok_stream *ds, int32_t id, const char **tex
     *len = 0;
     TP_CHECK(tp_ids_push(&ds->win, id));
     size_t m = ds->win.n;
-    if (ds->byte_fallback)
-        while (m > 0 && is_byte_id(ds, ds->win.v[m - 1])) m--;
+    if (ds->byte_fallback) /* the run of byte tokens at the end may still grow: hold it back */
+        while (m > 0 && (is_byte_id(ds, ds->win.v[m - 1]) || is_dropped_id(ds, ds->win.v[m - 1]))) m--;
     char *s;
     size_t n;
     TP_CHECK(tp_tokenizer_decode(ds->tok, ds->win.v, m, ds->skip, &s, &n));

@@ -414,6 +414,44 @@ START_TEST(test_stream_utf8)
 }
 END_TEST
 
+START_TEST(test_stream_dropped_ids)
+{
+    /* A run of byte-fallback tokens goes on across an id the decode drops (a special token
+     * skipped, an id past the tokenizer's vocabulary: a model's padded embedding can sample
+     * one): the stream must hold the run back over it, or it hands out a byte that the run
+     * later turns into U+FFFD and loses the rest. Expected strings: Hugging Face tokenizers
+     * 0.23's decode of the same ids. */
+    tp_tokenizer *tok = load_shared("tokenizers/mistral-7b-v0.1");
+    if (!tok) return;
+    static const struct {
+        int32_t ids[5];
+        size_t n;
+        int skip;
+        const char *hf;
+    } cases[] = {
+        {{2048, 111, 2, 255}, 4, 1, "ocument\xef\xbf\xbd\xef\xbf\xbd"},   /* </s> skipped: <0x6C><0xFC> one run */
+        {{2048, 111, 1, 231, 180}, 5, 1, "ocument\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {{2048, 111, 40000, 255}, 4, 1, "ocument\xef\xbf\xbd\xef\xbf\xbd"}, /* no token 40000 */
+        {{2048, 111, 40000, 255}, 4, 0, "ocument\xef\xbf\xbd\xef\xbf\xbd"},
+        {{231, 2, 180, 164}, 4, 1, "\xe4\xb1\xa1"},                           /* a whole character across </s> */
+        {{2048, 111, 2, 2048}, 4, 1, "ocumentlocument"},
+        {{2048, 111, 2, 255}, 4, 0, "ocumentl</s>\xef\xbf\xbd"},              /* </s> kept: it ends the run */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tp_ids ids = {0};
+        for (size_t i = 0; i < cases[c].n; i++) tp_ids_push(&ids, cases[c].ids[i]);
+        char *whole;
+        size_t n;
+        ck_assert_int_eq(tp_tokenizer_decode(tok, ids.v, ids.n, cases[c].skip, &whole, &n), TP_OK);
+        ck_assert_msg(n == strlen(cases[c].hf) && memcmp(whole, cases[c].hf, n) == 0, "case %zu: decode", c);
+        ck_assert_msg(stream_equal(tok, &ids, cases[c].skip), "case %zu: the stream differs from the decode", c);
+        free(whole);
+        tp_ids_free(&ids);
+    }
+    tp_tokenizer_destroy(tok);
+}
+END_TEST
+
 static char *slurp(const char *path)
 {
     char *s;
@@ -485,6 +523,7 @@ static Suite *tokenizer_suite(void)
     suite_add_tcase(s, bad);
     TCase *str = tcase_create("stream_and_mode");
     tcase_add_test(str, test_stream_utf8);
+    tcase_add_test(str, test_stream_dropped_ids);
     tcase_add_test(str, test_tokenize_mode);
     suite_add_tcase(s, str);
     return s;
