@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "log.h"
 #include "status.h"
+#include "tokenizer.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -36,6 +39,32 @@ static inline char *fuzz_read_file(const char *path, size_t *len)
     fclose(f);
     if (s) s[n] = 0, *len = (size_t)n;
     return s;
+}
+
+/* The streaming detokenizer's pieces, pushed id by id, must add up to the whole decode of
+ * the ids (what a completion's text is built from against what Hugging Face's decode gives). */
+static inline void fuzz_check_stream(const tp_tokenizer *tok, const int32_t *ids, size_t n, int skip)
+{
+    char *whole = NULL, *streamed = malloc(16);
+    size_t whole_n = 0, streamed_n = 0, streamed_cap = 16;
+    tp_detok_stream *ds = NULL;
+    if (tp_tokenizer_decode(tok, ids, n, skip, &whole, &whole_n) == TP_OK && tp_detok_stream_create(tok, skip, &ds) == TP_OK) {
+        int ok = 1;
+        for (size_t i = 0; i <= n && ok; i++) {
+            const char *piece;
+            size_t k;
+            ok = (i < n ? tp_detok_stream_push(ds, ids[i], &piece, &k) : tp_detok_stream_finish(ds, &piece, &k)) == TP_OK;
+            if (!ok) break;
+            while (streamed_n + k > streamed_cap) streamed = realloc(streamed, streamed_cap *= 2);
+            memcpy(streamed + streamed_n, piece, k);
+            streamed_n += k;
+        }
+        if (ok && (streamed_n != whole_n || memcmp(streamed, whole, whole_n) != 0)) abort();
+    }
+    tp_detok_stream_destroy(ds);
+    free(whole);
+    free(streamed);
+    tp_error_clear();
 }
 
 #endif

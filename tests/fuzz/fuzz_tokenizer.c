@@ -7,7 +7,6 @@
 
 #include "fuzz_common.h"
 #include "tokenizer.h"
-#include "unicode.h"
 
 static tp_tokenizer *tok;
 static int roundtrip; /* TP_FUZZ_ROUNDTRIP=1: the tokenizer is lossless (byte-level BPE) */
@@ -45,27 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t n_ids = size / 4;
     int32_t *as_ids = malloc(n_ids * 4 + 4);
     memcpy(as_ids, data, n_ids * 4);
-    char *whole = NULL, *streamed = malloc(16);
-    size_t whole_n = 0, streamed_n = 0, streamed_cap = 16;
-    tp_detok_stream *ds = NULL;
-    if (tp_tokenizer_decode(tok, as_ids, n_ids, 1, &whole, &whole_n) == TP_OK &&
-        tp_detok_stream_create(tok, 1, &ds) == TP_OK) {
-        const char *piece;
-        size_t k;
-        int ok = 1;
-        for (size_t i = 0; i <= n_ids && ok; i++) {
-            ok = (i < n_ids ? tp_detok_stream_push(ds, as_ids[i], &piece, &k) : tp_detok_stream_finish(ds, &piece, &k)) ==
-                 TP_OK;
-            if (!ok) break;
-            while (streamed_n + k > streamed_cap) streamed = realloc(streamed, streamed_cap *= 2);
-            memcpy(streamed + streamed_n, piece, k);
-            streamed_n += k;
-        }
-        if (ok && (streamed_n != whole_n || memcmp(streamed, whole, whole_n) != 0)) abort();
-    }
-    tp_detok_stream_destroy(ds);
-    free(whole);
-    free(streamed);
+    fuzz_check_stream(tok, as_ids, n_ids, 1);
+    fuzz_check_stream(tok, as_ids, n_ids, 0);
     free(as_ids);
     tp_error_clear();
     return 0;

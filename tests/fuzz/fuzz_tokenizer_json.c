@@ -27,6 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (tp_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids) == TP_OK) {
             const int32_t extra[] = {-1, 0, (int32_t)tp_tokenizer_vocab_size(tok), 1 << 30};
             for (size_t i = 0; i < 4; i++) tp_ids_push(&ids, extra[i]);
+            /* up to 4096 ids of the vocabulary, in a stride the input picks, through the stream */
+            const size_t vocab = tp_tokenizer_vocab_size(tok) < 4096 ? tp_tokenizer_vocab_size(tok) : 4096;
+            for (size_t i = 0; i < vocab; i++) tp_ids_push(&ids, (int32_t)((i * 7 + size) % vocab));
+            fuzz_check_stream(tok, ids.v, ids.n, 0);
+            fuzz_check_stream(tok, ids.v, ids.n, 1);
             char *out = NULL;
             size_t n = 0;
             tp_tokenizer_decode(tok, ids.v, ids.n, 0, &out, &n);
