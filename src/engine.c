@@ -484,6 +484,7 @@ static tp_status setup(engine *e)
     e->exchange_heads = malloc(3 * sizeof(int32_t) * (size_t)e->w->replica->size);
     if (!e->exchange_heads) return tp_error(TP_ERR_OOM, "out of memory");
     TP_CHECK(tp_requests_read_share(o->input, fmt, e->cfg.vocab_size, (size_t)o->max_line_bytes, &share, &e->reqs));
+    tp_ids_free(&e->encode_scratch); /* as long as the longest prompt: not kept for the run */
     tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's %zu requests kept", e->g->rank, e->g->dp_rank,
            e->reqs.n, e->reqs.n_total);
     return make_requests(e);
@@ -574,39 +575,10 @@ static tp_status share_done(engine *e)
 
 static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i / 32] >> (i % 32)) & 1; }
 
-/* --resume: the replicas split the requests to go, not the file (request j of those to go
- * to replica j mod dp), so a replica whose share of an earlier run is done is not idle now;
- * asked of every request of the file, in order. */
-static int keep_to_go(void *arg, size_t pos)
-{
-    engine *e = arg;
-    for (; e->keep_pos < pos; e->keep_pos++) e->keep_index += !is_done_earlier(e, e->keep_pos);
-    return !is_done_earlier(e, pos) && e->keep_index % e->g->dp == e->g->dp_rank;
-}
-
-/* --resume, once the done requests are known: the share read again, of those to go. */
-static tp_status reread_to_go(engine *e)
-{
-    const size_t n_total = e->reqs.n_total;
-    tp_input_format fmt = TP_INPUT_AUTO;
-    tp_input_format_from_name(e->o->input_format, &fmt);
-    tp_requests_free(&e->reqs);
-    e->reread = 1;
-    e->n_kept_read = 0;
-    const tp_request_share share = {1, 0, 0, take_kept, e, keep_to_go};
-    TP_CHECK(tp_requests_read_share(e->o->input, fmt, e->cfg.vocab_size, (size_t)e->o->max_line_bytes, &share,
-                                    &e->reqs));
-    if (e->reqs.n_total != n_total)
-        return tp_error(TP_ERR_INVALID_ARG, "%s changed while tpinfer read it (%zu requests, then %zu); give a file "
-                        "that no one writes", e->o->input, n_total, e->reqs.n_total);
-    tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's requests to go kept", e->g->rank, e->g->dp_rank,
-           e->reqs.n);
-    return make_requests(e);
-}
-
 /* Test hooks, PHASE:RANK: TPINFER_TEST_STOP_AT (comms, warm-up): that rank stops itself
  * (SIGSTOP) as it enters the phase, as a stopped or hung rank would, so that its peers'
- * watchdog is seen to end the job; TPINFER_TEST_TERM_AT (input: preparing the requests, load:
+ * watchdog is seen to end the job (reread: before --resume reads the input again, so that a
+ * test can change the file); TPINFER_TEST_TERM_AT (input: preparing the requests, load:
  * the weights): it sends itself SIGTERM, as Slurm or mpirun would, so that the startup is seen
  * cut short. */
 static int test_hook_at(const engine *e, const char *var, const char *phase)
@@ -627,6 +599,40 @@ static void test_stop_at(const engine *e, const char *phase)
 static void test_term_at(const engine *e, const char *phase)
 {
     if (test_hook_at(e, "TPINFER_TEST_TERM_AT", phase)) raise(SIGTERM);
+}
+
+/* --resume: the replicas split the requests to go, not the file (request j of those to go
+ * to replica j mod dp), so a replica whose share of an earlier run is done is not idle now;
+ * asked of every request of the file, in order. */
+static int keep_to_go(void *arg, size_t pos)
+{
+    engine *e = arg;
+    for (; e->keep_pos < pos; e->keep_pos++) e->keep_index += !is_done_earlier(e, e->keep_pos);
+    return !is_done_earlier(e, pos) && e->keep_index % e->g->dp == e->g->dp_rank;
+}
+
+/* --resume, once the done requests are known: the share read again, of those to go. */
+static tp_status reread_to_go(engine *e)
+{
+    test_stop_at(e, "reread");
+    const size_t n_total = e->reqs.n_total;
+    tp_input_format fmt = TP_INPUT_AUTO;
+    tp_input_format_from_name(e->o->input_format, &fmt);
+    tp_requests_free(&e->reqs);
+    free(e->R); /* it pointed into the list just freed (and engine_free walks it by the new count) */
+    e->R = NULL;
+    e->reread = 1;
+    e->n_kept_read = 0;
+    const tp_request_share share = {1, 0, 0, take_kept, e, keep_to_go};
+    TP_CHECK(tp_requests_read_share(e->o->input, fmt, e->cfg.vocab_size, (size_t)e->o->max_line_bytes, &share,
+                                    &e->reqs));
+    tp_ids_free(&e->encode_scratch); /* as long as the longest prompt: not kept for the run */
+    if (e->reqs.n_total != n_total)
+        return tp_error(TP_ERR_INVALID_ARG, "%s changed while tpinfer read it (%zu requests, then %zu); give a file "
+                        "that no one writes", e->o->input, n_total, e->reqs.n_total);
+    tp_log(TP_LOG_DEBUG, "rank %d (replica %d): %zu of the input's requests to go kept", e->g->rank, e->g->dp_rank,
+           e->reqs.n);
+    return make_requests(e);
 }
 
 enum { ENCODE_ROUND = 128 }; /* requests a rank encodes between two exchanges of a replica's ids */

@@ -144,4 +144,28 @@ for r in 0 1; do
     grep -q "rank $r (replica $r): 7 of the input's requests to go kept" "$TMP/even.err" ||
         { grep "kept" "$TMP/even.err"; fail "resumed at dp 2, replica $r did not take half of the 14 to go"; }
 done
+# a file that grows between --resume's two reads (the share is read again once the done
+# requests are known) stops the job with a message, and the engine frees what the second read
+# kept (once it walked the first read's requests by the second's count, past their end)
+cp "$TMP/in.jsonl" "$TMP/grow.jsonl"
+head -n 12 "$TMP/dp1.jsonl" >"$TMP/grow-out.jsonl"
+cp "$TMP/dp1.jsonl.manifest.json" "$TMP/grow-out.jsonl.manifest.json" # (--force: it names in.jsonl)
+TPINFER_TEST_STOP_AT=reread:0 mpi 1 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/grow.jsonl" \
+    --output "$TMP/grow-out.jsonl" --max-model-len 128 --resume --force 2>"$TMP/grow.err" &
+job=$!
+stopped=""
+for _ in $(seq 1 600); do # the rank stops itself (SIGSTOP) before the second read
+    stopped=$(ps -eo pid=,stat=,args= | awk '$2 ~ /^T/ && /grow-out\.jsonl/ && !/mpirun/ {print $1}')
+    [ -n "$stopped" ] && break
+    sleep 0.1
+done
+[ -n "$stopped" ] || { kill "$job" 2>/dev/null; cat "$TMP/grow.err"; fail "the rank never reached the second read"; }
+# more new lines than the first read kept (29): the second read keeps the 17 to go and these
+for i in $(seq 1 20); do echo "{\"id\":\"late-$i\",\"prompt\":\"written during the run\"}"; done >>"$TMP/grow.jsonl"
+kill -CONT $stopped
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "a file that grew between --resume's reads was accepted"
+grep -q "grow.jsonl changed while tpinfer read it (29 requests, then 49)" "$TMP/grow.err" ||
+    { cat "$TMP/grow.err"; fail "a file that grew between --resume's reads: no message"; }
 exit 0
