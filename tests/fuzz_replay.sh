@@ -20,13 +20,15 @@ for t in chat_template tokenizer tokenizer_json requests safetensors model_confi
             [ -d "$dir" ] || { echo "$t: $dir is absent, not replayed"; continue; }
             # GPT-2's byte-level BPE is lossless: every valid text must decode back as it was
             roundtrip=$([ $name = gpt2 ] && echo 1 || echo)
-            out=$(TP_FUZZ_TOKENIZER=$dir TP_FUZZ_ROUNDTRIP=$roundtrip "$prog" "$@" 2>&1) ||
+            out=$(TPINFER_FUZZ_TOKENIZER=$dir TPINFER_FUZZ_ROUNDTRIP=$roundtrip "$prog" "$@" 2>&1) ||
                 fail "$t ($name): $out"
+            case $out in *"replayed 0 inputs"*) fail "$t ($name): nothing replayed" ;; esac
             echo "$t ($name): $out"
         done
         continue
     fi
     out=$("$prog" "$@" 2>&1) || fail "$t: $out"
+    case $out in *"replayed 0 inputs"*) fail "$t: nothing replayed (tests/fuzz/seeds/$t is empty)" ;; esac
     echo "$t: $out"
     total=$((total + 1))
 done

@@ -48,7 +48,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     valid_manifest = fuzz_read_file(man_path, &valid_manifest_len);
     if (!valid_manifest) abort();
-    const char *seeds = getenv("TP_FUZZ_SEED_DIR"); /* run.sh: a seed with the manifest after the NUL */
+    const char *seeds = getenv("TPINFER_FUZZ_SEED_DIR"); /* run.sh: a seed with the manifest after the NUL */
     if (seeds) {
         char p[4096];
         snprintf(p, sizeof p, "%s/with_manifest", seeds);

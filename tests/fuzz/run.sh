@@ -1,10 +1,12 @@
 #!/bin/sh
 # tests/fuzz/run.sh [SECONDS] [TARGET...]: coverage-guided fuzzing (libFuzzer, clang) of
 # every parser of a file a user gives, under AddressSanitizer and UBSan. Builds src/libtp.a
-# with clang in $FUZZ_BUILD (default /tmp/tpinfer-fuzz), seeds each target from the
-# project's tests and ../shared (when there), runs each for SECONDS (default 60), and
-# prints a table. A crash leaves its input in $FUZZ_BUILD/crashes/TARGET/: copy it into
-# tests/fuzz/regressions/TARGET/ with the fix, and `make check` replays it from then on.
+# with clang in $TPINFER_FUZZ_BUILD (default /tmp/tpinfer-fuzz), seeds each target from
+# the project's tests and ../shared (when there), runs each for SECONDS (default 60), and
+# prints a table. A crash leaves its input in $TPINFER_FUZZ_BUILD/crashes/TARGET/: copy it
+# into tests/fuzz/regressions/TARGET/ with the fix, and `make check` replays it from then
+# on. TPINFER_FUZZ_CC: the compiler (clang); TPINFER_FUZZ_TOKENIZER: the tokenizer
+# directory the tokenizer target encodes with (GPT-2's from ../shared).
 # Needs clang with its sanitizer runtimes (Debian: clang, libclang-rt-14-dev).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,20 +15,20 @@ shared=${TPINFER_SHARED:-$top/../shared}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 targets=${*:-chat_template tokenizer tokenizer_json requests safetensors model_config shard_index resume}
-build=${FUZZ_BUILD:-/tmp/tpinfer-fuzz}
-cc=${FUZZ_CC:-clang}
+build=${TPINFER_FUZZ_BUILD:-/tmp/tpinfer-fuzz}
+cc=${TPINFER_FUZZ_CC:-clang}
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
 mkdir -p "$build"
-if [ ! -f "$build/src/libtp.a" ] || [ -n "$(find "$top/src" -newer "$build/src/libtp.a" -name '*.[ch]' | head -1)" ]; then
-    echo "== building src/libtp.a with $cc for fuzzing in $build"
-    [ -f "$top/configure" ] || (cd "$top" && autoreconf -fi)
-    (cd "$build" && { [ -f Makefile ] || "$top/configure" -q --without-cuda CC="$cc" \
-        CFLAGS="-g -O1 $san -fsanitize=fuzzer-no-link" LDFLAGS="$san"; } && make -s src/libtp.a) \
-        > "$build/build.log" 2>&1 || { tail -30 "$build/build.log"; exit 1; }
-fi
-cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -I$top/src -I$build $(mpicc --showme:compile)"
-libs="$build/src/libtp.a $(pkg-config --libs jansson libpcre2-8) -lunistring $(mpicc --showme:link) -lm -fopenmp"
+# configured once; make rebuilds what changed (also while an earlier build ran)
+echo "== building src/libtp.a with $cc for fuzzing in $build"
+[ -f "$top/configure" ] || (cd "$top" && autoreconf -fi)
+(cd "$build" && { [ -f Makefile ] || "$top/configure" -q --without-cuda CC="$cc" \
+    CFLAGS="-g -O1 $san -fsanitize=fuzzer-no-link" LDFLAGS="$san"; } && make -s src/libtp.a) \
+    >"$build/build.log" 2>&1 || { tail -30 "$build/build.log"; exit 1; }
+var() { sed -n "s/^$1 = //p" "$build/Makefile"; } # what configure found, as the build uses it
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -I$top/src -I$build $(var MPI_CFLAGS) $(var JANSSON_CFLAGS) $(var PCRE2_CFLAGS)"
+libs="$build/src/libtp.a $(var JANSSON_LIBS) $(var PCRE2_LIBS) $(var UNISTRING_LIBS) $(var MPI_LIBS) $(var LIBS) $(var OPENMP_CFLAGS)"
 
 # seeds: small valid inputs of each kind, from the tree and ../shared
 seed() { mkdir -p "$build/seeds/$1"; cp -f "$2" "$build/seeds/$1/$(echo "$2" | cksum | cut -d' ' -f1)"; }
@@ -63,9 +65,9 @@ PY
     echo 'return 0; }'
 } > "$build/dump_templates.c"
 $cc -I"$top/tests" -w "$build/dump_templates.c" -o "$build/dump_templates" && "$build/dump_templates" "$build/seeds/chat_template"
-find "$build/seeds" -type f -empty -delete
+find "$build/seeds" -type f -size 0 -exec rm -f {} +
 
-tok_dir=${TP_FUZZ_TOKENIZER:-$shared/tokenizers/gpt2}
+tok_dir=${TPINFER_FUZZ_TOKENIZER:-$shared/tokenizers/gpt2}
 status=0
 results=""
 for t in $targets; do
@@ -74,20 +76,23 @@ for t in $targets; do
     extra="-dict=$here/json.dict"
     [ "$t" = chat_template ] && extra="-dict=$here/jinja.dict"
     [ "$t" = tokenizer ] && extra=""
-    [ "$t" = resume ] && export TP_FUZZ_SEED_DIR="$build/seeds/resume"
+    [ "$t" = resume ] && export TPINFER_FUZZ_SEED_DIR="$build/seeds/resume"
     if [ "$t" = tokenizer ]; then
         [ -d "$tok_dir" ] || { echo "$t: skipped, $tok_dir is absent"; continue; }
-        export TP_FUZZ_TOKENIZER=$tok_dir TP_FUZZ_ROUNDTRIP=$([ "$(basename "$tok_dir")" = gpt2 ] && echo 1 || echo 0)
+        TPINFER_FUZZ_TOKENIZER="$tok_dir"
+        TPINFER_FUZZ_ROUNDTRIP=$([ "$(basename "$tok_dir")" = gpt2 ] && echo 1 || echo 0)
+        export TPINFER_FUZZ_TOKENIZER TPINFER_FUZZ_ROUNDTRIP
     fi
     echo "== $t: ${seconds}s"
     set +e
+    : >"$build/$t.stamp"
     (cd "$build/crashes/$t" && "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
         -max_len=65536 -print_final_stats=1 $extra "$build/corpus/$t" "$build/seeds/$t" > "$build/$t.log" 2>&1)
     rc=$?
     set -e
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/$t.log")
     cov=$(grep -o 'cov: [0-9]*' "$build/$t.log" | tail -1 | cut -d' ' -f2)
-    n_crash=$(ls "$build/crashes/$t" | wc -l)
+    n_crash=$(find "$build/crashes/$t" -type f -newer "$build/$t.stamp" | wc -l) # this run's, not earlier ones
     [ $rc -eq 0 ] || { status=1; grep -m3 -E 'ERROR|SUMMARY|runtime error|deadly' "$build/$t.log" || true; }
     results="$results$(printf '%-15s %10s %8s %8s %s' "$t" "${runs:-?}" "${cov:-?}" "$n_crash" \
         "$([ $rc -eq 0 ] && echo ok || echo "FAIL (rc $rc, $build/$t.log)")")
