@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <dirent.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "status.h"
@@ -23,22 +25,33 @@ static inline void fuzz_quiet(void)
     tp_log_init(0, 1);
 }
 
-/* path's bytes, malloc'ed (NULL on failure), for targets that load a fixed file once. */
-static inline char *fuzz_read_file(const char *path, size_t *len)
+/* A scratch directory for the targets that need files (made once, removed with its files
+ * at exit), and a file in it written whole: a failure here is the harness's, not the input's. */
+static char fuzz_dir_path[] = "/tmp/tpinfer-fuzz.XXXXXX";
+
+static inline void fuzz_dir_remove(void)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
+    DIR *d = opendir(fuzz_dir_path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[sizeof fuzz_dir_path + 256];
+        if (e->d_name[0] != '.' && snprintf(p, sizeof p, "%s/%s", fuzz_dir_path, e->d_name) < (int)sizeof p) unlink(p);
     }
+    if (d) closedir(d);
+    rmdir(fuzz_dir_path);
+}
+
+static inline const char *fuzz_dir(void)
+{
+    if (!mkdtemp(fuzz_dir_path)) abort();
+    atexit(fuzz_dir_remove);
+    return fuzz_dir_path;
+}
+
+static inline void fuzz_put(const char *path, const void *s, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(s, 1, n, f) != n) abort();
     fclose(f);
-    if (s) s[n] = 0, *len = (size_t)n;
-    return s;
 }
 
 /* The streaming detokenizer's pieces, pushed id by id, must add up to the whole decode of

@@ -2,7 +2,6 @@
  * an edit (the bytes before the first NUL are the output, those after it the manifest; no
  * NUL: the output with a valid manifest), reopened to resume, given one more line and
  * closed. Every copy is resumed or refused with a message. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,33 +9,19 @@
 
 #include "fuzz_common.h"
 #include "output.h"
+#include "util.h"
 
-static char dir[] = "/tmp/tpinfer-fuzz-resume.XXXXXX", out_path[64], man_path[96];
+static char out_path[64], man_path[96];
 static char *valid_manifest;
 static size_t valid_manifest_len;
 /* no model directory or input file: the manifest is the same on every machine */
 static const tp_manifest manifest = {"1.0", NULL, NULL, "{\"temperature\":0.7,\"max_tokens\":16}"};
 
-static void put(const char *path, const void *s, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(s, 1, n, f) != n) abort();
-    fclose(f);
-}
-
-static void cleanup(void)
-{
-    unlink(out_path);
-    unlink(man_path);
-    rmdir(dir);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     fuzz_quiet();
-    if (!mkdtemp(dir)) abort();
-    atexit(cleanup);
+    const char *dir = fuzz_dir();
     snprintf(out_path, sizeof out_path, "%s/out.jsonl", dir);
     snprintf(man_path, sizeof man_path, "%s/out.jsonl.manifest.json", dir);
     /* the run the inputs resume: its manifest is the one an input without a NUL gets */
@@ -46,8 +31,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (tp_output_open(&c, &manifest, &o) != TP_OK || tp_output_write(o, 0, line, sizeof line - 1, 0) != TP_OK ||
         tp_output_close(o, 0) != TP_OK)
         abort();
-    valid_manifest = fuzz_read_file(man_path, &valid_manifest_len);
-    if (!valid_manifest) abort();
+    if (tp_read_file(man_path, 1 << 20, &valid_manifest, &valid_manifest_len) != TP_OK) abort();
     const char *seeds = getenv("TPINFER_FUZZ_SEED_DIR"); /* run.sh: a seed with the manifest after the NUL */
     if (seeds) {
         char p[4096];
@@ -68,11 +52,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data;
     const char *nul = memchr(text, 0, size);
     const size_t out_len = nul ? (size_t)(nul - text) : size;
-    put(out_path, text, out_len);
+    fuzz_put(out_path, text, out_len);
     if (nul)
-        put(man_path, nul + 1, size - out_len - 1);
+        fuzz_put(man_path, nul + 1, size - out_len - 1);
     else
-        put(man_path, valid_manifest, valid_manifest_len);
+        fuzz_put(man_path, valid_manifest, valid_manifest_len);
     tp_output_config c = {out_path, NULL, 1, size & 1, 0, (size >> 1) & 1, 2.0};
     tp_output *o = NULL;
     if (tp_output_open(&c, &manifest, &o) == TP_OK) {

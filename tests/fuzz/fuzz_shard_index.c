@@ -3,30 +3,21 @@
  * directory, is missing or is not a string must be refused, never followed. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "fuzz_common.h"
 #include "weights.h"
 
-static char dir[] = "/tmp/tpinfer-fuzz-index.XXXXXX", shard[2][96];
-
-static void cleanup(void)
-{
-    for (int i = 0; i < 2; i++) unlink(shard[i]);
-    rmdir(dir);
-}
+static const char *dir;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     fuzz_quiet();
-    if (!mkdtemp(dir)) abort();
-    atexit(cleanup);
-    for (int i = 0; i < 2; i++) {
-        snprintf(shard[i], sizeof shard[i], "%s/model-0000%d-of-00002.safetensors", dir, i + 1);
-        FILE *f = fopen(shard[i], "w");
-        if (!f) abort();
-        fclose(f);
+    dir = fuzz_dir();
+    for (int i = 1; i <= 2; i++) { /* the shards the seed names: empty files do for the checks */
+        char shard[128];
+        snprintf(shard, sizeof shard, "%s/model-0000%d-of-00002.safetensors", dir, i);
+        fuzz_put(shard, "", 0);
     }
     return 0;
 }

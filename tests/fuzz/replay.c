@@ -9,13 +9,14 @@
 #include <sys/stat.h>
 
 #include "fuzz_common.h"
+#include "util.h"
 
 static int replay_file(const char *path)
 {
     size_t len = 0;
-    char *data = fuzz_read_file(path, &len);
-    if (!data) {
-        fprintf(stderr, "replay: cannot read %s\n", path);
+    char *data = NULL;
+    if (tp_read_file(path, (size_t)1 << 30, &data, &len) != TP_OK) {
+        fprintf(stderr, "replay: %s\n", tp_error_message());
         return 1;
     }
     /* an exact-size copy, so a read past the input's end is caught as under libFuzzer */
