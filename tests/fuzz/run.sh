@@ -14,7 +14,7 @@ top=$(cd "$here/../.." && pwd)
 shared=${TPINFER_SHARED:-$top/../shared}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-chat_template tokenizer tokenizer_json requests safetensors model_config shard_index resume}
+targets=${*:-chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume}
 build=${TPINFER_FUZZ_BUILD:-/tmp/tpinfer-fuzz}
 cc=${TPINFER_FUZZ_CC:-clang}
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
@@ -27,12 +27,12 @@ echo "== building src/libtp.a with $cc for fuzzing in $build"
     CFLAGS="-g -O1 $san -fsanitize=fuzzer-no-link" LDFLAGS="$san"; } && make -s src/libtp.a) \
     >"$build/build.log" 2>&1 || { tail -30 "$build/build.log"; exit 1; }
 var() { sed -n "s/^$1 = //p" "$build/Makefile"; } # what configure found, as the build uses it
-cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -I$top/src -I$build $(var MPI_CFLAGS) $(var JANSSON_CFLAGS) $(var PCRE2_CFLAGS)"
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 $san -I$top/src -I$top/tests -I$build $(var MPI_CFLAGS) $(var JANSSON_CFLAGS) $(var PCRE2_CFLAGS)"
 libs="$build/src/libtp.a $(var JANSSON_LIBS) $(var PCRE2_LIBS) $(var UNISTRING_LIBS) $(var MPI_LIBS) $(var LIBS) $(var OPENMP_CFLAGS)"
 
 # seeds: small valid inputs of each kind, from the tree and ../shared
 seed() { mkdir -p "$build/seeds/$1"; cp -f "$2" "$build/seeds/$1/$(echo "$2" | cksum | cut -d' ' -f1)"; }
-for t in chat_template tokenizer tokenizer_json requests safetensors model_config shard_index resume; do
+for t in chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume; do
     mkdir -p "$build/seeds/$t" "$build/corpus/$t" "$build/crashes/$t"
 done
 for f in "$here"/regressions/*/*; do [ -f "$f" ] && seed "$(basename "$(dirname "$f")")" "$f"; done
@@ -76,7 +76,7 @@ for t in $targets; do
     extra="-dict=$here/json.dict"
     [ "$t" = chat_template ] && extra="-dict=$here/jinja.dict"
     [ "$t" = tokenizer ] && extra=""
-    [ "$t" = resume ] && export TPINFER_FUZZ_SEED_DIR="$build/seeds/resume"
+    case $t in resume | chat_context) export TPINFER_FUZZ_SEED_DIR="$build/seeds/$t" ;; esac
     if [ "$t" = tokenizer ]; then
         [ -d "$tok_dir" ] || { echo "$t: skipped, $tok_dir is absent"; continue; }
         TPINFER_FUZZ_TOKENIZER="$tok_dir"
