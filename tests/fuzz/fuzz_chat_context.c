@@ -21,17 +21,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_quiet();
     for (int i = 0; i < N_TEMPLATES; i++)
         if (tp_chat_template_create(templates[i], strlen(templates[i]), &parsed[i]) != TP_OK) abort();
-    const char *seeds = getenv("TPINFER_FUZZ_SEED_DIR"); /* run.sh: each template with each context of the cases */
+    /* run.sh: each template (its index, the first byte) with each context of the template tests */
     const char *const contexts[] = {CTX_1, CTX_2, CTX_3, CTX_4};
-    for (int i = 0; seeds && i < N_TEMPLATES; i++)
+    for (int i = 0; i < N_TEMPLATES; i++)
         for (int c = 0; c < 4; c++) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/t%d-ctx%d", seeds, i, c + 1);
-            FILE *f = fopen(path, "wb");
-            if (!f) continue;
-            fputc(i, f);
-            fputs(contexts[c], f);
-            fclose(f);
+            char name[32];
+            snprintf(name, sizeof name, "t%d-ctx%d", i, c + 1);
+            fuzz_write_seed(name, "", 0, i, contexts[c], strlen(contexts[c]));
         }
     return 0;
 }

@@ -54,6 +54,23 @@ static inline void fuzz_put(const char *path, const void *s, size_t n)
     fclose(f);
 }
 
+/* A seed made from parts known only at run time (a manifest, the template tests' contexts):
+ * head, one separator byte (-1: none), then tail, as $TPINFER_FUZZ_SEED_DIR/name, where
+ * run.sh sets that folder (elsewhere nothing is written). */
+static inline void fuzz_write_seed(const char *name, const void *head, size_t head_n, int sep, const void *tail,
+                                   size_t tail_n)
+{
+    const char *dir = getenv("TPINFER_FUZZ_SEED_DIR");
+    char path[4096];
+    if (!dir || snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return;
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(head, 1, head_n, f);
+    if (sep >= 0) fputc(sep, f);
+    fwrite(tail, 1, tail_n, f);
+    fclose(f);
+}
+
 /* The streaming detokenizer's pieces, pushed id by id, must add up to the whole decode of
  * the ids (what a completion's text is built from against what Hugging Face's decode gives). */
 static inline void fuzz_check_stream(const tp_tokenizer *tok, const int32_t *ids, size_t n, int skip)

@@ -32,18 +32,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         tp_output_close(o, 0) != TP_OK)
         abort();
     if (tp_read_file(man_path, 1 << 20, &valid_manifest, &valid_manifest_len) != TP_OK) abort();
-    const char *seeds = getenv("TPINFER_FUZZ_SEED_DIR"); /* run.sh: a seed with the manifest after the NUL */
-    if (seeds) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/with_manifest", seeds);
-        FILE *f = fopen(p, "wb");
-        if (f) {
-            fprintf(f, "%s\n", line);
-            fputc(0, f);
-            fwrite(valid_manifest, 1, valid_manifest_len, f);
-            fclose(f);
-        }
-    }
+    /* run.sh: a seed of the output's line, a NUL, then this manifest */
+    char output[sizeof line + 1];
+    snprintf(output, sizeof output, "%s\n", line);
+    fuzz_write_seed("with_manifest", output, sizeof output - 1, 0, valid_manifest, valid_manifest_len);
     return 0;
 }
 
