@@ -16,6 +16,7 @@ tp_status tp_choice_init(tp_choice *c, const tp_tokenizer *tok, int skip_special
                          int32_t n_logprobs)
 {
     memset(c, 0, sizeof *c);
+    c->stop_token = -1;
     c->want_logprobs = want_logprobs;
     c->n_logprobs = n_logprobs;
     return tp_detok_stream_create(tok, skip_special, &c->ds);
@@ -51,6 +52,7 @@ static tp_status append(tp_choice *c, const char *s, size_t n)
 static int cut_at_stop(tp_choice *c, size_t fresh, char *const *stop, int32_t n_stop, int include_stop)
 {
     size_t best = (size_t)-1, best_len = 0;
+    int32_t which = 0;
     for (int32_t i = 0; i < n_stop; i++) {
         size_t k = strlen(stop[i]);
         if (k == 0 || k > c->len) continue;
@@ -60,11 +62,13 @@ static int cut_at_stop(tp_choice *c, size_t fresh, char *const *stop, int32_t n_
                 if (p < best) {
                     best = p;
                     best_len = k;
+                    which = i;
                 }
                 break;
             }
     }
     if (best == (size_t)-1) return 0;
+    c->stop_str = which + 1;
     c->len = best + (include_stop ? best_len : 0);
     c->text[c->len] = '\0';
     return 1;
@@ -182,6 +186,14 @@ static json_t *compact_logprobs(const tp_choice *c, const tp_tokenizer *tok)
     return a;
 }
 
+/* Characters (Unicode code points) of UTF-8 text s: text_offset counts them, as Python's len */
+static size_t code_points(const char *s)
+{
+    size_t n = 0;
+    for (const unsigned char *q = (const unsigned char *)(s ? s : ""); *q; q++) n += (*q & 0xc0) != 0x80;
+    return n;
+}
+
 /* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} */
 static json_t *completions_logprobs(const tp_choice *c, const tp_tokenizer *tok)
 {
@@ -191,10 +203,12 @@ static json_t *completions_logprobs(const tp_choice *c, const tp_tokenizer *tok)
         char *p = piece_of(tok, c->out.v[i]);
         json_array_append_new(tokens, json_string(p ? p : ""));
         json_array_append_new(offs, json_integer((json_int_t)off));
-        off += p ? strlen(p) : 0;
-        free(p);
+        off += code_points(p);
         json_array_append_new(lps, num(c->lp[i]));
+        /* the sampled token always, then the top N (up to N + 1 entries, as OpenAI and vLLM) */
         json_t *top = json_object();
+        json_object_set_new(top, p ? p : "", num(c->lp[i]));
+        free(p);
         for (int32_t k = 0; k < c->n_logprobs; k++) {
             const tp_token_logprob *t = &c->top[i * (size_t)c->n_logprobs + (size_t)k];
             if (t->id < 0) continue;
@@ -269,6 +283,16 @@ static json_t *prompt_logprobs_json(const tp_completion *c, const tp_tokenizer *
 
 static const char *reason_name(tp_finish f) { return f == TP_FINISH_STOP ? "stop" : "length"; }
 
+/* vLLM's stop_reason: the stop string or stop_token_ids entry that ended the choice, else
+ * null (an end-of-sequence token, or the length) */
+static json_t *stop_reason(const tp_completion *c, const tp_choice *x)
+{
+    if (x->finish != TP_FINISH_STOP) return json_null();
+    if (x->stop_str > 0 && x->stop_str <= c->req->p.n_stop) return json_string(c->req->p.stop[x->stop_str - 1]);
+    if (x->stop_token >= 0) return json_integer(x->stop_token);
+    return json_null();
+}
+
 static json_t *token_ids(const tp_choice *c)
 {
     json_t *a = json_array();
@@ -279,14 +303,16 @@ static json_t *token_ids(const tp_choice *c)
 static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
 {
     const tp_choice *ch = &c->choices[0];
-    json_t *o = json_pack("{s:s, s:s%, s:o, s:s}", "id", c->req->id, "text", ch->text ? ch->text : "", ch->len,
-                          "token_ids", token_ids(ch), "finish_reason", reason_name(ch->finish));
+    json_t *o = json_pack("{s:s, s:s%, s:o, s:s, s:o}", "id", c->req->id, "text", ch->text ? ch->text : "", ch->len,
+                          "token_ids", token_ids(ch), "finish_reason", reason_name(ch->finish), "stop_reason",
+                          stop_reason(c, ch));
     if (c->n_choices > 1) { /* n > 1: every choice in "choices" */
         json_t *all = json_array();
         for (int32_t j = 0; j < c->n_choices; j++) {
             const tp_choice *x = &c->choices[j];
-            json_t *e = json_pack("{s:i, s:s%, s:o, s:s}", "index", j, "text", x->text ? x->text : "", x->len,
-                                  "token_ids", token_ids(x), "finish_reason", reason_name(x->finish));
+            json_t *e = json_pack("{s:i, s:s%, s:o, s:s, s:o}", "index", j, "text", x->text ? x->text : "", x->len,
+                                  "token_ids", token_ids(x), "finish_reason", reason_name(x->finish), "stop_reason",
+                                  stop_reason(c, x));
             if (x->want_logprobs) json_object_set_new(e, "logprobs", compact_logprobs(x, tok));
             json_array_append_new(all, e);
         }
@@ -313,10 +339,13 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
         else
             e = json_pack("{s:i, s:s%, s:s}", "index", j, "text", x->text ? x->text : "", x->len, "finish_reason",
                           reason_name(x->finish));
+        json_object_set_new(e, "stop_reason", stop_reason(c, x));
         json_object_set_new(e, "logprobs",
                             !x->want_logprobs ? json_null()
                             : chat            ? chat_logprobs(x, tok)
                                               : completions_logprobs(x, tok));
+        /* vLLM: a completion's prompt logprobs are its choices', a chat's the body's */
+        if (c->prompt_lp && !chat) json_object_set_new(e, "prompt_logprobs", prompt_logprobs_json(c, tok));
         json_array_append_new(choices, e);
     }
     char id[48];
@@ -326,7 +355,7 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
                              "model", c->model ? c->model : "", "choices", choices, "usage", "prompt_tokens",
                              c->n_prompt, "completion_tokens", (json_int_t)completion_tokens, "total_tokens",
                              (json_int_t)(c->n_prompt + completion_tokens));
-    if (c->prompt_lp) json_object_set_new(body, "prompt_logprobs", prompt_logprobs_json(c, tok));
+    if (c->prompt_lp && chat) json_object_set_new(body, "prompt_logprobs", prompt_logprobs_json(c, tok));
     return body;
 }
 

@@ -23,6 +23,8 @@ typedef struct tp_choice {
     size_t len, cap;
     tp_detok_stream *ds;
     tp_finish finish;
+    int32_t stop_str;      /* 1 + the index of the stop string that ended it, or 0 */
+    int32_t stop_token;    /* the stop_token_ids entry that ended it, or -1 (vLLM's stop_reason) */
     int32_t n_logprobs;    /* top-N per token (0: only the chosen token's when want_logprobs) */
     int want_logprobs;
     float *lp;             /* [n] chosen token's logprob */

@@ -248,7 +248,9 @@ static void apply_params(engine *e, req *r)
     if (p->has_presence_penalty) r->sp.presence_penalty = p->presence_penalty;
     if (p->has_frequency_penalty) r->sp.frequency_penalty = p->frequency_penalty;
     r->sp.logprobs = p->has_logprobs ? p->logprobs : 0;
-    r->sp.seed = tp_sampler_request_seed(p->has_seed ? p->seed : e->o->seed, r->in->id);
+    /* a line's own seed alone names its stream (the same request and seed, the same
+     * completion, as vLLM and OpenAI promise); else --seed and the id */
+    r->sp.seed = p->has_seed ? tp_sampler_request_seed(p->seed, NULL) : tp_sampler_request_seed(e->o->seed, r->in->id);
     r->ignore_eos = p->has_ignore_eos ? p->ignore_eos : e->o->ignore_eos;
     r->skip_special = p->has_skip_special_tokens ? p->skip_special_tokens : 1;
     r->include_stop = p->has_include_stop_str_in_output ? p->include_stop_str_in_output : 0;
@@ -399,8 +401,12 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "context_length_exceeded");
         return TP_OK;
     }
-    int32_t want = in->p.has_max_tokens ? in->p.max_tokens : (int32_t)e->o->max_tokens;
     int32_t room = e->max_model_len - r->n_prompt;
+    /* an OpenAI chat line without max_tokens may use the context's room (OpenAI, vLLM),
+     * unless --max-tokens says otherwise; everything else --max-tokens (default 16) */
+    int32_t want = in->p.has_max_tokens                                             ? in->p.max_tokens
+                   : in->endpoint == TP_ENDPOINT_CHAT && !e->o->max_tokens_given ? room
+                                                                                  : (int32_t)e->o->max_tokens;
     if (in->p.has_max_tokens && want > room) {
         tp_error(TP_ERR_INVALID_ARG,
                  "line %lld: max_tokens %d + %d prompt tokens exceed the context of %d tokens (--max-model-len)",
@@ -503,6 +509,8 @@ static char *settings_json(const engine *e)
                           "input_format", o->input_format, "chat_template",
                           o->chat_template ? o->chat_template : "");
     json_object_set_new(s, "max_model_len", json_integer(e->max_model_len));
+    /* without it, OpenAI chat lines that give no max_tokens run to the context's end */
+    json_object_set_new(s, "max_tokens_given", json_boolean(o->max_tokens_given));
     char *text = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(s);
     return text;
@@ -1344,11 +1352,14 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     double now = now_s();
     if (!c->t_first) c->t_first = now;
     c->t_last = now;
-    int end_token = n_out >= r->min_tokens &&
-                    ((!r->ignore_eos && is_eos(e, res.token)) || is_stop_token(r, res.token));
+    const int eos = !r->ignore_eos && is_eos(e, res.token);
+    int end_token = n_out >= r->min_tokens && (eos || is_stop_token(r, res.token));
+    if (end_token && !eos) c->stop_token = res.token; /* vLLM's stop_reason; an EOS has none */
     int stopped = 0;
-    TP_CHECK(tp_choice_push(c, res.token, !end_token, r->in->p.stop, r->in->p.n_stop, r->include_stop,
-                            n_out + 1 > r->min_tokens, &stopped));
+    /* the ending token's text only with include_stop_str_in_output (vLLM's detokenizer;
+     * a special token's still goes with skip_special_tokens) */
+    TP_CHECK(tp_choice_push(c, res.token, !end_token || r->include_stop, r->in->p.stop, r->in->p.n_stop,
+                            r->include_stop, n_out + 1 > r->min_tokens, &stopped));
     if (lg && e->o->dump_logits && q->choice == 0) {
         if (!r->dump_gen) r->dump_gen = malloc((size_t)r->max_new * (size_t)V * sizeof(float));
         if (!r->dump_gen) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");

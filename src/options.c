@@ -254,7 +254,10 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
         o->dtype = v;
         break;
     case OPT_BACKEND: TP_CHECK(str_arg(flag, v, backends, "auto, cpu, cuda")); o->backend = v; break;
-    case OPT_MAX_TOKENS: TP_CHECK(int_arg(flag, v, 1, 1 << 30, &o->max_tokens)); break;
+    case OPT_MAX_TOKENS:
+        TP_CHECK(int_arg(flag, v, 1, 1 << 30, &o->max_tokens));
+        o->max_tokens_given = 1;
+        break;
     case OPT_TEMPERATURE:
         if (!tp_parse_double(v, &d) || d < 0 || d > 100)
             return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give a number from 0 to 100",

@@ -40,6 +40,7 @@ typedef struct tp_options {
     const char *dtype;       /* "auto" or a dtype name */
     const char *backend;     /* "auto", "cpu", "cuda" */
     int64_t max_tokens;      /* completion tokens per request unless the request says */
+    int max_tokens_given;    /* --max-tokens was on the command line (else OpenAI chat lines get the context's room) */
     double temperature;      /* < 0: the model's generation_config (greedy without one) */
     int64_t top_k;           /* < 0: unset */
     double top_p;            /* < 0: unset */

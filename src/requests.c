@@ -594,8 +594,8 @@ static int read_logprobs(line_ctx *c, const json_t *o)
     if (v && json_is_boolean(v)) {
         if (has_top && !json_is_true(v))
             return fail(c, E_REQUEST, "\"%stop_logprobs\" needs \"%slogprobs\": true", c->prefix, c->prefix);
-        p->has_logprobs = 1;
-        p->logprobs = json_is_true(v) ? (int32_t)top : 0;
+        p->has_logprobs = json_is_true(v); /* false: none, as if absent (OpenAI, vLLM) */
+        p->logprobs = p->has_logprobs ? (int32_t)top : 0;
         return OK;
     }
     if (has_top)

@@ -287,7 +287,7 @@ START_TEST(openai_every_field)
     ck_assert(r->p.has_seed && r->p.seed == 42);
     ck_assert_str_eq(r->p.stop[0], "x");
 
-    ck_assert(L.v[5].p.has_logprobs && L.v[5].p.logprobs == 0); /* false: none */
+    ck_assert(!L.v[5].p.has_logprobs && L.v[5].p.logprobs == 0); /* false: none, as if absent */
     ck_assert(L.v[6].p.has_logprobs && L.v[6].p.logprobs == 0); /* true without top_logprobs */
     ck_assert_int_eq(L.v[6].add_generation_prompt, 1);
 }

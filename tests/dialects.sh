@@ -119,6 +119,80 @@ assert t["id"] == "7" and t["usage"]["completion_tokens"] == 16
 assert t["token_ids"] == a["plain"]["token_ids"][:16]
 PY
 
+# 3b. vLLM's and OpenAI's semantics where they are easy to get wrong: "logprobs": false is
+# none; a chat line without max_tokens runs to the context's end (unless --max-tokens); a
+# line's own seed alone names its stream; stop_reason; a stop token's text kept with
+# include_stop_str_in_output; completions' top_logprobs always hold the sampled token and
+# text_offset counts characters; a completion's prompt_logprobs are its choice's
+cat >"$TMP/sem-qw.jsonl" <<'EOF2'
+{"custom_id": "lp-false", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hello there"}], "logprobs": false, "max_tokens": 3}}
+{"custom_id": "room", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hello there"}], "ignore_eos": true}}
+{"custom_id": "offs", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "logprobs": 2, "max_tokens": 5}}
+EOF2
+"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw.out" --ordered --max-model-len 64 2>"$TMP/err" ||
+    { cat "$TMP/err"; fail "OpenAI semantics (tiny-qwen2)"; }
+"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw16.out" --ordered --max-model-len 64 \
+    --max-tokens 16 2>"$TMP/err" || { cat "$TMP/err"; fail "OpenAI semantics with --max-tokens"; }
+py "$TMP/sem-qw.out" "$TMP/sem-qw16.out" <<'PY' || fail "OpenAI semantics (logprobs false, chat max_tokens, text_offset)"
+import json, sys
+a = {l["custom_id"]: l["response"]["body"] for l in map(json.loads, open(sys.argv[1]))}
+b16 = {l["custom_id"]: l["response"]["body"] for l in map(json.loads, open(sys.argv[2]))}
+assert a["lp-false"]["choices"][0]["logprobs"] is None, a["lp-false"]
+room = a["room"]
+assert room["usage"]["completion_tokens"] == 64 - room["usage"]["prompt_tokens"] > 16, room["usage"]
+assert room["choices"][0]["finish_reason"] == "length" and room["choices"][0]["stop_reason"] is None
+assert b16["room"]["usage"]["completion_tokens"] == 16, b16["room"]["usage"]
+lp = a["offs"]["choices"][0]["logprobs"]
+toks, offs = lp["tokens"], lp["text_offset"]
+assert any(ord(ch) > 127 for t in toks for ch in t), "no non-ASCII token to count: %r" % toks
+assert offs == [sum(len(t) for t in toks[:i]) for i in range(len(toks))], (toks, offs)
+for t, top in zip(toks, lp["top_logprobs"]):
+    assert t in top and len(top) <= 3, (t, top)
+PY
+cat >"$TMP/sem-st.jsonl" <<'EOF2'
+{"id": "s1", "prompt": "Once upon a time", "temperature": 1.0, "seed": 42, "max_tokens": 12}
+{"id": "s2", "prompt": "Once upon a time", "temperature": 1.0, "seed": 42, "max_tokens": 12}
+{"id": "u1", "prompt": "Once upon a time", "temperature": 1.0, "max_tokens": 12}
+{"id": "u2", "prompt": "Once upon a time", "temperature": 1.0, "max_tokens": 12}
+{"id": "plain", "prompt": "Once upon a time", "max_tokens": 40}
+{"id": "str", "prompt": "Once upon a time", "max_tokens": 40, "stop": ["zzz", "Lily"]}
+{"id": "tok", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286]}
+{"id": "tok-incl", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286], "include_stop_str_in_output": true}
+EOF2
+cat >"$TMP/sem-oa.jsonl" <<'EOF2'
+{"custom_id": "c0", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "max_tokens": 3, "logprobs": 0, "prompt_logprobs": 1}}
+{"custom_id": "chat-plp", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "prompt_logprobs": 1}}
+EOF2
+printf '%s' "{% for m in messages %}{{ m['content'] }}{% endfor %}" >"$TMP/plain.jinja"
+for f in sem-st sem-oa; do
+    "$TPINFER" --model "$st" --input "$TMP/$f.jsonl" --output "$TMP/$f.out" --ordered \
+        --chat-template "$TMP/plain.jinja" 2>"$TMP/err" || { cat "$TMP/err"; fail "vLLM semantics (stories260K, $f)"; }
+done
+py "$TMP/sem-st.out" "$TMP/sem-oa.out" <<'PY' || fail "vLLM semantics (seed, stop_reason, stop token text, completions logprobs)"
+import json, sys
+a = {}
+for l in [*map(json.loads, open(sys.argv[1])), *map(json.loads, open(sys.argv[2]))]:
+    a[l.get("custom_id") or l["id"]] = l
+assert a["s1"]["text"] == a["s2"]["text"], "the same seed and request, different completions"
+assert a["u1"]["text"] != a["u2"]["text"], "without a seed the id should name the stream"
+assert a["plain"]["stop_reason"] is None and a["plain"]["finish_reason"] == "length"
+assert a["str"]["stop_reason"] == "Lily" and a["str"]["finish_reason"] == "stop", a["str"]
+ids = a["plain"]["token_ids"]
+k = ids.index(286)
+assert a["tok"]["stop_reason"] == 286 and a["tok"]["token_ids"] == ids[:k + 1]
+assert a["tok-incl"]["token_ids"] == ids[:k + 1] and a["tok-incl"]["stop_reason"] == 286
+assert a["tok-incl"]["text"].startswith(a["tok"]["text"]) and len(a["tok-incl"]["text"]) > len(a["tok"]["text"]), \
+    (a["tok"]["text"], a["tok-incl"]["text"])
+c0 = a["c0"]["response"]["body"]
+ch = c0["choices"][0]
+assert "prompt_logprobs" not in c0 and ch["prompt_logprobs"][0] is None, c0
+lp = ch["logprobs"]
+assert all(list(top) == [t] for t, top in zip(lp["tokens"], lp["top_logprobs"])), lp
+assert [top[t] for t, top in zip(lp["tokens"], lp["top_logprobs"])] == lp["token_logprobs"]
+cp = a["chat-plp"]["response"]["body"]
+assert cp["prompt_logprobs"][0] is None and "prompt_logprobs" not in cp["choices"][0], cp
+PY
+
 # 4. --errors: error records apart; good lines around a bad one all run
 printf '%s\n' '{"id": "a", "prompt": "Once"}' '{"id": "b", "prompt": "x", "top_p": 1.5}' '{"id": "c", "prompt": "Once"}' >"$TMP/mixed.jsonl"
 rc=0
