@@ -10,7 +10,8 @@
  *   0. the row's penalty and banned ids go into the block's flag array in device memory
  *      (banned bit, seen bit, output count), cleared again at the end of the row;
  *   1. one pass: NaN/+Inf (the lowest column is a fault, reported at synchronize()),
- *      log-sum-exp of the raw logits in double, the argmax of v (lowest id on ties: the
+ *      log-sum-exp of the raw logits in double (banned ids' too, as vLLM's raw logprobs;
+ *      a banned id's v is -inf), the argmax of v (lowest id on ties: the
  *      greedy answer and rank 1) and the number of live (v != -inf) candidates;
  *   2. top-N raw logprobs: a radix select of the N-th by (raw desc, id asc), then the N
  *      gathered into shared memory and sorted;
@@ -223,17 +224,20 @@ __device__ __forceinline__ double penalize(double x, const row_ctx &r, unsigned 
     return v;
 }
 
-/* Column i's raw logit (banned: -inf) and its flags */
+/* Column i's raw logit, as the logprobs count it (a banned id's too, as vLLM's raw logprobs
+ * come before its min-tokens processor; a banned NaN/+Inf counts as -inf), and its flags */
 __device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned int &f)
 {
     float x = __ldg(r.x + i);
     f = r.flags ? r.flags[i] : 0u;
-    if (f & F_BANNED) x = -INFINITY;
+    if ((f & F_BANNED) && (isnan(x) || x == INFINITY)) x = -INFINITY;
     return x;
 }
 
+/* The value the draw ranks: penalized, a banned id -inf */
 __device__ __forceinline__ double value_at(const row_ctx &r, float x, unsigned int f)
 {
+    if (f & F_BANNED) return -INFINITY;
     return r.pen && (f & F_SEEN) ? penalize((double)x, r, f & F_COUNT) : (double)x;
 }
 

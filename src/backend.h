@@ -99,12 +99,12 @@ typedef struct tp_sample_row {
     /* penalties: tokens[tokens .. +n_prompt) the prompt, then n_output output tokens (right
      * after the prompt); read only when a penalty is on */
     int32_t tokens, n_prompt, n_output;
-    int32_t banned, n_banned; /* tokens[banned .. +n_banned): ids set to -inf before anything else (min_tokens' end tokens) */
+    int32_t banned, n_banned; /* tokens[banned .. +n_banned): ids never drawn, whose raw logits still count in the logprobs (min_tokens' end tokens) */
 } tp_sample_row;
 
 typedef struct tp_sample_out {
     int32_t token;
-    float logprob; /* chosen token's log-softmax of the (banned-applied) raw logits, as tp_sampler_sample */
+    float logprob; /* chosen token's log-softmax of the raw logits (banned ids included), as tp_sampler_sample_banned */
     int32_t n_top;
     int32_t top_id[TP_SAMPLE_MAX_LOGPROBS];
     float top_logprob[TP_SAMPLE_MAX_LOGPROBS];
@@ -171,9 +171,9 @@ struct tp_backend_ops {
     /* Sampling on the device, so that a step returns L results instead of L x V logits: per
      * row r of logits [L, V] (f32, stride honoured) the rule rows[r] (backend memory), with
      * tokens (backend memory, int32) holding the rows' penalty and banned ids; results into
-     * out [L] (backend memory). Exactly tp_sampler_sample's rule (penalties, temperature,
-     * top-k, top-p, min-p, the counter-based draw, greedy when temperature < 1e-5 or
-     * top_k == 1), with the row's banned ids at -inf first. A row with NaN/+Inf logits (not
+     * out [L] (backend memory). Exactly tp_sampler_sample_banned's rule (penalties,
+     * temperature, top-k, top-p, min-p, the counter-based draw, greedy when temperature < 1e-5
+     * or top_k == 1), the row's banned ids never drawn. A row with NaN/+Inf logits (not
      * counting banned ids): the op fails with TP_ERR_NUMERIC, a parameter out of range or a
      * token outside [0, V) with TP_ERR_INVALID_ARG, naming the row (on a GPU at the next
      * synchronize(), through the fault word as argmax); such a row gets token -1 (the bad column for NaN/+Inf), logprob

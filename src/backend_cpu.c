@@ -56,7 +56,6 @@ typedef struct cpu_ctx {
     int stage_next;
     tp_sampler *sampler;  /* sample(): made for the vocabulary of the first call, remade if it changes */
     int32_t sampler_vocab;
-    float *sample_row;    /* [sampler_vocab]: a row with its banned ids at -inf */
     void *slot[2]; /* download_start()'s host slots */
     size_t slot_cap[2], slot_bytes[2];
 } cpu_ctx;
@@ -918,9 +917,16 @@ static tp_status sample_row_error(tp_status st, int32_t r)
     return tp_error(st, "sample: row %d: %s", (int)r, msg);
 }
 
-/* One row: the row's checks, banned ids to -inf in a copy, then tp_sampler_sample. When the
- * failure is NaN/+Inf logits, *bad is its column (banned columns do not count, as the
- * sampler sees -inf there); else -1. */
+static int is_banned(const int32_t *tokens, const tp_sample_row *row, int32_t j)
+{
+    for (int32_t k = 0; k < row->n_banned; k++)
+        if (tokens[row->banned + k] == j) return 1;
+    return 0;
+}
+
+/* One row: the row's checks, then tp_sampler_sample_banned. When the failure is NaN/+Inf
+ * logits, *bad is its column (banned columns do not count: the sampler never draws them);
+ * else -1. */
 static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sample_row *row,
                             const int32_t *tokens, tp_sample_out *o, int32_t *bad)
 {
@@ -934,16 +940,11 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
                         (int)row->n_output, (int)row->banned, (int)row->n_banned);
     if ((row->n_prompt + (int64_t)row->n_output > 0 || row->n_banned > 0) && !tokens)
         return tp_error(TP_ERR_INVALID_ARG, "the row has tokens but the tokens array is NULL");
-    if (row->n_banned > 0) {
-        memcpy(ctx->sample_row, x, (size_t)V * sizeof(float));
-        for (int32_t k = 0; k < row->n_banned; k++) {
-            const int32_t t = tokens[row->banned + k];
-            if (t < 0 || t >= V)
-                return tp_error(TP_ERR_INVALID_ARG, "banned token %d at position %d is outside the vocabulary "
-                                "[0, %d)", (int)t, (int)k, (int)V);
-            ctx->sample_row[t] = -INFINITY;
-        }
-        x = ctx->sample_row;
+    for (int32_t k = 0; k < row->n_banned; k++) {
+        const int32_t t = tokens[row->banned + k];
+        if (t < 0 || t >= V)
+            return tp_error(TP_ERR_INVALID_ARG, "banned token %d at position %d is outside the vocabulary "
+                            "[0, %d)", (int)t, (int)k, (int)V);
     }
     tp_sampling_params p;
     tp_sampling_params_default(&p);
@@ -959,8 +960,9 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
     tp_sample_result res = {0, 0.0f, 0, top};
     const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
-    tp_status st = tp_sampler_sample(ctx->sampler, &p, row->step, x, prompt, row->n_prompt,
-                                     prompt ? prompt + row->n_prompt : NULL, row->n_output, &res);
+    tp_status st = tp_sampler_sample_banned(ctx->sampler, &p, row->step, x, row->n_banned ? tokens + row->banned : NULL,
+                                            row->n_banned, prompt, row->n_prompt,
+                                            prompt ? prompt + row->n_prompt : NULL, row->n_output, &res);
     if (st != TP_OK) {
         /* The sampler checks the parameters, then (penalized) the tokens, then the logits;
          * its message may be dropped (an earlier row's is kept), so the cause is found here. */
@@ -971,7 +973,7 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
         /* (a message is recorded already, so validate's own is dropped) */
         if (tokens_ok && tp_sampling_params_validate(&p) == TP_OK)
             for (int32_t j = 0; j < V && *bad < 0; j++)
-                if (isnan(x[j]) || x[j] == INFINITY) *bad = j;
+                if ((isnan(x[j]) || x[j] == INFINITY) && !is_banned(tokens, row, j)) *bad = j;
         return st;
     }
     o->token = res.token;
@@ -998,9 +1000,6 @@ static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, c
         tp_sampler_destroy(ctx->sampler);
         ctx->sampler = NULL;
         ctx->sampler_vocab = 0;
-        free(ctx->sample_row);
-        ctx->sample_row = malloc((size_t)V * sizeof(float));
-        if (!ctx->sample_row) return tp_error(TP_ERR_OOM, "sample: out of memory for a row of %d logits", (int)V);
         TP_CHECK(tp_sampler_create(V, &ctx->sampler));
         ctx->sampler_vocab = V;
     }
@@ -1109,7 +1108,6 @@ static void cpu_destroy(tp_backend *b)
         free(ctx->slot[0]);
         free(ctx->slot[1]);
         tp_sampler_destroy(ctx->sampler);
-        free(ctx->sample_row);
     }
     free(ctx);
     free(b);

@@ -167,7 +167,8 @@ typedef struct engine {
     size_t stokens_cap;
     int64_t steps_by_path[3]; /* sampler rank: steps chosen by device argmax, device sample op, host sampler */
     tp_sampler *sampler;
-    float *logits_host, *row;
+    float *logits_host;
+    int32_t *ban;           /* [n_eos + the most stop_token_ids of a request]: min_tokens' end tokens, host sampling */
     int32_t max_rows;
     tp_token_logprob *top;
     int32_t *slot, *block_table, *rows, *extra_seq, *sync, *take;
@@ -1043,11 +1044,10 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     if (e->is_sampler) {
         TP_CHECK(tp_sampler_create((int32_t)e->cfg.vocab_size, &e->sampler));
         e->logits_host = malloc((size_t)e->max_rows * (size_t)e->cfg.vocab_size * sizeof(float));
-        e->row = malloc((size_t)e->cfg.vocab_size * sizeof(float));
         e->top = malloc(TP_MAX_LOGPROBS * sizeof *e->top);
         e->srows = malloc((size_t)e->max_rows * sizeof *e->srows);
         e->sout = malloc((size_t)e->max_rows * sizeof *e->sout);
-        if (!e->logits_host || !e->row || !e->top || !e->srows || !e->sout)
+        if (!e->logits_host || !e->top || !e->srows || !e->sout)
             return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", e->max_rows);
     }
     return TP_OK;
@@ -1202,6 +1202,17 @@ static int bans_end_tokens(const engine *e, const req *r, int32_t n_out)
     return n_out < r->min_tokens && (e->n_eos || r->in->p.n_stop_token_ids);
 }
 
+/* min_tokens' end tokens, banned before it: the model's EOS ids, then the line's stop_token_ids */
+static int32_t n_end_tokens(const engine *e, const req *r) { return e->n_eos + r->in->p.n_stop_token_ids; }
+
+static int32_t end_tokens(const engine *e, const req *r, int32_t *dst)
+{
+    if (e->n_eos) memcpy(dst, e->eos, (size_t)e->n_eos * sizeof(int32_t));
+    if (r->in->p.n_stop_token_ids)
+        memcpy(dst + e->n_eos, r->in->p.stop_token_ids, (size_t)r->in->p.n_stop_token_ids * sizeof(int32_t));
+    return n_end_tokens(e, r);
+}
+
 /* Room for n more ids in e->stokens. */
 static tp_status stokens_reserve(engine *e, size_t used, size_t n)
 {
@@ -1251,15 +1262,10 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             used += (size_t)r->n_prompt + (size_t)n_out;
         }
         if (bans_end_tokens(e, r, n_out)) {
-            const int32_t n_ban = e->n_eos + r->in->p.n_stop_token_ids;
-            TP_CHECK(stokens_reserve(e, used, (size_t)n_ban));
+            TP_CHECK(stokens_reserve(e, used, (size_t)n_end_tokens(e, r)));
             w->banned = (int32_t)used;
-            w->n_banned = n_ban;
-            if (e->n_eos) memcpy(e->stokens + used, e->eos, (size_t)e->n_eos * sizeof(int32_t));
-            if (r->in->p.n_stop_token_ids)
-                memcpy(e->stokens + used + e->n_eos, r->in->p.stop_token_ids,
-                       (size_t)r->in->p.n_stop_token_ids * sizeof(int32_t));
-            used += (size_t)n_ban;
+            w->n_banned = end_tokens(e, r, e->stokens + used);
+            used += (size_t)w->n_banned;
         }
     }
     if (used > INT32_MAX) return tp_error(TP_ERR_UNSUPPORTED, "a step's sampling tokens exceed 2^31");
@@ -1323,19 +1329,20 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     TP_CHECK(choice_of(e, r, q->choice, &c));
     const int64_t V = e->cfg.vocab_size;
     int32_t n_out = (int32_t)c->out.n;
+    int32_t n_banned = 0; /* min_tokens' end tokens: never drawn, yet in the raw logprobs */
     if (lg && bans_end_tokens(e, r, n_out)) {
-        memcpy(e->row, lg, (size_t)V * sizeof(float));
-        for (int i = 0; i < e->n_eos; i++) e->row[e->eos[i]] = -INFINITY;
-        for (int32_t i = 0; i < r->in->p.n_stop_token_ids; i++) e->row[r->in->p.stop_token_ids[i]] = -INFINITY;
-        lg = e->row;
+        int32_t *ban = realloc(e->ban, (size_t)n_end_tokens(e, r) * sizeof *ban);
+        if (!ban) return tp_error(TP_ERR_OOM, "out of memory");
+        e->ban = ban;
+        n_banned = end_tokens(e, r, e->ban);
     }
     tp_sample_result res = {0};
     res.top = e->top;
     if (lg) {
         tp_sampling_params sp = r->sp;
         sp.seed = choice_seed(r, q->choice);
-        TP_CHECK(tp_sampler_sample(e->sampler, &sp, (uint64_t)n_out, lg, r->prompt, r->n_prompt, c->out.v, n_out,
-                                   &res));
+        TP_CHECK(tp_sampler_sample_banned(e->sampler, &sp, (uint64_t)n_out, lg, e->ban, n_banned, r->prompt,
+                                          r->n_prompt, c->out.v, n_out, &res));
         TP_CHECK(tp_choice_keep_logprobs(c, &res));
     } else if (dev) {
         res.token = dev->token;
@@ -1928,7 +1935,7 @@ static void engine_free(engine *e)
     free(e->srows);
     free(e->sout);
     free(e->stokens);
-    free(e->row);
+    free(e->ban);
     free(e->top);
     free(e->slot);
     free(e->rows);

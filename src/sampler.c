@@ -27,6 +27,7 @@ struct tp_sampler {
     int32_t *tmp;   /* [vocab] where candidates are regrouped by weight bucket */
     int32_t *count; /* [vocab] occurrences in the output; all zero between calls */
     uint8_t *seen;  /* [vocab] 1 if in prompt or output; all zero between calls */
+    uint8_t *ban;   /* [vocab] 1 if banned this call (min_tokens' end tokens); all zero between calls */
 };
 
 /* ---- parameters ---------------------------------------------------------------------- */
@@ -147,7 +148,8 @@ tp_status tp_sampler_create(int32_t vocab_size, tp_sampler **out)
     s->tmp = malloc(n * sizeof *s->tmp);
     s->count = calloc(n, sizeof *s->count);
     s->seen = calloc(n, sizeof *s->seen);
-    if (!s->val || !s->w || !s->idx || !s->tmp || !s->count || !s->seen) {
+    s->ban = calloc(n, sizeof *s->ban);
+    if (!s->val || !s->w || !s->idx || !s->tmp || !s->count || !s->seen || !s->ban) {
         tp_sampler_destroy(s);
         return tp_error(TP_ERR_OOM, "out of memory creating a sampler for %d tokens",
                         (int)vocab_size);
@@ -165,6 +167,7 @@ void tp_sampler_destroy(tp_sampler *s)
     free(s->tmp);
     free(s->count);
     free(s->seen);
+    free(s->ban);
     free(s);
 }
 
@@ -518,6 +521,14 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
                             const float *logits, const int32_t *prompt, int32_t n_prompt,
                             const int32_t *output, int32_t n_output, tp_sample_result *result)
 {
+    return tp_sampler_sample_banned(s, params, step, logits, NULL, 0, prompt, n_prompt, output, n_output, result);
+}
+
+tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
+                                   const float *logits, const int32_t *banned, int32_t n_banned,
+                                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
+                                   int32_t n_output, tp_sample_result *result)
+{
     if (!s || !logits || !result)
         return tp_error(TP_ERR_INVALID_ARG,
                         "tp_sampler_sample needs a sampler, logits and a result");
@@ -531,7 +542,7 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
     const int greedy = params->temperature < GREEDY_TEMPERATURE || params->top_k == 1;
     /* At temperature 1, without penalties or top-k, the weights exp(raw - max) are the very
      * terms of the logprob normalizer: compute them once (exp dominates the cost). */
-    const int shared_exp = !greedy && !penalized && params->temperature == 1.0 &&
+    const int shared_exp = !greedy && !penalized && n_banned == 0 && params->temperature == 1.0 &&
                            !(params->top_k > 0 && params->top_k < vocab);
     if (penalized) {
         /* The token lists are read only when a penalty is on, so they are checked only then. */
@@ -539,18 +550,32 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
         TP_CHECK(check_tokens("output", output, n_output, vocab));
         mark_tokens(s, prompt, n_prompt, output, n_output, 1);
     }
+    if (n_banned > 0) {
+        const tp_status st = check_tokens("banned", banned, n_banned, vocab);
+        if (st != TP_OK) {
+            if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
+            return st;
+        }
+        for (int32_t i = 0; i < n_banned; i++) s->ban[banned[i]] = 1;
+    }
 
-    /* One pass: reject NaN/+Inf; online log-sum-exp and top-N of the raw logits; penalized
-     * logits, their argmax (the greedy answer, lowest id on ties) and the live candidates. */
+    /* One pass: reject NaN/+Inf; online log-sum-exp and top-N of the raw logits (banned ids
+     * included, as vLLM's raw logprobs come before its min-tokens processor); penalized
+     * logits with the banned at -inf, their argmax (the greedy answer, lowest id on ties)
+     * and the live candidates. */
     const int32_t n_top = params->logprobs < vocab ? params->logprobs : vocab;
     tp_token_logprob *top = result->top; /* holds raw logits until the end */
     int32_t n_have = 0, n_live = 0, arg = 0, bad = -1;
     double m = -INFINITY, sum = 0.0, best = -INFINITY;
     for (int32_t i = 0; i < vocab; i++) {
-        const float x = logits[i];
+        float x = logits[i];
+        const int is_banned = n_banned > 0 && s->ban[i];
         if (isnan(x) || x == INFINITY) {
-            bad = i;
-            break;
+            if (!is_banned) {
+                bad = i;
+                break;
+            }
+            x = -INFINITY; /* a banned column's NaN/+Inf is neither drawn nor counted */
         }
         const double r = x;
         if (shared_exp) {
@@ -563,7 +588,7 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
         }
         if (n_top > 0 && (n_have < n_top || x > top[n_top - 1].logprob))
             insert_top(top, &n_have, n_top, i, x);
-        const double v = penalized && s->seen[i] ? penalize(r, params, s->count[i]) : r;
+        const double v = is_banned ? -INFINITY : penalized && s->seen[i] ? penalize(r, params, s->count[i]) : r;
         if (v > best) {
             best = v;
             arg = i;
@@ -574,6 +599,7 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
         }
     }
     if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
+    for (int32_t i = 0; i < n_banned; i++) s->ban[banned[i]] = 0;
     if (bad >= 0)
         return tp_error(TP_ERR_NUMERIC, "logits contain %s at token %d",
                         isnan(logits[bad]) ? "NaN" : "+Inf", (int)bad);
@@ -594,7 +620,8 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
     const int none_live = m == -INFINITY;
     const double lse = none_live ? 0.0 : m + log(sum);
     const double uniform = -log((double)vocab);
-    result->logprob = (float)(none_live ? uniform : (double)logits[result->token] - lse);
+    const float xt = logits[result->token];
+    result->logprob = (float)(none_live ? uniform : (isnan(xt) || xt == INFINITY ? -INFINITY : (double)xt - lse));
     for (int32_t i = 0; i < n_have; i++)
         top[i].logprob = (float)(none_live ? uniform : (double)top[i].logprob - lse);
     result->n_top = n_have;

@@ -1,6 +1,7 @@
 /*
  * sampler.h: from one row of full-vocabulary logits to the next token, as vLLM and
- * Hugging Face define each rule: penalties, temperature, top-k, top-p, min-p, then a
+ * Hugging Face define each rule, in Hugging Face's order: penalties, temperature, top-k,
+ * top-p, min-p (vLLM applies min-p before top-p: tests/check_sampler.c), then a
  * draw from a per-request random stream (or argmax when greedy). The stream depends only
  * on (global seed, request id, step), so a completion is the same whatever it is batched
  * with, however the ranks are laid out, and after a resume.
@@ -64,6 +65,13 @@ void tp_sampler_destroy(tp_sampler *s); /* accepts NULL */
 tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
                             const float *logits, const int32_t *prompt, int32_t n_prompt,
                             const int32_t *output, int32_t n_output, tp_sample_result *result);
+/* The same with banned ids (min_tokens' end tokens): never drawn, yet their raw logits
+ * count in the logprobs reported (vLLM's raw logprobs come before its min-tokens processor);
+ * a banned column may hold NaN/+Inf (then it counts as -inf). */
+tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
+                                   const float *logits, const int32_t *banned, int32_t n_banned,
+                                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
+                                   int32_t n_output, tp_sample_result *result);
 
 #ifdef __cplusplus
 }

@@ -1228,7 +1228,7 @@ START_TEST(argmax_merge_over_slices)
 }
 END_TEST
 
-/* ---- sampling: the op is tp_sampler_sample row by row, banned ids at -inf ------------------ */
+/* ---- sampling: the op is tp_sampler_sample_banned row by row ------------------------------ */
 
 /* Row r's rule: a mix of greedy, temperature, top-k, top-p, min-p, penalties, banned ids and
  * logprobs; its tokens (prompt, output, banned) appended to toks. */
@@ -1278,12 +1278,9 @@ START_TEST(sample_matches_sampler)
 
     tp_sampler *smp = NULL;
     ck_assert_int_eq(tp_sampler_create(V, &smp), TP_OK);
-    float *copy = host_alloc((size_t)V * sizeof(float));
     int drew = 0;
     for (int32_t r = 0; r < L; r++) {
         const tp_sample_row *w = &rows[r];
-        memcpy(copy, x + (size_t)r * stride, (size_t)V * sizeof(float));
-        for (int32_t k = 0; k < w->n_banned; k++) copy[toks[w->banned + k]] = -INFINITY;
         tp_sampling_params p;
         tp_sampling_params_default(&p);
         p.temperature = w->temperature;
@@ -1297,8 +1294,10 @@ START_TEST(sample_matches_sampler)
         p.logprobs = w->n_logprobs;
         tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
         tp_sample_result res = {0, 0.0f, 0, top};
-        ck_assert_int_eq(tp_sampler_sample(smp, &p, w->step, copy, toks + w->tokens, w->n_prompt,
-                                           toks + w->tokens + w->n_prompt, w->n_output, &res), TP_OK);
+        ck_assert_int_eq(tp_sampler_sample_banned(smp, &p, w->step, x + (size_t)r * stride, toks + w->banned,
+                                                  w->n_banned, toks + w->tokens, w->n_prompt,
+                                                  toks + w->tokens + w->n_prompt, w->n_output, &res),
+                         TP_OK);
         ck_assert_msg(out[r].token == res.token, "row %d: op %d, sampler %d", r, out[r].token, res.token);
         ck_assert(memcmp(&out[r].logprob, &res.logprob, sizeof(float)) == 0);
         ck_assert_int_eq(out[r].n_top, res.n_top);

@@ -871,6 +871,53 @@ START_TEST(logprobs_are_raw_log_softmax)
 }
 END_TEST
 
+/* min_tokens' end tokens are banned: never drawn, yet the logprobs are the raw distribution's
+ * (vLLM computes raw logprobs before its min-tokens processor); a banned NaN/+Inf is no
+ * error and counts as -inf; an unbanned one still is. */
+START_TEST(banned_ids_stay_in_raw_logprobs)
+{
+    enum { V = 6 };
+    const float logits[V] = {3.0f, 1.0f, 0.5f, NAN, -1.0f, INFINITY};
+    const int32_t banned[3] = {0, 3, 5};
+    /* raw log-softmax over the finite columns 0, 1, 2, 4 (the banned NaN and +Inf as -inf) */
+    const double lse = log(exp(3.0) + exp(1.0) + exp(0.5) + exp(-1.0));
+    tp_sampler *s = make_sampler(V);
+    tp_token_logprob top[3];
+    tp_sample_result res = {.top = top};
+    tp_sampling_params ps[3] = {params_t(0.0), params_t(1.0), params_t(0.7)};
+    ps[2].top_p = 0.9;
+    ps[2].repetition_penalty = 1.2;
+    const int32_t prompt[2] = {1, 2};
+    int drawn[V] = {0};
+    for (int c = 0; c < 3; c++) {
+        ps[c].logprobs = 3;
+        for (uint64_t k = 0; k < 300; k++) {
+            ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[c], k, logits, banned, 3, prompt, 2, NULL, 0, &res), TP_OK);
+            ck_assert_msg(res.token == 1 || res.token == 2 || res.token == 4, "drew banned or dead id %d", res.token);
+            drawn[res.token]++;
+            ck_assert_double_eq_tol(res.logprob, (double)logits[res.token] - lse, 1e-6);
+            ck_assert_int_eq(res.n_top, 3);
+            ck_assert_int_eq(top[0].id, 0); /* the banned EOS leads the raw distribution */
+            ck_assert_double_eq_tol(top[0].logprob, 3.0 - lse, 1e-6);
+            ck_assert_int_eq(top[1].id, 1);
+            ck_assert_int_eq(top[2].id, 2);
+        }
+    }
+    ck_assert_int_eq(drawn[1] + drawn[2] + drawn[4], 900);
+    ck_assert_int_gt(drawn[2], 0); /* sampled, not only greedy */
+    /* an unbanned NaN is still refused */
+    ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[1], 0, logits, banned, 1, NULL, 0, NULL, 0, &res),
+                     TP_ERR_NUMERIC);
+    tp_error_clear();
+    /* a banned id outside the vocabulary is refused */
+    const int32_t outside[1] = {V};
+    ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[1], 0, logits, outside, 1, NULL, 0, NULL, 0, &res),
+                     TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    tp_sampler_destroy(s);
+}
+END_TEST
+
 START_TEST(logprobs_stable_for_large_logits)
 {
     const float logits[5] = {1000.0f, 999.0f, -1000.0f, -INFINITY, 1000.0f};
@@ -1104,6 +1151,7 @@ int main(void)
     tcase_add_test(tc, frequency_and_presence_rules);
     tcase_add_test(tc, penalties_shape_the_sampled_distribution);
     tcase_add_test(tc, logprobs_are_raw_log_softmax);
+    tcase_add_test(tc, banned_ids_stay_in_raw_logprobs);
     tcase_add_test(tc, logprobs_stable_for_large_logits);
     tcase_add_test(tc, vocab_of_one);
     tcase_add_test(tc, negative_infinity_logits);

@@ -158,6 +158,8 @@ cat >"$TMP/sem-st.jsonl" <<'EOF2'
 {"id": "str", "prompt": "Once upon a time", "max_tokens": 40, "stop": ["zzz", "Lily"]}
 {"id": "tok", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286]}
 {"id": "tok-incl", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286], "include_stop_str_in_output": true}
+{"id": "m0", "prompt": "Once upon a time there was a girl named Lily. She was happy. The end.", "max_tokens": 3, "logprobs": 3, "stop_token_ids": [385]}
+{"id": "m1", "prompt": "Once upon a time there was a girl named Lily. She was happy. The end.", "max_tokens": 3, "logprobs": 3, "stop_token_ids": [385], "min_tokens": 2}
 EOF2
 cat >"$TMP/sem-oa.jsonl" <<'EOF2'
 {"custom_id": "c0", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "max_tokens": 3, "logprobs": 0, "prompt_logprobs": 1}}
@@ -189,6 +191,11 @@ assert "prompt_logprobs" not in c0 and ch["prompt_logprobs"][0] is None, c0
 lp = ch["logprobs"]
 assert all(list(top) == [t] for t, top in zip(lp["tokens"], lp["top_logprobs"])), lp
 assert [top[t] for t, top in zip(lp["tokens"], lp["top_logprobs"])] == lp["token_logprobs"]
+# min_tokens bans the end tokens from the draw, not from the raw logprobs (vLLM's)
+m0, m1 = a["m0"]["logprobs"][0], a["m1"]["logprobs"][0]
+assert m0["id"] == 385 and a["m0"]["token_ids"] == [385], a["m0"]
+assert m1["id"] != 385 and m1["top_logprobs"] == m0["top_logprobs"], (m0, m1)
+assert any(t["id"] == m1["id"] and abs(t["logprob"] - m1["logprob"]) < 1e-6 for t in m0["top_logprobs"]), (m0, m1)
 cp = a["chat-plp"]["response"]["body"]
 assert cp["prompt_logprobs"][0] is None and "prompt_logprobs" not in cp["choices"][0], cp
 PY
