@@ -36,6 +36,7 @@ typedef struct lexer {
     int line;
     token *v;
     size_t nt, cap;
+    int depth; /* brackets open in the tag: "}}" closes a dict there, not the tag (as Jinja) */
 } lexer;
 
 static tp_status push_tok(lexer *lx, enum tok_type t, const char *s, size_t len)
@@ -129,17 +130,18 @@ static tp_status lex_string(lexer *lx)
 static tp_status lex_tag(lexer *lx, const char *end, enum tok_type end_type, int *strip_after)
 {
     static const char *const ops2[] = {"**", "//", "==", "!=", "<=", ">="};
+    lx->depth = 0;
     for (;;) {
         while (lx->pos < lx->n && is_ws(lx->src[lx->pos])) lx->line += lx->src[lx->pos++] == '\n';
         if (lx->pos >= lx->n) return tp_error(TP_ERR_FORMAT, "chat template: line %d: unclosed tag", lx->line);
         const char *p = lx->src + lx->pos;
         size_t left = lx->n - lx->pos;
-        if (left >= 3 && p[0] == '-' && memcmp(p + 1, end, 2) == 0) {
+        if (lx->depth <= 0 && left >= 3 && p[0] == '-' && memcmp(p + 1, end, 2) == 0) {
             lx->pos += 3;
             *strip_after = 1;
             return push_tok(lx, end_type, "", 0);
         }
-        if (left >= 2 && memcmp(p, end, 2) == 0) {
+        if (lx->depth <= 0 && left >= 2 && memcmp(p, end, 2) == 0) {
             lx->pos += 2;
             *strip_after = 0;
             return push_tok(lx, end_type, "", 0);
@@ -194,6 +196,7 @@ static tp_status lex_tag(lexer *lx, const char *end, enum tok_type end_type, int
         if (k == 1 && !strchr("+-*/%~<>()[]{},.:|=", c))
             return tp_error(TP_ERR_FORMAT, "chat template: line %d: unexpected character '%c' in a tag", lx->line, c);
         lx->pos += k;
+        if (k == 1) lx->depth += (c == '(' || c == '[' || c == '{') - (c == ')' || c == ']' || c == '}');
         TP_CHECK(push_tok(lx, T_OP, p, k));
     }
 }
@@ -975,7 +978,18 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
     *out = NULL;
     if (!tp_utf8_valid(source, len, NULL))
         return tp_error(TP_ERR_FORMAT, "chat template: not valid UTF-8");
-    lexer lx = {source, len, 0, 1, NULL, 0, 0};
+    /* Jinja reads every \r\n and lone \r as \n (a template saved on Windows renders alike) */
+    char *src = malloc(len + 1);
+    if (!src) return tp_error(TP_ERR_OOM, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (source[i] == '\r') {
+            src[n++] = '\n';
+            if (i + 1 < len && source[i + 1] == '\n') i++;
+        } else src[n++] = source[i];
+    }
+    src[n] = '\0';
+    lexer lx = {src, n, 0, 1, NULL, 0, 0, 0};
     tp_status st = lex(&lx);
     ct_node *root = NULL;
     if (st == TP_OK) {
@@ -983,6 +997,7 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
         st = parse_body(&p, &root, NULL);
     }
     lexer_free(&lx);
+    free(src);
     tp_chat_template *tpl = st == TP_OK ? calloc(1, sizeof *tpl) : NULL;
     if (st == TP_OK && !tpl) st = tp_error(TP_ERR_OOM, "out of memory");
     if (st != TP_OK) {
@@ -1015,6 +1030,9 @@ tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, 
     json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
     if (bos_token) json_object_set_new(vars, "bos_token", json_string(bos_token));
     if (eos_token) json_object_set_new(vars, "eos_token", json_string(eos_token));
+    /* transformers passes these whether the request has them or not */
+    json_object_set_new(vars, "tools", json_null());
+    json_object_set_new(vars, "documents", json_null());
     tp_status st = ct_render(tpl->root, vars, out, len);
     json_decref(vars);
     return st;

@@ -250,7 +250,7 @@ static void py_float(sbuf *b, double x)
     char out[64];
     size_t o = 0;
     if (neg) out[o++] = '-';
-    if (exp >= -5 && exp < 16) {
+    if (exp >= -4 && exp < 16) { /* Python's repr: positional from 1e-4 up to 1e16 */
         if (exp < 0) {
             out[o++] = '0';
             out[o++] = '.';
@@ -432,7 +432,7 @@ static int is_space_cp(const char *s, size_t n, size_t *k)
     int l = tp_utf8_next((const uint8_t *)s, n, &cp);
     if (l <= 0) return 0;
     *k = (size_t)l;
-    return tp_uc_is_whitespace(cp);
+    return tp_uc_is_whitespace(cp) || (cp >= 0x1c && cp <= 0x1f); /* Python's isspace: the separators too */
 }
 
 /* Python str.strip/lstrip/rstrip, with chars (NULL: whitespace). */
@@ -911,8 +911,8 @@ static tp_status call_function(ctx *c, const char *f, const args *a, val *out)
     }
     if (!strcmp(f, "namespace") || !strcmp(f, "dict")) {
         json_t *o = json_object();
-        for (size_t i = 0; o && i < a->nk; i++)
-            json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
+        for (size_t i = 0; o && i < a->nk; i++) /* an undefined value: no key, so it reads back undefined */
+            if (a->kw[i].k != V_UNDEF) json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
         if (!o) return tp_error(TP_ERR_OOM, "out of memory");
         *out = (val){f[0] == 'n' ? V_NS : V_JSON, o, NULL};
         return TP_OK;
@@ -1018,7 +1018,16 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     if (!strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") || !strcmp(f, "rejectattr") ||
         !strcmp(f, "map"))
         return filter_seq(c, f, in, a, out);
-    if (in->k == V_UNDEF) return rt_error("chat template: filter %s applied to an undefined value", f);
+    if (in->k == V_UNDEF) { /* Jinja's Undefined: "" as a string, empty as a sequence (int, float: an error) */
+        if (!strcmp(f, "length") || !strcmp(f, "count")) *out = vjson(json_integer(0));
+        else if (!strcmp(f, "list") || !strcmp(f, "reverse") || !strcmp(f, "items")) *out = vjson(json_array());
+        else if (!strcmp(f, "first")) *out = (val){V_UNDEF, NULL, NULL};
+        else if (!strcmp(f, "string") || !strcmp(f, "join") || !strcmp(f, "trim") || !strcmp(f, "upper") ||
+                 !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace"))
+            *out = vjson(json_string(""));
+        else return rt_error("chat template: filter %s applied to an undefined value", f);
+        return out->k == V_UNDEF || out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         int64_t n = 0;
         TP_CHECK(length_of(in, &n));
@@ -1118,12 +1127,16 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         }
         return TP_OK;
     }
-    if (!is_str(in)) return rt_error("chat template: filter %s needs a string", f);
-    if (!strcmp(f, "trim")) return call_method(in, "strip", a, out);
-    if (!strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") ||
-        !strcmp(f, "replace"))
-        return call_method(in, f, a, out);
-    return rt_error("chat template: unknown filter %s", f);
+    const int on_str = !strcmp(f, "trim") || !strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") ||
+                       !strcmp(f, "capitalize") || !strcmp(f, "replace");
+    if (!on_str) return rt_error("chat template: unknown filter %s", f);
+    /* Jinja's string filters take str(value): None is "None", a list its repr */
+    json_t *str = NULL;
+    if (!is_str(in)) TP_CHECK(to_string(in, &str));
+    val sv = {V_JSON, str ? str : in->j, NULL};
+    tp_status st = call_method(&sv, !strcmp(f, "trim") ? "strip" : f, a, out);
+    json_decref(str);
+    return st;
 }
 
 static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, int *out)
@@ -1135,19 +1148,22 @@ static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, in
     else if (!strcmp(t, "undefined")) *out = v->k == V_UNDEF;
     else if (!strcmp(t, "none")) *out = j && json_is_null(j);
     else if (!strcmp(t, "string")) *out = j && json_is_string(j);
-    else if (!strcmp(t, "number")) *out = j && json_is_number(j);
+    else if (!strcmp(t, "number")) *out = j && (json_is_number(j) || json_is_boolean(j)); /* Python's bool is an int */
     else if (!strcmp(t, "integer")) *out = j && json_is_integer(j);
     else if (!strcmp(t, "float")) *out = j && json_is_real(j);
     else if (!strcmp(t, "boolean")) *out = j && json_is_boolean(j);
     else if (!strcmp(t, "true")) *out = j && json_is_true(j);
     else if (!strcmp(t, "false")) *out = j && json_is_false(j);
     else if (!strcmp(t, "mapping")) *out = (j && json_is_object(j)) || v->k == V_NS;
-    else if (!strcmp(t, "iterable")) *out = j && (json_is_array(j) || json_is_object(j) || json_is_string(j));
-    else if (!strcmp(t, "sequence")) *out = j && (json_is_array(j) || json_is_object(j) || json_is_string(j));
-    else if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
-        *out = j && json_is_string(j);
-        for (const char *p = *out ? json_string_value(j) : ""; *p; p++)
-            if (t[0] == 'l' ? (*p >= 'A' && *p <= 'Z') : (*p >= 'a' && *p <= 'z')) *out = 0;
+    else if (!strcmp(t, "iterable") || !strcmp(t, "sequence")) /* Jinja's Undefined iterates, empty */
+        *out = v->k == V_UNDEF || (j && (json_is_array(j) || json_is_object(j) || json_is_string(j)));
+    else if (!strcmp(t, "lower") || !strcmp(t, "upper")) { /* Python's islower/isupper: a cased letter, none of the other case */
+        *out = 0;
+        for (const char *p = j && json_is_string(j) ? json_string_value(j) : ""; *p; p++)
+            if (t[0] == 'l' ? (*p >= 'A' && *p <= 'Z') : (*p >= 'a' && *p <= 'z')) {
+                *out = 0;
+                break;
+            } else if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z')) *out = 1;
     } else if (!strcmp(t, "even") || !strcmp(t, "odd") || !strcmp(t, "divisibleby")) {
         if (!is_int(v)) return rt_error("chat template: test %s needs an integer", t);
         int64_t d = !strcmp(t, "divisibleby") ? (x && is_int(x) ? inum(x) : 0) : 2;
@@ -1423,6 +1439,7 @@ static tp_status exec(ctx *c, const ct_node *n)
             val ns = lookup(c, n->str);
             tp_status st = TP_OK;
             if (ns.k != V_NS) st = rt_error("chat template: {%% set %s.attr %%} needs a namespace()", n->str);
+            else if (v.k == V_UNDEF) json_object_del(ns.j, n->attr); /* reads back undefined, as Jinja */
             else json_object_set(ns.j, n->attr, v.k == V_JSON ? v.j : json_null());
             vfree(&ns);
             vfree(&v);

@@ -53,8 +53,11 @@ static int same_as_earlier(const tp_weight_slice *s, int i)
     return 0;
 }
 
-static tp_dtype compute_dtype(const tp_options *o, const tp_model_config *cfg)
+/* The KV cache's dtype: the CPU backend computes and caches in float32 whatever the model's
+ * (backend.c), a GPU in the compute dtype (the model's torch_dtype, or --dtype). */
+static tp_dtype kv_dtype(const tp_options *o, const tp_model_config *cfg, const tp_device_info *dev)
 {
+    if (!strcmp(o->backend, "cpu") || (!strcmp(o->backend, "auto") && dev->count == 0)) return TP_DTYPE_F32;
     tp_dtype dt = cfg->torch_dtype;
     if (strcmp(o->dtype, "auto")) tp_dtype_from_name(o->dtype, &dt);
     return dt;
@@ -78,7 +81,7 @@ tp_status tp_dry_run_rank(const tp_options *o, const tp_grid *g, const tp_model_
         rep->weight_bytes += b;
         rep->n_tensors++;
     }
-    tp_dtype dt = compute_dtype(o, cfg);
+    tp_dtype dt = kv_dtype(o, cfg, dev);
     rep->kv_bytes_per_token = tp_shard_plan_kv_bytes_per_token(cfg, &plan, (int64_t)tp_dtype_size(dt));
 
     char wb[32], kvb[32];

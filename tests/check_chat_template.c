@@ -76,6 +76,63 @@ START_TEST(test_small_constructs)
 }
 END_TEST
 
+/* Where jinja2 (with transformers' settings) and a first reading of Jinja part ways; each
+ * expectation is jinja2 3.1's rendering: filters on None, lists and undefined values (Llama-3's
+ * message['content']|trim with null, list or absent content), Python's float repr below 1e-4,
+ * Python's whitespace (\x1c-\x1f), \r\n sources, "}}" closing a nested dict, undefined values
+ * stored in a namespace, the number and lower tests. */
+START_TEST(test_jinja_semantics)
+{
+    static const struct {
+        const char *tpl, *expect;
+    } cases[] = {
+        {"[{{ none_v|trim }}][{{ parts|trim }}][{{ missing|trim }}][{{ none_v|upper }}]",
+         "[None][[{'type': 'text', 'text': 'hi'}]][][NONE]"},
+        {"{{ missing|length }}[{{ missing|string }}][{{ missing|join(',') }}]{{ missing|list }}[{{ missing|upper }}]"
+         "{{ missing is iterable }}{{ missing is sequence }}{{ missing|items|list }}[{{ missing|first }}]"
+         "[{{ missing|replace('a', 'b') }}]{{ missing|count }}",
+         "0[][][][]TrueTrue[][][]0"},
+        {"{{ 0.00001 }} {{ f }} {{ {'n': f}|tojson }} {{ 0.0001 }} {{ 0.000123 }}",
+         "1e-05 1.5e-05 {\"n\": 1.5e-05} 0.0001 0.000123"},
+        {"[{{ ws|trim }}]{{ ws.split()|length }}", "[x\x1f y]2"},
+        {"a\r\nb{% if true %}\r\nc{% endif %}\r\nd\re", "a\nbcd\ne"},
+        {"{{ {'a': {'b': 1}}|tojson }}|{{- {'name': 'n', 'arguments': {'x': [1, {'y': 2}]}}|tojson -}}|",
+         "{\"a\": {\"b\": 1}}|{\"name\": \"n\", \"arguments\": {\"x\": [1, {\"y\": 2}]}}|"},
+        {"{% set ns = namespace(v='', w=missing) %}{% set ns.v = missing %}[{{ ns.v }}]{{ ns.v is defined }}"
+         "{{ ns.w is defined }}",
+         "[]FalseFalse"},
+        {"{{ true is number }}{{ '123' is lower }}{{ 'abc' is lower }}{{ 'aBc' is lower }}{{ 'A1' is upper }}"
+         "{{ 5 is number }}",
+         "TrueFalseTrueFalseTrueTrue"},
+    };
+    const char *ctx = "{\"none_v\": null, \"parts\": [{\"type\": \"text\", \"text\": \"hi\"}], \"f\": 1.5e-05,"
+                      " \"ws\": \"\\u001cx\\u001f y\\u001d\"}";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        size_t len;
+        ck_assert_msg(render(cases[i].tpl, ctx, &out, &len) == TP_OK, "case %zu: %s", i, tp_error_message());
+        ck_assert_msg(len == strlen(cases[i].expect) && memcmp(out, cases[i].expect, len) == 0,
+                      "case %zu: got [%s] want [%s]", i, out, cases[i].expect);
+        free(out);
+    }
+    /* int and float of an undefined value are errors in jinja2 too */
+    char *out = NULL;
+    size_t len;
+    ck_assert_int_eq(render("{{ missing|int }}", ctx, &out, &len), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    /* transformers passes tools=None and documents=None whatever the request holds */
+    tp_chat_template *tpl;
+    const char *src = "[{{ tools is none }}|{{ documents is none }}|{{ tools is defined }}]";
+    ck_assert_int_eq(tp_chat_template_create(src, strlen(src), &tpl), TP_OK);
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
+    ck_assert_int_eq(tp_chat_template_apply(tpl, msgs, 1, "<s>", "</s>", &out, &len), TP_OK);
+    ck_assert_str_eq(out, "[True|True|True]");
+    free(out);
+    json_decref(msgs);
+    tp_chat_template_destroy(tpl);
+}
+END_TEST
+
 START_TEST(test_unsupported)
 {
     static const char *const bad[] = {
@@ -149,6 +206,7 @@ static Suite *chat_suite(void)
     TCase *t = tcase_create("render");
     tcase_add_loop_test(t, test_reference_renderings, 0, (int)(sizeof CHAT_CASES / sizeof CHAT_CASES[0]));
     tcase_add_test(t, test_small_constructs);
+    tcase_add_test(t, test_jinja_semantics);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
     tcase_add_test(e, test_unsupported);

@@ -28,14 +28,22 @@ for dir in "$MODELS"/*/; do
 done
 
 # The KV line names the sequences the run would hold: the engine's default without a GPU
-# (256; 1024 on GPUs of 70 GiB or more), else --max-num-seqs (tiny-llama3: 512 B a token).
+# (256; 1024 on GPUs of 70 GiB or more), else --max-num-seqs. tiny-llama3 (bfloat16) caches
+# 1 KiB a token on the CPU backend, which keeps float32: what the run's --kv-cache-memory
+# must hold (one sequence of 48 tokens, three blocks of 16: 48 KiB, and not 47).
 "$TPINFER" --model "$MODELS/tiny-llama3" --dry-run --backend cpu >"$TMP/out" 2>&1 || fail "dry-run of tiny-llama3"
-grep -q "KV cache per token per replica: 512 B; for --max-num-seqs 256 x --max-model-len 512: 64 MiB" "$TMP/out" ||
+grep -q "KV cache per token per replica: 1 KiB; for --max-num-seqs 256 x --max-model-len 512: 128 MiB" "$TMP/out" ||
     fail "default sequences: $(grep 'KV cache per token per replica' "$TMP/out")"
-"$TPINFER" --model "$MODELS/tiny-llama3" --dry-run --max-num-seqs 8 --max-model-len 128 >"$TMP/out" 2>&1 ||
+grep -q "KV cache    1 KiB per token (float32)" "$TMP/out" || fail "KV dtype: $(grep 'KV cache  ' "$TMP/out")"
+"$TPINFER" --model "$MODELS/tiny-llama3" --dry-run --backend cpu --max-num-seqs 8 --max-model-len 128 >"$TMP/out" 2>&1 ||
     fail "dry-run of tiny-llama3 with --max-num-seqs 8"
-grep -q "for --max-num-seqs 8 x --max-model-len 128: 512 KiB" "$TMP/out" ||
+grep -q "for --max-num-seqs 8 x --max-model-len 128: 1 MiB" "$TMP/out" ||
     fail "--max-num-seqs 8: $(grep 'KV cache per token per replica' "$TMP/out")"
+printf '%s\n' '{"prompt": "Once upon a time", "max_tokens": 4}' >"$TMP/kv.jsonl"
+"$TPINFER" --model "$MODELS/tiny-llama3" --backend cpu --input "$TMP/kv.jsonl" --output "$TMP/kv.out" \
+    --max-model-len 48 --kv-cache-memory 49152 >/dev/null 2>&1 || fail "48 KiB of KV cache, as the dry run says, did not run"
+"$TPINFER" --model "$MODELS/tiny-llama3" --backend cpu --input "$TMP/kv.jsonl" --output "$TMP/kv2.out" \
+    --max-model-len 48 --kv-cache-memory 48128 >/dev/null 2>&1 && fail "47 KiB of KV cache ran, the dry run says 48"
 
 # No weight bytes are read: strace sees only the 8-byte length and header preads.
 if command -v strace >/dev/null; then
