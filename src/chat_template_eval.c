@@ -334,12 +334,21 @@ static void py_str(sbuf *b, json_t *j, int repr)
     }
 }
 
-static void json_str(sbuf *b, const char *s, size_t n)
+/* json.dumps' options as transformers' tojson filter takes them */
+typedef struct json_opts {
+    int ascii;                 /* ensure_ascii: every non-ASCII character (and DEL) as \uXXXX */
+    const char *indent;        /* NULL: None (one line); else the string of one level */
+    size_t indent_len;
+    const char *item_sep, *key_sep; /* separators: default ", " / ": " (",", ": " with an indent) */
+    int sort_keys;
+} json_opts;
+
+static void json_str(sbuf *b, const char *s, size_t n, int ascii)
 {
     sb_str(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        char esc[8];
+        char esc[16];
         switch (c) {
         case '"': sb_str(b, "\\\""); break;
         case '\\': sb_str(b, "\\\\"); break;
@@ -349,8 +358,17 @@ static void json_str(sbuf *b, const char *s, size_t n)
         case '\b': sb_str(b, "\\b"); break;
         case '\f': sb_str(b, "\\f"); break;
         default:
-            if (c < 0x20) {
+            if (c < 0x20 || (ascii && c == 0x7f)) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
+                sb_str(b, esc);
+            } else if (ascii && c >= 0x80) { /* one character, as \uXXXX or a surrogate pair */
+                uint32_t cp = 0xfffd;
+                int l = tp_utf8_next((const uint8_t *)s + i, n - i, &cp);
+                if (l > 1) i += (size_t)l - 1;
+                if (cp >= 0x10000) {
+                    cp -= 0x10000;
+                    snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+                } else snprintf(esc, sizeof esc, "\\u%04x", cp);
                 sb_str(b, esc);
             } else sb_put(b, (const char *)&c, 1);
         }
@@ -358,12 +376,32 @@ static void json_str(sbuf *b, const char *s, size_t n)
     sb_str(b, "\"");
 }
 
-/* json.dumps(x, ensure_ascii=False, indent=indent): indent < 0 means None. */
-static void py_json(sbuf *b, json_t *j, int indent, int level)
+static void json_newline(sbuf *b, const json_opts *o, int level)
+{
+    sb_str(b, "\n");
+    for (int k = 0; k < level; k++) sb_put(b, o->indent, o->indent_len);
+}
+
+typedef struct json_member {
+    const char *key;
+    size_t len;
+    json_t *value;
+} json_member;
+
+/* Python's order of str keys: code points, i.e. UTF-8 bytes (a key may hold NUL) */
+static int cmp_members(const void *x, const void *y)
+{
+    const json_member *a = x, *b = y;
+    int c = memcmp(a->key, b->key, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* json.dumps(x, ...) with transformers' defaults (ensure_ascii=False) unless o says otherwise */
+static void py_json(sbuf *b, json_t *j, const json_opts *o, int level)
 {
     int arr = json_is_array(j);
     if (!arr && !json_is_object(j)) {
-        if (json_is_string(j)) return json_str(b, json_string_value(j), json_string_length(j));
+        if (json_is_string(j)) return json_str(b, json_string_value(j), json_string_length(j), o->ascii);
         if (json_is_real(j)) return py_float(b, json_real_value(j));
         if (json_is_null(j)) return sb_str(b, "null");
         if (json_is_boolean(j)) return sb_str(b, json_is_true(j) ? "true" : "false");
@@ -371,27 +409,33 @@ static void py_json(sbuf *b, json_t *j, int indent, int level)
     }
     size_t n = arr ? json_array_size(j) : json_object_size(j);
     if (n == 0) return sb_str(b, arr ? "[]" : "{}");
+    json_member *m = NULL; /* the object's members, in order or sorted */
+    if (!arr) {
+        m = malloc(n * sizeof *m);
+        if (!m) {
+            b->oom = 1;
+            return;
+        }
+        size_t k = 0;
+        for (void *it = json_object_iter(j); it && k < n; it = json_object_iter_next(j, it), k++)
+            m[k] = (json_member){json_object_iter_key(it), json_object_iter_key_len(it), json_object_iter_value(it)};
+        n = k;
+        if (o->sort_keys) qsort(m, n, sizeof *m, cmp_members);
+    }
     sb_str(b, arr ? "[" : "{");
-    void *it = arr ? NULL : json_object_iter(j);
     for (size_t i = 0; i < n; i++) {
-        if (i) sb_str(b, indent >= 0 ? "," : ", ");
-        if (indent >= 0) {
-            sb_str(b, "\n");
-            for (int k = 0; k < indent * (level + 1); k++) sb_str(b, " ");
-        }
+        if (i) sb_str(b, o->item_sep);
+        if (o->indent) json_newline(b, o, level + 1);
         if (arr) {
-            py_json(b, json_array_get(j, i), indent, level + 1);
+            py_json(b, json_array_get(j, i), o, level + 1);
         } else {
-            json_str(b, json_object_iter_key(it), json_object_iter_key_len(it));
-            sb_str(b, ": ");
-            py_json(b, json_object_iter_value(it), indent, level + 1);
-            it = json_object_iter_next(j, it);
+            json_str(b, m[i].key, m[i].len, o->ascii);
+            sb_str(b, o->key_sep);
+            py_json(b, m[i].value, o, level + 1);
         }
     }
-    if (indent >= 0) {
-        sb_str(b, "\n");
-        for (int k = 0; k < indent * level; k++) sb_str(b, " ");
-    }
+    free(m);
+    if (o->indent) json_newline(b, o, level);
     sb_str(b, arr ? "]" : "}");
 }
 
@@ -1040,12 +1084,31 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         *out = vjson(s);
         return TP_OK;
     }
-    if (!strcmp(f, "tojson")) {
-        const val *ind = arg(a, 0, "indent");
+    if (!strcmp(f, "tojson")) { /* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
+        const val *asc = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators"),
+                  *srt = arg(a, 3, "sort_keys");
         if (in->k != V_JSON && in->k != V_NS) return rt_error("chat template: tojson of a non-JSON value%s", "");
+        static const char spaces[] = "                                                                ";
+        json_opts o = {asc && truthy(asc), NULL, 0, ", ", ": ", srt && truthy(srt)};
+        if (ind && is_int(ind)) { /* n spaces a level (at most 64) */
+            const int64_t k = inum(ind);
+            o.indent = spaces;
+            o.indent_len = k <= 0 ? 0 : k > 64 ? 64 : (size_t)k;
+        } else if (ind && is_str(ind)) {
+            o.indent = json_string_value(ind->j);
+            o.indent_len = json_string_length(ind->j);
+        } else if (ind && !(ind->k == V_JSON && json_is_null(ind->j)))
+            return rt_error("chat template: tojson's indent must be an integer, a string or none%s", "");
+        if (o.indent) o.item_sep = ",";
+        if (sep && sep->k == V_JSON && json_is_array(sep->j) && json_array_size(sep->j) == 2 &&
+            json_is_string(json_array_get(sep->j, 0)) && json_is_string(json_array_get(sep->j, 1))) {
+            o.item_sep = json_string_value(json_array_get(sep->j, 0));
+            o.key_sep = json_string_value(json_array_get(sep->j, 1));
+        } else if (sep && !(sep->k == V_JSON && json_is_null(sep->j)))
+            return rt_error("chat template: tojson's separators must be a pair of strings%s", "");
         sbuf b = {0};
         sb_put(&b, "", 0);
-        py_json(&b, in->j, ind && is_int(ind) ? (int)inum(ind) : -1, 0);
+        py_json(&b, in->j, &o, 0);
         *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
         free(b.s);
         return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");

@@ -80,7 +80,7 @@ END_TEST
  * expectation is jinja2 3.1's rendering: filters on None, lists and undefined values (Llama-3's
  * message['content']|trim with null, list or absent content), Python's float repr below 1e-4,
  * Python's whitespace (\x1c-\x1f), \r\n sources, "}}" closing a nested dict, undefined values
- * stored in a namespace, the number and lower tests. */
+ * stored in a namespace, the number and lower tests, tojson's options. */
 START_TEST(test_jinja_semantics)
 {
     static const struct {
@@ -114,6 +114,31 @@ START_TEST(test_jinja_semantics)
         ck_assert_msg(len == strlen(cases[i].expect) && memcmp(out, cases[i].expect, len) == 0,
                       "case %zu: got [%s] want [%s]", i, out, cases[i].expect);
         free(out);
+    }
+    /* tojson as transformers defines it: tojson(x, ensure_ascii=False, indent=None,
+     * separators=None, sort_keys=False) */
+    static const struct {
+        const char *tpl, *expect;
+    } json_cases[] = {
+        {"{{ d|tojson }}|{{ d|tojson(sort_keys=true) }}",
+         "{\"b\": 1, \"a\": [1, \"\303\251\360\235\204\236\177\"], \"c\": {\"z\": null, \"y\": 1.5}}|{\"a\": [1, \"\303\251\360\235\204\236\177\"], \"b\": 1, \"c\": {\"y\": 1.5, \"z\": null}}"},
+        {"{{ d|tojson(ensure_ascii=true) }}|{{ d|tojson(separators=[',', ':']) }}",
+         "{\"b\": 1, \"a\": [1, \"\\u00e9\\ud834\\udd1e\\u007f\"], \"c\": {\"z\": null, \"y\": 1.5}}|{\"b\":1,\"a\":[1,\"\303\251\360\235\204\236\177\"],\"c\":{\"z\":null,\"y\":1.5}}"},
+        {"{{ d|tojson(indent=2) }}",
+         "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    \"\303\251\360\235\204\236\177\"\n  ],\n  \"c\": {\n    \"z\": null,\n    \"y\": 1.5\n  }\n}"},
+        {"{{ d|tojson(indent='\t', sort_keys=true) }}",
+         "{\n\t\"a\": [\n\t\t1,\n\t\t\"\303\251\360\235\204\236\177\"\n\t],\n\t\"b\": 1,\n\t\"c\": {\n\t\t\"y\": 1.5,\n\t\t\"z\": null\n\t}\n}"},
+        {"{{ d|tojson(true, 2) }}",
+         "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    \"\\u00e9\\ud834\\udd1e\\u007f\"\n  ],\n  \"c\": {\n    \"z\": null,\n    \"y\": 1.5\n  }\n}"},
+    };
+    const char *json_ctx = "{\"d\": {\"b\": 1, \"a\": [1, \"\\u00e9\\ud834\\udd1e\\u007f\"], \"c\": {\"z\": null, \"y\": 1.5}}}";
+    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
+        char *o;
+        size_t n;
+        ck_assert_msg(render(json_cases[i].tpl, json_ctx, &o, &n) == TP_OK, "tojson %zu: %s", i, tp_error_message());
+        ck_assert_msg(n == strlen(json_cases[i].expect) && memcmp(o, json_cases[i].expect, n) == 0,
+                      "tojson %zu: got [%s] want [%s]", i, o, json_cases[i].expect);
+        free(o);
     }
     /* int and float of an undefined value are errors in jinja2 too */
     char *out = NULL;
