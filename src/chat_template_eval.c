@@ -878,16 +878,11 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
         }
         *out = vjson(r);
     } else if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize")) {
-        char *r = malloc(n + 1);
-        if (!r) return tp_error(TP_ERR_OOM, "out of memory");
-        int start = 1;
-        for (size_t i = 0; i < n; i++) {
-            char ch = s[i];
-            int up = m[0] == 'u' || (m[0] == 't' && start) || (m[0] == 'c' && i == 0);
-            r[i] = up && ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : !up && ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-            start = !((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'));
-        }
-        *out = vjson(json_stringn_nocheck(r, n));
+        /* Python's str methods, Unicode's full mappings (the title filter is Jinja's: run_filter) */
+        char *r;
+        size_t rn;
+        TP_CHECK(tp_utf8_case(s, n, m[0] == 't' ? 'T' : m[0] == 'l' ? 'L' : m[0], &r, &rn));
+        *out = vjson(json_stringn_nocheck(r, rn));
         free(r);
     } else if (!strcmp(m, "replace")) {
         const val *o = arg(a, 0, "old"), *w = arg(a, 1, "new"), *cnt = arg(a, 2, "count");
@@ -1197,7 +1192,17 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     json_t *str = NULL;
     if (!is_str(in)) TP_CHECK(to_string(in, &str));
     val sv = {V_JSON, str ? str : in->j, NULL};
-    tp_status st = call_method(&sv, !strcmp(f, "trim") ? "strip" : f, a, out);
+    tp_status st;
+    if (!strcmp(f, "title")) { /* Jinja's own: words begin after whitespace, -, (, {, [ or < */
+        char *r;
+        size_t rn;
+        st = tp_utf8_case(json_string_value(sv.j), json_string_length(sv.j), 'J', &r, &rn);
+        if (st == TP_OK) {
+            *out = vjson(json_stringn_nocheck(r, rn));
+            free(r);
+            if (!out->j) st = tp_error(TP_ERR_OOM, "out of memory");
+        }
+    } else st = call_method(&sv, !strcmp(f, "trim") ? "strip" : f, a, out);
     json_decref(str);
     return st;
 }

@@ -168,40 +168,69 @@ tp_status tp_utf8_normalize(const char *form, const char *s, size_t n, char **ou
     return TP_OK;
 }
 
-tp_status tp_utf8_lowercase(const char *s, size_t n, char **out, size_t *out_len)
+/* One character's case mapping: 'u' upper, 'l' lower, 't' title (full mappings, at most 8
+ * characters out); the character itself where there is none. */
+static size_t map_case(uint32_t cp, char how, uint32_t mapped[8])
+{
+    if (cp < 0x80 && how != 't') {
+        mapped[0] = how == 'u' ? (cp >= 'a' && cp <= 'z' ? cp - 32u : cp) : (cp >= 'A' && cp <= 'Z' ? cp + 32u : cp);
+        return 1;
+    }
+    size_t mn = 8;
+    uint32_t *r = how == 'u'   ? u32_toupper(&cp, 1, NULL, NULL, mapped, &mn)
+                  : how == 'l' ? u32_tolower(&cp, 1, NULL, NULL, mapped, &mn)
+                               : u32_totitle(&cp, 1, NULL, NULL, mapped, &mn);
+    if (!r || mn == 0) {
+        mapped[0] = cp;
+        return 1;
+    }
+    if (r != mapped) {
+        mn = mn < 8 ? mn : 8;
+        memcpy(mapped, r, mn * sizeof *r);
+        free(r);
+    }
+    return mn;
+}
+
+static int is_cased(uint32_t cp)
+{
+    bool cased = false;
+    return u32_is_cased(&cp, 1, NULL, &cased) == 0 && cased;
+}
+
+tp_status tp_utf8_case(const char *s, size_t n, char how, char **out, size_t *out_len)
 {
     size_t cap = n + 16, o = 0;
     char *buf = malloc(cap);
     if (!buf) return tp_error(TP_ERR_OOM, "out of memory");
     const uint8_t *p = (const uint8_t *)s;
     size_t i = 0;
+    int first = 1, prev_cased = 0, word_start = 1;
     while (i < n) {
-        uint32_t mapped[8];
-        size_t mn = 1;
-        if (p[i] < 0x80) {
-            mapped[0] = (p[i] >= 'A' && p[i] <= 'Z') ? p[i] + 32u : p[i];
-            i++;
-        } else {
-            uint32_t cp;
-            int k = tp_utf8_next(p + i, n - i, &cp);
-            if (k < 0) {
-                free(buf);
-                return tp_error(TP_ERR_INVALID_ARG, "invalid UTF-8 at byte %zu", i);
-            }
-            i += (size_t)k;
-            mn = sizeof mapped / sizeof mapped[0];
-            /* One character at a time: char::to_lowercase has no context (no final sigma). */
-            uint32_t *r = u32_tolower(&cp, 1, NULL, NULL, mapped, &mn);
-            if (!r) {
-                mapped[0] = cp;
-                mn = 1;
-            } else if (r != mapped) {
-                size_t m = mn < 8 ? mn : 8;
-                memcpy(mapped, r, m * sizeof *r);
-                free(r);
-                mn = m;
-            }
+        uint32_t cp;
+        int k = tp_utf8_next(p + i, n - i, &cp);
+        if (k < 0) {
+            free(buf);
+            return tp_error(TP_ERR_INVALID_ARG, "invalid UTF-8 at byte %zu", i);
         }
+        i += (size_t)k;
+        char m = how == 'L' ? 'l' : how; /* 'u', 'l', or the per-character choice of the other ways */
+        if (how == 'c') m = first ? 't' : 'l';
+        else if (how == 'T') m = prev_cased ? 'l' : 't';
+        else if (how == 'J') {
+            const int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tp_uc_is_whitespace(cp) ||
+                            (cp >= 0x1c && cp <= 0x1f);
+            m = sep ? 'l' : word_start ? 'u' : 'l';
+            word_start = sep;
+        }
+        uint32_t mapped[8];
+        size_t mn = map_case(cp, m, mapped);
+        if (how != 'l' && m == 'l' && cp == 0x3a3 && prev_cased) { /* Python's final sigma: not before a cased letter */
+            uint32_t next = 0;
+            if (i >= n || tp_utf8_next(p + i, n - i, &next) < 0 || !is_cased(next)) mapped[0] = 0x3c2;
+        }
+        prev_cased = is_cased(cp);
+        first = 0;
         if (o + mn * 4 + 1 > cap) {
             cap = cap * 2 + mn * 4 + 1;
             char *nb = realloc(buf, cap);
@@ -217,4 +246,9 @@ tp_status tp_utf8_lowercase(const char *s, size_t n, char **out, size_t *out_len
     *out = buf;
     *out_len = o;
     return TP_OK;
+}
+
+tp_status tp_utf8_lowercase(const char *s, size_t n, char **out, size_t *out_len)
+{
+    return tp_utf8_case(s, n, 'l', out, out_len);
 }

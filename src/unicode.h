@@ -52,6 +52,14 @@ tp_status tp_utf8_normalize(const char *form, const char *s, size_t n, char **ou
  * context), as HF's Lowercase normalizer does; malloc'ed result. */
 tp_status tp_utf8_lowercase(const char *s, size_t n, char **out, size_t *out_len);
 
+/* Case maps of valid UTF-8, character by character with libunistring's full mappings
+ * (no context): how 'u' upper (Python's str.upper), 'l' lower (Rust's char by char),
+ * 'L' Python's str.lower (a final sigma as such), 'c' Python's str.capitalize (the first
+ * character title-cased, the rest as 'L'), 'T' Python's str.title (title case after an
+ * uncased character, else as 'L'), 'J' Jinja's title filter (upper after -, whitespace,
+ * (, {, [, < or at the start, else as 'L'); malloc'ed result. */
+tp_status tp_utf8_case(const char *s, size_t n, char how, char **out, size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,9 +104,14 @@ START_TEST(test_jinja_semantics)
         {"{{ true is number }}{{ '123' is lower }}{{ 'abc' is lower }}{{ 'aBc' is lower }}{{ 'A1' is upper }}"
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
+        /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
+         * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
+        {"{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|{{ u.title() }}|{{ u.capitalize() }}",
+         "\303\211LAN SSTRASSE THEY'RE 3RD X-RAY (OK) \307\204EMAL \316\243\316\221\316\243|\303\251lan \303\237tra\303\237e they're 3rd x-ray (ok) \307\206emal \317\203\316\261\317\202|\303\211lan SStra\303\237e They're 3rd X-Ray (Ok) \307\204emal \316\243\316\261\317\202|\303\211lan \303\237tra\303\237e they're 3rd x-ray (ok) \307\206emal \317\203\316\261\317\202|\303\211lan Sstra\303\237e They'Re 3Rd X-Ray (Ok) \307\205emal \316\243\316\261\317\202|\303\211lan \303\237tra\303\237e they're 3rd x-ray (ok) \307\206emal \317\203\316\261\317\202"},
     };
     const char *ctx = "{\"none_v\": null, \"parts\": [{\"type\": \"text\", \"text\": \"hi\"}], \"f\": 1.5e-05,"
-                      " \"ws\": \"\\u001cx\\u001f y\\u001d\"}";
+                      " \"ws\": \"\\u001cx\\u001f y\\u001d\", "
+                      "\"u\": \"\\u00e9lan \\u00dftra\\u00dfe they're 3rd x-ray (ok) \\u01c6emal \\u03a3\\u0391\\u03a3\"" "}";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;
         size_t len;
