@@ -703,6 +703,7 @@ static tp_status parse_compare(parser *p, ct_node **out)
 {
     static const char *const ops[] = {"==", "!=", "<=", ">=", "<", ">", NULL};
     TP_CHECK(parse_math1(p, out));
+    int chained = 0;
     for (;;) {
         const char *op = NULL;
         for (size_t i = 0; ops[i] && !op; i++)
@@ -713,6 +714,13 @@ static tp_status parse_compare(parser *p, ct_node **out)
             p->i++;
         }
         if (!op) return TP_OK;
+        if (chained++) { /* Jinja: a < b < c is a < b and b < c */
+            const int line = p->t[p->i].line;
+            ct_node_free(*out);
+            *out = NULL;
+            return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: a chained comparison (... %s ...) is not "
+                            "supported (Jinja reads a < b < c as a < b and b < c)%s", line, op, HINT);
+        }
         p->i++;
         ct_node *r;
         tp_status st = parse_math1(p, &r);

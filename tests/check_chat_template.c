@@ -104,6 +104,7 @@ START_TEST(test_jinja_semantics)
         {"{{ true is number }}{{ '123' is lower }}{{ 'abc' is lower }}{{ 'aBc' is lower }}{{ 'A1' is upper }}"
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
+        {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
         /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
          * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
         {"{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|{{ u.title() }}|{{ u.capitalize() }}",
@@ -179,6 +180,8 @@ START_TEST(test_unsupported)
         "{{ 'a'.format(1) }}",
         "{{ lipsum() }}",
         "{{ x(1) }}",
+        "{{ 3 > 2 > 1 }}", /* a chained comparison: jinja2 says True, left to right would say False */
+        "{% if 1 < x <= 3 %}y{% endif %}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tp_chat_template *tpl = NULL;
