@@ -992,11 +992,51 @@ static tp_status call_function(ctx *c, const char *f, const args *a, val *out)
 }
 
 /* select/reject/selectattr/rejectattr/map over a list. */
+/* Jinja's attribute getter: "a.b.0" walks attribute a, then b, then item 0; an undefined
+ * step becomes dflt where there is one (map's default=), else the next step fails */
+static tp_status attr_path(const val *e, const char *path, const val *dflt, val *out)
+{
+    val cur = vcopy(e);
+    tp_status st = TP_OK;
+    for (;;) {
+        const char *dot = strchr(path, '.');
+        const size_t n = dot ? (size_t)(dot - path) : strlen(path);
+        char part[128];
+        if (n >= sizeof part) {
+            st = rt_error("chat template: attribute name too long in \"%.40s\"", path);
+            break;
+        }
+        memcpy(part, path, n);
+        part[n] = '\0';
+        int digits = n > 0;
+        for (size_t i = 0; i < n; i++) digits &= part[i] >= '0' && part[i] <= '9';
+        val next = {0};
+        if (digits) {
+            val key = vjson(json_integer(strtoll(part, NULL, 10)));
+            st = get_item(&cur, &key, &next);
+            vfree(&key);
+        } else st = get_attr(&cur, part, &next);
+        vfree(&cur);
+        cur = next;
+        if (st != TP_OK) break;
+        if (cur.k == V_UNDEF && dflt) cur = vcopy(dflt);
+        if (!dot) break;
+        path = dot + 1;
+    }
+    if (st != TP_OK) {
+        vfree(&cur);
+        return st;
+    }
+    *out = cur;
+    return TP_OK;
+}
+
 static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a, val *out)
 {
     if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: filter %s needs a list", f);
     int attr = strstr(f, "attr") != NULL, is_map = !strcmp(f, "map");
     const val *an = is_map ? arg(a, 99, "attribute") : attr ? arg(a, 0, NULL) : NULL;
+    const val *dflt = is_map ? arg(a, 99, "default") : NULL;
     if ((attr || is_map) && (!an || !is_str(an)))
         return rt_error("chat template: %s needs an attribute name (map(attribute=...))", f);
     const val *tn = arg(a, attr ? 1 : 0, NULL);
@@ -1009,7 +1049,7 @@ static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a,
     tp_status st = TP_OK;
     for (size_t i = 0; r && st == TP_OK && i < json_array_size(in->j); i++) {
         val e = {V_JSON, json_array_get(in->j, i), NULL}, subject = {0};
-        if (an) st = get_attr(&e, json_string_value(an->j), &subject);
+        if (an) st = attr_path(&e, json_string_value(an->j), dflt, &subject);
         else subject = vcopy(&e);
         if (st != TP_OK) break;
         if (is_map) {

@@ -105,6 +105,11 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        /* attribute paths: map, selectattr; map's default= at an undefined step */
+        {"{% set l = [{'a': {'b': 1}}, {'a': {'b': 2, 'c': [5, 6]}}, {'x': 1}] %}"
+         "{{ l|map(attribute='a.c.1', default='D')|list }}|{{ l|map(attribute='a.b', default=0)|list }}|"
+         "{{ l[:2]|map(attribute='a.b')|list }}|{{ l[:2]|selectattr('a.b', 'eq', 2)|list|length }}",
+         "['D', 6, 'D']|[1, 2, 0]|[1, 2]|1"},
         /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
          * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
         {"{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|{{ u.title() }}|{{ u.capitalize() }}",
@@ -146,10 +151,12 @@ START_TEST(test_jinja_semantics)
                       "tojson %zu: got [%s] want [%s]", i, o, json_cases[i].expect);
         free(o);
     }
-    /* int and float of an undefined value are errors in jinja2 too */
+    /* int and float of an undefined value are errors in jinja2 too, and so is a path through one */
     char *out = NULL;
     size_t len;
     ck_assert_int_eq(render("{{ missing|int }}", ctx, &out, &len), TP_ERR_INVALID_ARG);
+    tp_error_clear();
+    ck_assert_int_eq(render("{{ [{'x': 1}]|map(attribute='a.b')|list }}", ctx, &out, &len), TP_ERR_INVALID_ARG);
     tp_error_clear();
     /* transformers passes tools=None and documents=None whatever the request holds */
     tp_chat_template *tpl;
