@@ -865,10 +865,8 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
                 while (i < n && is_space_cp(s + i, n - i, &k)) i += k;
                 if (i >= n) break;
                 size_t st = i;
-                if (maxsplit == 0) {
-                    size_t e = n;
-                    while (e > st && is_space_cp(s + e - 1, 1, &k)) e--;
-                    json_array_append_new(r, json_stringn_nocheck(s + st, e - st));
+                if (maxsplit == 0) { /* Python keeps the rest as it is, its trailing whitespace too */
+                    json_array_append_new(r, json_stringn_nocheck(s + st, n - st));
                     break;
                 }
                 while (i < n && !is_space_cp(s + i, n - i, &k)) i += (size_t)tp_utf8_len((uint8_t)s[i]);

@@ -110,6 +110,8 @@ START_TEST(test_jinja_semantics)
          "{{ l|map(attribute='a.c.1', default='D')|list }}|{{ l|map(attribute='a.b', default=0)|list }}|"
          "{{ l[:2]|map(attribute='a.b')|list }}|{{ l[:2]|selectattr('a.b', 'eq', 2)|list|length }}",
          "['D', 6, 'D']|[1, 2, 0]|[1, 2]|1"},
+        {"{{ 'a b  c  '.split(none, 1) }}{{ '  a b '.split(none, 0) }}{{ ' a  b '.split() }}{{ 'a b'.split(none, 5) }}",
+         "['a', 'b  c  ']['a b ']['a', 'b']['a', 'b']"},
         /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
          * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
         {"{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|{{ u.title() }}|{{ u.capitalize() }}",
