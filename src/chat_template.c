@@ -89,7 +89,16 @@ static tp_status lex_string(lexer *lx)
         case 'n': buf[o++] = '\n'; break;
         case 't': buf[o++] = '\t'; break;
         case 'r': buf[o++] = '\r'; break;
-        case '0': buf[o++] = '\0'; break;
+        case 'a': buf[o++] = '\a'; break;
+        case 'b': buf[o++] = '\b'; break;
+        case 'f': buf[o++] = '\f'; break;
+        case 'v': buf[o++] = '\v'; break;
+        case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': /* up to three octal digits */
+            v = (unsigned)(e - '0');
+            for (int i = 0; i < 2 && lx->pos < lx->n && lx->src[lx->pos] >= '0' && lx->src[lx->pos] <= '7'; i++)
+                v = v * 8 + (unsigned)(lx->src[lx->pos++] - '0');
+            o += (size_t)tp_utf8_put(v, buf + o);
+            break;
         case '\\': buf[o++] = '\\'; break;
         case '\'': buf[o++] = '\''; break;
         case '"': buf[o++] = '"'; break;

@@ -112,6 +112,7 @@ START_TEST(test_jinja_semantics)
          "['D', 6, 'D']|[1, 2, 0]|[1, 2]|1"},
         {"{{ 'a b  c  '.split(none, 1) }}{{ '  a b '.split(none, 0) }}{{ ' a  b '.split() }}{{ 'a b'.split(none, 5) }}",
          "['a', 'b  c  ']['a b ']['a', 'b']['a', 'b']"},
+        {"{{ '\\a\\b\\f\\v\\0'|length }}{{ '\\101\\1010' }}{{ '\\q' }}{{ '\\777'|length }}", "5AA0\\q1"}, /* Python's escapes */
         /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
          * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
         {"{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|{{ u.title() }}|{{ u.capitalize() }}",
