@@ -292,6 +292,19 @@ static void py_repr_str(sbuf *b, const char *s, size_t n)
         else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof esc, "\\x%02x", c);
             sb_str(b, esc);
+        } else if (c >= 0x80) { /* a character Python's repr escapes unless printable */
+            uint32_t cp;
+            int l = tp_utf8_next((const uint8_t *)s + i, n - i, &cp);
+            if (l <= 0) l = 1, cp = c;
+            char big[16];
+            if (tp_uc_is_printable(cp)) sb_put(b, s + i, (size_t)l);
+            else {
+                if (cp < 0x100) snprintf(big, sizeof big, "\\x%02x", (unsigned)cp);
+                else if (cp < 0x10000) snprintf(big, sizeof big, "\\u%04x", (unsigned)cp);
+                else snprintf(big, sizeof big, "\\U%08x", (unsigned)cp);
+                sb_str(b, big);
+            }
+            i += (size_t)l - 1;
         } else sb_put(b, (const char *)&c, 1);
     }
     sb_put(b, &q, 1);

@@ -120,6 +120,12 @@ int tp_uc_is_whitespace(uint32_t cp)
     return uc_is_property_white_space(cp);
 }
 
+int tp_uc_is_printable(uint32_t cp)
+{
+    if (cp == ' ') return 1;
+    return !(uc_is_general_category(cp, UC_CATEGORY_C) || uc_is_general_category(cp, UC_CATEGORY_Z));
+}
+
 int tp_uc_is_numeric(uint32_t cp)
 {
     if (cp < 0x80) return cp >= '0' && cp <= '9';

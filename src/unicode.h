@@ -40,6 +40,9 @@ tp_status tp_utf8_lossy(const char *s, size_t n, char **out, size_t *out_len);
 /* Rust char predicates (char::is_whitespace, is_numeric, is_alphanumeric) and the
  * regex crate's \w (alphabetic, marks, decimal digits, connector punctuation, join controls). */
 int tp_uc_is_whitespace(uint32_t cp);
+/* Python's str.isprintable for one character: not Other (Cc, Cf, Cs, Co, Cn) nor a
+ * separator (Zs, Zl, Zp) other than the space */
+int tp_uc_is_printable(uint32_t cp);
 int tp_uc_is_numeric(uint32_t cp);
 int tp_uc_is_alphanumeric(uint32_t cp);
 int tp_uc_is_word(uint32_t cp);

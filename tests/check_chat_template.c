@@ -112,6 +112,8 @@ START_TEST(test_jinja_semantics)
          "['D', 6, 'D']|[1, 2, 0]|[1, 2]|1"},
         {"{{ 'a b  c  '.split(none, 1) }}{{ '  a b '.split(none, 0) }}{{ ' a  b '.split() }}{{ 'a b'.split(none, 5) }}",
          "['a', 'b  c  ']['a b ']['a', 'b']['a', 'b']"},
+        {"{{ r }}", /* Python's repr: what isprintable() refuses, escaped */
+         "['a\\xa0', '\\x85\\xad\\u200b\\u2028\\u3000\\ufeff\\U000e0001\\ue000 \303\251 \360\235\204\236 ok']"},
         {"{{ '\\a\\b\\f\\v\\0'|length }}{{ '\\101\\1010' }}{{ '\\q' }}{{ '\\777'|length }}", "5AA0\\q1"}, /* Python's escapes */
         /* case maps: Python's str methods with Unicode's full mappings and final sigma; the
          * title filter is Jinja's own (words after whitespace, -, (, {, [, <) */
@@ -120,7 +122,9 @@ START_TEST(test_jinja_semantics)
     };
     const char *ctx = "{\"none_v\": null, \"parts\": [{\"type\": \"text\", \"text\": \"hi\"}], \"f\": 1.5e-05,"
                       " \"ws\": \"\\u001cx\\u001f y\\u001d\", "
-                      "\"u\": \"\\u00e9lan \\u00dftra\\u00dfe they're 3rd x-ray (ok) \\u01c6emal \\u03a3\\u0391\\u03a3\"" "}";
+                      "\"u\": \"\\u00e9lan \\u00dftra\\u00dfe they're 3rd x-ray (ok) \\u01c6emal \\u03a3\\u0391\\u03a3\"" ", "
+                      "\"r\": [\"a\\u00a0\", \"\\u0085\\u00ad\\u200b\\u2028\\u3000\\ufeff\\udb40\\udc01\\ue000 \\u00e9 \\ud834\\udd1e ok\"]"
+                      "}";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;
         size_t len;
