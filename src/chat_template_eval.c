@@ -961,8 +961,9 @@ static tp_status call_function(ctx *c, const char *f, const args *a, val *out)
     }
     if (!strcmp(f, "namespace") || !strcmp(f, "dict")) {
         json_t *o = json_object();
-        for (size_t i = 0; o && i < a->nk; i++) /* an undefined value: no key, so it reads back undefined */
-            if (a->kw[i].k != V_UNDEF) json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
+        for (size_t i = 0; o && i < a->nk; i++) /* namespace(): an undefined value leaves no key (it reads back undefined) */
+            if (a->kw[i].k != V_UNDEF || f[0] != 'n')
+                json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
         if (!o) return tp_error(TP_ERR_OOM, "out of memory");
         *out = (val){f[0] == 'n' ? V_NS : V_JSON, o, NULL};
         return TP_OK;
@@ -1224,9 +1225,15 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
             x = num(in);
             integral = is_int(in);
         } else if (is_str(in)) {
+            /* Python's int() / float() of a string: surrounding whitespace allowed, no hex */
+            const char *str = json_string_value(in->j);
             char *end;
-            x = strtod(json_string_value(in->j), &end);
-            if (*end) x = 0;
+            x = strpbrk(str, "xX") ? 0 : strtod(str, &end);
+            if (!strpbrk(str, "xX")) {
+                while (*end == ' ' || (*end >= '\t' && *end <= '\r')) end++;
+                if (*end || end == str) x = 0;
+            }
+            if (!strcmp(f, "int") && !isfinite(x)) x = 0; /* int(float('inf')) fails: jinja2's default 0 */
         }
         if (!strcmp(f, "abs")) {
             if (!is_num(in)) return rt_error("chat template: abs needs a number%s", "");
@@ -1276,13 +1283,23 @@ static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, in
     else if (!strcmp(t, "mapping")) *out = (j && json_is_object(j)) || v->k == V_NS;
     else if (!strcmp(t, "iterable") || !strcmp(t, "sequence")) /* Jinja's Undefined iterates, empty */
         *out = v->k == V_UNDEF || (j && (json_is_array(j) || json_is_object(j) || json_is_string(j)));
-    else if (!strcmp(t, "lower") || !strcmp(t, "upper")) { /* Python's islower/isupper: a cased letter, none of the other case */
-        *out = 0;
-        for (const char *p = j && json_is_string(j) ? json_string_value(j) : ""; *p; p++)
-            if (t[0] == 'l' ? (*p >= 'A' && *p <= 'Z') : (*p >= 'a' && *p <= 'z')) {
-                *out = 0;
-                break;
-            } else if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z')) *out = 1;
+    else if (!strcmp(t, "lower") || !strcmp(t, "upper")) { /* Jinja: str(v).islower() / .isupper() */
+        json_t *str = NULL;
+        if (!(j && json_is_string(j))) TP_CHECK(to_string(v, &str));
+        const char *s = json_string_value(str ? str : j);
+        const size_t n = json_string_length(str ? str : j);
+        char *lo = NULL, *up = NULL;
+        size_t nl = 0, nu = 0;
+        tp_status st = tp_utf8_case(s, n, 'L', &lo, &nl);
+        if (st == TP_OK) st = tp_utf8_case(s, n, 'u', &up, &nu);
+        /* a cased character, and none of the other case: the string is its own lower (upper) case
+         * and not its own upper (lower) case */
+        const int is_lo = nl == n && !memcmp(lo, s, n), is_up = nu == n && !memcmp(up, s, n);
+        *out = t[0] == 'l' ? is_lo && !is_up : is_up && !is_lo;
+        free(lo);
+        free(up);
+        json_decref(str);
+        TP_CHECK(st);
     } else if (!strcmp(t, "even") || !strcmp(t, "odd") || !strcmp(t, "divisibleby")) {
         if (!is_int(v)) return rt_error("chat template: test %s needs an integer", t);
         int64_t d = !strcmp(t, "divisibleby") ? (x && is_int(x) ? inum(x) : 0) : 2;

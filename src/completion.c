@@ -118,7 +118,9 @@ tp_status tp_choice_finish(tp_choice *c, tp_finish why, char *const *stop, int32
     const char *piece;
     size_t n;
     TP_CHECK(tp_detok_stream_finish(c->ds, &piece, &n));
-    if (n && why != TP_FINISH_STOP) {
+    /* what the detokenizer held back (a byte-fallback run) is text unless a stop string cut
+     * the text before it; an end token's own bytes are in it only when it was in_text */
+    if (n && !c->stop_str) {
         TP_CHECK(append(c, piece, n));
         if (n_stop && cut_at_stop(c, n, stop, n_stop, include_stop)) c->finish = TP_FINISH_STOP;
     }

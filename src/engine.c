@@ -68,7 +68,7 @@ typedef struct req {
     tp_token_logprob *plp_top;
     int32_t n_plp;          /* prompt positions recorded (prompt logprobs or dump) */
     float *dump_prompt, *dump_gen;
-    int32_t n_dump_gen;
+    int32_t n_dump_gen, dump_cap; /* rows kept in dump_gen, and its room */
     int32_t n_finished;
 } req;
 
@@ -510,8 +510,11 @@ static char *settings_json(const engine *e)
                           "input_format", o->input_format, "chat_template",
                           o->chat_template ? o->chat_template : "");
     json_object_set_new(s, "max_model_len", json_integer(e->max_model_len));
-    /* without it, OpenAI chat lines that give no max_tokens run to the context's end */
-    json_object_set_new(s, "max_tokens_given", json_boolean(o->max_tokens_given));
+    /* OpenAI chat lines that give no max_tokens run to the context's end unless --max-tokens
+     * is given: recorded only where the input has such lines, so that other runs' manifests
+     * are as before (and an earlier run's, which cut them at --max-tokens, is refused) */
+    if (e->reqs.any_chat_room && !o->max_tokens_given)
+        json_object_set_new(s, "chat_max_tokens", json_string("the context (no --max-tokens)"));
     char *text = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(s);
     return text;
@@ -1367,11 +1370,16 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
      * a special token's still goes with skip_special_tokens) */
     TP_CHECK(tp_choice_push(c, res.token, !end_token || r->include_stop, r->in->p.stop, r->in->p.n_stop,
                             r->include_stop, n_out + 1 > r->min_tokens, &stopped));
-    if (lg && e->o->dump_logits && q->choice == 0) {
-        if (!r->dump_gen) r->dump_gen = malloc((size_t)r->max_new * (size_t)V * sizeof(float));
-        if (!r->dump_gen) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");
-        if (r->n_dump_gen < r->max_new)
-            memcpy(r->dump_gen + (size_t)r->n_dump_gen++ * (size_t)V, lg, (size_t)V * sizeof(float));
+    if (lg && e->o->dump_logits && q->choice == 0 && r->n_dump_gen < r->max_new) {
+        if (r->n_dump_gen == r->dump_cap) { /* grows as tokens come: max_new may be the whole context */
+            const int32_t cap = r->dump_cap ? (r->dump_cap > r->max_new / 2 ? r->max_new : 2 * r->dump_cap)
+                                            : (r->max_new < 16 ? r->max_new : 16);
+            float *g = realloc(r->dump_gen, (size_t)cap * (size_t)V * sizeof(float));
+            if (!g) return tp_error(TP_ERR_OOM, "out of memory keeping logits for --dump-logits");
+            r->dump_gen = g;
+            r->dump_cap = cap;
+        }
+        memcpy(r->dump_gen + (size_t)r->n_dump_gen++ * (size_t)V, lg, (size_t)V * sizeof(float));
     }
     *token = res.token;
     *ends = end_token || stopped;

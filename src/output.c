@@ -774,9 +774,13 @@ static int field_differs(const char *name, const json_t *old, const json_t *now,
     } else if (*st == TP_OK) {
         *st = tp_error(TP_ERR_INVALID_ARG,
                        "--resume: %s differs from the earlier run recorded in %s (then %s, now %s); "
-                       "resuming would mix results of different runs. --force overrides (or --overwrite "
+                       "resuming would mix results of different runs.%s --force overrides (or --overwrite "
                        "starts over)",
-                       name, manifest_path, a ? a : "?", b ? b : "?");
+                       name, manifest_path, a ? a : "?", b ? b : "?",
+                       !strcmp(name, "settings.chat_max_tokens")
+                           ? " The earlier run cut OpenAI chat lines without max_tokens at --max-tokens (default 16): "
+                             "give the same --max-tokens to resume it."
+                           : "");
     }
     free(a);
     free(b);

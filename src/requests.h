@@ -94,6 +94,7 @@ typedef struct tp_request_list {
     size_t n_total;         /* requests in the file, kept or not */
     size_t n_errors;        /* requests kept that carry an error */
     int any_endpoint;       /* some request read is an OpenAI batch line (error records answer in its shape) */
+    int any_chat_room;      /* some OpenAI chat line gives no max_tokens (it may run to the context's end) */
     /* with tp_request_share.all_ids, or put: every request's id, by pos (tp_requests_id) */
     char *id_text;
     size_t id_len, id_cap;

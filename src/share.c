@@ -45,7 +45,7 @@ static char *take_string(const int32_t *w, size_t *i, size_t len)
 
 /* tp_share_gather_ids: each replica's first rank sends rank 0 its share's ids (no rank
  * parses the whole input); rank 0 checks them for duplicates and merges the fields that no
- * replica reads. Words: any_endpoint, unknown_lines (2), n_unknown,
+ * replica reads. Words: any_endpoint | any_chat_room << 1, unknown_lines (2), n_unknown,
  * unknown_more, the unknown fields (ID_FIELD_WORDS each), the count, then per request its
  * line (2), stand-in flag, id length and id. */
 enum { ID_FIELD_WORDS = (sizeof(((tp_unknown_field *)0)->name) + 3) / 4 + 4 };
@@ -53,7 +53,7 @@ enum { ID_FIELD_WORDS = (sizeof(((tp_unknown_field *)0)->name) + 3) / 4 + 4 };
 static size_t pack_ids(const tp_request_list *l, int32_t *buf)
 {
     size_t n = 0;
-    put_i32(buf, &n, l->any_endpoint);
+    put_i32(buf, &n, (l->any_endpoint ? 1 : 0) | (l->any_chat_room ? 2 : 0));
     put_i64(buf, &n, l->unknown_lines);
     put_i32(buf, &n, l->n_unknown);
     put_i32(buf, &n, l->unknown_more);
@@ -92,7 +92,8 @@ static tp_status unpack_ids(tp_request_list *l, int q, int dp, const int32_t *w,
 {
     size_t i = 5;
     if (n < 5) return tp_error(TP_ERR_INTERNAL, "replica %d sent %zu words of ids", q, n);
-    l->any_endpoint |= w[0];
+    l->any_endpoint |= w[0] & 1;
+    l->any_chat_room |= (w[0] >> 1) & 1;
     l->unknown_lines += get_i64(w + 1);
     l->unknown_more |= w[4];
     for (int f = 0; f < w[3]; f++, i += ID_FIELD_WORDS) {

@@ -105,6 +105,9 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        {"{{ '\303\251' is lower }}{{ '\316\243' is upper }}{{ 'a\303\211' is lower }}{{ ['a'] is lower }}"
+         "{{ '\303\237' is lower }}{{ '123' is upper }}{{ 'ABC' is upper }}|{% set d = dict(a=1, b=missing) %}{{ d|length }}",
+         "TrueTrueFalseTrueTrueFalseTrue|2"},
         /* attribute paths: map, selectattr; map's default= at an undefined step */
         {"{% set l = [{'a': {'b': 1}}, {'a': {'b': 2, 'c': [5, 6]}}, {'x': 1}] %}"
          "{{ l|map(attribute='a.c.1', default='D')|list }}|{{ l|map(attribute='a.b', default=0)|list }}|"

@@ -129,8 +129,8 @@ cat >"$TMP/sem-qw.jsonl" <<'EOF2'
 {"custom_id": "room", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hello there"}], "ignore_eos": true}}
 {"custom_id": "offs", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "logprobs": 2, "max_tokens": 5}}
 EOF2
-"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw.out" --ordered --max-model-len 64 2>"$TMP/err" ||
-    { cat "$TMP/err"; fail "OpenAI semantics (tiny-qwen2)"; }
+"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw.out" --ordered --max-model-len 64 \
+    --dump-logits "$TMP/sem-dump" 2>"$TMP/err" || { cat "$TMP/err"; fail "OpenAI semantics (tiny-qwen2)"; }
 "$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw16.out" --ordered --max-model-len 64 \
     --max-tokens 16 2>"$TMP/err" || { cat "$TMP/err"; fail "OpenAI semantics with --max-tokens"; }
 py "$TMP/sem-qw.out" "$TMP/sem-qw16.out" <<'PY' || fail "OpenAI semantics (logprobs false, chat max_tokens, text_offset)"
@@ -142,6 +142,11 @@ room = a["room"]
 assert room["usage"]["completion_tokens"] == 64 - room["usage"]["prompt_tokens"] > 16, room["usage"]
 assert room["choices"][0]["finish_reason"] == "length" and room["choices"][0]["stop_reason"] is None
 assert b16["room"]["usage"]["completion_tokens"] == 16, b16["room"]["usage"]
+# --dump-logits keeps every step's row of a line that may run to the context (its rows grow as it goes)
+import os, struct
+raw = open(os.path.join(os.path.dirname(sys.argv[1]), "sem-dump", "room.safetensors"), "rb").read()
+head = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+assert head["logits"]["shape"][0] == room["usage"]["completion_tokens"], head["logits"]
 lp = a["offs"]["choices"][0]["logprobs"]
 toks, offs = lp["tokens"], lp["text_offset"]
 assert any(ord(ch) > 127 for t in toks for ch in t), "no non-ASCII token to count: %r" % toks
@@ -149,6 +154,25 @@ assert offs == [sum(len(t) for t in toks[:i]) for i in range(len(toks))], (toks,
 for t, top in zip(toks, lp["top_logprobs"]):
     assert t in top and len(top) <= 3, (t, top)
 PY
+# the manifest says how chat lines without max_tokens end only where the input has some; an
+# earlier run's manifest without it (such lines cut at --max-tokens) is refused with what to do
+py "$TMP/sem-qw.out.manifest.json" "$TMP/sem-qw16.out.manifest.json" <<'PY' || fail "chat_max_tokens in the manifest"
+import json, sys
+a, b = (json.load(open(f))["settings"] for f in sys.argv[1:3])
+assert a.get("chat_max_tokens") == "the context (no --max-tokens)" and "chat_max_tokens" not in b, (a, b)
+m = json.load(open(sys.argv[1]))
+del m["settings"]["chat_max_tokens"]
+json.dump(m, open(sys.argv[1], "w"))
+PY
+head -1 "$TMP/sem-qw.out" >"$TMP/sem-qw.part" && mv "$TMP/sem-qw.part" "$TMP/sem-qw.out"
+rc=0
+"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw.out" --ordered --max-model-len 64 --resume \
+    2>"$TMP/err" || rc=$?
+[ $rc -ne 0 ] && grep -q 'settings.chat_max_tokens differs.*give the same --max-tokens to resume it' "$TMP/err" ||
+    { cat "$TMP/err"; fail "resuming an earlier run whose chat lines stopped at --max-tokens: exit $rc"; }
+"$TPINFER" --model "$qw" --input "$TMP/sem-qw.jsonl" --output "$TMP/sem-qw.out" --ordered --max-model-len 64 --resume \
+    --max-tokens 16 2>"$TMP/err" || { cat "$TMP/err"; fail "resuming with the earlier run's --max-tokens"; }
+[ "$(wc -l <"$TMP/sem-qw.out")" -eq 3 ] || fail "the resumed run did not finish the batch"
 cat >"$TMP/sem-st.jsonl" <<'EOF2'
 {"id": "s1", "prompt": "Once upon a time", "temperature": 1.0, "seed": 42, "max_tokens": 12}
 {"id": "s2", "prompt": "Once upon a time", "temperature": 1.0, "seed": 42, "max_tokens": 12}
@@ -158,6 +182,9 @@ cat >"$TMP/sem-st.jsonl" <<'EOF2'
 {"id": "str", "prompt": "Once upon a time", "max_tokens": 40, "stop": ["zzz", "Lily"]}
 {"id": "tok", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286]}
 {"id": "tok-incl", "prompt": "Once upon a time", "max_tokens": 40, "stop_token_ids": [286], "include_stop_str_in_output": true}
+{"id": "nl", "prompt": "Once upon a time", "max_tokens": 60, "stop_token_ids": [13]}
+{"id": "nl-incl", "prompt": "Once upon a time", "max_tokens": 60, "stop_token_ids": [13], "include_stop_str_in_output": true}
+{"id": "nl-next", "prompt": "Once upon a time", "max_tokens": 60, "stop_token_ids": [438]}
 {"id": "m0", "prompt": "Once upon a time there was a girl named Lily. She was happy. The end.", "max_tokens": 3, "logprobs": 3, "stop_token_ids": [385]}
 {"id": "m1", "prompt": "Once upon a time there was a girl named Lily. She was happy. The end.", "max_tokens": 3, "logprobs": 3, "stop_token_ids": [385], "min_tokens": 2}
 EOF2
@@ -191,6 +218,11 @@ assert "prompt_logprobs" not in c0 and ch["prompt_logprobs"][0] is None, c0
 lp = ch["logprobs"]
 assert all(list(top) == [t] for t, top in zip(lp["tokens"], lp["top_logprobs"])), lp
 assert [top[t] for t, top in zip(lp["tokens"], lp["top_logprobs"])] == lp["token_logprobs"]
+# a byte-fallback token (13 is <0x0A>, "\n") the detokenizer holds back is text at a stop by
+# token: the stop token's own with include_stop_str_in_output, the ones before it always
+assert a["nl"]["token_ids"][-1] == 13 and not a["nl"]["text"].endswith("\n"), a["nl"]
+assert a["nl-incl"]["text"] == a["nl"]["text"] + "\n", (a["nl"]["text"], a["nl-incl"]["text"])
+assert a["nl-next"]["token_ids"][-2:] == [13, 438] and a["nl-next"]["text"] == a["nl-incl"]["text"], a["nl-next"]
 # min_tokens bans the end tokens from the draw, not from the raw logprobs (vLLM's)
 m0, m1 = a["m0"]["logprobs"][0], a["m1"]["logprobs"][0]
 assert m0["id"] == 385 and a["m0"]["token_ids"] == [385], a["m0"]
