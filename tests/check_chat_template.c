@@ -105,6 +105,9 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        {"{{ ' 42 '|int }}|{{ '3.5'|int }}|{{ '0x10'|int }}|{{ 'inf'|int }}|{{ ' 2.5\\n'|float }}|{{ 'abc'|int }}|{{ ''|int }}"
+         "|{{ '7'|float }}",
+         "42|3|0|0|2.5|0|0|7.0"}, /* Python's int() and float() of a string, jinja2's default 0 */
         {"{{ '\303\251' is lower }}{{ '\316\243' is upper }}{{ 'a\303\211' is lower }}{{ ['a'] is lower }}"
          "{{ '\303\237' is lower }}{{ '123' is upper }}{{ 'ABC' is upper }}|{% set d = dict(a=1, b=missing) %}{{ d|length }}",
          "TrueTrueFalseTrueTrueFalseTrue|2"},
