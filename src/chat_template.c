@@ -63,6 +63,32 @@ static tp_status push_tok(lexer *lx, enum tok_type t, const char *s, size_t len)
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+/* Python's str.isspace (Unicode's White_Space and \x1c-\x1f): what Jinja's whitespace
+ * control strips around a tag */
+static int py_space(uint32_t cp) { return tp_uc_is_whitespace(cp) || (cp >= 0x1c && cp <= 0x1f); }
+
+/* The first byte of [a, b) after its leading whitespace */
+static size_t skip_space(const char *s, size_t a, size_t b)
+{
+    uint32_t cp;
+    int l;
+    while (a < b && (l = tp_utf8_next((const uint8_t *)s + a, b - a, &cp)) > 0 && py_space(cp)) a += (size_t)l;
+    return a;
+}
+
+/* The end of [a, b) before its trailing whitespace (none of it a newline where keep_nl) */
+static size_t skip_space_back(const char *s, size_t a, size_t b, int keep_nl)
+{
+    while (b > a) {
+        size_t k = b - 1;
+        while (k > a && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+        uint32_t cp;
+        if (tp_utf8_next((const uint8_t *)s + k, b - k, &cp) <= 0 || !py_space(cp) || (keep_nl && cp == '\n')) break;
+        b = k;
+    }
+    return b;
+}
+
 static void count_lines(lexer *lx, size_t from, size_t to)
 {
     for (size_t i = from; i < to; i++) lx->line += lx->src[i] == '\n';
@@ -225,16 +251,14 @@ static tp_status lex(lexer *lx)
         size_t a = start, b = i;
         if (trim_nl && a < b && lx->src[a] == '\n') a++;
         else if (trim_nl && a + 1 < b && lx->src[a] == '\r' && lx->src[a + 1] == '\n') a += 2;
-        if (strip_next)
-            while (a < b && is_ws(lx->src[a])) a++;
+        if (strip_next) a = skip_space(lx->src, a, b);
         char kind = i < lx->n ? lx->src[i + 1] : 0;
         char mod = i + 2 < lx->n ? lx->src[i + 2] : 0;
         if (kind && mod == '-') {
-            while (b > a && is_ws(lx->src[b - 1])) b--;
+            b = skip_space_back(lx->src, a, b, 0);
         } else if (kind && kind != '{' && mod != '+') {
-            /* lstrip_blocks: spaces and tabs between a line start and a block tag go. */
-            size_t k = b;
-            while (k > a && (lx->src[k - 1] == ' ' || lx->src[k - 1] == '\t')) k--;
+            /* lstrip_blocks: the whitespace between a line start and a block tag goes */
+            size_t k = skip_space_back(lx->src, a, b, 1);
             if (k == 0 || lx->src[k - 1] == '\n') b = k;
         }
         count_lines(lx, start, i);

@@ -105,6 +105,11 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        /* whitespace control strips what Python's str.isspace() says (\x1c-\x1f, NBSP, U+3000, ...) */
+        {"A\034\n{%- if true -%}\037 B{% endif %}|", "AB|"},
+        {"x\n \343\200\200\011{% if true %}y{% endif %}\n\302\240 {%+ if true %}z{% endif %}|\342\200\250{{- 'w' -}}\302\205 .",
+         "x\ny\302\240 z|w."},
+        {"a\n\034 {% if true %}b\n{% endif %}c", "a\nb\nc"},
         {"{{ ' 42 '|int }}|{{ '3.5'|int }}|{{ '0x10'|int }}|{{ 'inf'|int }}|{{ ' 2.5\\n'|float }}|{{ 'abc'|int }}|{{ ''|int }}"
          "|{{ '7'|float }}",
          "42|3|0|0|2.5|0|0|7.0"}, /* Python's int() and float() of a string, jinja2's default 0 */
