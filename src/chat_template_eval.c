@@ -1045,6 +1045,10 @@ static tp_status attr_path(const val *e, const char *path, const val *dflt, val 
 
 static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a, val *out)
 {
+    if (in->k == V_UNDEF) { /* Jinja's Undefined iterates as nothing */
+        *out = vjson(json_array());
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
     if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: filter %s needs a list", f);
     int attr = strstr(f, "attr") != NULL, is_map = !strcmp(f, "map");
     const val *an = is_map ? arg(a, 99, "attribute") : attr ? arg(a, 0, NULL) : NULL;
@@ -1112,7 +1116,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     if (in->k == V_UNDEF) { /* Jinja's Undefined: "" as a string, empty as a sequence (int, float: an error) */
         if (!strcmp(f, "length") || !strcmp(f, "count")) *out = vjson(json_integer(0));
         else if (!strcmp(f, "list") || !strcmp(f, "reverse") || !strcmp(f, "items")) *out = vjson(json_array());
-        else if (!strcmp(f, "first")) *out = (val){V_UNDEF, NULL, NULL};
+        else if (!strcmp(f, "first") || !strcmp(f, "last")) *out = (val){V_UNDEF, NULL, NULL};
         else if (!strcmp(f, "string") || !strcmp(f, "join") || !strcmp(f, "trim") || !strcmp(f, "upper") ||
                  !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace"))
             *out = vjson(json_string(""));

@@ -90,8 +90,9 @@ START_TEST(test_jinja_semantics)
          "[None][[{'type': 'text', 'text': 'hi'}]][][NONE]"},
         {"{{ missing|length }}[{{ missing|string }}][{{ missing|join(',') }}]{{ missing|list }}[{{ missing|upper }}]"
          "{{ missing is iterable }}{{ missing is sequence }}{{ missing|items|list }}[{{ missing|first }}]"
-         "[{{ missing|replace('a', 'b') }}]{{ missing|count }}",
-         "0[][][][]TrueTrue[][][]0"},
+         "[{{ missing|replace('a', 'b') }}]{{ missing|count }}[{{ missing|last }}]{{ missing|select|list }}"
+         "{{ missing|map(attribute='a')|list }}{{ missing|rejectattr('a')|list }}",
+         "0[][][][]TrueTrue[][][]0[][][][]"},
         {"{{ 0.00001 }} {{ f }} {{ {'n': f}|tojson }} {{ 0.0001 }} {{ 0.000123 }}",
          "1e-05 1.5e-05 {\"n\": 1.5e-05} 0.0001 0.000123"},
         {"[{{ ws|trim }}]{{ ws.split()|length }}", "[x\x1f y]2"},
