@@ -1465,9 +1465,10 @@ static tp_status exec_block(ctx *c, const ct_node *n)
 static tp_status loop_vars(json_t *items, size_t i, json_t **out)
 {
     size_t n = json_array_size(items);
-    json_t *l = json_pack("{sI sI sI sI sb sb sI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
+    /* depth: 1 for every loop (recursive loops are refused at start) */
+    json_t *l = json_pack("{sI sI sI sI sb sb sI sI sI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
                           (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
-                          i + 1 == n, "length", (json_int_t)n);
+                          i + 1 == n, "length", (json_int_t)n, "depth", (json_int_t)1, "depth0", (json_int_t)0);
     if (!l) return tp_error(TP_ERR_OOM, "out of memory");
     if (i > 0) json_object_set(l, "previtem", json_array_get(items, i - 1));
     if (i + 1 < n) json_object_set(l, "nextitem", json_array_get(items, i + 1));

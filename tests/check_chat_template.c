@@ -106,6 +106,8 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        {"{% for m in [1, 2] %}{{ loop.depth }}{{ loop.depth0 }}{% for k in [3] %}{{ loop.depth }}{% endfor %}{% endfor %}",
+         "101101"}, /* a nested loop is a new loop, not a recursion: depth 1 */
         /* whitespace control strips what Python's str.isspace() says (\x1c-\x1f, NBSP, U+3000, ...) */
         {"A\034\n{%- if true -%}\037 B{% endif %}|", "AB|"},
         {"x\n \343\200\200\011{% if true %}y{% endif %}\n\302\240 {%+ if true %}z{% endif %}|\342\200\250{{- 'w' -}}\302\205 .",
