@@ -23,7 +23,8 @@ static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "stri
                                       "rejectattr", "map", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
-                                    "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", NULL};
+                                    "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", "==", "!=",
+                                    "gt", "ge", "lt", "le", ">", ">=", "<", "<=", "greaterthan", "lessthan", NULL};
 static const char *const FUNCTIONS[] = {"raise_exception", "namespace", "range", "strftime_now", "dict", NULL};
 static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper",
                                           "lower", "replace", "title", "capitalize", "find", "join", NULL};
@@ -1310,9 +1311,18 @@ static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, in
         if (d == 0) return rt_error("chat template: divisibleby needs a non-zero integer%s", "");
         int64_t r = inum(v) % d;
         *out = t[0] == 'o' ? r != 0 : r == 0;
-    } else if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "sameas") || !strcmp(t, "ne")) {
+    } else if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "==") || !strcmp(t, "sameas") ||
+               !strcmp(t, "ne") || !strcmp(t, "!=")) {
         if (!x) return rt_error("chat template: test %s needs an argument", t);
-        *out = py_eq(v, x) != (t[0] == 'n');
+        *out = py_eq(v, x) != (t[0] == 'n' || t[0] == '!');
+    } else if (!strcmp(t, "gt") || !strcmp(t, ">") || !strcmp(t, "greaterthan") || !strcmp(t, "ge") ||
+               !strcmp(t, ">=") || !strcmp(t, "lt") || !strcmp(t, "<") || !strcmp(t, "lessthan") ||
+               !strcmp(t, "le") || !strcmp(t, "<=")) { /* Jinja's comparison tests and their operator names */
+        if (!x) return rt_error("chat template: test %s needs an argument", t);
+        int c3;
+        TP_CHECK(py_cmp(v, x, &c3));
+        const int greater = t[0] == 'g' || t[0] == '>', or_equal = !strcmp(t, "ge") || !strcmp(t, "le") || t[1] == '=';
+        *out = greater ? (or_equal ? c3 >= 0 : c3 > 0) : (or_equal ? c3 <= 0 : c3 < 0);
     } else if (!strcmp(t, "in")) {
         if (!x) return rt_error("chat template: test in needs an argument%s", "");
         TP_CHECK(py_in(v, x, out));

@@ -106,6 +106,11 @@ START_TEST(test_jinja_semantics)
          "{{ 5 is number }}",
          "TrueFalseTrueFalseTrueTrue"},
         {"{{ (3 > 2) == true }}{{ 1 < 2 and 2 < 3 }}", "TrueTrue"}, /* not a chain (those are refused) */
+        /* Jinja's comparison tests, by name and by operator, in select and selectattr */
+        {"{% set l = [3, 1, 2] %}{{ l|select('>', 1)|list }}{{ [{'r': 'u'}, {'r': 's'}]|selectattr('r', '==', 'u')|list|length }}"
+         "{{ l|select('ge', 2)|list }}{{ l|reject('lessthan', 3)|list }}{{ 3 is gt 2 }}{{ 2 is le 2 }}"
+         "{{ l|select('!=', 1)|list }}{{ ['a', 'b']|select('<', 'b')|list }}",
+         "[3, 2]1[3, 2][3]TrueTrue[3, 2]['a']"},
         {"{% for m in [1, 2] %}{{ loop.depth }}{{ loop.depth0 }}{% for k in [3] %}{{ loop.depth }}{% endfor %}{% endfor %}",
          "101101"}, /* a nested loop is a new loop, not a recursion: depth 1 */
         /* whitespace control strips what Python's str.isspace() says (\x1c-\x1f, NBSP, U+3000, ...) */
