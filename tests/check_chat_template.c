@@ -27,6 +27,17 @@ static tp_status render(const char *tpl_src, const char *ctx, char **out, size_t
     return st;
 }
 
+/* tpl renders as expect (bytes, NUL included) with the variables of the JSON object ctx */
+static void expect_render(const char *what, size_t i, const char *tpl, const char *ctx, const char *expect)
+{
+    char *out;
+    size_t len;
+    ck_assert_msg(render(tpl, ctx, &out, &len) == TP_OK, "%s %zu: %s", what, i, tp_error_message());
+    ck_assert_msg(len == strlen(expect) && memcmp(out, expect, len) == 0, "%s %zu: got [%s] want [%s]", what, i, out,
+                  expect);
+    free(out);
+}
+
 START_TEST(test_reference_renderings)
 {
     const struct chat_case *c = &CHAT_CASES[_i];
@@ -66,13 +77,7 @@ START_TEST(test_small_constructs)
     };
     const char *ctx = "{\"bos_token\": \"<s>\", \"add_generation_prompt\": false, \"messages\": "
                       "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"hello\"}]}";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *out;
-        size_t len;
-        ck_assert_msg(render(cases[i].tpl, ctx, &out, &len) == TP_OK, "case %zu: %s", i, tp_error_message());
-        ck_assert_msg(strcmp(out, cases[i].expect) == 0, "case %zu: got [%s] want [%s]", i, out, cases[i].expect);
-        free(out);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_render("case", i, cases[i].tpl, ctx, cases[i].expect);
 }
 END_TEST
 
@@ -144,14 +149,7 @@ START_TEST(test_jinja_semantics)
                       "\"u\": \"\\u00e9lan \\u00dftra\\u00dfe they're 3rd x-ray (ok) \\u01c6emal \\u03a3\\u0391\\u03a3\"" ", "
                       "\"r\": [\"a\\u00a0\", \"\\u0085\\u00ad\\u200b\\u2028\\u3000\\ufeff\\udb40\\udc01\\ue000 \\u00e9 \\ud834\\udd1e ok\"]"
                       "}";
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *out;
-        size_t len;
-        ck_assert_msg(render(cases[i].tpl, ctx, &out, &len) == TP_OK, "case %zu: %s", i, tp_error_message());
-        ck_assert_msg(len == strlen(cases[i].expect) && memcmp(out, cases[i].expect, len) == 0,
-                      "case %zu: got [%s] want [%s]", i, out, cases[i].expect);
-        free(out);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_render("case", i, cases[i].tpl, ctx, cases[i].expect);
     /* tojson as transformers defines it: tojson(x, ensure_ascii=False, indent=None,
      * separators=None, sort_keys=False) */
     static const struct {
@@ -169,14 +167,8 @@ START_TEST(test_jinja_semantics)
          "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    \"\\u00e9\\ud834\\udd1e\\u007f\"\n  ],\n  \"c\": {\n    \"z\": null,\n    \"y\": 1.5\n  }\n}"},
     };
     const char *json_ctx = "{\"d\": {\"b\": 1, \"a\": [1, \"\\u00e9\\ud834\\udd1e\\u007f\"], \"c\": {\"z\": null, \"y\": 1.5}}}";
-    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
-        char *o;
-        size_t n;
-        ck_assert_msg(render(json_cases[i].tpl, json_ctx, &o, &n) == TP_OK, "tojson %zu: %s", i, tp_error_message());
-        ck_assert_msg(n == strlen(json_cases[i].expect) && memcmp(o, json_cases[i].expect, n) == 0,
-                      "tojson %zu: got [%s] want [%s]", i, o, json_cases[i].expect);
-        free(o);
-    }
+    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++)
+        expect_render("tojson", i, json_cases[i].tpl, json_ctx, json_cases[i].expect);
     /* int and float of an undefined value are errors in jinja2 too, and so is a path through one */
     char *out = NULL;
     size_t len;
