@@ -63,16 +63,12 @@ static tp_status push_tok(lexer *lx, enum tok_type t, const char *s, size_t len)
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-/* Python's str.isspace (Unicode's White_Space and \x1c-\x1f): what Jinja's whitespace
- * control strips around a tag */
-static int py_space(uint32_t cp) { return tp_uc_is_whitespace(cp) || (cp >= 0x1c && cp <= 0x1f); }
-
-/* The first byte of [a, b) after its leading whitespace */
+/* The first byte of [a, b) after its leading whitespace (Python's, as Jinja's whitespace control) */
 static size_t skip_space(const char *s, size_t a, size_t b)
 {
     uint32_t cp;
     int l;
-    while (a < b && (l = tp_utf8_next((const uint8_t *)s + a, b - a, &cp)) > 0 && py_space(cp)) a += (size_t)l;
+    while (a < b && (l = tp_utf8_next((const uint8_t *)s + a, b - a, &cp)) > 0 && tp_uc_is_py_space(cp)) a += (size_t)l;
     return a;
 }
 
@@ -83,7 +79,7 @@ static size_t skip_space_back(const char *s, size_t a, size_t b, int keep_nl)
         size_t k = b - 1;
         while (k > a && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
         uint32_t cp;
-        if (tp_utf8_next((const uint8_t *)s + k, b - k, &cp) <= 0 || !py_space(cp) || (keep_nl && cp == '\n')) break;
+        if (tp_utf8_next((const uint8_t *)s + k, b - k, &cp) <= 0 || !tp_uc_is_py_space(cp) || (keep_nl && cp == '\n')) break;
         b = k;
     }
     return b;

@@ -490,7 +490,7 @@ static int is_space_cp(const char *s, size_t n, size_t *k)
     int l = tp_utf8_next((const uint8_t *)s, n, &cp);
     if (l <= 0) return 0;
     *k = (size_t)l;
-    return tp_uc_is_whitespace(cp) || (cp >= 0x1c && cp <= 0x1f); /* Python's isspace: the separators too */
+    return tp_uc_is_py_space(cp);
 }
 
 /* Python str.strip/lstrip/rstrip, with chars (NULL: whitespace). */

@@ -406,7 +406,7 @@ static tp_status prepare_request(engine *e, req *r)
     /* an OpenAI chat line without max_tokens may use the context's room (OpenAI, vLLM),
      * unless --max-tokens says otherwise; everything else --max-tokens (default 16) */
     int32_t want = in->p.has_max_tokens                                             ? in->p.max_tokens
-                   : in->endpoint == TP_ENDPOINT_CHAT && !e->o->max_tokens_given ? room
+                   : tp_request_chat_without_max_tokens(in) && !e->o->max_tokens_given ? room
                                                                                   : (int32_t)e->o->max_tokens;
     if (in->p.has_max_tokens && want > room) {
         tp_error(TP_ERR_INVALID_ARG,

@@ -1356,7 +1356,7 @@ static tp_status read_lines(line_reader *rd, tp_input_format fmt, int64_t vocab_
             goto fail;
         }
         out->any_endpoint |= r->endpoint != TP_ENDPOINT_NONE;
-        out->any_chat_room |= r->endpoint == TP_ENDPOINT_CHAT && !r->p.has_max_tokens && !r->error_code;
+        out->any_chat_room |= tp_request_chat_without_max_tokens(r) && !r->error_code;
         if (share->all_ids && (st = tp_requests_put_id(out, pos, r->id, r->line, r->standin)) != TP_OK) {
             request_free(r);
             goto fail;

@@ -80,6 +80,13 @@ typedef struct tp_request {
     char *error_message;    /* what was wrong and where: "line 7: \"top_p\" 1.5 is outside (0, 1]" */
 } tp_request;
 
+/* An OpenAI chat line that gives no max_tokens: OpenAI and vLLM let it run to the context's
+ * end (unless --max-tokens says otherwise) */
+static inline int tp_request_chat_without_max_tokens(const tp_request *r)
+{
+    return r->endpoint == TP_ENDPOINT_CHAT && !r->p.has_max_tokens;
+}
+
 /* A field of the input that tpinfer does not read (a misspelt "max_token" would otherwise
  * pass unseen): the lines that hold it and the first of them. */
 #define TP_UNKNOWN_FIELDS_KEPT 8

@@ -120,6 +120,8 @@ int tp_uc_is_whitespace(uint32_t cp)
     return uc_is_property_white_space(cp);
 }
 
+int tp_uc_is_py_space(uint32_t cp) { return tp_uc_is_whitespace(cp) || (cp >= 0x1c && cp <= 0x1f); }
+
 int tp_uc_is_printable(uint32_t cp)
 {
     if (cp == ' ') return 1;
@@ -224,8 +226,7 @@ tp_status tp_utf8_case(const char *s, size_t n, char how, char **out, size_t *ou
         if (how == 'c') m = first ? 't' : 'l';
         else if (how == 'T') m = prev_cased ? 'l' : 't';
         else if (how == 'J') {
-            const int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tp_uc_is_whitespace(cp) ||
-                            (cp >= 0x1c && cp <= 0x1f);
+            const int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tp_uc_is_py_space(cp);
             m = sep ? 'l' : word_start ? 'u' : 'l';
             word_start = sep;
         }

@@ -40,6 +40,9 @@ tp_status tp_utf8_lossy(const char *s, size_t n, char **out, size_t *out_len);
 /* Rust char predicates (char::is_whitespace, is_numeric, is_alphanumeric) and the
  * regex crate's \w (alphabetic, marks, decimal digits, connector punctuation, join controls). */
 int tp_uc_is_whitespace(uint32_t cp);
+/* Python's str.isspace: White_Space and the separators \x1c-\x1f (what Jinja's strip,
+ * split and whitespace control take, as the templates run by jinja2) */
+int tp_uc_is_py_space(uint32_t cp);
 /* Python's str.isprintable for one character: not Other (Cc, Cf, Cs, Co, Cn) nor a
  * separator (Zs, Zl, Zp) other than the space */
 int tp_uc_is_printable(uint32_t cp);
