@@ -5,9 +5,12 @@
  *   opened O_APPEND; short writes and EINTR are retried. If a write fails part way, the
  *   file is cut back to the end of the last whole line, so a full disk never leaves a
  *   torn line behind.
- * - fdatasync at least every sync_seconds (checked at every write and maybe_sync) and at
- *   close; every write, fdatasync and close is checked, and a failure is fatal and sticky
- *   (the message names the file and the likely cause: "disk full?").
+ * - fdatasync at least every sync_seconds and at close. A thread of its own does the timed
+ *   ones, so the generation loop never waits for the disk (the first fdatasync of a new file
+ *   on a busy file system can take seconds, longer than a short --step-timeout); with
+ *   sync_seconds 0 every line is synced before the write returns. Every write, fdatasync and
+ *   close is checked, and a failure is fatal and sticky (the syncer's is read at the next
+ *   write, maybe_sync or close); the message names the file and the likely cause ("disk full?").
  * - Ordered mode holds early lines in a min-heap keyed by index and writes them as soon
  *   as every earlier index has been written. Lines still held back when an interrupted
  *   run closes are dropped (they are redone by --resume), so ordered output stays a
@@ -28,6 +31,8 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,14 +401,27 @@ typedef struct out_file {
     int fd;       /* -1: none */
     int own;      /* we opened it (close it; roll back torn writes) */
     int regular;  /* a regular file */
-    int dirty;    /* written since the last fdatasync */
+    atomic_int dirty; /* written since the last fdatasync (the syncer reads and clears it) */
     off_t size;   /* bytes of whole lines in it (regular files we own) */
 } out_file;
+
+/* The thread that fdatasyncs every sync_seconds (started at the first dirty maybe_sync). */
+typedef struct syncer {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* on CLOCK_MONOTONIC; signalled to stop */
+    int running;         /* main thread's: started and not yet joined */
+    int start_failed;    /* main thread's: the caller's thread syncs instead */
+    int stop;            /* under lock */
+    atomic_int failed_errno;        /* 0, or the errno of its failed fdatasync (then it ends) */
+    _Atomic(out_file *) failed_file; /* set before failed_errno */
+} syncer;
 
 struct tp_output {
     out_file out, err; /* err.fd < 0: error records go inline */
     int ordered;
     double sync_seconds, last_sync;
+    syncer sync;
     int64_t next_index;
     held_line *heap;
     size_t nheap, capheap;
@@ -430,7 +448,7 @@ static tp_status emit(tp_output *o, const char *buf, size_t len, int is_error)
     size_t done = 0;
     if (write_all_fd(f->fd, buf, len, &done) == TP_OK) {
         f->size += (off_t)len;
-        f->dirty = 1;
+        atomic_store(&f->dirty, 1);
         return TP_OK;
     }
     int e = errno;
@@ -448,37 +466,117 @@ static tp_status emit(tp_output *o, const char *buf, size_t len, int is_error)
     return o->broken;
 }
 
-static tp_status sync_file(out_file *f)
+/* fdatasync f if written since its last one: 0, or the errno of the failure (f stays dirty).
+ * Either thread; a write that lands during the call sets dirty again for the next. */
+static int sync_fd(out_file *f)
 {
-    if (f->fd < 0 || !f->dirty) return TP_OK;
-    if (fdatasync(f->fd) != 0) {
-        int e = errno;
-        /* Pipes, terminals and character devices cannot be synced: nothing to lose. */
-        if (!f->regular && (e == EINVAL || e == EROFS || e == ENOTSUP)) {
-            f->dirty = 0;
-            return TP_OK;
-        }
-        return tp_error(TP_ERR_IO, "fdatasync of %s failed: %s%s; lines since the last sync may be lost",
-                        f->path, strerror(e), io_hint(e));
-    }
-    f->dirty = 0;
-    return TP_OK;
+    if (f->fd < 0 || !atomic_exchange(&f->dirty, 0)) return 0;
+    if (fdatasync(f->fd) == 0) return 0;
+    int e = errno;
+    /* Pipes, terminals and character devices cannot be synced: nothing to lose. */
+    if (!f->regular && (e == EINVAL || e == EROFS || e == ENOTSUP)) return 0;
+    atomic_store(&f->dirty, 1);
+    return e;
+}
+
+static tp_status sync_error(const out_file *f, int e)
+{
+    return tp_error(TP_ERR_IO, "fdatasync of %s failed: %s%s; lines since the last sync may be lost", f->path,
+                    strerror(e), io_hint(e));
 }
 
 static tp_status sync_now(tp_output *o)
 {
-    tp_status st = sync_file(&o->out);
-    if (st == TP_OK) st = sync_file(&o->err);
+    tp_status st = TP_OK;
+    out_file *fs[2] = {&o->out, &o->err};
+    for (int i = 0; i < 2 && st == TP_OK; i++) {
+        int e = sync_fd(fs[i]);
+        if (e) st = sync_error(fs[i], e);
+    }
     o->last_sync = mono_now();
     if (st != TP_OK) o->broken = st;
     return st;
 }
 
+static void *sync_loop(void *arg)
+{
+    tp_output *o = arg;
+    syncer *s = &o->sync;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        const double until_s = mono_now() + o->sync_seconds;
+        struct timespec until = {(time_t)until_s, (long)((until_s - (double)(time_t)until_s) * 1e9)};
+        pthread_cond_timedwait(&s->wake, &s->lock, &until);
+        if (s->stop) break;
+        pthread_mutex_unlock(&s->lock);
+        out_file *fs[2] = {&o->out, &o->err};
+        int e = 0, i = 0;
+        for (; i < 2 && !e; i++) e = sync_fd(fs[i]);
+        pthread_mutex_lock(&s->lock);
+        if (e) {
+            atomic_store(&s->failed_file, fs[i - 1]);
+            atomic_store(&s->failed_errno, e);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* Start the syncer; 0 where it cannot (maybe_sync then syncs on the caller's thread). */
+static int syncer_start(tp_output *o)
+{
+    syncer *s = &o->sync;
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0) return 0;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int ok = pthread_cond_init(&s->wake, &attr) == 0;
+    pthread_condattr_destroy(&attr);
+    if (!ok) return 0;
+    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        pthread_cond_destroy(&s->wake);
+        return 0;
+    }
+    s->stop = 0;
+    if (pthread_create(&s->thread, NULL, sync_loop, o) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->wake);
+        return 0;
+    }
+    s->running = 1;
+    return 1;
+}
+
+static void syncer_stop(tp_output *o)
+{
+    syncer *s = &o->sync;
+    if (!s->running) return;
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    s->running = 0;
+}
+
+/* The syncer's failure, made this output's sticky error (on the caller's thread, whose
+ * message buffer tp_error fills). */
+static tp_status syncer_check(tp_output *o)
+{
+    const int e = atomic_load(&o->sync.failed_errno);
+    if (e && o->broken == TP_OK) o->broken = sync_error(atomic_load(&o->sync.failed_file), e);
+    return o->broken;
+}
+
 tp_status tp_output_maybe_sync(tp_output *o)
 {
     if (!o) return TP_OK;
-    if (o->broken) return o->broken;
-    if (!o->out.dirty && !o->err.dirty) return TP_OK;
+    if (syncer_check(o) != TP_OK) return o->broken;
+    if (!atomic_load(&o->out.dirty) && !atomic_load(&o->err.dirty)) return TP_OK;
+    if (o->sync_seconds > 0 && !o->sync.running && !o->sync.start_failed) o->sync.start_failed = !syncer_start(o);
+    if (o->sync.running) return TP_OK;
     if (mono_now() - o->last_sync < o->sync_seconds) return TP_OK;
     return sync_now(o);
 }
@@ -541,7 +639,7 @@ static tp_status drain_heap(tp_output *o)
 tp_status tp_output_write(tp_output *o, int64_t index, const char *line, size_t len, int is_error)
 {
     if (!o) return tp_error(TP_ERR_INTERNAL, "tp_output_write: no output");
-    if (o->broken) return o->broken;
+    if (syncer_check(o) != TP_OK) return o->broken;
     if (!line || len == 0) return tp_error(TP_ERR_INTERNAL, "tp_output_write: an empty line");
     if (memchr(line, '\n', len))
         return tp_error(TP_ERR_INTERNAL, "tp_output_write: the line contains a newline (JSONL needs one line each)");
@@ -1130,6 +1228,7 @@ static tp_status open_target(const target *t, out_file *f)
 static void free_output(tp_output *o)
 {
     if (!o) return;
+    syncer_stop(o);
     if (o->out.own && o->out.fd >= 0) close(o->out.fd);
     if (o->err.own && o->err.fd >= 0) close(o->err.fd);
     free(o->out.path);
@@ -1304,6 +1403,8 @@ tp_status tp_output_close(tp_output *o, int complete)
                    o->nheap);
         }
     }
+    syncer_stop(o);
+    if (st == TP_OK) st = syncer_check(o);
     tp_status s2 = sync_now(o);
     if (st == TP_OK) st = s2;
     out_file *fs[2] = {&o->out, &o->err};

@@ -20,8 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "output.h"
@@ -1179,6 +1182,82 @@ START_TEST(partial_write_is_rolled_back)
 }
 END_TEST
 
+/* output.c's fdatasync calls land here (this program's definition comes before libc's): a
+ * test can hold them, as a busy file system does, or fail them, as a dying disk does. */
+static atomic_int sync_held, sync_entered, sync_fails;
+
+int fdatasync(int fd)
+{
+    atomic_fetch_add(&sync_entered, 1);
+    while (atomic_load(&sync_held)) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    if (atomic_load(&sync_fails)) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)syscall(SYS_fdatasync, fd);
+}
+
+/* A timed fdatasync that does not return holds up no write: the syncer thread waits in it
+ * (were the writer's own thread to sync, the loop below would never end and check's
+ * timeout fails the test). Released, every line is in the file. */
+START_TEST(slow_sync_does_not_hold_writes)
+{
+    char out[PATH_MAX];
+    P(out, "out.jsonl");
+    tp_output_config c = cfg_for(out);
+    c.sync_seconds = 0.01;
+    tp_output *o;
+    ck_assert_int_eq(tp_output_open(&c, NULL, &o), TP_OK);
+    atomic_store(&sync_held, 1);
+    write_str(o, 0, "{\"id\":\"x\"}", 0);
+    while (atomic_load(&sync_entered) == 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    for (int i = 1; i < 200; i++) {
+        write_str(o, i, "{\"id\":\"x\"}", 0);
+        ck_assert_int_eq(tp_output_maybe_sync(o), TP_OK);
+    }
+    ck_assert_int_eq(atomic_load(&sync_entered), 1); /* the writes did not sync */
+    atomic_store(&sync_held, 0);
+    ck_assert_int_eq(tp_output_close(o, 1), TP_OK);
+    ck_assert_int_ge(atomic_load(&sync_entered), 2); /* close syncs what came after */
+    ck_assert_int_eq(file_size(out), 200 * 11);
+}
+END_TEST
+
+/* The syncer's failed fdatasync reaches the writer: the next maybe_sync, write and close
+ * fail, naming the file; with sync_seconds 0 the write that was not synced fails at once. */
+START_TEST(failed_sync_is_sticky)
+{
+    char out[PATH_MAX];
+    P(out, "out.jsonl");
+    atomic_store(&sync_fails, 1);
+    for (int every_line = 0; every_line < 2; every_line++) {
+        tp_error_clear();
+        tp_output_config c = cfg_for(out);
+        c.overwrite = 1;
+        c.sync_seconds = every_line ? 0 : 0.01;
+        tp_output *o;
+        ck_assert_int_eq(tp_output_open(&c, NULL, &o), TP_OK);
+        tp_status st = tp_output_write(o, 0, "{\"id\":\"a\"}", 10, 0);
+        if (every_line) {
+            ck_assert_int_eq(st, TP_ERR_IO);
+        } else {
+            ck_assert_int_eq(st, TP_OK);
+            for (int i = 0; i < 5000 && st == TP_OK; i++) {
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+                st = tp_output_maybe_sync(o);
+            }
+            ck_assert_int_eq(st, TP_ERR_IO);
+        }
+        ck_assert_ptr_nonnull(strstr(tp_error_message(), "fdatasync of"));
+        ck_assert_ptr_nonnull(strstr(tp_error_message(), out));
+        ck_assert_int_eq(tp_output_write(o, 1, "{\"id\":\"b\"}", 10, 0), TP_ERR_IO);
+        ck_assert_int_eq(tp_output_maybe_sync(o), TP_ERR_IO);
+        ck_assert_int_eq(tp_output_close(o, 1), TP_ERR_IO);
+    }
+    atomic_store(&sync_fails, 0);
+}
+END_TEST
+
 START_TEST(sync_cadence)
 {
     char out[PATH_MAX];
@@ -1532,6 +1611,8 @@ static Suite *output_suite(void)
     tcase_add_test(t, disk_full_is_a_clear_error);
     tcase_add_test(t, partial_write_is_rolled_back);
     tcase_add_test(t, sync_cadence);
+    tcase_add_test(t, slow_sync_does_not_hold_writes);
+    tcase_add_test(t, failed_sync_is_sticky);
     suite_add_tcase(s, t);
 
     TCase *pr = tcase_create("progress");
