@@ -364,7 +364,34 @@ typedef struct parser {
     token *t;
     size_t i;
     int depth;
+    char **macros; /* the names every {% macro %} defines: calls to them are checked at the end */
+    size_t n_macros;
+    char **calls; /* names called that are no function: each must be a macro's */
+    int *call_lines;
+    size_t n_calls;
 } parser;
+
+static tp_status push_str(char ***v, size_t *n, int **lines, const char *s, int line)
+{
+    char **nv = realloc(*v, (*n + 1) * sizeof *nv);
+    if (nv) *v = nv;
+    int *nl = nv && lines ? realloc(*lines, (*n + 1) * sizeof *nl) : NULL;
+    if (nl) *lines = nl;
+    char *d = nv && (!lines || nl) ? strdup(s) : NULL;
+    if (!d) return tp_error(TP_ERR_OOM, "out of memory");
+    if (lines) (*lines)[*n] = line;
+    (*v)[(*n)++] = d;
+    return TP_OK;
+}
+
+static void parser_free(parser *p)
+{
+    for (size_t i = 0; i < p->n_macros; i++) free(p->macros[i]);
+    for (size_t i = 0; i < p->n_calls; i++) free(p->calls[i]);
+    free(p->macros);
+    free(p->calls);
+    free(p->call_lines);
+}
 
 static token *cur(parser *p) { return &p->t[p->i]; }
 static int is_op(parser *p, const char *op) { return cur(p)->type == T_OP && strcmp(cur(p)->s, op) == 0; }
@@ -433,13 +460,29 @@ static tp_status parse_args(parser *p, ct_node *n)
     return expect_op(p, ")");
 }
 
+static tp_status refuse_call(const char *what, int method, int line)
+{
+    return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: calling %s%s() is not supported%s", line,
+                    method ? "method ." : "", what, HINT);
+}
+
+/* A name that is no function may be a macro's, defined anywhere: checked once all are read */
 static tp_status check_call(parser *p, ct_node *callee, int line)
 {
     if (callee->kind == CT_NAME && ct_known_function(callee->str)) return TP_OK;
+    if (callee->kind == CT_NAME) return push_str(&p->calls, &p->n_calls, &p->call_lines, callee->str, line);
     if (callee->kind == CT_ATTR && ct_known_method(callee->str)) return TP_OK;
-    const char *what = callee->kind == CT_NAME || callee->kind == CT_ATTR ? callee->str : "(expression)";
-    return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: calling %s%s() is not supported%s", line,
-                    callee->kind == CT_ATTR ? "method ." : "", what, HINT);
+    return refuse_call(callee->kind == CT_ATTR ? callee->str : "(expression)", callee->kind == CT_ATTR, line);
+}
+
+static tp_status check_calls_are_macros(const parser *p)
+{
+    for (size_t i = 0; i < p->n_calls; i++) {
+        int found = 0;
+        for (size_t k = 0; k < p->n_macros && !found; k++) found = !strcmp(p->calls[i], p->macros[k]);
+        if (!found) return refuse_call(p->calls[i], 0, p->call_lines[i]);
+    }
+    return TP_OK;
 }
 
 static tp_status parse_primary(parser *p, ct_node **out)
@@ -905,13 +948,76 @@ static tp_status parse_set(parser *p, ct_node *n)
         if (!(n->attr = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
         p->i++;
     }
-    if (!is_op(p, "="))
-        return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: only {%% set name = expression %%} is "
-                        "supported (no block set or tuple assignment)%s", cur(p)->line, HINT);
-    p->i++;
     ct_node *v;
+    if (cur(p)->type == T_BLOCK_END) { /* {% set x %}...{% endset %}: x is the body's rendering */
+        static const char *const end[] = {"endset", NULL};
+        p->i++;
+        TP_CHECK(parse_body(p, &v, end));
+        TP_CHECK(add_kid(n, v));
+        n->flag = 1;
+        p->i++; /* endset */
+        return block_end(p);
+    }
+    if (!is_op(p, "="))
+        return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: only {%% set name = expression %%} and "
+                        "{%% set name %%}...{%% endset %%} are supported (no tuple assignment or block filter)%s",
+                        cur(p)->line, HINT);
+    p->i++;
     TP_CHECK(parse_expr(p, &v));
     TP_CHECK(add_kid(n, v));
+    return block_end(p);
+}
+
+/* Whether the tree reads the name (a macro's varargs or kwargs, as Jinja decides) */
+static int reads_name(const ct_node *n, const char *name)
+{
+    if (!n) return 0;
+    if (n->kind == CT_NAME && !strcmp(n->str, name)) return 1;
+    if (n->kind == CT_MACRO) return 0; /* a macro inside has its own */
+    for (size_t i = 0; i < n->n_kids; i++)
+        if (reads_name(n->kids[i], name)) return 1;
+    for (size_t i = 0; n->kw && i < n->n_names; i++)
+        if (reads_name(n->kw[i], name)) return 1;
+    return 0;
+}
+
+/* {% macro name(a, b=default, ...) %}body{% endmacro %} */
+static tp_status parse_macro(parser *p, ct_node *n)
+{
+    static const char *const end[] = {"endmacro", NULL};
+    if (cur(p)->type != T_NAME) return syntax(p, "a macro name");
+    if (!(n->str = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
+    TP_CHECK(push_str(&p->macros, &p->n_macros, NULL, n->str, 0));
+    p->i++;
+    TP_CHECK(expect_op(p, "("));
+    while (!is_op(p, ")")) {
+        if (cur(p)->type != T_NAME) return syntax(p, "a parameter name");
+        const int line = cur(p)->line;
+        const char *name = cur(p)->s;
+        for (size_t k = 0; k < n->n_names; k++)
+            if (!strcmp(n->names[k], name))
+                return tp_error(TP_ERR_FORMAT, "chat template: line %d: macro %s has two parameters named %s%s",
+                                line, n->str, name, HINT);
+        p->i++;
+        ct_node *dflt = NULL;
+        if (is_op(p, "=")) {
+            p->i++;
+            TP_CHECK(parse_expr(p, &dflt));
+        } else if (n->n_names && n->kw[n->n_names - 1]) {
+            return tp_error(TP_ERR_FORMAT, "chat template: line %d: macro %s: parameter %s without a default "
+                            "follows one with a default%s", line, n->str, name, HINT);
+        }
+        TP_CHECK(add_name(n, name, dflt));
+        if (!is_op(p, ",")) break;
+        p->i++;
+    }
+    TP_CHECK(expect_op(p, ")"));
+    TP_CHECK(block_end(p));
+    ct_node *body;
+    TP_CHECK(parse_body(p, &body, end));
+    TP_CHECK(add_kid(n, body));
+    n->flag = (reads_name(body, "varargs") ? MACRO_VARARGS : 0) | (reads_name(body, "kwargs") ? MACRO_KWARGS : 0);
+    p->i++; /* endmacro */
     return block_end(p);
 }
 
@@ -926,12 +1032,14 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (!strcmp(nm, "set")) kind = CT_SET;
     else if (!strcmp(nm, "break")) kind = CT_BREAK;
     else if (!strcmp(nm, "continue")) kind = CT_CONTINUE;
-    else if (!strcmp(nm, "endif") || !strcmp(nm, "endfor") || !strcmp(nm, "elif") || !strcmp(nm, "else"))
+    else if (!strcmp(nm, "macro")) kind = CT_MACRO;
+    else if (!strcmp(nm, "endif") || !strcmp(nm, "endfor") || !strcmp(nm, "elif") || !strcmp(nm, "else") ||
+             !strcmp(nm, "endset") || !strcmp(nm, "endmacro"))
         return tp_error(TP_ERR_FORMAT, "chat template: line %d: {%% %s %%} without its opening tag%s", t->line, nm,
                         HINT);
     else
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: {%% %.40s %%} is not supported by tpinfer's "
-                        "template subset (if/elif/else, for, set, break, continue)%s", t->line, nm, HINT);
+                        "template subset (if/elif/else, for, set, macro, break, continue)%s", t->line, nm, HINT);
     p->i++;
     ct_node *n = node_new(kind);
     if (!n) return tp_error(TP_ERR_OOM, "out of memory");
@@ -941,6 +1049,7 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     if (kind == CT_IF) st = parse_if(p, n);
     else if (kind == CT_FOR) st = parse_for(p, n);
     else if (kind == CT_SET) st = parse_set(p, n);
+    else if (kind == CT_MACRO) st = parse_macro(p, n);
     else st = block_end(p);
     p->depth--;
     return st;
@@ -1030,8 +1139,10 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
     tp_status st = lex(&lx);
     ct_node *root = NULL;
     if (st == TP_OK) {
-        parser p = {lx.v, 0, 0};
+        parser p = {.t = lx.v};
         st = parse_body(&p, &root, NULL);
+        if (st == TP_OK) st = check_calls_are_macros(&p);
+        parser_free(&p);
     }
     lexer_free(&lx);
     free(src);

@@ -24,7 +24,8 @@ static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "stri
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
                                     "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", "==", "!=",
-                                    "gt", "ge", "lt", "le", ">", ">=", "<", "<=", "greaterthan", "lessthan", NULL};
+                                    "gt", "ge", "lt", "le", ">", ">=", "<", "<=", "greaterthan", "lessthan",
+                                    "callable", NULL};
 static const char *const FUNCTIONS[] = {"raise_exception", "namespace", "range", "strftime_now", "dict", NULL};
 static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper",
                                           "lower", "replace", "title", "capitalize", "find", "join", NULL};
@@ -45,12 +46,14 @@ int ct_known_method(const char *name) { return in_list(STR_METHODS, name) || in_
 // ----------------------------------------------------------------------------
 // values
 
-enum vkind { V_UNDEF, V_JSON, V_NS, V_FUNC, V_METHOD };
+enum vkind { V_UNDEF, V_JSON, V_NS, V_FUNC, V_METHOD, V_MACRO };
 
 typedef struct val {
     enum vkind k;
     json_t *j;        /* owned reference (V_JSON, V_NS: the namespace object, V_METHOD: receiver) */
-    const char *name; /* V_FUNC / V_METHOD */
+    const char *name; /* V_FUNC / V_METHOD / V_MACRO */
+    const ct_node *macro; /* V_MACRO: its definition */
+    size_t scope;         /* V_MACRO: the frame it was defined in, whose names its body reads */
 } val;
 
 static void vfree(val *v)
@@ -59,7 +62,7 @@ static void vfree(val *v)
     memset(v, 0, sizeof *v);
 }
 
-static val vjson(json_t *j) { return (val){j ? V_JSON : V_UNDEF, j, NULL}; } /* steals j */
+static val vjson(json_t *j) { return (val){.k = j ? V_JSON : V_UNDEF, .j = j}; } /* steals j */
 static val vcopy(const val *v)
 {
     val r = *v;
@@ -72,10 +75,17 @@ typedef struct var {
     val v;
 } var;
 
+/* A scope. Names not found in it are looked up in its parent's: the frame below it, but for
+ * a macro's call the frame where the macro was defined (Jinja's macros see the names of
+ * where they were written, as they are at the call, not the caller's). */
 typedef struct frame {
     var *v;
     size_t n, cap;
+    size_t parent; /* index of the next frame to look in; NO_PARENT: the globals next */
 } frame;
+
+#define NO_PARENT SIZE_MAX
+#define MAX_CALL_DEPTH 100
 
 typedef struct ctx {
     json_t *globals;
@@ -85,6 +95,7 @@ typedef struct ctx {
     size_t len, cap;
     int brk, cont;
     long steps;
+    int calls; /* macro calls under way */
 } ctx;
 
 static tp_status rt_error(const char *fmt, const char *a)
@@ -109,7 +120,7 @@ static tp_status put(ctx *c, const char *s, size_t n)
     return TP_OK;
 }
 
-static tp_status push_frame(ctx *c)
+static tp_status push_scope(ctx *c, size_t parent)
 {
     if (c->nf == c->capf) {
         size_t cap = c->capf ? c->capf * 2 : 8;
@@ -118,9 +129,11 @@ static tp_status push_frame(ctx *c)
         c->frames = f;
         c->capf = cap;
     }
-    c->frames[c->nf++] = (frame){0};
+    c->frames[c->nf++] = (frame){.parent = parent};
     return TP_OK;
 }
+
+static tp_status push_frame(ctx *c) { return push_scope(c, c->nf ? c->nf - 1 : NO_PARENT); }
 
 static void pop_frame(ctx *c)
 {
@@ -163,13 +176,13 @@ static tp_status set_var(ctx *c, const char *name, val v)
 
 static val lookup(ctx *c, const char *name)
 {
-    for (size_t k = c->nf; k-- > 0;)
+    for (size_t k = c->nf ? c->nf - 1 : NO_PARENT; k != NO_PARENT; k = c->frames[k].parent)
         for (size_t i = 0; i < c->frames[k].n; i++)
             if (strcmp(c->frames[k].v[i].name, name) == 0) return vcopy(&c->frames[k].v[i].v);
     json_t *g = json_object_get(c->globals, name);
     if (g) return vjson(json_incref(g));
-    if (ct_known_function(name)) return (val){V_FUNC, NULL, name};
-    return (val){V_UNDEF, NULL, NULL};
+    if (ct_known_function(name)) return (val){.k = V_FUNC, .name = name};
+    return (val){.k = V_UNDEF};
 }
 
 static int truthy(const val *v)
@@ -460,7 +473,11 @@ static tp_status to_string(const val *v, json_t **out)
     sb_put(&b, "", 0);
     if (v->k == V_JSON) py_str(&b, v->j, 0);
     else if (v->k == V_NS) sb_str(&b, "<Namespace>");
-    else if (v->k != V_UNDEF) sb_str(&b, "<function>");
+    else if (v->k == V_MACRO) {
+        sb_str(&b, "<Macro '");
+        sb_str(&b, v->name);
+        sb_str(&b, "'>");
+    } else if (v->k != V_UNDEF) sb_str(&b, "<function>");
     *out = b.oom ? NULL : json_stringn_nocheck(b.s, b.len);
     free(b.s);
     return *out ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
@@ -527,7 +544,7 @@ static int py_eq(const val *a, const val *b)
     if (json_is_array(x)) {
         if (json_array_size(x) != json_array_size(y)) return 0;
         for (size_t i = 0; i < json_array_size(x); i++) {
-            val p = {V_JSON, json_array_get(x, i), NULL}, q = {V_JSON, json_array_get(y, i), NULL};
+            val p = {.k = V_JSON, .j = json_array_get(x, i)}, q = {.k = V_JSON, .j = json_array_get(y, i)};
             if (!py_eq(&p, &q)) return 0;
         }
         return 1;
@@ -564,7 +581,7 @@ static tp_status py_in(const val *item, const val *cont, int *out)
     if (cont->k == V_JSON && json_is_array(cont->j)) {
         *out = 0;
         for (size_t i = 0; i < json_array_size(cont->j) && !*out; i++) {
-            val e = {V_JSON, json_array_get(cont->j, i), NULL};
+            val e = {.k = V_JSON, .j = json_array_get(cont->j, i)};
             *out = py_eq(item, &e);
         }
         return TP_OK;
@@ -674,7 +691,7 @@ static tp_status eval(ctx *c, const ct_node *n, val *out);
 
 static tp_status get_item(const val *obj, const val *key, val *out)
 {
-    *out = (val){V_UNDEF, NULL, NULL};
+    *out = (val){.k = V_UNDEF};
     if (obj->k == V_UNDEF) return rt_error("chat template: cannot index an undefined value%s", "");
     json_t *j = obj->j;
     if ((obj->k == V_JSON || obj->k == V_NS) && json_is_object(j)) {
@@ -704,15 +721,15 @@ static tp_status get_item(const val *obj, const val *key, val *out)
 
 static tp_status get_attr(const val *obj, const char *name, val *out)
 {
-    *out = (val){V_UNDEF, NULL, NULL};
+    *out = (val){.k = V_UNDEF};
     if (obj->k == V_UNDEF) return rt_error("chat template: undefined value has no attribute '%s'", name);
     if (obj->k == V_JSON && json_is_object(obj->j) && in_list(DICT_METHODS, name)) {
-        *out = (val){V_METHOD, json_incref(obj->j), NULL};
+        *out = (val){.k = V_METHOD, .j = json_incref(obj->j)};
         out->name = name;
         return TP_OK;
     }
     if (is_str(obj) && in_list(STR_METHODS, name)) {
-        *out = (val){V_METHOD, json_incref(obj->j), NULL};
+        *out = (val){.k = V_METHOD, .j = json_incref(obj->j)};
         out->name = name;
         return TP_OK;
     }
@@ -769,11 +786,13 @@ static tp_status do_slice(const val *obj, const val *parts, val *out)
 }
 
 /* Evaluated arguments of a call/filter/test node: kids[first..] and keywords. */
+#define MAX_ARGS 16
+
 typedef struct args {
-    val pos[8];
+    val pos[MAX_ARGS];
     size_t n;
-    val kw[8];
-    const char *kwname[8];
+    val kw[MAX_ARGS];
+    const char *kwname[MAX_ARGS];
     size_t nk;
 } args;
 
@@ -786,7 +805,8 @@ static void args_free(args *a)
 static tp_status eval_args(ctx *c, const ct_node *n, size_t first, args *a)
 {
     memset(a, 0, sizeof *a);
-    if (n->n_kids - first > 8 || n->n_names > 8) return rt_error("chat template: too many arguments%s", "");
+    if (n->n_kids - first > MAX_ARGS || n->n_names > MAX_ARGS)
+        return rt_error("chat template: more than 16 arguments in a call%s", "");
     for (size_t i = first; i < n->n_kids; i++) {
         TP_CHECK(eval(c, n->kids[i], &a->pos[a->n]));
         a->n++;
@@ -966,7 +986,7 @@ static tp_status call_function(ctx *c, const char *f, const args *a, val *out)
             if (a->kw[i].k != V_UNDEF || f[0] != 'n')
                 json_object_set(o, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
         if (!o) return tp_error(TP_ERR_OOM, "out of memory");
-        *out = (val){f[0] == 'n' ? V_NS : V_JSON, o, NULL};
+        *out = (val){.k = f[0] == 'n' ? V_NS : V_JSON, .j = o};
         return TP_OK;
     }
     if (!strcmp(f, "range")) {
@@ -1065,7 +1085,7 @@ static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a,
     json_t *r = json_array();
     tp_status st = TP_OK;
     for (size_t i = 0; r && st == TP_OK && i < json_array_size(in->j); i++) {
-        val e = {V_JSON, json_array_get(in->j, i), NULL}, subject = {0};
+        val e = {.k = V_JSON, .j = json_array_get(in->j, i)}, subject = {0};
         if (an) st = attr_path(&e, json_string_value(an->j), dflt, &subject);
         else subject = vcopy(&e);
         if (st != TP_OK) break;
@@ -1117,7 +1137,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     if (in->k == V_UNDEF) { /* Jinja's Undefined: "" as a string, empty as a sequence (int, float: an error) */
         if (!strcmp(f, "length") || !strcmp(f, "count")) *out = vjson(json_integer(0));
         else if (!strcmp(f, "list") || !strcmp(f, "reverse") || !strcmp(f, "items")) *out = vjson(json_array());
-        else if (!strcmp(f, "first") || !strcmp(f, "last")) *out = (val){V_UNDEF, NULL, NULL};
+        else if (!strcmp(f, "first") || !strcmp(f, "last")) *out = (val){.k = V_UNDEF};
         else if (!strcmp(f, "string") || !strcmp(f, "join") || !strcmp(f, "trim") || !strcmp(f, "upper") ||
                  !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace"))
             *out = vjson(json_string(""));
@@ -1176,7 +1196,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         sb_put(&b, "", 0);
         for (size_t i = 0; i < json_array_size(in->j); i++) {
             json_t *s;
-            val e = {V_JSON, json_array_get(in->j, i), NULL};
+            val e = {.k = V_JSON, .j = json_array_get(in->j, i)};
             if (i && sep && is_str(sep)) sb_put(&b, json_string_value(sep->j), json_string_length(sep->j));
             tp_status st = to_string(&e, &s);
             if (st != TP_OK) {
@@ -1203,7 +1223,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
                 *out = vcopy(in);
                 return TP_OK;
             }
-            val parts[3] = {{0}, {0}, {V_JSON, json_integer(-1), NULL}};
+            val parts[3] = {{0}, {0}, {.k = V_JSON, .j = json_integer(-1)}};
             if (f[0] == 'l') {
                 /* list("abc") -> ['a', 'b', 'c'] */
                 cps cp;
@@ -1254,7 +1274,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     /* Jinja's string filters take str(value): None is "None", a list its repr */
     json_t *str = NULL;
     if (!is_str(in)) TP_CHECK(to_string(in, &str));
-    val sv = {V_JSON, str ? str : in->j, NULL};
+    val sv = {.k = V_JSON, .j = str ? str : in->j};
     tp_status st;
     if (!strcmp(f, "title")) { /* Jinja's own: words begin after whitespace, -, (, {, [ or < */
         char *r;
@@ -1276,6 +1296,7 @@ static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, in
     const val *x = arg(a, 0, NULL);
     json_t *j = v->k == V_JSON ? v->j : NULL;
     if (!strcmp(t, "defined")) *out = v->k != V_UNDEF;
+    else if (!strcmp(t, "callable")) *out = v->k == V_FUNC || v->k == V_METHOD || v->k == V_MACRO;
     else if (!strcmp(t, "undefined")) *out = v->k == V_UNDEF;
     else if (!strcmp(t, "none")) *out = j && json_is_null(j);
     else if (!strcmp(t, "string")) *out = j && json_is_string(j);
@@ -1332,9 +1353,86 @@ static tp_status run_test(ctx *c, const char *t, const val *v, const args *a, in
     return TP_OK;
 }
 
+static tp_status exec_block(ctx *c, const ct_node *n);
+
+/* body rendered as a string of its own (a macro's call, {% set x %}...{% endset %}) */
+static tp_status render_apart(ctx *c, const ct_node *body, val *out)
+{
+    char *saved = c->out;
+    const size_t saved_len = c->len, saved_cap = c->cap;
+    c->out = NULL;
+    c->len = c->cap = 0;
+    tp_status st = put(c, "", 0);
+    if (st == TP_OK) st = exec_block(c, body);
+    json_t *s = st == TP_OK ? json_stringn_nocheck(c->out, c->len) : NULL;
+    if (st == TP_OK && !s) st = tp_error(TP_ERR_OOM, "out of memory");
+    free(c->out);
+    c->out = saved;
+    c->len = saved_len;
+    c->cap = saved_cap;
+    c->brk = c->cont = 0;
+    if (st == TP_OK) *out = vjson(s);
+    return st;
+}
+
+/* A call of the macro m: its parameters bound from a (missing ones from their defaults, else
+ * undefined), extra positional arguments in varargs and extra keywords in kwargs where the
+ * body reads them; the value is what the body renders. */
+static tp_status call_macro(ctx *c, const val *m, const args *a, val *out)
+{
+    const ct_node *def = m->macro;
+    const size_t np = def->n_names;
+    if (a->n > np && !(def->flag & MACRO_VARARGS))
+        return tp_error(TP_ERR_INVALID_ARG, "chat template: macro %s takes at most %zu argument(s), given %zu",
+                        def->str, np, a->n);
+    for (size_t k = 0; k < a->nk; k++) {
+        size_t i = 0;
+        while (i < np && strcmp(def->names[i], a->kwname[k])) i++;
+        if (i == np && !(def->flag & MACRO_KWARGS))
+            return tp_error(TP_ERR_INVALID_ARG, "chat template: macro %s has no parameter %s", def->str,
+                            a->kwname[k]);
+        if (i < np && i < a->n)
+            return tp_error(TP_ERR_INVALID_ARG, "chat template: macro %s: parameter %s given twice", def->str,
+                            a->kwname[k]);
+    }
+    if (c->calls >= MAX_CALL_DEPTH)
+        return tp_error(TP_ERR_INVALID_ARG, "chat template: macro %s: calls nested more than %d deep (endless "
+                        "recursion?)", def->str, MAX_CALL_DEPTH);
+    TP_CHECK(push_scope(c, m->scope));
+    tp_status st = TP_OK;
+    for (size_t i = 0; i < np && st == TP_OK; i++) {
+        const val *given = arg(a, i, def->names[i]);
+        val v = {0};
+        if (given) v = vcopy(given);
+        else if (def->kw[i]) st = eval(c, def->kw[i], &v); /* sees the parameters before it */
+        if (st == TP_OK) st = set_var(c, def->names[i], v);
+    }
+    json_t *extra = NULL;
+    if (st == TP_OK && (def->flag & MACRO_VARARGS)) {
+        extra = json_array();
+        for (size_t i = np; extra && i < a->n; i++)
+            json_array_append(extra, a->pos[i].k == V_JSON ? a->pos[i].j : json_null());
+        st = extra ? set_var(c, "varargs", vjson(extra)) : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (st == TP_OK && (def->flag & MACRO_KWARGS)) {
+        extra = json_object();
+        for (size_t k = 0; extra && k < a->nk; k++) {
+            size_t i = 0;
+            while (i < np && strcmp(def->names[i], a->kwname[k])) i++;
+            if (i == np) json_object_set(extra, a->kwname[k], a->kw[k].k == V_JSON ? a->kw[k].j : json_null());
+        }
+        st = extra ? set_var(c, "kwargs", vjson(extra)) : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    c->calls++;
+    if (st == TP_OK) st = render_apart(c, def->kids[0], out);
+    c->calls--;
+    pop_frame(c);
+    return st;
+}
+
 static tp_status eval(ctx *c, const ct_node *n, val *out)
 {
-    *out = (val){V_UNDEF, NULL, NULL};
+    *out = (val){.k = V_UNDEF};
     if (++c->steps > MAX_STEPS) return rt_error("chat template: too much work (endless loop?)%s", "");
     tp_status st = TP_OK;
     val a = {0}, b = {0};
@@ -1370,6 +1468,10 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
         if (st != TP_OK) break;
         if (a.k == V_FUNC) st = call_function(c, a.name, &ar, out);
         else if (a.k == V_METHOD) st = call_method(&a, a.name, &ar, out);
+        else if (a.k == V_MACRO) st = call_macro(c, &a, &ar, out);
+        else if (a.k == V_UNDEF && n->kids[0]->kind == CT_NAME)
+            st = rt_error("chat template: %s is undefined where it is called (a macro is defined once its "
+                          "{%% macro %%} has run, and only in the loop body that holds it)", n->kids[0]->str);
         else st = rt_error("chat template: calling something that is not a function (%s)",
                            n->kids[0]->str ? n->kids[0]->str : "?");
         break;
@@ -1584,8 +1686,10 @@ static tp_status exec(ctx *c, const ct_node *n)
         return n->flag ? exec_block(c, n->kids[n->n_kids - 1]) : TP_OK;
     }
     case CT_FOR: return exec_for(c, n);
+    case CT_MACRO:
+        return set_var(c, n->str, (val){.k = V_MACRO, .name = n->str, .macro = n, .scope = c->nf - 1});
     case CT_SET:
-        TP_CHECK(eval(c, n->kids[0], &v));
+        TP_CHECK(n->flag ? render_apart(c, n->kids[0], &v) : eval(c, n->kids[0], &v));
         if (n->attr) {
             val ns = lookup(c, n->str);
             tp_status st = TP_OK;

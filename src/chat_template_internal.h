@@ -17,7 +17,10 @@ enum ct_kind {
     CT_OUT,      /* kids[0]: expression */
     CT_IF,       /* kids: cond, body, cond, body, ..., [else body]; flag: has else */
     CT_FOR,      /* names: targets; kids: iterable, body, else body or NULL, filter or NULL */
-    CT_SET,      /* str: variable; attr: namespace attribute or NULL; kids[0]: value */
+    CT_SET,      /* str: variable; attr: namespace attribute or NULL; kids[0]: value, or with flag
+                  * the block {% set x %}...{% endset %} whose rendering is the value */
+    CT_MACRO,    /* str: name; names: parameters, kw: their defaults (NULL: none); kids[0]: body;
+                  * flag: MACRO_VARARGS | MACRO_KWARGS where the body reads them (as Jinja) */
     CT_BREAK,
     CT_CONTINUE,
     /* expressions */
@@ -36,6 +39,8 @@ enum ct_kind {
     CT_LIST,
     CT_DICT, /* kids: key, value, key, value, ... */
 };
+
+enum { MACRO_VARARGS = 1, MACRO_KWARGS = 2 };
 
 typedef struct ct_node {
     enum ct_kind kind;

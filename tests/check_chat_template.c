@@ -189,18 +189,110 @@ START_TEST(test_jinja_semantics)
 }
 END_TEST
 
+/* Macros and block sets, as jinja2 renders them: defaults (which see the parameters before
+ * them), varargs and kwargs where the body reads them, recursion, macros calling macros
+ * defined later, a macro's names are those where it was written (as they are at the call),
+ * not the caller's; a block set's value is its body's rendering. */
+START_TEST(test_macros)
+{
+    static const struct {
+        const char *tpl, *expect;
+    } cases[] = {
+        {"{% set x = 1 %}{% macro m() %}{{ x }}{% endmacro %}{% set x = 2 %}{{ m() }}",
+         "2"},
+        {"{% macro m() %}[{{ item }}]{% endmacro %}{% for item in [1,2] %}{{ m() }}{% endfor %}",
+         "[][]"},
+        {"{% for item in [1,2] %}{% set y = item*10 %}{% macro m() %}[{{ item }}{{ y }}]{% endmacro %}{% set y = 5 %}{{ m() }}{% endfor %}",
+         "[15][25]"},
+        {"{% macro m(a, b=2, c='x') %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}{{ m(1) }}|{{ m(1, 3) }}|{{ m(1, c='z') }}|{{ m() }}|{{ m(c=1, a=0) }}",
+         "1-2-x|1-3-x|1-2-z|-2-x|0-2-1"},
+        {"{% macro m(a) %}{{ a }}{{ varargs|length }}{{ varargs[1] }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, k=4) }}|{{ m(5) }}",
+         "123{'k': 4}|50{}"},
+        {"{% macro f(n) %}{% if n > 0 %}{{ n }},{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(3) }}",
+         "3,2,1,"},
+        {"{% macro m(x) %}  {{ x }}  \n{% endmacro %}[{{ m(1) }}]{{ m(2)|trim }}|{{ m(3)|length }}",
+         "[  1  \n]2|6"},
+        {"{% macro m() %}{% set z = 1 %}{{ z }}{% endmacro %}{{ m() }}[{{ z }}]",
+         "1[]"},
+        {"{% set ns = namespace(a=0) %}{% macro m() %}{% set ns.a = ns.a + 1 %}{% endmacro %}{{ m() }}{{ m() }}{{ ns.a }}",
+         "2"},
+        {"{% macro m(a, b=a) %}{{ b }}{% endmacro %}{{ m(4) }}",
+         "4"},
+        {"{% set t %}hello {{ 1+1 }}{% endset %}[{{ t }}]{{ t|length }}{{ t is string }}",
+         "[hello 2]7True"},
+        {"{%- set t -%}\n  hello  \n{%- endset -%}[{{ t }}]",
+         "[hello]"},
+        {"{% set ns = namespace(v='') %}{% set ns.v %}q{{ ns.v }}{% endset %}{{ ns.v }}",
+         "q"},
+        {"{% macro m() %}x{% endmacro %}{{ m }}{{ m is defined }}{{ m is callable }}{{ 1 is callable }}{{ m() ~ 'y' }}{{ m() + 'y' }}",
+         "<Macro 'm'>TrueTrueFalsexyxy"},
+        {"{% macro m() %}{% for i in range(3) %}{% if i == 1 %}{% break %}{% endif %}{{ i }}{% endfor %}{% endmacro %}{% for j in [1, 2] %}{{ m() }}{{ j }}{% endfor %}",
+         "0102"},
+        {"{% macro m() %}{{ messages|length }}{{ loop is defined }}{% endmacro %}{% for x in [1] %}{{ m() }}{% endfor %}",
+         "2False"},
+        {"{% if true %}{% macro m() %}y{% endmacro %}{% endif %}{{ m() }}",
+         "y"},
+        {"{% macro m(a) %}{{ a }}{% endmacro %}{% set r = m('q') %}{{ r == 'q' }}{{ [m(1), m(2)]|join(',') }}{{ [m(1)] }}",
+         "True1,2['1']"},
+        {"{% macro m(a) -%} {{ a }} {%- endmacro %}[{{ m(1) }}]",
+         "[1]"},
+        {"{% macro outer(x) %}{% macro inner(y) %}<{{ x }}{{ y }}>{% endmacro %}{{ inner(x * 2) }}{% endmacro %}{{ outer(1) }}{{ outer(2) }}",
+         "<12><24>"},
+        {"{% macro ty(s) %}{% if s.type == 'array' %}{{ ty(s['items']) }}[]{% elif s.type == 'object' %}{ {% for k, v in s.properties.items() %}{{ k }}: {{ ty(v) }}{% if not loop.last %}, {% endif %}{% endfor %} }{% else %}{{ s.type }}{% endif %}{% endmacro %}{{ ty({'type': 'object', 'properties': {'a': {'type': 'array', 'items': {'type': 'string'}}, 'b': {'type': 'number'}}}) }}",
+         "{ a: string[], b: number }"},
+        {"{% macro b(x) %}{{ a(x) }}!{% endmacro %}{% macro a(x) %}{{ x|upper }}{% endmacro %}{{ b('hi') }}",
+         "HI!"},
+        {"{% macro m(x) %}{% if x %}{{ caller is defined }}{% endif %}{% endmacro %}{{ m(1) }}",
+         "False"},
+        {"{% macro m() %}{% set messages = [1] %}{{ messages|length }}{% endmacro %}{{ m() }}{{ messages|length }}",
+         "12"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_render("macro", i, cases[i].tpl, "{\"messages\": [1, 2]}", cases[i].expect);
+    static const struct {
+        const char *tpl, *says;
+    } bad[] = {
+        {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", "macro m takes at most 1 argument(s), given 2"},
+        {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, k=2) }}", "macro m has no parameter k"},
+        {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}", "macro m: parameter a given twice"},
+        {"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "macro f: calls nested more than 100 deep"},
+        {"{{ m() }}{% macro m() %}{% endmacro %}", "m is undefined where it is called"},
+        {"{% for i in [1] %}{% macro m() %}{% endmacro %}{% endfor %}{{ m() }}", "m is undefined where it is called"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        size_t len;
+        tp_error_clear();
+        ck_assert_msg(render(bad[i].tpl, "{}", &out, &len) == TP_ERR_INVALID_ARG, "rendered: %s", bad[i].tpl);
+        ck_assert_ptr_null(out);
+        ck_assert_msg(strstr(tp_error_message(), bad[i].says) != NULL, "%s: %s", bad[i].tpl, tp_error_message());
+    }
+    static const char *const syntax[] = {
+        "{% macro m(a, a) %}{% endmacro %}", "{% macro m(a=1, b) %}{% endmacro %}", "{% macro m() %}",
+        "{% macro m %}{% endmacro %}", "{% set x %}y", "{% endmacro %}", "{% endset %}",
+    };
+    for (size_t i = 0; i < sizeof syntax / sizeof syntax[0]; i++) {
+        tp_chat_template *tpl = NULL;
+        tp_error_clear();
+        ck_assert_msg(tp_chat_template_create(syntax[i], strlen(syntax[i]), &tpl) == TP_ERR_FORMAT, "accepted: %s",
+                      syntax[i]);
+        ck_assert_ptr_null(tpl);
+    }
+}
+END_TEST
+
 START_TEST(test_unsupported)
 {
     static const char *const bad[] = {
-        "{% macro m() %}x{% endmacro %}",
+        "{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}x{% endcall %}",
+        "{% set x | upper %}block{% endset %}",
         "{% include 'other.jinja' %}",
         "{% extends 'base' %}",
-        "{% set x %}block{% endset %}",
         "{% filter upper %}x{% endfilter %}",
         "{% for x in y recursive %}{% endfor %}",
         "{% generation %}x{% endgeneration %}",
         "{{ x|wordwrap(3) }}",
-        "{{ x is callable }}",
+        "{% macro m() %}{% endmacro %}{{ n() }}", /* n is no macro */
         "{{ loop.cycle('a', 'b') }}",
         "{{ 'a'.format(1) }}",
         "{{ lipsum() }}",
@@ -265,6 +357,7 @@ static Suite *chat_suite(void)
     tcase_add_loop_test(t, test_reference_renderings, 0, (int)(sizeof CHAT_CASES / sizeof CHAT_CASES[0]));
     tcase_add_test(t, test_small_constructs);
     tcase_add_test(t, test_jinja_semantics);
+    tcase_add_test(t, test_macros);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
     tcase_add_test(e, test_unsupported);
