@@ -968,6 +968,19 @@ static tp_status parse_set(parser *p, ct_node *n)
     return block_end(p);
 }
 
+/* {% generation %}body{% endgeneration %}: transformers' tag that marks what the assistant
+ * said (for its token masks); it renders the body, whose sets stay inside (a call block's) */
+static tp_status parse_generation(parser *p, ct_node *n)
+{
+    static const char *const end[] = {"endgeneration", NULL};
+    ct_node *body;
+    TP_CHECK(block_end(p));
+    TP_CHECK(parse_body(p, &body, end));
+    TP_CHECK(add_kid(n, body));
+    p->i++; /* endgeneration */
+    return block_end(p);
+}
+
 /* Whether the tree reads the name (a macro's varargs or kwargs, as Jinja decides) */
 static int reads_name(const ct_node *n, const char *name)
 {
@@ -1033,13 +1046,15 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (!strcmp(nm, "break")) kind = CT_BREAK;
     else if (!strcmp(nm, "continue")) kind = CT_CONTINUE;
     else if (!strcmp(nm, "macro")) kind = CT_MACRO;
+    else if (!strcmp(nm, "generation")) kind = CT_SCOPE;
     else if (!strcmp(nm, "endif") || !strcmp(nm, "endfor") || !strcmp(nm, "elif") || !strcmp(nm, "else") ||
-             !strcmp(nm, "endset") || !strcmp(nm, "endmacro"))
+             !strcmp(nm, "endset") || !strcmp(nm, "endmacro") || !strcmp(nm, "endgeneration"))
         return tp_error(TP_ERR_FORMAT, "chat template: line %d: {%% %s %%} without its opening tag%s", t->line, nm,
                         HINT);
     else
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: {%% %.40s %%} is not supported by tpinfer's "
-                        "template subset (if/elif/else, for, set, macro, break, continue)%s", t->line, nm, HINT);
+                        "template subset (if/elif/else, for, set, macro, generation, break, continue)%s", t->line,
+                        nm, HINT);
     p->i++;
     ct_node *n = node_new(kind);
     if (!n) return tp_error(TP_ERR_OOM, "out of memory");
@@ -1050,6 +1065,7 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (kind == CT_FOR) st = parse_for(p, n);
     else if (kind == CT_SET) st = parse_set(p, n);
     else if (kind == CT_MACRO) st = parse_macro(p, n);
+    else if (kind == CT_SCOPE) st = parse_generation(p, n);
     else st = block_end(p);
     p->depth--;
     return st;

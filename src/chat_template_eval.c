@@ -1701,6 +1701,12 @@ static tp_status exec(ctx *c, const ct_node *n)
             return st;
         }
         return set_var(c, n->str, v);
+    case CT_SCOPE: {
+        TP_CHECK(push_frame(c));
+        tp_status st = exec_block(c, n->kids[0]);
+        pop_frame(c);
+        return st;
+    }
     case CT_BREAK: c->brk = 1; return TP_OK;
     case CT_CONTINUE: c->cont = 1; return TP_OK;
     default: return tp_error(TP_ERR_INTERNAL, "chat template: expression in statement position");

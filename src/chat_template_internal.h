@@ -21,6 +21,7 @@ enum ct_kind {
                   * the block {% set x %}...{% endset %} whose rendering is the value */
     CT_MACRO,    /* str: name; names: parameters, kw: their defaults (NULL: none); kids[0]: body;
                   * flag: MACRO_VARARGS | MACRO_KWARGS where the body reads them (as Jinja) */
+    CT_SCOPE,    /* kids[0]: body in a scope of its own ({% generation %}, transformers' tag) */
     CT_BREAK,
     CT_CONTINUE,
     /* expressions */

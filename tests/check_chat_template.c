@@ -189,7 +189,7 @@ START_TEST(test_jinja_semantics)
 }
 END_TEST
 
-/* Macros and block sets, as jinja2 renders them: defaults (which see the parameters before
+/* Macros, block sets and transformers' generation blocks, as jinja2 renders them: defaults (which see the parameters before
  * them), varargs and kwargs where the body reads them, recursion, macros calling macros
  * defined later, a macro's names are those where it was written (as they are at the call),
  * not the caller's; a block set's value is its body's rendering. */
@@ -246,6 +246,11 @@ START_TEST(test_macros)
          "False"},
         {"{% macro m() %}{% set messages = [1] %}{{ messages|length }}{% endmacro %}{{ m() }}{{ messages|length }}",
          "12"},
+        /* transformers' {% generation %}: the body, whose sets stay inside */
+        {"{% for m in messages %}{% generation %}{{ m }}{% set x = 1 %}{{ loop.index }}{% endgeneration %}[{{ x }}]{% endfor %}",
+         "11[]22[]"},
+        {"{%- for m in messages %}\n{% generation %}\n  <{{ m }}>\n{% endgeneration %}\n{% endfor %}",
+         "  <1>\n  <2>\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_render("macro", i, cases[i].tpl, "{\"messages\": [1, 2]}", cases[i].expect);
@@ -290,7 +295,6 @@ START_TEST(test_unsupported)
         "{% extends 'base' %}",
         "{% filter upper %}x{% endfilter %}",
         "{% for x in y recursive %}{% endfor %}",
-        "{% generation %}x{% endgeneration %}",
         "{{ x|wordwrap(3) }}",
         "{% macro m() %}{% endmacro %}{{ n() }}", /* n is no macro */
         "{{ loop.cycle('a', 'b') }}",
