@@ -367,8 +367,12 @@ typedef struct parser {
     char **macros; /* the names every {% macro %} defines: calls to them are checked at the end */
     size_t n_macros;
     char **calls; /* names called that are no function: each must be a macro's */
-    int *call_lines;
+    int *call_lines, *call_guarded;
     size_t n_calls;
+    int guarded; /* > 0: in conditional code (if, for, macro, x if c else y) */
+    char **unknown; /* constructs outside the subset ("filter \"x\""), with their lines */
+    int *unknown_lines, *unknown_guarded;
+    size_t n_unknown;
 } parser;
 
 static tp_status push_str(char ***v, size_t *n, int **lines, const char *s, int line)
@@ -388,9 +392,24 @@ static void parser_free(parser *p)
 {
     for (size_t i = 0; i < p->n_macros; i++) free(p->macros[i]);
     for (size_t i = 0; i < p->n_calls; i++) free(p->calls[i]);
+    for (size_t i = 0; i < p->n_unknown; i++) free(p->unknown[i]);
     free(p->macros);
     free(p->calls);
     free(p->call_lines);
+    free(p->call_guarded);
+    free(p->unknown);
+    free(p->unknown_lines);
+    free(p->unknown_guarded);
+}
+
+/* A construct outside the subset: refused at the end if unguarded, else noted */
+static tp_status note_unknown(parser *p, const char *what, int line, int guarded)
+{
+    int *g = realloc(p->unknown_guarded, (p->n_unknown + 1) * sizeof *g);
+    if (!g) return tp_error(TP_ERR_OOM, "out of memory");
+    p->unknown_guarded = g;
+    g[p->n_unknown] = guarded;
+    return push_str(&p->unknown, &p->n_unknown, &p->unknown_lines, what, line);
 }
 
 static token *cur(parser *p) { return &p->t[p->i]; }
@@ -460,28 +479,51 @@ static tp_status parse_args(parser *p, ct_node *n)
     return expect_op(p, ")");
 }
 
-static tp_status refuse_call(const char *what, int method, int line)
-{
-    return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: calling %s%s() is not supported%s", line,
-                    method ? "method ." : "", what, HINT);
-}
-
 /* A name that is no function may be a macro's, defined anywhere: checked once all are read */
 static tp_status check_call(parser *p, ct_node *callee, int line)
 {
     if (callee->kind == CT_NAME && ct_known_function(callee->str)) return TP_OK;
-    if (callee->kind == CT_NAME) return push_str(&p->calls, &p->n_calls, &p->call_lines, callee->str, line);
+    if (callee->kind == CT_NAME) {
+        int *g = realloc(p->call_guarded, (p->n_calls + 1) * sizeof *g);
+        if (!g) return tp_error(TP_ERR_OOM, "out of memory");
+        p->call_guarded = g;
+        g[p->n_calls] = p->guarded > 0;
+        return push_str(&p->calls, &p->n_calls, &p->call_lines, callee->str, line);
+    }
     if (callee->kind == CT_ATTR && ct_known_method(callee->str)) return TP_OK;
-    return refuse_call(callee->kind == CT_ATTR ? callee->str : "(expression)", callee->kind == CT_ATTR, line);
+    if (callee->kind != CT_ATTR)
+        return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: calling an expression is not supported%s", line,
+                        HINT);
+    char what[80];
+    snprintf(what, sizeof what, "method .%.40s()", callee->str);
+    return note_unknown(p, what, line, p->guarded > 0);
 }
 
-static tp_status check_calls_are_macros(const parser *p)
+/* Refuse the first construct outside the subset that every rendering reaches; the others,
+ * in conditional code, as *partial ("filter \"x\" (line 3), method .y() (line 9)") */
+static tp_status check_unknowns(parser *p, char **partial)
 {
+    *partial = NULL;
     for (size_t i = 0; i < p->n_calls; i++) {
         int found = 0;
         for (size_t k = 0; k < p->n_macros && !found; k++) found = !strcmp(p->calls[i], p->macros[k]);
-        if (!found) return refuse_call(p->calls[i], 0, p->call_lines[i]);
+        char what[80];
+        snprintf(what, sizeof what, "function %.40s()", p->calls[i]);
+        if (!found) TP_CHECK(note_unknown(p, what, p->call_lines[i], p->call_guarded[i]));
     }
+    for (size_t i = 0; i < p->n_unknown; i++)
+        if (!p->unknown_guarded[i])
+            return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: %s is not supported%s", p->unknown_lines[i],
+                            p->unknown[i], HINT);
+    size_t len = 0;
+    for (size_t i = 0; i < p->n_unknown; i++) len += strlen(p->unknown[i]) + 32;
+    if (!len) return TP_OK;
+    char *s = malloc(len);
+    if (!s) return tp_error(TP_ERR_OOM, "out of memory");
+    size_t o = 0;
+    for (size_t i = 0; i < p->n_unknown; i++)
+        o += (size_t)snprintf(s + o, len - o, "%s%s (line %d)", i ? ", " : "", p->unknown[i], p->unknown_lines[i]);
+    *partial = s;
     return TP_OK;
 }
 
@@ -640,6 +682,7 @@ static tp_status parse_postfix(parser *p, ct_node **n)
         } else if (is_op(p, "(")) {
             TP_CHECK(check_call(p, *n, line));
             TP_CHECK(wrap(CT_CALL, n));
+            (*n)->line = line;
             TP_CHECK(parse_args(p, *n));
         } else {
             return TP_OK;
@@ -659,29 +702,42 @@ static int starts_test_arg(parser *p)
     return t->type == T_STRING || t->type == T_INT || t->type == T_FLOAT || is_op(p, "[") || is_op(p, "{");
 }
 
+/* name [(args)] after a "|": *n through that filter */
+static tp_status parse_one_filter(parser *p, ct_node **n, int line)
+{
+    if (cur(p)->type != T_NAME) return syntax(p, "a filter name");
+    if (!ct_known_filter(cur(p)->s)) {
+        char what[80];
+        snprintf(what, sizeof what, "filter \"%.40s\"", cur(p)->s);
+        TP_CHECK(note_unknown(p, what, line, p->guarded > 0));
+    }
+    TP_CHECK(wrap(CT_FILTER, n));
+    (*n)->line = line;
+    if (!((*n)->str = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
+    p->i++;
+    if (is_op(p, "(")) TP_CHECK(parse_args(p, *n));
+    return TP_OK;
+}
+
 static tp_status parse_filters(parser *p, ct_node **n)
 {
     for (;;) {
         int line = cur(p)->line;
         if (is_op(p, "|")) {
             p->i++;
-            if (cur(p)->type != T_NAME) return syntax(p, "a filter name");
-            if (!ct_known_filter(cur(p)->s))
-                return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: filter \"%.40s\" is not supported%s",
-                                line, cur(p)->s, HINT);
-            TP_CHECK(wrap(CT_FILTER, n));
-            if (!((*n)->str = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
-            p->i++;
-            if (is_op(p, "(")) TP_CHECK(parse_args(p, *n));
+            TP_CHECK(parse_one_filter(p, n, line));
         } else if (is_name(p, "is")) {
             p->i++;
             int neg = is_name(p, "not");
             if (neg) p->i++;
             if (cur(p)->type != T_NAME) return syntax(p, "a test name");
-            if (!ct_known_test(cur(p)->s))
-                return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: test \"is %.40s\" is not supported%s",
-                                line, cur(p)->s, HINT);
+            if (!ct_known_test(cur(p)->s)) {
+                char what[80];
+                snprintf(what, sizeof what, "test \"is %.40s\"", cur(p)->s);
+                TP_CHECK(note_unknown(p, what, line, p->guarded > 0));
+            }
             TP_CHECK(wrap(CT_TEST, n));
+            (*n)->line = line;
             (*n)->flag = neg;
             if (!((*n)->str = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
             p->i++;
@@ -696,6 +752,7 @@ static tp_status parse_filters(parser *p, ct_node **n)
         } else if (is_op(p, "(")) {
             TP_CHECK(check_call(p, *n, line));
             TP_CHECK(wrap(CT_CALL, n));
+            (*n)->line = line;
             TP_CHECK(parse_args(p, *n));
         } else {
             return TP_OK;
@@ -830,15 +887,21 @@ static tp_status parse_or(parser *p, ct_node **out)
 
 static tp_status parse_expr(parser *p, ct_node **out)
 {
+    const size_t unknown0 = p->n_unknown, calls0 = p->n_calls;
     TP_CHECK(parse_or(p, out));
     while (is_name(p, "if")) {
         p->i++;
+        /* x if c else y: all of it is conditional code, x too (read before the if) */
+        for (size_t i = unknown0; i < p->n_unknown; i++) p->unknown_guarded[i] = 1;
+        for (size_t i = calls0; i < p->n_calls; i++) p->call_guarded[i] = 1;
+        p->guarded++;
         ct_node *n = node_new(CT_COND), *cond = NULL, *other = NULL;
         tp_status st = n ? parse_or(p, &cond) : tp_error(TP_ERR_OOM, "out of memory");
         if (st == TP_OK && is_name(p, "else")) {
             p->i++;
             st = parse_expr(p, &other);
         }
+        p->guarded--;
         if (st == TP_OK) st = add_kid(n, cond), cond = NULL;
         if (st == TP_OK) st = add_kid(n, *out), *out = NULL;
         if (st == TP_OK) st = add_kid(n, other), other = NULL;
@@ -867,7 +930,18 @@ static tp_status block_end(parser *p)
     return TP_OK;
 }
 
+static tp_status parse_if_guarded(parser *p, ct_node *n);
+
+/* The test and branches of an if are conditional code (jinja2 defers unknown filters there) */
 static tp_status parse_if(parser *p, ct_node *n)
+{
+    p->guarded++;
+    tp_status st = parse_if_guarded(p, n);
+    p->guarded--;
+    return st;
+}
+
+static tp_status parse_if_guarded(parser *p, ct_node *n)
 {
     static const char *const stops[] = {"elif", "else", "endif", NULL};
     for (;;) {
@@ -919,6 +993,7 @@ static tp_status parse_for(parser *p, ct_node *n)
                         cur(p)->line, HINT);
     }
     tp_status st = block_end(p);
+    p->guarded++; /* the body runs only for items there are */
     if (st == TP_OK) st = parse_body(p, &body, stops);
     if (st == TP_OK) st = add_kid(n, body);
     if (st == TP_OK && is_name(p, "else")) {
@@ -927,6 +1002,7 @@ static tp_status parse_for(parser *p, ct_node *n)
         st = block_end(p);
         if (st == TP_OK) st = parse_body(p, &els, end);
     }
+    p->guarded--;
     if (st == TP_OK) st = add_kid(n, els), els = NULL;
     if (st == TP_OK) st = add_kid(n, filter), filter = NULL;
     ct_node_free(els);
@@ -934,6 +1010,29 @@ static tp_status parse_for(parser *p, ct_node *n)
     TP_CHECK(st);
     if (!is_name(p, "endfor")) return syntax(p, "{% endfor %}");
     p->i++;
+    return block_end(p);
+}
+
+/* [| filters] %}body{% end %} into n's kids[0]: the body's rendering through the filters,
+ * for {% set x | f %}...{% endset %} and {% filter f %}...{% endfilter %} */
+static tp_status parse_rendered(parser *p, ct_node *n, const char *end_name)
+{
+    const char *const end[] = {end_name, NULL};
+    ct_node *render = node_new(CT_RENDER), *v = render;
+    if (!render) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st = TP_OK;
+    if (!strcmp(end_name, "endfilter")) st = parse_one_filter(p, &v, cur(p)->line); /* {% filter f %}: no "|" */
+    if (st == TP_OK) st = parse_filters(p, &v); /* each wraps v: render stays the innermost node */
+    if (st != TP_OK) {
+        ct_node_free(v);
+        return st;
+    }
+    TP_CHECK(add_kid(n, v));
+    TP_CHECK(block_end(p));
+    ct_node *body;
+    TP_CHECK(parse_body(p, &body, end));
+    TP_CHECK(add_kid(render, body));
+    p->i++; /* the end name */
     return block_end(p);
 }
 
@@ -949,18 +1048,11 @@ static tp_status parse_set(parser *p, ct_node *n)
         p->i++;
     }
     ct_node *v;
-    if (cur(p)->type == T_BLOCK_END) { /* {% set x %}...{% endset %}: x is the body's rendering */
-        static const char *const end[] = {"endset", NULL};
-        p->i++;
-        TP_CHECK(parse_body(p, &v, end));
-        TP_CHECK(add_kid(n, v));
-        n->flag = 1;
-        p->i++; /* endset */
-        return block_end(p);
-    }
+    if (cur(p)->type == T_BLOCK_END || is_op(p, "|")) /* {% set x | f %}...{% endset %} */
+        return parse_rendered(p, n, "endset");
     if (!is_op(p, "="))
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: only {%% set name = expression %%} and "
-                        "{%% set name %%}...{%% endset %%} are supported (no tuple assignment or block filter)%s",
+                        "{%% set name %%}...{%% endset %%} are supported (no tuple assignment)%s",
                         cur(p)->line, HINT);
     p->i++;
     TP_CHECK(parse_expr(p, &v));
@@ -1027,7 +1119,10 @@ static tp_status parse_macro(parser *p, ct_node *n)
     TP_CHECK(expect_op(p, ")"));
     TP_CHECK(block_end(p));
     ct_node *body;
-    TP_CHECK(parse_body(p, &body, end));
+    p->guarded++; /* runs only when called */
+    tp_status st = parse_body(p, &body, end);
+    p->guarded--;
+    TP_CHECK(st);
     TP_CHECK(add_kid(n, body));
     n->flag = (reads_name(body, "varargs") ? MACRO_VARARGS : 0) | (reads_name(body, "kwargs") ? MACRO_KWARGS : 0);
     p->i++; /* endmacro */
@@ -1047,14 +1142,16 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (!strcmp(nm, "continue")) kind = CT_CONTINUE;
     else if (!strcmp(nm, "macro")) kind = CT_MACRO;
     else if (!strcmp(nm, "generation")) kind = CT_SCOPE;
+    else if (!strcmp(nm, "filter")) kind = CT_OUT;
     else if (!strcmp(nm, "endif") || !strcmp(nm, "endfor") || !strcmp(nm, "elif") || !strcmp(nm, "else") ||
-             !strcmp(nm, "endset") || !strcmp(nm, "endmacro") || !strcmp(nm, "endgeneration"))
+             !strcmp(nm, "endset") || !strcmp(nm, "endmacro") || !strcmp(nm, "endgeneration") ||
+             !strcmp(nm, "endfilter"))
         return tp_error(TP_ERR_FORMAT, "chat template: line %d: {%% %s %%} without its opening tag%s", t->line, nm,
                         HINT);
     else
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: {%% %.40s %%} is not supported by tpinfer's "
-                        "template subset (if/elif/else, for, set, macro, generation, break, continue)%s", t->line,
-                        nm, HINT);
+                        "template subset (if/elif/else, for, set, macro, filter, generation, break, continue)%s",
+                        t->line, nm, HINT);
     p->i++;
     ct_node *n = node_new(kind);
     if (!n) return tp_error(TP_ERR_OOM, "out of memory");
@@ -1066,6 +1163,7 @@ static tp_status parse_stmt(parser *p, ct_node *body)
     else if (kind == CT_SET) st = parse_set(p, n);
     else if (kind == CT_MACRO) st = parse_macro(p, n);
     else if (kind == CT_SCOPE) st = parse_generation(p, n);
+    else if (kind == CT_OUT) st = parse_rendered(p, n, "endfilter");
     else st = block_end(p);
     p->depth--;
     return st;
@@ -1154,10 +1252,11 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
     lexer lx = {src, n, 0, 1, NULL, 0, 0, 0};
     tp_status st = lex(&lx);
     ct_node *root = NULL;
+    char *partial = NULL;
     if (st == TP_OK) {
         parser p = {.t = lx.v};
         st = parse_body(&p, &root, NULL);
-        if (st == TP_OK) st = check_calls_are_macros(&p);
+        if (st == TP_OK) st = check_unknowns(&p, &partial);
         parser_free(&p);
     }
     lexer_free(&lx);
@@ -1166,9 +1265,11 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
     if (st == TP_OK && !tpl) st = tp_error(TP_ERR_OOM, "out of memory");
     if (st != TP_OK) {
         ct_node_free(root);
+        free(partial);
         return st;
     }
     tpl->root = root;
+    tpl->partial = partial;
     *out = tpl;
     return TP_OK;
 }
@@ -1177,8 +1278,11 @@ void tp_chat_template_destroy(tp_chat_template *tpl)
 {
     if (!tpl) return;
     ct_node_free(tpl->root);
+    free(tpl->partial);
     free(tpl);
 }
+
+const char *tp_chat_template_partial(const tp_chat_template *tpl) { return tpl ? tpl->partial : NULL; }
 
 tp_status tp_chat_template_render(const tp_chat_template *tpl, json_t *vars, char **out, size_t *len)
 {

@@ -2,7 +2,7 @@
  * chat_template.h: renders a chat request (messages as a JSON array) with the model's
  * Jinja chat_template, as transformers' apply_chat_template does (trim_blocks, lstrip_blocks,
  * loop controls), through a small Jinja-subset interpreter over jansson values. Constructs
- * outside the subset are refused when the template is created, never silently skipped.
+ * outside the subset are errors, never silently skipped.
  */
 #ifndef TP_CHAT_TEMPLATE_H
 #define TP_CHAT_TEMPLATE_H
@@ -18,9 +18,15 @@ extern "C" {
 
 typedef struct tp_chat_template tp_chat_template;
 
-/* Parse a template; TP_ERR_UNSUPPORTED names any construct outside the subset. */
+/* Parse a template; TP_ERR_UNSUPPORTED names a construct outside the subset that every
+ * rendering would reach. One in conditional code (an if, a for loop, a macro, x if c else y)
+ * is taken, as jinja2 takes an unknown filter there or a method it would refuse when called:
+ * a rendering that reaches it fails, naming it and its line; the others render. */
 tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_template **out);
 void tp_chat_template_destroy(tp_chat_template *tpl);
+
+/* Those constructs in conditional code ("filter \"fromjson\" (line 66), ..."), or NULL. */
+const char *tp_chat_template_partial(const tp_chat_template *tpl);
 
 /* Render with the variables of the object vars (messages, add_generation_prompt,
  * bos_token, eos_token, tools, ...). *out is malloc'ed and NUL-terminated. A template that

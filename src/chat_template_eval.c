@@ -20,7 +20,8 @@
 static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "string", "upper", "lower", "default", "d",
                                       "join", "items", "replace", "first", "last", "reverse", "list", "int", "float",
                                       "abs", "capitalize", "title", "safe", "select", "reject", "selectattr",
-                                      "rejectattr", "map", NULL};
+                                      "rejectattr", "map", "dictsort", "unique", "sort", "sum", "min", "max",
+                                      "indent", "round", "format", "center", "e", "escape", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
                                     "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", "==", "!=",
@@ -28,7 +29,9 @@ static const char *const TESTS[] = {"defined", "undefined", "none", "string", "n
                                     "callable", NULL};
 static const char *const FUNCTIONS[] = {"raise_exception", "namespace", "range", "strftime_now", "dict", NULL};
 static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper",
-                                          "lower", "replace", "title", "capitalize", "find", "join", NULL};
+                                          "lower", "replace", "title", "capitalize", "find", "join", "count",
+                                          "rfind", "index", "rindex", "removeprefix", "removesuffix", "zfill",
+                                          "ljust", "rjust", "center", "splitlines", NULL};
 static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", NULL};
 
 static int in_list(const char *const *l, const char *s)
@@ -212,260 +215,6 @@ static double num(const val *v)
 }
 static int64_t inum(const val *v) { return json_is_boolean(v->j) ? json_is_true(v->j) : json_integer_value(v->j); }
 
-// ----------------------------------------------------------------------------
-// text: str(), repr(), json.dumps()
-
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* Python repr(float): shortest round-trip digits, fixed for 1e-4 <= |x| < 1e16. */
-static void py_float(sbuf *b, double x)
-{
-    if (isnan(x)) return sb_str(b, "nan");
-    if (isinf(x)) return sb_str(b, x < 0 ? "-inf" : "inf");
-    char e[40];
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec - 1, x);
-        if (strtod(e, NULL) == x) break;
-    }
-    /* e = [-]d.ddde[+-]XX */
-    char digits[24];
-    int nd = 0, neg = e[0] == '-';
-    const char *q = e + neg;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.') digits[nd++] = *q;
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = '\0';
-    int exp = atoi(q + 1);
-    char out[64];
-    size_t o = 0;
-    if (neg) out[o++] = '-';
-    if (exp >= -4 && exp < 16) { /* Python's repr: positional from 1e-4 up to 1e16 */
-        if (exp < 0) {
-            out[o++] = '0';
-            out[o++] = '.';
-            for (int i = 0; i < -exp - 1; i++) out[o++] = '0';
-            for (int i = 0; i < nd; i++) out[o++] = digits[i];
-        } else {
-            for (int i = 0; i <= exp; i++) out[o++] = i < nd ? digits[i] : '0';
-            out[o++] = '.';
-            if (nd > exp + 1)
-                for (int i = exp + 1; i < nd; i++) out[o++] = digits[i];
-            else out[o++] = '0';
-        }
-        out[o] = '\0';
-    } else {
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            for (int i = 1; i < nd; i++) out[o++] = digits[i];
-        }
-        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-    }
-    sb_str(b, out);
-}
-
-static void py_repr_str(sbuf *b, const char *s, size_t n)
-{
-    char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
-    sb_put(b, &q, 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        if (c == '\\' || c == (unsigned char)q) {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            sb_put(b, esc, 2);
-        } else if (c == '\n') sb_str(b, "\\n");
-        else if (c == '\r') sb_str(b, "\\r");
-        else if (c == '\t') sb_str(b, "\\t");
-        else if (c < 0x20 || c == 0x7f) {
-            snprintf(esc, sizeof esc, "\\x%02x", c);
-            sb_str(b, esc);
-        } else if (c >= 0x80) { /* a character Python's repr escapes unless printable */
-            uint32_t cp;
-            int l = tp_utf8_next((const uint8_t *)s + i, n - i, &cp);
-            if (l <= 0) l = 1, cp = c;
-            char big[16];
-            if (tp_uc_is_printable(cp)) sb_put(b, s + i, (size_t)l);
-            else {
-                if (cp < 0x100) snprintf(big, sizeof big, "\\x%02x", (unsigned)cp);
-                else if (cp < 0x10000) snprintf(big, sizeof big, "\\u%04x", (unsigned)cp);
-                else snprintf(big, sizeof big, "\\U%08x", (unsigned)cp);
-                sb_str(b, big);
-            }
-            i += (size_t)l - 1;
-        } else sb_put(b, (const char *)&c, 1);
-    }
-    sb_put(b, &q, 1);
-}
-
-static void py_str(sbuf *b, json_t *j, int repr)
-{
-    switch (json_typeof(j)) {
-    case JSON_NULL: return sb_str(b, "None");
-    case JSON_TRUE: return sb_str(b, "True");
-    case JSON_FALSE: return sb_str(b, "False");
-    case JSON_INTEGER: {
-        char t[32];
-        snprintf(t, sizeof t, "%lld", (long long)json_integer_value(j));
-        return sb_str(b, t);
-    }
-    case JSON_REAL: return py_float(b, json_real_value(j));
-    case JSON_STRING:
-        if (repr) return py_repr_str(b, json_string_value(j), json_string_length(j));
-        return sb_put(b, json_string_value(j), json_string_length(j));
-    case JSON_ARRAY:
-        sb_str(b, "[");
-        for (size_t i = 0; i < json_array_size(j); i++) {
-            if (i) sb_str(b, ", ");
-            py_str(b, json_array_get(j, i), 1);
-        }
-        return sb_str(b, "]");
-    case JSON_OBJECT: {
-        sb_str(b, "{");
-        int first = 1;
-        for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
-            if (!first) sb_str(b, ", ");
-            first = 0;
-            py_repr_str(b, json_object_iter_key(it), json_object_iter_key_len(it));
-            sb_str(b, ": ");
-            py_str(b, json_object_iter_value(it), 1);
-        }
-        return sb_str(b, "}");
-    }
-    }
-}
-
-/* json.dumps' options as transformers' tojson filter takes them */
-typedef struct json_opts {
-    int ascii;                 /* ensure_ascii: every non-ASCII character (and DEL) as \uXXXX */
-    const char *indent;        /* NULL: None (one line); else the string of one level */
-    size_t indent_len;
-    const char *item_sep, *key_sep; /* separators: default ", " / ": " (",", ": " with an indent) */
-    int sort_keys;
-} json_opts;
-
-static void json_str(sbuf *b, const char *s, size_t n, int ascii)
-{
-    sb_str(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[16];
-        switch (c) {
-        case '"': sb_str(b, "\\\""); break;
-        case '\\': sb_str(b, "\\\\"); break;
-        case '\n': sb_str(b, "\\n"); break;
-        case '\r': sb_str(b, "\\r"); break;
-        case '\t': sb_str(b, "\\t"); break;
-        case '\b': sb_str(b, "\\b"); break;
-        case '\f': sb_str(b, "\\f"); break;
-        default:
-            if (c < 0x20 || (ascii && c == 0x7f)) {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                sb_str(b, esc);
-            } else if (ascii && c >= 0x80) { /* one character, as \uXXXX or a surrogate pair */
-                uint32_t cp = 0xfffd;
-                int l = tp_utf8_next((const uint8_t *)s + i, n - i, &cp);
-                if (l > 1) i += (size_t)l - 1;
-                if (cp >= 0x10000) {
-                    cp -= 0x10000;
-                    snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
-                } else snprintf(esc, sizeof esc, "\\u%04x", cp);
-                sb_str(b, esc);
-            } else sb_put(b, (const char *)&c, 1);
-        }
-    }
-    sb_str(b, "\"");
-}
-
-static void json_newline(sbuf *b, const json_opts *o, int level)
-{
-    sb_str(b, "\n");
-    for (int k = 0; k < level; k++) sb_put(b, o->indent, o->indent_len);
-}
-
-typedef struct json_member {
-    const char *key;
-    size_t len;
-    json_t *value;
-} json_member;
-
-/* Python's order of str keys: code points, i.e. UTF-8 bytes (a key may hold NUL) */
-static int cmp_members(const void *x, const void *y)
-{
-    const json_member *a = x, *b = y;
-    int c = memcmp(a->key, b->key, a->len < b->len ? a->len : b->len);
-    return c ? c : (a->len > b->len) - (a->len < b->len);
-}
-
-/* json.dumps(x, ...) with transformers' defaults (ensure_ascii=False) unless o says otherwise */
-static void py_json(sbuf *b, json_t *j, const json_opts *o, int level)
-{
-    int arr = json_is_array(j);
-    if (!arr && !json_is_object(j)) {
-        if (json_is_string(j)) return json_str(b, json_string_value(j), json_string_length(j), o->ascii);
-        if (json_is_real(j)) return py_float(b, json_real_value(j));
-        if (json_is_null(j)) return sb_str(b, "null");
-        if (json_is_boolean(j)) return sb_str(b, json_is_true(j) ? "true" : "false");
-        return py_str(b, j, 0);
-    }
-    size_t n = arr ? json_array_size(j) : json_object_size(j);
-    if (n == 0) return sb_str(b, arr ? "[]" : "{}");
-    json_member *m = NULL; /* the object's members, in order or sorted */
-    if (!arr) {
-        m = malloc(n * sizeof *m);
-        if (!m) {
-            b->oom = 1;
-            return;
-        }
-        size_t k = 0;
-        for (void *it = json_object_iter(j); it && k < n; it = json_object_iter_next(j, it), k++)
-            m[k] = (json_member){json_object_iter_key(it), json_object_iter_key_len(it), json_object_iter_value(it)};
-        n = k;
-        if (o->sort_keys) qsort(m, n, sizeof *m, cmp_members);
-    }
-    sb_str(b, arr ? "[" : "{");
-    for (size_t i = 0; i < n; i++) {
-        if (i) sb_str(b, o->item_sep);
-        if (o->indent) json_newline(b, o, level + 1);
-        if (arr) {
-            py_json(b, json_array_get(j, i), o, level + 1);
-        } else {
-            json_str(b, m[i].key, m[i].len, o->ascii);
-            sb_str(b, o->key_sep);
-            py_json(b, m[i].value, o, level + 1);
-        }
-    }
-    free(m);
-    if (o->indent) json_newline(b, o, level);
-    sb_str(b, arr ? "]" : "}");
-}
-
 /* str(v) as a new JSON string value. */
 static tp_status to_string(const val *v, json_t **out)
 {
@@ -549,6 +298,15 @@ static int py_eq(const val *a, const val *b)
         }
         return 1;
     }
+    if (json_is_object(x)) { /* {'a': 1} == {'a': 1.0}, as Python */
+        if (json_object_size(x) != json_object_size(y)) return 0;
+        for (void *it = json_object_iter(x); it; it = json_object_iter_next(x, it)) {
+            json_t *w = json_object_getn(y, json_object_iter_key(it), json_object_iter_key_len(it));
+            val p = {.k = V_JSON, .j = json_object_iter_value(it)}, q = {.k = V_JSON, .j = w};
+            if (!w || !py_eq(&p, &q)) return 0;
+        }
+        return 1;
+    }
     return json_equal(x, y);
 }
 
@@ -565,12 +323,25 @@ static tp_status py_cmp(const val *a, const val *b, int *out)
         *out = r ? (r < 0 ? -1 : 1) : (la < lb ? -1 : la > lb);
         return TP_OK;
     }
+    if (a->k == V_JSON && b->k == V_JSON && json_is_array(a->j) && json_is_array(b->j)) { /* tuples: in order */
+        const size_t na = json_array_size(a->j), nb = json_array_size(b->j);
+        for (size_t i = 0; i < na && i < nb; i++) {
+            val p = {.k = V_JSON, .j = json_array_get(a->j, i)}, q = {.k = V_JSON, .j = json_array_get(b->j, i)};
+            if (py_eq(&p, &q)) continue;
+            return py_cmp(&p, &q, out);
+        }
+        *out = na < nb ? -1 : na > nb;
+        return TP_OK;
+    }
     return rt_error("chat template: cannot order values of different or unordered types%s", "");
 }
 
 static tp_status py_in(const val *item, const val *cont, int *out)
 {
-    if (cont->k == V_UNDEF) return rt_error("chat template: 'in' on an undefined value%s", "");
+    if (cont->k == V_UNDEF) { /* Jinja's Undefined holds nothing */
+        *out = 0;
+        return TP_OK;
+    }
     if (is_str(cont)) {
         if (!is_str(item)) return rt_error("chat template: 'in <string>' needs a string on the left%s", "");
         *out = json_string_length(item->j) == 0 ||
@@ -629,6 +400,24 @@ static tp_status arith(const char *op, const val *a, const val *b, val *out)
         }
         *out = vjson(r);
         return TP_OK;
+    }
+    if (!strcmp(op, "%") && is_str(a)) { /* Python's printf-style formatting */
+        json_t *r;
+        TP_CHECK(py_percent(json_string_value(a->j), json_string_length(a->j),
+                            b->k == V_JSON ? b->j : json_null(), &r));
+        *out = vjson(r);
+        return TP_OK;
+    }
+    if (!strcmp(op, "*") && is_int(a) && !is_num(b)) return arith(op, b, a, out); /* 3 * 'ab' */
+    if (!strcmp(op, "*") && a->k == V_JSON && json_is_array(a->j) && is_int(b)) {
+        const int64_t k = inum(b);
+        const size_t len = json_array_size(a->j);
+        if (k > 0 && len > 0 && (uint64_t)k > MAX_RANGE / len)
+            return rt_error("chat template: list repetition too large%s", "");
+        json_t *r = json_array();
+        for (int64_t i = 0; r && i < k; i++) json_array_extend(r, a->j);
+        *out = vjson(r);
+        return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
     }
     if (!strcmp(op, "*") && is_str(a) && is_int(b)) {
         int64_t k = inum(b);
@@ -819,13 +608,18 @@ static tp_status eval_args(ctx *c, const ct_node *n, size_t first, args *a)
     return TP_OK;
 }
 
-/* Positional argument i, or keyword name; NULL if absent. */
-static const val *arg(const args *a, size_t i, const char *name)
+/* Keyword argument name; NULL if absent. */
+static const val *kwarg(const args *a, const char *name)
 {
-    if (i < a->n) return &a->pos[i];
     for (size_t k = 0; name && k < a->nk; k++)
         if (strcmp(a->kwname[k], name) == 0) return &a->kw[k];
     return NULL;
+}
+
+/* Positional argument i, or keyword name; NULL if absent. */
+static const val *arg(const args *a, size_t i, const char *name)
+{
+    return i < a->n ? &a->pos[i] : kwarg(a, name);
 }
 
 static tp_status need_str(const val *v, const char *what)
@@ -963,6 +757,52 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
         }
         *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
         free(b.s);
+    } else if (!strcmp(m, "count")) { /* non-overlapping; "" counts every gap */
+        const val *q = arg(a, 0, "sub");
+        TP_CHECK(need_str(q, "count()"));
+        const char *qs = json_string_value(q->j);
+        const size_t ql = json_string_length(q->j);
+        int64_t r = 0;
+        if (!ql) {
+            for (size_t i = 0; i < n; i += (size_t)tp_utf8_len((uint8_t)s[i])) r++;
+            r++;
+        } else {
+            for (const char *p = s, *e = s + n, *f; (f = memmem(p, (size_t)(e - p), qs, ql)); p = f + ql) r++;
+        }
+        *out = vjson(json_integer(r));
+    } else if (!strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "rindex")) {
+        const val *q = arg(a, 0, "sub");
+        TP_CHECK(need_str(q, "find()"));
+        const char *qs = json_string_value(q->j), *hit = NULL;
+        const size_t ql = json_string_length(q->j);
+        for (const char *p = s, *e = s + n, *f; p <= e && (f = memmem(p, (size_t)(e - p), qs, ql)); p = f + 1) {
+            hit = f;
+            if (m[0] == 'i') break;
+        }
+        if (!hit && m[1] != 'f') return rt_error("chat template: %s(): substring not found", m);
+        int64_t r = -1;
+        if (hit) {
+            r = 0;
+            for (const char *p = s; p < hit; p += tp_utf8_len((uint8_t)*p)) r++;
+        }
+        *out = vjson(json_integer(r));
+    } else if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
+        const val *q = arg(a, 0, NULL);
+        TP_CHECK(need_str(q, m));
+        const size_t ql = json_string_length(q->j);
+        const int pre = m[6] == 'p';
+        const int has = ql <= n && !memcmp(pre ? s : s + n - ql, json_string_value(q->j), ql);
+        *out = vjson(json_stringn_nocheck(has && pre ? s + ql : s, has ? n - ql : n));
+    } else if (!strcmp(m, "zfill") || !strcmp(m, "ljust") || !strcmp(m, "rjust") || !strcmp(m, "center")) {
+        const val *w = arg(a, 0, "width"), *fill = arg(a, 1, "fillchar");
+        if (!w || !is_int(w)) return rt_error("chat template: %s() needs an integer width", m);
+        if (fill && !(is_str(fill) && json_string_length(fill->j) == (size_t)tp_utf8_len((uint8_t)*json_string_value(fill->j))))
+            return rt_error("chat template: %s()'s fill character must be one character", m);
+        *out = vjson(py_pad(s, n, inum(w), m[0] == 'z' ? 'z' : m[0] == 'l' ? 'l' : m[0] == 'r' ? 'r' : 'c',
+                            fill ? json_string_value(fill->j) : " ", fill ? json_string_length(fill->j) : 1));
+    } else if (!strcmp(m, "splitlines")) {
+        const val *keep = arg(a, 0, "keepends");
+        *out = vjson(py_splitlines(s, n, keep && truthy(keep)));
     } else {
         return rt_error("chat template: unknown method %s", m);
     }
@@ -1064,6 +904,8 @@ static tp_status attr_path(const val *e, const char *path, const val *dflt, val 
     return TP_OK;
 }
 
+static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *out);
+
 static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a, val *out)
 {
     if (in->k == V_UNDEF) { /* Jinja's Undefined iterates as nothing */
@@ -1072,8 +914,29 @@ static tp_status filter_seq(ctx *c, const char *f, const val *in, const args *a,
     }
     if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: filter %s needs a list", f);
     int attr = strstr(f, "attr") != NULL, is_map = !strcmp(f, "map");
-    const val *an = is_map ? arg(a, 99, "attribute") : attr ? arg(a, 0, NULL) : NULL;
-    const val *dflt = is_map ? arg(a, 99, "default") : NULL;
+    const val *fname = is_map ? arg(a, 0, NULL) : NULL;
+    if (fname) { /* map('upper'), map('replace', 'a', 'b'): a filter on each item */
+        if (!is_str(fname) || !ct_known_filter(json_string_value(fname->j)))
+            return rt_error("chat template: map's filter %s is not supported",
+                            is_str(fname) ? json_string_value(fname->j) : "(not a name)");
+        args fargs = {0};
+        for (size_t i = 1; i < a->n; i++) fargs.pos[fargs.n++] = a->pos[i];
+        for (size_t i = 0; i < a->nk; i++) fargs.kw[fargs.nk] = a->kw[i], fargs.kwname[fargs.nk++] = a->kwname[i];
+        json_t *r = json_array();
+        tp_status st = r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+        for (size_t i = 0; st == TP_OK && i < json_array_size(in->j); i++) {
+            val e = {.k = V_JSON, .j = json_incref(json_array_get(in->j, i))}, o = {0};
+            st = run_filter(c, json_string_value(fname->j), &e, &fargs, &o);
+            if (st == TP_OK) json_array_append(r, o.k == V_JSON ? o.j : json_null());
+            vfree(&o);
+            vfree(&e);
+        }
+        if (st != TP_OK) json_decref(r);
+        else *out = vjson(r);
+        return st; /* fargs borrows a's values: not freed */
+    }
+    const val *an = is_map ? kwarg(a, "attribute") : attr ? arg(a, 0, NULL) : NULL;
+    const val *dflt = is_map ? kwarg(a, "default") : NULL;
     if ((attr || is_map) && (!an || !is_str(an)))
         return rt_error("chat template: %s needs an attribute name (map(attribute=...))", f);
     const val *tn = arg(a, attr ? 1 : 0, NULL);
@@ -1119,6 +982,153 @@ static tp_status length_of(const val *v, int64_t *n)
     return TP_OK;
 }
 
+
+// ----------------------------------------------------------------------------
+// sort, dictsort, unique, min, max, sum (Jinja's: case-insensitive unless case_sensitive)
+
+typedef struct keyed {
+    val key;
+    json_t *item; /* borrowed */
+} keyed;
+
+/* Jinja's sort key of item: attribute (dotted paths, "a,b" for several) or the item, its
+ * strings lower-cased unless case_sensitive */
+static tp_status sort_key(json_t *item, const val *attribute, int case_sensitive, val *out)
+{
+    val e = {.k = V_JSON, .j = item};
+    tp_status st = TP_OK;
+    if (attribute && is_str(attribute) && strchr(json_string_value(attribute->j), ',')) {
+        json_t *parts = json_array();
+        const char *p = json_string_value(attribute->j);
+        while (parts && st == TP_OK) {
+            const char *comma = strchr(p, ',');
+            char name[128];
+            const size_t n = comma ? (size_t)(comma - p) : strlen(p);
+            snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+            val one = {0};
+            st = attr_path(&e, name, NULL, &one);
+            if (st == TP_OK) json_array_append(parts, one.k == V_JSON ? one.j : json_null());
+            vfree(&one);
+            if (!comma) break;
+            p = comma + 1;
+        }
+        *out = vjson(parts);
+        if (st == TP_OK && !parts) st = tp_error(TP_ERR_OOM, "out of memory");
+    } else if (attribute && is_str(attribute)) {
+        st = attr_path(&e, json_string_value(attribute->j), NULL, out);
+    } else if (attribute && !(attribute->k == V_JSON && json_is_null(attribute->j))) {
+        return rt_error("chat template: attribute= must be a name%s", "");
+    } else {
+        *out = vcopy(&e);
+    }
+    if (st != TP_OK || case_sensitive || out->k != V_JSON) return st;
+    json_t *k = out->j;
+    json_t *list = json_is_array(k) ? k : NULL;
+    for (size_t i = 0; i < (list ? json_array_size(list) : 1); i++) {
+        json_t *x = list ? json_array_get(list, i) : k;
+        if (!json_is_string(x)) continue;
+        char *lo;
+        size_t nl;
+        TP_CHECK(tp_utf8_case(json_string_value(x), json_string_length(x), 'L', &lo, &nl));
+        json_t *l = json_stringn_nocheck(lo, nl);
+        free(lo);
+        if (!l) return tp_error(TP_ERR_OOM, "out of memory");
+        if (list) json_array_set_new(list, i, l);
+        else {
+            json_decref(out->j);
+            out->j = l;
+        }
+    }
+    return TP_OK;
+}
+
+/* Stable merge sort of v by key (Python's sorted; reverse keeps equal items in order) */
+static tp_status sort_keyed(keyed *v, keyed *tmp, size_t n, int reverse)
+{
+    if (n < 2) return TP_OK;
+    const size_t h = n / 2;
+    TP_CHECK(sort_keyed(v, tmp, h, reverse));
+    TP_CHECK(sort_keyed(v + h, tmp, n - h, reverse));
+    size_t i = 0, j = h, o = 0;
+    while (i < h && j < n) {
+        int r;
+        TP_CHECK(py_cmp(&v[j].key, &v[i].key, &r)); /* take the right one only if it goes strictly first */
+        tmp[o++] = (reverse ? r > 0 : r < 0) ? v[j++] : v[i++];
+    }
+    while (i < h) tmp[o++] = v[i++];
+    while (j < n) tmp[o++] = v[j++];
+    memcpy(v, tmp, n * sizeof *v);
+    return TP_OK;
+}
+
+/* sort, dictsort, unique, min, max over the list (dictsort: the mapping's (key, value) pairs) */
+static tp_status filter_order(const char *f, const val *in, const args *a, val *out)
+{
+    const int dict = !strcmp(f, "dictsort");
+    const val *cs = arg(a, dict ? 0 : !strcmp(f, "sort") ? 1 : 0, "case_sensitive");
+    const val *attribute = dict ? NULL : arg(a, !strcmp(f, "sort") ? 2 : 1, "attribute");
+    const val *rev = arg(a, dict ? 2 : 0, "reverse"), *by = dict ? arg(a, 1, "by") : NULL;
+    if (!strcmp(f, "unique") || !strcmp(f, "min") || !strcmp(f, "max")) rev = NULL;
+    const int case_sensitive = cs && truthy(cs), reverse = rev && truthy(rev);
+    int by_value = 0;
+    if (by && !(is_str(by) && (!strcmp(json_string_value(by->j), "key") || !strcmp(json_string_value(by->j), "value"))))
+        return rt_error("chat template: dictsort's by must be 'key' or 'value'%s", "");
+    if (by) by_value = json_string_value(by->j)[0] == 'v';
+    json_t *items = NULL;
+    if (dict) {
+        if (in->k != V_JSON || !json_is_object(in->j)) return rt_error("chat template: dictsort needs a mapping%s", "");
+        items = json_array();
+        for (void *it = json_object_iter(in->j); items && it; it = json_object_iter_next(in->j, it))
+            json_array_append_new(items, json_pack("[s%O]", json_object_iter_key(it), json_object_iter_key_len(it),
+                                                   json_object_iter_value(it)));
+    } else if (in->k == V_JSON && json_is_array(in->j)) {
+        items = json_incref(in->j);
+    } else if (is_str(in) || (in->k == V_JSON && json_is_object(in->j))) {
+        val l = {0};
+        TP_CHECK(run_filter(NULL, "list", (val *)in, &(args){0}, &l)); /* characters; a mapping's keys */
+        items = l.j;
+    } else {
+        return rt_error("chat template: filter %s needs a list", f);
+    }
+    if (!items) return tp_error(TP_ERR_OOM, "out of memory");
+    const size_t n = json_array_size(items);
+    keyed *v = calloc(n ? 2 * n : 1, sizeof *v);
+    tp_status st = v ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    for (size_t i = 0; st == TP_OK && i < n; i++) {
+        v[i].item = json_array_get(items, i);
+        json_t *subject = dict ? json_array_get(v[i].item, by_value ? 1 : 0) : v[i].item;
+        st = sort_key(subject, attribute, case_sensitive, &v[i].key);
+    }
+    json_t *r = NULL;
+    if (st == TP_OK && (!strcmp(f, "sort") || dict)) {
+        st = sort_keyed(v, v + n, n, reverse);
+        r = json_array();
+        for (size_t i = 0; r && st == TP_OK && i < n; i++) json_array_append(r, v[i].item);
+    } else if (st == TP_OK && !strcmp(f, "unique")) { /* the first of each key, in order */
+        r = json_array();
+        for (size_t i = 0; r && i < n; i++) {
+            int seen = 0;
+            for (size_t k = 0; k < i && !seen; k++) seen = py_eq(&v[k].key, &v[i].key);
+            if (!seen) json_array_append(r, v[i].item);
+        }
+    } else if (st == TP_OK) { /* min, max: the first extreme item; none of an empty list */
+        size_t best = 0;
+        for (size_t i = 1; st == TP_OK && i < n; i++) {
+            int c = 0;
+            st = py_cmp(&v[i].key, &v[best].key, &c);
+            if (f[1] == 'i' ? c < 0 : c > 0) best = i;
+        }
+        if (st == TP_OK && n) *out = vjson(json_incref(v[best].item));
+    }
+    for (size_t i = 0; v && i < n; i++) vfree(&v[i].key);
+    free(v);
+    json_decref(items);
+    if (r && st == TP_OK) *out = vjson(r);
+    else json_decref(r);
+    if (st == TP_OK && (!strcmp(f, "sort") || dict || !strcmp(f, "unique")) && !r) st = tp_error(TP_ERR_OOM, "out of memory");
+    return st;
+}
+
 static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *out)
 {
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
@@ -1137,9 +1147,13 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     if (in->k == V_UNDEF) { /* Jinja's Undefined: "" as a string, empty as a sequence (int, float: an error) */
         if (!strcmp(f, "length") || !strcmp(f, "count")) *out = vjson(json_integer(0));
         else if (!strcmp(f, "list") || !strcmp(f, "reverse") || !strcmp(f, "items")) *out = vjson(json_array());
-        else if (!strcmp(f, "first") || !strcmp(f, "last")) *out = (val){.k = V_UNDEF};
+        else if (!strcmp(f, "first") || !strcmp(f, "last") || !strcmp(f, "min") || !strcmp(f, "max"))
+            *out = (val){.k = V_UNDEF};
+        else if (!strcmp(f, "sort") || !strcmp(f, "unique")) *out = vjson(json_array());
+        else if (!strcmp(f, "sum")) *out = vjson(json_integer(0));
         else if (!strcmp(f, "string") || !strcmp(f, "join") || !strcmp(f, "trim") || !strcmp(f, "upper") ||
-                 !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace"))
+                 !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace") ||
+                 !strcmp(f, "indent") || !strcmp(f, "center") || !strcmp(f, "e") || !strcmp(f, "escape"))
             *out = vjson(json_string(""));
         else return rt_error("chat template: filter %s applied to an undefined value", f);
         return out->k == V_UNDEF || out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
@@ -1185,20 +1199,112 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         free(b.s);
         return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
     }
+    if (!strcmp(f, "sort") || !strcmp(f, "dictsort") || !strcmp(f, "unique") || !strcmp(f, "min") ||
+        !strcmp(f, "max"))
+        return filter_order(f, in, a, out);
+    if (!strcmp(f, "sum")) { /* sum(items[.attribute], start) */
+        const val *attribute = arg(a, 0, "attribute"), *start = arg(a, 1, "start");
+        if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: sum needs a list%s", "");
+        val acc = start ? vcopy(start) : vjson(json_integer(0));
+        tp_status st = TP_OK;
+        for (size_t i = 0; st == TP_OK && i < json_array_size(in->j); i++) {
+            val e = {.k = V_JSON, .j = json_array_get(in->j, i)}, x = {0}, next = {0};
+            st = attribute && is_str(attribute) ? attr_path(&e, json_string_value(attribute->j), NULL, &x)
+                                                : (x = vcopy(&e), TP_OK);
+            if (st == TP_OK) st = arith("+", &acc, &x, &next);
+            vfree(&x);
+            vfree(&acc);
+            acc = next;
+        }
+        if (st != TP_OK) vfree(&acc);
+        else *out = acc;
+        return st;
+    }
+    if (!strcmp(f, "round")) { /* round(value, precision=0, method='common'|'ceil'|'floor') */
+        const val *pr = arg(a, 0, "precision"), *me = arg(a, 1, "method");
+        const int64_t p = pr && is_int(pr) ? inum(pr) : 0;
+        const char *method = me && is_str(me) ? json_string_value(me->j) : "common";
+        if (!is_num(in)) return rt_error("chat template: round needs a number%s", "");
+        if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
+            return rt_error("chat template: round's method must be common, ceil or floor%s", "");
+        if (!strcmp(method, "common") && is_int(in)) { /* round(3, 0) is 3 */
+            *out = vjson(json_integer(inum(in)));
+            return TP_OK;
+        }
+        const double x = num(in), scale = pow(10.0, (double)p);
+        *out = vjson(json_real(method[0] == 'c' && method[1] == 'o' ? py_round(x, p)
+                               : (method[0] == 'c' ? ceil(x * scale) : floor(x * scale)) / scale));
+        return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
+    if (!strcmp(f, "format")) { /* fmt|format(*args) is fmt % args; with keywords, fmt % kwargs */
+        if (a->n && a->nk) return rt_error("chat template: format takes positional or keyword arguments, not both%s", "");
+        json_t *args_j = a->nk ? json_object() : json_array();
+        for (size_t i = 0; args_j && i < a->n; i++) json_array_append(args_j, a->pos[i].k == V_JSON ? a->pos[i].j : json_null());
+        for (size_t i = 0; args_j && i < a->nk; i++)
+            json_object_set(args_j, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
+        json_t *str = NULL, *r = NULL;
+        tp_status st = args_j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+        if (st == TP_OK && !is_str(in)) st = to_string(in, &str);
+        if (st == TP_OK)
+            st = py_percent(json_string_value(str ? str : in->j), json_string_length(str ? str : in->j), args_j, &r);
+        json_decref(args_j);
+        json_decref(str);
+        if (st == TP_OK) *out = vjson(r);
+        return st;
+    }
+    if (!strcmp(f, "indent") || !strcmp(f, "center") || !strcmp(f, "e") || !strcmp(f, "escape")) {
+        json_t *str = NULL, *r = NULL;
+        if (!is_str(in)) TP_CHECK(to_string(in, &str));
+        const char *sv = json_string_value(str ? str : in->j);
+        const size_t sn = json_string_length(str ? str : in->j);
+        tp_status st = TP_OK;
+        if (f[0] == 'i') { /* indent(width=4, first=False, blank=False); width may be a string */
+            const val *w = arg(a, 0, "width"), *first = arg(a, 1, "first"), *blank = arg(a, 2, "blank");
+            char spaces[257];
+            const char *ind = spaces;
+            size_t il = 4;
+            if (w && is_str(w)) ind = json_string_value(w->j), il = json_string_length(w->j);
+            else if (w && is_int(w)) il = inum(w) < 0 ? 0 : inum(w) > 256 ? 256 : (size_t)inum(w);
+            else if (w) st = rt_error("chat template: indent's width must be a number or a string%s", "");
+            memset(spaces, ' ', sizeof spaces);
+            if (st == TP_OK) r = py_indent(sv, sn, ind, il, first && truthy(first), blank && truthy(blank));
+        } else if (f[0] == 'c') {
+            const val *w = arg(a, 0, "width");
+            r = py_pad(sv, sn, w && is_int(w) ? inum(w) : 80, 'c', " ", 1);
+        } else { /* HTML escape, as markupsafe */
+            sbuf b = {0};
+            sb_put(&b, "", 0);
+            for (size_t i = 0; i < sn; i++) {
+                const char *rep = sv[i] == '&' ? "&amp;" : sv[i] == '<' ? "&lt;" : sv[i] == '>' ? "&gt;"
+                                  : sv[i] == '"' ? "&#34;" : sv[i] == '\'' ? "&#39;" : NULL;
+                if (rep) sb_str(&b, rep);
+                else sb_put(&b, sv + i, 1);
+            }
+            r = b.oom ? NULL : json_stringn_nocheck(b.s, b.len);
+            free(b.s);
+        }
+        json_decref(str);
+        TP_CHECK(st);
+        *out = vjson(r);
+        return r ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
+    }
     if (!strcmp(f, "items")) {
         if (in->k != V_JSON || !json_is_object(in->j)) return rt_error("chat template: items needs a mapping%s", "");
         return call_method(in, "items", a, out);
     }
     if (!strcmp(f, "join")) {
-        const val *sep = arg(a, 0, "d");
+        const val *sep = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
         if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: join needs a list%s", "");
+        if (attr && !is_str(attr)) return rt_error("chat template: join's attribute must be a name%s", "");
         sbuf b = {0};
         sb_put(&b, "", 0);
         for (size_t i = 0; i < json_array_size(in->j); i++) {
             json_t *s;
-            val e = {.k = V_JSON, .j = json_array_get(in->j, i)};
+            val e = {.k = V_JSON, .j = json_array_get(in->j, i)}, picked = {0};
             if (i && sep && is_str(sep)) sb_put(&b, json_string_value(sep->j), json_string_length(sep->j));
-            tp_status st = to_string(&e, &s);
+            tp_status st = attr ? attr_path(&e, json_string_value(attr->j), NULL, &picked) : TP_OK;
+            if (st == TP_OK) st = to_string(attr ? &picked : &e, &s);
+            vfree(&picked);
             if (st != TP_OK) {
                 free(b.s);
                 return st;
@@ -1462,6 +1568,7 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
         for (int k = 0; k < 3; k++) vfree(&parts[k]);
         break;
     }
+    case CT_RENDER: return render_apart(c, n->kids[0], out);
     case CT_CALL:
         TP_CHECK(eval(c, n->kids[0], &a));
         st = eval_args(c, n, 1, &ar);
@@ -1469,19 +1576,30 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
         if (a.k == V_FUNC) st = call_function(c, a.name, &ar, out);
         else if (a.k == V_METHOD) st = call_method(&a, a.name, &ar, out);
         else if (a.k == V_MACRO) st = call_macro(c, &a, &ar, out);
+        else if (n->kids[0]->kind == CT_ATTR)
+            st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: method .%s() is not supported%s%s", n->line,
+                          n->kids[0]->str, ct_known_method(n->kids[0]->str) ? " on this value" : " by tpinfer",
+                          " (the rendering of this request reached it)");
         else if (a.k == V_UNDEF && n->kids[0]->kind == CT_NAME)
-            st = rt_error("chat template: %s is undefined where it is called (a macro is defined once its "
-                          "{%% macro %%} has run, and only in the loop body that holds it)", n->kids[0]->str);
-        else st = rt_error("chat template: calling something that is not a function (%s)",
-                           n->kids[0]->str ? n->kids[0]->str : "?");
+            st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: %s is undefined where it is called (a macro "
+                          "is defined once its {%% macro %%} has run, and only in the loop body that holds it; "
+                          "tpinfer has no function of this name)", n->line, n->kids[0]->str);
+        else st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: calling something that is not a function "
+                           "(%s)", n->line, n->kids[0]->str ? n->kids[0]->str : "?");
         break;
     case CT_FILTER:
+        if (!ct_known_filter(n->str))
+            return tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: filter \"%s\" is not supported by tpinfer "
+                            "(the rendering of this request reached it)", n->line, n->str);
         TP_CHECK(eval(c, n->kids[0], &a));
         st = eval_args(c, n, 1, &ar);
         if (st == TP_OK) st = run_filter(c, n->str, &a, &ar, out);
         break;
     case CT_TEST: {
         int r = 0;
+        if (!ct_known_test(n->str))
+            return tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: test \"is %s\" is not supported by "
+                            "tpinfer (the rendering of this request reached it)", n->line, n->str);
         TP_CHECK(eval(c, n->kids[0], &a));
         st = eval_args(c, n, 1, &ar);
         if (st == TP_OK) st = run_test(c, n->str, &a, &ar, &r);
@@ -1689,7 +1807,7 @@ static tp_status exec(ctx *c, const ct_node *n)
     case CT_MACRO:
         return set_var(c, n->str, (val){.k = V_MACRO, .name = n->str, .macro = n, .scope = c->nf - 1});
     case CT_SET:
-        TP_CHECK(n->flag ? render_apart(c, n->kids[0], &v) : eval(c, n->kids[0], &v));
+        TP_CHECK(eval(c, n->kids[0], &v));
         if (n->attr) {
             val ns = lookup(c, n->str);
             tp_status st = TP_OK;

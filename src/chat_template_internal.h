@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "chat_template.h"
 
@@ -17,8 +18,7 @@ enum ct_kind {
     CT_OUT,      /* kids[0]: expression */
     CT_IF,       /* kids: cond, body, cond, body, ..., [else body]; flag: has else */
     CT_FOR,      /* names: targets; kids: iterable, body, else body or NULL, filter or NULL */
-    CT_SET,      /* str: variable; attr: namespace attribute or NULL; kids[0]: value, or with flag
-                  * the block {% set x %}...{% endset %} whose rendering is the value */
+    CT_SET,      /* str: variable; attr: namespace attribute or NULL; kids[0]: value */
     CT_MACRO,    /* str: name; names: parameters, kw: their defaults (NULL: none); kids[0]: body;
                   * flag: MACRO_VARARGS | MACRO_KWARGS where the body reads them (as Jinja) */
     CT_SCOPE,    /* kids[0]: body in a scope of its own ({% generation %}, transformers' tag) */
@@ -39,6 +39,7 @@ enum ct_kind {
     CT_COND, /* kids[1] if kids[0] else kids[2] (NULL: undefined) */
     CT_LIST,
     CT_DICT, /* kids: key, value, key, value, ... */
+    CT_RENDER, /* kids[0]: a block, whose rendering is the value ({% set x %}, {% filter %}) */
 };
 
 enum { MACRO_VARARGS = 1, MACRO_KWARGS = 2 };
@@ -55,13 +56,47 @@ typedef struct ct_node {
     size_t n_names;
     struct ct_node **kw; /* keyword values, parallel to names (calls) */
     int flag;
+    int line; /* of calls, filters and tests: runtime errors name it */
 } ct_node;
 
 struct tp_chat_template {
     ct_node *root;
+    char *partial; /* constructs outside the subset in conditional code, or NULL */
 };
 
 void ct_node_free(ct_node *n);
+
+/* chat_template_text.c: a growing string (oom set on failure; s NUL-terminated), and
+ * Python's str() (repr: repr()) and json.dumps() into one */
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+typedef struct json_opts {
+    int ascii;                 /* ensure_ascii: every non-ASCII character (and DEL) as \uXXXX */
+    const char *indent;        /* NULL: None (one line); else the string of one level */
+    size_t indent_len;
+    const char *item_sep, *key_sep; /* separators: default ", " / ": " (",", ": " with an indent) */
+    int sort_keys;
+} json_opts;
+
+void sb_put(sbuf *b, const char *s, size_t n);
+void sb_str(sbuf *b, const char *s);
+void py_float(sbuf *b, double x);
+void py_repr_str(sbuf *b, const char *s, size_t n);
+void py_str(sbuf *b, json_t *j, int repr);
+void py_json(sbuf *b, json_t *j, const json_opts *o, int level);
+
+/* Python's string operations (NULL: out of memory): str.splitlines, Jinja's indent filter,
+ * str.center/ljust/rjust/zfill (how 'c' 'l' 'r' 'z'), round(x, ndigits), fmt % args (args: a
+ * list for a tuple, a mapping for %(name)s, else one value) */
+json_t *py_splitlines(const char *s, size_t n, int keepends);
+json_t *py_indent(const char *s, size_t n, const char *ind, size_t il, int first, int blank);
+json_t *py_pad(const char *s, size_t n, int64_t width, char how, const char *fill, size_t fill_len);
+double py_round(double x, int64_t ndigits);
+tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out);
 
 /* chat_template_eval.c */
 tp_status ct_render(const ct_node *root, json_t *vars, char **out, size_t *len);

@@ -439,6 +439,10 @@ static tp_status load_chat_template(engine *e)
             tp_error_clear();
             st = TP_OK;
         }
+        if (st == TP_OK && tp_chat_template_partial(e->tpl))
+            tp_log_info0("the chat template has code outside tpinfer's Jinja subset in branches that not every "
+                         "request takes: %s; a request whose rendering reaches it becomes an error record naming it "
+                         "(give --chat-template FILE to avoid it)", tp_chat_template_partial(e->tpl));
     }
     free(file);
     return st;

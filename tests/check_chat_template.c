@@ -286,14 +286,120 @@ START_TEST(test_macros)
 }
 END_TEST
 
+/* The filters and str methods real templates reach (Kimi, Gemma 4, Seed-OSS, functionary,
+ * GigaChat, command-r): dictsort, sort, unique, min, max, sum, indent, center, round, format
+ * and %, escape, join and map with their arguments, filter blocks, as jinja2 gives them */
+START_TEST(test_filters_and_methods)
+{
+    static const struct {
+        const char *tpl, *expect;
+    } cases[] = {
+        {"{% for k, v in d|dictsort %}{{ k }}={{ v }};{% endfor %}|{% for k, v in d|dictsort(true) %}{{ k }};{% endfor %}|{% for k, v in d|dictsort(by='value', reverse=true) %}{{ k }};{% endfor %}",
+         "A=3;b=2;c=1;|A;b;c;|A;b;c;"},
+        {"{{ words|sort|join(',') }}|{{ words|sort(case_sensitive=true)|join(',') }}|{{ words|sort(reverse=true)|join(',') }}|{{ people|sort(attribute='age')|map(attribute='name')|join(',') }}|{{ people|sort(attribute='age,name')|map(attribute='name')|join(',') }}",
+         "A,a,b,b,C|A,C,a,b,b|C,b,b,A,a|y,x,a|y,a,x"},
+        {"{{ words|unique|list }}|{{ words|unique(case_sensitive=true)|list }}|{{ people|unique(attribute='age')|map(attribute='name')|list }}",
+         "['b', 'A', 'C']|['b', 'A', 'a', 'C']|['x', 'y']"},
+        {"{{ nums|min }} {{ nums|max }} {{ words|min }} {{ words|max(case_sensitive=true) }} {{ people|max(attribute='age') }} [{{ []|min }}]",
+         "1 3 A b {'name': 'x', 'age': 30} []"},
+        {"{{ nums|sum }} {{ people|sum(attribute='age') }} {{ nums|sum(start=10) }} {{ [0.5, 1]|sum }}",
+         "6 80 16 1.5"},
+        {"[{{ 'a\\nb\\n\\nc'|indent }}][{{ 'a\\nb\\n\\nc'|indent(2, true, true) }}][{{ 'x\\n'|indent('> ') }}]",
+         "[a\n    b\n\n    c][  a\n  b\n  \n  c][x\n]"},
+        {"[{{ 'ab'|center(6) }}][{{ 'abc'|center(6) }}][{{ 'ab'|center(1) }}]",
+         "[  ab  ][ abc  ][ab]"},
+        {"{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 3|round }} {{ 2.1|round(0, 'ceil') }} {{ 2.9|round(method='floor') }} {{ 1234.5|round(-2) }}",
+         "2.67 2.0 4.0 3 3.0 2.0 1200.0"},
+        {"{{ '%s-%d'|format('a', 3) }}|{{ '%(x)s!'|format(x=1) }}|{{ '%05.1f|%-4d|%+d|%x|%#o|%r|%%|%c'|format(3.14159, 7, 5, 255, 8, 'q', 65) }}",
+         "a-3|1!|003.1|7   |+5|ff|0o10|'q'|%|A"},
+        {"{{ 'a=%s' % 3 }}|{{ '%s and %s' % ('x', 'y') }}|{{ '%03d' % 7 }}|{{ '%.2s' % 'abc' }}|{{ '%5s|%-5s|' % ('ab', 'cd') }}",
+         "a=3|x and y|007|ab|   ab|cd   |"},
+        {"{{ '<a href=\"x\">&\\'</a>'|e }}|{{ none|escape }}",
+         "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;|None"},
+        {"{{ people|join(', ', attribute='name') }}|{{ words|map('upper')|join(',') }}|{{ ['a b', 'c d']|map('replace', ' ', '_')|list }}|{{ [' x ', 'y ']|map('trim')|list }}",
+         "x, y, a|B,A,A,C,B|['a_b', 'c_d']|['x', 'y']"},
+        {"[{{ 'x' in nothing }}][{{ 'x' not in nothing }}]{{ 3 * 'ab' }}{{ [1, 2] * 2 }}{{ {'a': 1} == {'a': 1.0} }}{{ {'a': [1]} == {'a': [1.0]} }}{{ {'a': 1} == {'b': 1} }}",
+         "[False][True]ababab[1, 2, 1, 2]TrueTrueFalse"},
+        {"{{ 'abcabc'.count('b') }} {{ 'aaaa'.count('aa') }} {{ 'abc'.count('') }} {{ 'h\303\251llo'.rfind('l') }} {{ 'h\303\251llo'.index('l') }} {{ 'abc'.rfind('z') }}",
+         "2 2 4 3 2 -1"},
+        {"{{ 'foobar'.removeprefix('foo') }} {{ 'foobar'.removesuffix('bar') }} {{ 'foobar'.removeprefix('x') }} {{ '7'.zfill(3) }} {{ '-7'.zfill(4) }} [{{ 'ab'.ljust(4, '.') }}][{{ 'ab'.rjust(4) }}][{{ '\303\251'.center(4, '*') }}]",
+         "bar foo foobar 007 -007 [ab..][  ab][*\303\251**]"},
+        {"{{ 'a\\nb\\r\\nc\\x0bd\\u2028e'.splitlines() }} {{ 'a\\nb\\n'.splitlines(true) }} {{ ''.splitlines() }}",
+         "['a', 'b', 'c', 'd', 'e'] ['a\\n', 'b\\n'] []"},
+        {"{% filter upper %}ab{{ 'c' }}{% endfilter %}|{% filter replace('a', 'x')|trim %}  banana  {% endfilter %}|{% set t | upper | replace('B', '-') %}abc{% endset %}{{ t }}",
+         "ABC|bxnxnx|A-C"},
+    };
+    const char *ctx = "{\"d\": {\"b\": 2, \"A\": 3, \"c\": 1}, \"words\": [\"b\", \"A\", \"a\", \"C\", \"b\"], \"nums\": [3, 1, 2], \"people\": [{\"name\": \"x\", \"age\": 30}, {\"name\": \"y\", \"age\": 20}, {\"name\": \"a\", \"age\": 30}]}";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_render("filter", i, cases[i].tpl, ctx, cases[i].expect);
+}
+END_TEST
+
+/* What tpinfer lacks, in code not every rendering reaches, is taken, as jinja2 takes an
+ * unknown filter in an if or a method it refuses when called: the template loads, says what
+ * it lacks, renders what does not reach it, and fails (naming it and its line) what does.
+ * The same at the top level, which every rendering reaches, is refused at load. */
+START_TEST(test_partial_templates)
+{
+    static const struct {
+        const char *tpl, *partial, *ctx_skip, *ctx_reach, *says;
+    } cases[] = {
+        {"{% if x %}{{ y|fromjson }}{% endif %}ok", "filter \"fromjson\" (line 1)", "{}", "{\"x\": 1}",
+         "line 1: filter \"fromjson\" is not supported by tpinfer"},
+        {"a\n{{ y|fromjson if y is string else y }}", "filter \"fromjson\" (line 2)", "{\"y\": 1}", "{\"y\": \"1\"}",
+         "line 2: filter \"fromjson\""},
+        {"{% for m in l %}{% set _ = acc.append(m) %}{% endfor %}", "method .append() (line 1)", "{\"acc\": []}",
+         "{\"acc\": [], \"l\": [1]}", "line 1: method .append() is not supported"},
+        {"{% macro m() %}{{ zip() }}{{ x is odd2 }}{% endmacro %}{% if c %}{{ m() }}{% endif %}",
+         "test \"is odd2\" (line 1), function zip() (line 1)", "{}", "{\"c\": 1}", "zip is undefined where it is called"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tp_chat_template *tpl = NULL;
+        tp_error_clear();
+        ck_assert_msg(tp_chat_template_create(cases[i].tpl, strlen(cases[i].tpl), &tpl) == TP_OK, "%s: %s",
+                      cases[i].tpl, tp_error_message());
+        ck_assert_pstr_eq(tp_chat_template_partial(tpl), cases[i].partial);
+        for (int reach = 0; reach < 2; reach++) {
+            json_error_t jerr;
+            json_t *vars = json_loads(reach ? cases[i].ctx_reach : cases[i].ctx_skip, 0, &jerr);
+            ck_assert_ptr_nonnull(vars);
+            char *out = NULL;
+            size_t len = 0;
+            tp_error_clear();
+            tp_status st = tp_chat_template_render(tpl, vars, &out, &len);
+            json_decref(vars);
+            if (!reach) {
+                ck_assert_msg(st == TP_OK, "%s: %s", cases[i].tpl, tp_error_message());
+                free(out);
+            } else {
+                ck_assert_int_eq(st, TP_ERR_INVALID_ARG);
+                ck_assert_msg(strstr(tp_error_message(), cases[i].says), "%s: %s", cases[i].tpl, tp_error_message());
+            }
+        }
+        tp_chat_template_destroy(tpl);
+    }
+    static const char *const refused[] = {"{{ y|fromjson }}", "x{{ zip() }}", "{% set _ = l.append(1) %}",
+                                          "{{ 1 is odd2 }}"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        tp_chat_template *tpl = NULL;
+        ck_assert_msg(tp_chat_template_create(refused[i], strlen(refused[i]), &tpl) == TP_ERR_UNSUPPORTED,
+                      "accepted: %s", refused[i]);
+        ck_assert_ptr_null(tpl);
+    }
+    tp_chat_template *tpl = NULL;
+    ck_assert_int_eq(tp_chat_template_create("{{ x|upper }}", 13, &tpl), TP_OK);
+    ck_assert_ptr_null(tp_chat_template_partial(tpl)); /* nothing lacking */
+    tp_chat_template_destroy(tpl);
+}
+END_TEST
+
 START_TEST(test_unsupported)
 {
     static const char *const bad[] = {
         "{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}x{% endcall %}",
-        "{% set x | upper %}block{% endset %}",
         "{% include 'other.jinja' %}",
         "{% extends 'base' %}",
-        "{% filter upper %}x{% endfilter %}",
+        "{% with x = 1 %}{% endwith %}",
+        "{% raw %}x{% endraw %}",
         "{% for x in y recursive %}{% endfor %}",
         "{{ x|wordwrap(3) }}",
         "{% macro m() %}{% endmacro %}{{ n() }}", /* n is no macro */
@@ -362,6 +468,8 @@ static Suite *chat_suite(void)
     tcase_add_test(t, test_small_constructs);
     tcase_add_test(t, test_jinja_semantics);
     tcase_add_test(t, test_macros);
+    tcase_add_test(t, test_filters_and_methods);
+    tcase_add_test(t, test_partial_templates);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
     tcase_add_test(e, test_unsupported);
