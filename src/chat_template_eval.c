@@ -359,7 +359,10 @@ static tp_status py_in(const val *item, const val *cont, int *out)
     }
     json_t *obj = cont->j;
     if ((cont->k == V_JSON || cont->k == V_NS) && json_is_object(obj)) {
-        *out = is_str(item) && json_object_getn(obj, json_string_value(item->j), json_string_length(item->j));
+        char buf[32];
+        const char *k;
+        size_t kn;
+        *out = item->k == V_JSON && ct_key_of(item->j, buf, sizeof buf, &k, &kn) && json_object_getn(obj, k, kn);
         return TP_OK;
     }
     return rt_error("chat template: 'in' needs a string, list or mapping on the right%s", "");
@@ -484,8 +487,11 @@ static tp_status get_item(const val *obj, const val *key, val *out)
     if (obj->k == V_UNDEF) return rt_error("chat template: cannot index an undefined value%s", "");
     json_t *j = obj->j;
     if ((obj->k == V_JSON || obj->k == V_NS) && json_is_object(j)) {
-        if (is_str(key)) {
-            json_t *v = json_object_getn(j, json_string_value(key->j), json_string_length(key->j));
+        char buf[32];
+        const char *k;
+        size_t kn;
+        if (key->k == V_JSON && ct_key_of(key->j, buf, sizeof buf, &k, &kn)) {
+            json_t *v = json_object_getn(j, k, kn);
             if (v) *out = vjson(json_incref(v));
         }
         return TP_OK;
@@ -635,13 +641,17 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
     if (json_is_object(j)) {
         if (!strcmp(m, "get")) {
             const val *k = arg(a, 0, "key"), *d = arg(a, 1, "default");
-            json_t *v = k && is_str(k) ? json_object_getn(j, json_string_value(k->j), json_string_length(k->j)) : NULL;
+            char buf[32];
+            const char *ks;
+            size_t kn;
+            json_t *v = k && k->k == V_JSON && ct_key_of(k->j, buf, sizeof buf, &ks, &kn) ? json_object_getn(j, ks, kn)
+                                                                                           : NULL;
             *out = v ? vjson(json_incref(v)) : d ? vcopy(d) : vjson(json_null());
             return TP_OK;
         }
         json_t *r = json_array();
         for (void *it = json_object_iter(j); r && it; it = json_object_iter_next(j, it)) {
-            json_t *key = json_stringn_nocheck(json_object_iter_key(it), json_object_iter_key_len(it));
+            json_t *key = ct_key_value(json_object_iter_key(it), json_object_iter_key_len(it));
             if (!strcmp(m, "keys")) json_array_append_new(r, key);
             else if (!strcmp(m, "values")) {
                 json_decref(key);
@@ -1079,7 +1089,8 @@ static tp_status filter_order(const char *f, const val *in, const args *a, val *
         if (in->k != V_JSON || !json_is_object(in->j)) return rt_error("chat template: dictsort needs a mapping%s", "");
         items = json_array();
         for (void *it = json_object_iter(in->j); items && it; it = json_object_iter_next(in->j, it))
-            json_array_append_new(items, json_pack("[s%O]", json_object_iter_key(it), json_object_iter_key_len(it),
+            json_array_append_new(items, json_pack("[oO]", ct_key_value(json_object_iter_key(it),
+                                                                         json_object_iter_key_len(it)),
                                                    json_object_iter_value(it)));
     } else if (in->k == V_JSON && json_is_array(in->j)) {
         items = json_incref(in->j);
@@ -1660,9 +1671,12 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
                 json_array_append(r, a.k == V_JSON ? a.j : json_null());
             } else {
                 st = eval(c, n->kids[++i], &b);
-                if (st == TP_OK && !is_str(&a)) st = rt_error("chat template: dict keys must be strings%s", "");
-                if (st == TP_OK) json_object_setn(r, json_string_value(a.j), json_string_length(a.j),
-                                                  b.k == V_JSON ? b.j : json_null());
+                char buf[32];
+                const char *k;
+                size_t kn;
+                if (st == TP_OK && !(a.k == V_JSON && ct_key_of(a.j, buf, sizeof buf, &k, &kn)))
+                    st = rt_error("chat template: dict keys must be strings or integers%s", "");
+                if (st == TP_OK) json_object_setn_nocheck(r, k, kn, b.k == V_JSON ? b.j : json_null());
                 vfree(&b);
             }
             vfree(&a);
@@ -1727,7 +1741,7 @@ static tp_status exec_for(ctx *c, const ct_node *n)
         if (json_is_array(j)) json_array_extend(items, j);
         else if (json_is_object(j))
             for (void *i = json_object_iter(j); i; i = json_object_iter_next(j, i))
-                json_array_append_new(items, json_stringn_nocheck(json_object_iter_key(i), json_object_iter_key_len(i)));
+                json_array_append_new(items, ct_key_value(json_object_iter_key(i), json_object_iter_key_len(i)));
         else if (json_is_string(j)) {
             cps cp;
             st = cps_of(json_string_value(j), json_string_length(j), &cp);

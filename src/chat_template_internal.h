@@ -89,6 +89,13 @@ void py_repr_str(sbuf *b, const char *s, size_t n);
 void py_str(sbuf *b, json_t *j, int repr);
 void py_json(sbuf *b, json_t *j, const json_opts *o, int level);
 
+/* A mapping's int key (Python's {512: 128}) is kept as this byte, which no UTF-8 string
+ * holds, then its decimal digits. ct_key_value: the key as a value (a string or an int);
+ * ct_key_of: the stored key of a string or int value in buf (0: v cannot be a key). */
+#define CT_INT_KEY '\xff'
+json_t *ct_key_value(const char *k, size_t n);
+int ct_key_of(json_t *v, char *buf, size_t cap, const char **k, size_t *n);
+
 /* Python's string operations (NULL: out of memory): str.splitlines, Jinja's indent filter,
  * str.center/ljust/rjust/zfill (how 'c' 'l' 'r' 'z'), round(x, ndigits), fmt % args (args: a
  * list for a tuple, a mapping for %(name)s, else one value) */

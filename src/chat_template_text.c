@@ -143,7 +143,10 @@ void py_str(sbuf *b, json_t *j, int repr)
         for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
             if (!first) sb_str(b, ", ");
             first = 0;
-            py_repr_str(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            const char *key = json_object_iter_key(it);
+            const size_t kn = json_object_iter_key_len(it);
+            if (kn && key[0] == CT_INT_KEY) sb_put(b, key + 1, kn - 1); /* an int key: its digits */
+            else py_repr_str(b, key, kn);
             sb_str(b, ": ");
             py_str(b, json_object_iter_value(it), 1);
         }
@@ -240,7 +243,8 @@ void py_json(sbuf *b, json_t *j, const json_opts *o, int level)
         if (arr) {
             py_json(b, json_array_get(j, i), o, level + 1);
         } else {
-            json_str(b, m[i].key, m[i].len, o->ascii);
+            const int int_key = m[i].len && m[i].key[0] == CT_INT_KEY; /* json.dumps: as a string */
+            json_str(b, m[i].key + int_key, m[i].len - (size_t)int_key, o->ascii);
             sb_str(b, o->key_sep);
             py_json(b, m[i].value, o, level + 1);
         }
@@ -250,6 +254,30 @@ void py_json(sbuf *b, json_t *j, const json_opts *o, int level)
     sb_str(b, arr ? "]" : "}");
 }
 
+
+// ----------------------------------------------------------------------------
+// mapping keys
+
+json_t *ct_key_value(const char *k, size_t n)
+{
+    if (n && k[0] == CT_INT_KEY) return json_integer(strtoll(k + 1, NULL, 10));
+    return json_stringn_nocheck(k, n);
+}
+
+int ct_key_of(json_t *v, char *buf, size_t cap, const char **k, size_t *n)
+{
+    if (json_is_string(v)) {
+        *k = json_string_value(v);
+        *n = json_string_length(v);
+        return 1;
+    }
+    if (!json_is_integer(v) && !json_is_boolean(v)) return 0;
+    const long long x = json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
+    const int len = snprintf(buf, cap, "%c%lld", CT_INT_KEY, x);
+    *k = buf;
+    *n = (size_t)len;
+    return len > 0 && (size_t)len < cap;
+}
 
 // ----------------------------------------------------------------------------
 // Python's string operations

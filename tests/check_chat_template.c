@@ -328,6 +328,11 @@ START_TEST(test_filters_and_methods)
          "['a', 'b', 'c', 'd', 'e'] ['a\\n', 'b\\n'] []"},
         {"{% filter upper %}ab{{ 'c' }}{% endfilter %}|{% filter replace('a', 'x')|trim %}  banana  {% endfilter %}|{% set t | upper | replace('B', '-') %}abc{% endset %}{{ t }}",
          "ABC|bxnxnx|A-C"},
+        /* int keys of a mapping (Seed-OSS's thinking budgets), as Python's */
+        {"{% set d = {0: 'zero', 512: 'x', 'a': 1} %}{{ d[512] }} {{ d.get(0) }} {{ 512 in d }} {{ '512' in d }} {{ d }} {{ d|tojson }} {{ d.keys()|list }} {% for k in d %}{{ k is integer }}{% endfor %}",
+         "x zero True False {0: 'zero', 512: 'x', 'a': 1} {\"0\": \"zero\", \"512\": \"x\", \"a\": 1} [0, 512, 'a'] TrueTrueFalse"},
+        {"{%- set budget = {0: 0, 512: 128, 1024: 256, 16384: 1024} -%}{% set ns = namespace(v=none) %}{%- for k, v in budget|dictsort -%}{%- if ns.v is none and 600 <= k -%}{%- set ns.v = v -%}{%- endif -%}{%- endfor -%}{{ ns.v }} {{ budget[16384] }}",
+         "256 1024"},
     };
     const char *ctx = "{\"d\": {\"b\": 2, \"A\": 3, \"c\": 1}, \"words\": [\"b\", \"A\", \"a\", \"C\", \"b\"], \"nums\": [3, 1, 2], \"people\": [{\"name\": \"x\", \"age\": 30}, {\"name\": \"y\", \"age\": 20}, {\"name\": \"a\", \"age\": 30}]}";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_render("filter", i, cases[i].tpl, ctx, cases[i].expect);
