@@ -806,6 +806,7 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
     } else if (!strcmp(m, "zfill") || !strcmp(m, "ljust") || !strcmp(m, "rjust") || !strcmp(m, "center")) {
         const val *w = arg(a, 0, "width"), *fill = arg(a, 1, "fillchar");
         if (!w || !is_int(w)) return rt_error("chat template: %s() needs an integer width", m);
+        if (inum(w) > (int64_t)(MAX_OUTPUT / 4)) return rt_error("chat template: %s() width too large", m);
         if (fill && !(is_str(fill) && json_string_length(fill->j) == (size_t)tp_utf8_len((uint8_t)*json_string_value(fill->j))))
             return rt_error("chat template: %s()'s fill character must be one character", m);
         *out = vjson(py_pad(s, n, inum(w), m[0] == 'z' ? 'z' : m[0] == 'l' ? 'l' : m[0] == 'r' ? 'r' : 'c',
@@ -1281,7 +1282,9 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
             if (st == TP_OK) r = py_indent(sv, sn, ind, il, first && truthy(first), blank && truthy(blank));
         } else if (f[0] == 'c') {
             const val *w = arg(a, 0, "width");
-            r = py_pad(sv, sn, w && is_int(w) ? inum(w) : 80, 'c', " ", 1);
+            const int64_t width = w && is_int(w) ? inum(w) : 80;
+            if (width > (int64_t)(MAX_OUTPUT / 4)) st = rt_error("chat template: center's width too large%s", "");
+            else r = py_pad(sv, sn, width, 'c', " ", 1);
         } else { /* HTML escape, as markupsafe */
             sbuf b = {0};
             sb_put(&b, "", 0);

@@ -447,6 +447,14 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
                     break;
                 }
                 *dst = json_integer_value(w);
+                if (*dst > 100000) {
+                    st = fmt_error("a width or precision over 100000");
+                    break;
+                }
+                if (*dst < 0 && !part) { /* Python: a negative * width left-aligns */
+                    *dst = -*dst;
+                    if (nf < sizeof flags - 1) flags[nf++] = '-', flags[nf] = '\0';
+                }
                 i++;
             } else {
                 int64_t d = 0;
@@ -475,7 +483,7 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
         }
         sbuf piece = {0};
         sb_put(&piece, "", 0);
-        char spec[48], buf[512];
+        char spec[48], buf[1024]; /* %.300f of 1e308: 610 characters */
         const int left = strchr(flags, '-') != NULL;
         if (conv == 's' || conv == 'r' || conv == 'a') {
             py_str(&piece, v, conv != 's');
@@ -488,7 +496,7 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
             const int is_int = json_is_integer(v) || json_is_boolean(v);
             const double x = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
             const long long iv = json_is_boolean(v) ? json_is_true(v) : json_is_integer(v) ? json_integer_value(v)
-                                                                                             : (long long)x;
+                                 : fabs(x) < 9.2e18 ? (long long)x : 0; /* larger: refused below */
             if (!json_is_number(v) && !json_is_boolean(v) && !(conv == 'c' && json_is_string(v))) {
                 st = fmt_error("a number is required");
             } else if (!is_int && strchr("diu", conv) && !(fabs(x) < 9.2e18)) {
@@ -523,9 +531,13 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
                 for (size_t q = 0; flags[q]; q++)
                     if (flags[q] != '-' && flags[q] != '0') fl[k++] = flags[q];
                 fl[k] = '\0';
-                snprintf(spec, sizeof spec, "%%%s.%d%c", fl, (int)(prec < 0 ? 6 : prec > 300 ? 300 : prec), conv);
-                snprintf(buf, sizeof buf, spec, x);
-                sb_str(&piece, buf);
+                if (prec > 300) {
+                    st = fmt_error("a precision over 300 for a float");
+                } else {
+                    snprintf(spec, sizeof spec, "%%%s.%d%c", fl, (int)(prec < 0 ? 6 : prec), conv);
+                    snprintf(buf, sizeof buf, spec, x);
+                    sb_str(&piece, buf);
+                }
             }
         } else {
             st = fmt_error("an unsupported conversion character");

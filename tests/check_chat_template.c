@@ -454,7 +454,11 @@ START_TEST(test_runtime_errors)
 {
     static const char *const bad[] = {"{{ undefined_thing.attr }}", "{{ 1 + 'a' }}", "{{ 1 // 0 }}",
                                       "{{ raise_exception('boom') }}", "{% for i in range(10000000) %}{% endfor %}",
-                                      "{{ 'x' * 1000000000000 }}", "{% set n = 5 %}{% set n.a = 1 %}"};
+                                      "{{ 'x' * 1000000000000 }}", "{% set n = 5 %}{% set n.a = 1 %}",
+                                      "{{ 'a'|center(1000000000000) }}", "{{ 'a'.zfill(1000000000000) }}",
+                                      "{{ '%*d' % (1000000000, 1) }}", "{{ '%.400f' % 1.5 }}", "{{ '%s %s' % 1 }}",
+                                      "{{ '%d' % 'x' }}", "{{ '%s' % (1, 2) }}", "{{ '%(a)s' % 1 }}", "{{ [1]|min(1, 2, 3) }}",
+                                      "{{ {'a': 1}|sort }}x{{ [1, 'a']|sort }}", "{{ 1|dictsort }}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
         size_t len;
