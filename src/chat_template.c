@@ -567,8 +567,10 @@ static tp_status parse_primary(parser *p, ct_node **out)
         p->i++;
         TP_CHECK(parse_expr(p, &n));
         if (is_op(p, ",")) {
-            /* A tuple: evaluated as a list (enough for str.startswith((a, b))). */
+            /* A tuple: evaluated as a list (enough for str.startswith((a, b))); flag: a tuple,
+             * whose items are %'s arguments */
             ct_node *l = node_new(CT_LIST);
+            if (l) l->flag = 1;
             tp_status st = l ? add_kid(l, n) : tp_error(TP_ERR_OOM, "out of memory");
             if (!l) ct_node_free(n);
             n = l;

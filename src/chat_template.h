@@ -20,8 +20,9 @@ typedef struct tp_chat_template tp_chat_template;
 
 /* Parse a template; TP_ERR_UNSUPPORTED names a construct outside the subset that every
  * rendering would reach. One in conditional code (an if, a for loop, a macro, x if c else y)
- * is taken, as jinja2 takes an unknown filter there or a method it would refuse when called:
- * a rendering that reaches it fails, naming it and its line; the others render. */
+ * is taken, as jinja2 takes an unknown filter in an if or a method it refuses only when
+ * called (tpinfer is the more lenient in loops and macros, where jinja2 refuses an unknown
+ * filter at once): a rendering that reaches it fails, naming it and its line. */
 tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_template **out);
 void tp_chat_template_destroy(tp_chat_template *tpl);
 

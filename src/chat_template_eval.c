@@ -21,7 +21,7 @@ static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "stri
                                       "join", "items", "replace", "first", "last", "reverse", "list", "int", "float",
                                       "abs", "capitalize", "title", "safe", "select", "reject", "selectattr",
                                       "rejectattr", "map", "dictsort", "unique", "sort", "sum", "min", "max",
-                                      "indent", "round", "format", "center", "e", "escape", NULL};
+                                      "indent", "round", "format", "center", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "even", "odd",
                                     "divisibleby", "equalto", "eq", "ne", "sameas", "in", "lower", "upper", "==", "!=",
@@ -98,7 +98,8 @@ typedef struct ctx {
     size_t len, cap;
     int brk, cont;
     long steps;
-    int calls; /* macro calls under way */
+    int calls;   /* macro calls under way */
+    int nesting; /* eval and exec under way */
 } ctx;
 
 static tp_status rt_error(const char *fmt, const char *a)
@@ -404,10 +405,13 @@ static tp_status arith(const char *op, const val *a, const val *b, val *out)
         *out = vjson(r);
         return TP_OK;
     }
-    if (!strcmp(op, "%") && is_str(a)) { /* Python's printf-style formatting */
-        json_t *r;
-        TP_CHECK(py_percent(json_string_value(a->j), json_string_length(a->j),
-                            b->k == V_JSON ? b->j : json_null(), &r));
+    if (!strcmp(op, "%") && is_str(a)) { /* Python's printf-style formatting: b a tuple (a list here,
+                                           * see the caller), a mapping or one value */
+        json_t *r, *empty = b->k == V_UNDEF ? json_string("") : NULL; /* str(Undefined) is "" */
+        tp_status st = py_percent(json_string_value(a->j), json_string_length(a->j),
+                                  empty ? empty : b->k == V_JSON ? b->j : json_null(), &r);
+        json_decref(empty);
+        TP_CHECK(st);
         *out = vjson(r);
         return TP_OK;
     }
@@ -663,6 +667,10 @@ static tp_status call_method(const val *self, const char *m, const args *a, val 
     }
     const char *s = json_string_value(j);
     size_t n = json_string_length(j);
+    if ((!strcmp(m, "count") || !strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") ||
+         !strcmp(m, "rindex") || !strcmp(m, "startswith") || !strcmp(m, "endswith")) &&
+        (a->n > 1 || a->nk > 0))
+        return rt_error("chat template: %s() with start or end is not supported", m);
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
         const val *ch = arg(a, 0, "chars");
         int has = ch && is_str(ch);
@@ -1034,7 +1042,9 @@ static tp_status sort_key(json_t *item, const val *attribute, int case_sensitive
     }
     if (st != TP_OK || case_sensitive || out->k != V_JSON) return st;
     json_t *k = out->j;
-    json_t *list = json_is_array(k) ? k : NULL;
+    /* the parts of "a,b" are lower-cased one by one (that list is ours); a list item is not */
+    json_t *list = attribute && is_str(attribute) && strchr(json_string_value(attribute->j), ',') ? k : NULL;
+    if (!list && !json_is_string(k)) return TP_OK;
     for (size_t i = 0; i < (list ? json_array_size(list) : 1); i++) {
         json_t *x = list ? json_array_get(list, i) : k;
         if (!json_is_string(x)) continue;
@@ -1164,9 +1174,14 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         else if (!strcmp(f, "sort") || !strcmp(f, "unique")) *out = vjson(json_array());
         else if (!strcmp(f, "sum")) *out = vjson(json_integer(0));
         else if (!strcmp(f, "string") || !strcmp(f, "join") || !strcmp(f, "trim") || !strcmp(f, "upper") ||
-                 !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace") ||
-                 !strcmp(f, "indent") || !strcmp(f, "center") || !strcmp(f, "e") || !strcmp(f, "escape"))
+                 !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize") || !strcmp(f, "replace"))
             *out = vjson(json_string(""));
+        else if (!strcmp(f, "center")) { /* str(Undefined) is "", then centred */
+            val empty = vjson(json_string(""));
+            tp_status st = empty.j ? run_filter(c, f, &empty, a, out) : tp_error(TP_ERR_OOM, "out of memory");
+            vfree(&empty);
+            return st;
+        }
         else return rt_error("chat template: filter %s applied to an undefined value", f);
         return out->k == V_UNDEF || out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
     }
@@ -1239,8 +1254,19 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         if (!is_num(in)) return rt_error("chat template: round needs a number%s", "");
         if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
             return rt_error("chat template: round's method must be common, ceil or floor%s", "");
-        if (!strcmp(method, "common") && is_int(in)) { /* round(3, 0) is 3 */
-            *out = vjson(json_integer(inum(in)));
+        if (!strcmp(method, "common") && is_int(in)) { /* round(3, 0) is 3; round(25, -1) 20 (to even) */
+            int64_t x = inum(in), r = x;
+            if (p < 0 && p >= -18) {
+                int64_t m = 1;
+                for (int64_t i = 0; i < -p; i++) m *= 10;
+                int64_t q = x / m, rem = x % m;
+                if (rem < 0) rem += m, q--; /* floor division */
+                if (2 * rem > m || (2 * rem == m && (q & 1))) q++;
+                if (__builtin_mul_overflow(q, m, &r)) return rt_error("chat template: round() overflows%s", "");
+            } else if (p < -18) {
+                r = 0;
+            }
+            *out = vjson(json_integer(r));
             return TP_OK;
         }
         const double x = num(in), scale = pow(10.0, (double)p);
@@ -1251,7 +1277,8 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
     if (!strcmp(f, "format")) { /* fmt|format(*args) is fmt % args; with keywords, fmt % kwargs */
         if (a->n && a->nk) return rt_error("chat template: format takes positional or keyword arguments, not both%s", "");
         json_t *args_j = a->nk ? json_object() : json_array();
-        for (size_t i = 0; args_j && i < a->n; i++) json_array_append(args_j, a->pos[i].k == V_JSON ? a->pos[i].j : json_null());
+        for (size_t i = 0; args_j && i < a->n; i++) /* str(Undefined) is "" */
+            json_array_append_new(args_j, a->pos[i].k == V_JSON ? json_incref(a->pos[i].j) : json_string(""));
         for (size_t i = 0; args_j && i < a->nk; i++)
             json_object_set(args_j, a->kwname[i], a->kw[i].k == V_JSON ? a->kw[i].j : json_null());
         json_t *str = NULL, *r = NULL;
@@ -1264,7 +1291,7 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         if (st == TP_OK) *out = vjson(r);
         return st;
     }
-    if (!strcmp(f, "indent") || !strcmp(f, "center") || !strcmp(f, "e") || !strcmp(f, "escape")) {
+    if (!strcmp(f, "indent") || !strcmp(f, "center")) {
         json_t *str = NULL, *r = NULL;
         if (!is_str(in)) TP_CHECK(to_string(in, &str));
         const char *sv = json_string_value(str ? str : in->j);
@@ -1272,30 +1299,26 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         tp_status st = TP_OK;
         if (f[0] == 'i') { /* indent(width=4, first=False, blank=False); width may be a string */
             const val *w = arg(a, 0, "width"), *first = arg(a, 1, "first"), *blank = arg(a, 2, "blank");
-            char spaces[257];
-            const char *ind = spaces;
+            char *spaces = NULL;
+            const char *ind = "    ";
             size_t il = 4;
             if (w && is_str(w)) ind = json_string_value(w->j), il = json_string_length(w->j);
-            else if (w && is_int(w)) il = inum(w) < 0 ? 0 : inum(w) > 256 ? 256 : (size_t)inum(w);
-            else if (w) st = rt_error("chat template: indent's width must be a number or a string%s", "");
-            memset(spaces, ' ', sizeof spaces);
+            else if (w && is_int(w) && inum(w) > 4096) st = rt_error("chat template: indent's width over 4096%s", "");
+            else if (w && is_int(w)) {
+                il = inum(w) < 0 ? 0 : (size_t)inum(w);
+                spaces = malloc(il + 1);
+                if (spaces) memset(spaces, ' ', il);
+                ind = spaces;
+                if (!spaces) st = tp_error(TP_ERR_OOM, "out of memory");
+            } else if (w) st = rt_error("chat template: indent's width must be a number or a string%s", "");
             if (st == TP_OK) r = py_indent(sv, sn, ind, il, first && truthy(first), blank && truthy(blank));
+            free(spaces);
         } else if (f[0] == 'c') {
             const val *w = arg(a, 0, "width");
             const int64_t width = w && is_int(w) ? inum(w) : 80;
-            if (width > (int64_t)(MAX_OUTPUT / 4)) st = rt_error("chat template: center's width too large%s", "");
+            if (w && !is_int(w)) st = rt_error("chat template: center's width must be an integer%s", "");
+            else if (width > (int64_t)(MAX_OUTPUT / 4)) st = rt_error("chat template: center's width too large%s", "");
             else r = py_pad(sv, sn, width, 'c', " ", 1);
-        } else { /* HTML escape, as markupsafe */
-            sbuf b = {0};
-            sb_put(&b, "", 0);
-            for (size_t i = 0; i < sn; i++) {
-                const char *rep = sv[i] == '&' ? "&amp;" : sv[i] == '<' ? "&lt;" : sv[i] == '>' ? "&gt;"
-                                  : sv[i] == '"' ? "&#34;" : sv[i] == '\'' ? "&#39;" : NULL;
-                if (rep) sb_str(&b, rep);
-                else sb_put(&b, sv + i, 1);
-            }
-            r = b.oom ? NULL : json_stringn_nocheck(b.s, b.len);
-            free(b.s);
         }
         json_decref(str);
         TP_CHECK(st);
@@ -1307,9 +1330,12 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
         return call_method(in, "items", a, out);
     }
     if (!strcmp(f, "join")) {
-        const val *sep = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
+        const val *sep_arg = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
         if (in->k != V_JSON || !json_is_array(in->j)) return rt_error("chat template: join needs a list%s", "");
         if (attr && !is_str(attr)) return rt_error("chat template: join's attribute must be a name%s", "");
+        json_t *sep_str = NULL; /* the separator as str() gives it */
+        if (sep_arg) TP_CHECK(to_string(sep_arg, &sep_str));
+        val sep_v = {.k = V_JSON, .j = sep_str}, *sep = sep_str ? &sep_v : NULL;
         sbuf b = {0};
         sb_put(&b, "", 0);
         for (size_t i = 0; i < json_array_size(in->j); i++) {
@@ -1321,11 +1347,13 @@ static tp_status run_filter(ctx *c, const char *f, val *in, const args *a, val *
             vfree(&picked);
             if (st != TP_OK) {
                 free(b.s);
+                json_decref(sep_str);
                 return st;
             }
             sb_put(&b, json_string_value(s), json_string_length(s));
             json_decref(s);
         }
+        json_decref(sep_str);
         *out = vjson(b.oom ? NULL : json_stringn_nocheck(b.s, b.len));
         free(b.s);
         return out->j ? TP_OK : tp_error(TP_ERR_OOM, "out of memory");
@@ -1490,7 +1518,6 @@ static tp_status render_apart(ctx *c, const ct_node *body, val *out)
     c->out = saved;
     c->len = saved_len;
     c->cap = saved_cap;
-    c->brk = c->cont = 0;
     if (st == TP_OK) *out = vjson(s);
     return st;
 }
@@ -1519,6 +1546,7 @@ static tp_status call_macro(ctx *c, const val *m, const args *a, val *out)
         return tp_error(TP_ERR_INVALID_ARG, "chat template: macro %s: calls nested more than %d deep (endless "
                         "recursion?)", def->str, MAX_CALL_DEPTH);
     TP_CHECK(push_scope(c, m->scope));
+    c->calls++; /* its defaults may call it too */
     tp_status st = TP_OK;
     for (size_t i = 0; i < np && st == TP_OK; i++) {
         const val *given = arg(a, i, def->names[i]);
@@ -1543,46 +1571,21 @@ static tp_status call_macro(ctx *c, const val *m, const args *a, val *out)
         }
         st = extra ? set_var(c, "kwargs", vjson(extra)) : tp_error(TP_ERR_OOM, "out of memory");
     }
-    c->calls++;
     if (st == TP_OK) st = render_apart(c, def->kids[0], out);
+    c->brk = c->cont = 0; /* no loop outside the macro is broken by it */
     c->calls--;
     pop_frame(c);
     return st;
 }
 
-static tp_status eval(ctx *c, const ct_node *n, val *out)
+/* Calls, filters and tests: their arguments' frame is apart from eval's, which recursion
+ * through other nodes keeps small */
+static __attribute__((noinline)) tp_status eval_call(ctx *c, const ct_node *n, val *out)
 {
-    *out = (val){.k = V_UNDEF};
-    if (++c->steps > MAX_STEPS) return rt_error("chat template: too much work (endless loop?)%s", "");
     tp_status st = TP_OK;
-    val a = {0}, b = {0};
+    val a = {0};
     args ar = {0};
     switch (n->kind) {
-    case CT_LIT:
-        *out = vjson(json_incref(n->lit));
-        return TP_OK;
-    case CT_NAME:
-        *out = lookup(c, n->str);
-        return TP_OK;
-    case CT_ATTR:
-        TP_CHECK(eval(c, n->kids[0], &a));
-        st = get_attr(&a, n->str, out);
-        break;
-    case CT_ITEM:
-        TP_CHECK(eval(c, n->kids[0], &a));
-        st = eval(c, n->kids[1], &b);
-        if (st == TP_OK) st = get_item(&a, &b, out);
-        break;
-    case CT_SLICE: {
-        val parts[3] = {{0}, {0}, {0}};
-        st = eval(c, n->kids[0], &a);
-        for (int k = 0; k < 3 && st == TP_OK; k++)
-            if (n->kids[k + 1]) st = eval(c, n->kids[k + 1], &parts[k]);
-        if (st == TP_OK) st = do_slice(&a, parts, out);
-        for (int k = 0; k < 3; k++) vfree(&parts[k]);
-        break;
-    }
-    case CT_RENDER: return render_apart(c, n->kids[0], out);
     case CT_CALL:
         TP_CHECK(eval(c, n->kids[0], &a));
         st = eval_args(c, n, 1, &ar);
@@ -1594,6 +1597,9 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
             st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: method .%s() is not supported%s%s", n->line,
                           n->kids[0]->str, ct_known_method(n->kids[0]->str) ? " on this value" : " by tpinfer",
                           " (the rendering of this request reached it)");
+        else if (a.k == V_UNDEF && n->kids[0]->kind == CT_NAME && !strcmp(n->kids[0]->str, "caller"))
+            st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: caller() is not supported: tpinfer has no "
+                          "{%% call %%} blocks", n->line);
         else if (a.k == V_UNDEF && n->kids[0]->kind == CT_NAME)
             st = tp_error(TP_ERR_INVALID_ARG, "chat template: line %d: %s is undefined where it is called (a macro "
                           "is defined once its {%% macro %%} has run, and only in the loop body that holds it; "
@@ -1620,6 +1626,53 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
         if (st == TP_OK) *out = vjson(json_boolean(r != n->flag));
         break;
     }
+    default: break;
+    }
+    vfree(&a);
+    args_free(&ar);
+    if (st != TP_OK) vfree(out);
+    return st;
+}
+
+static tp_status eval_node(ctx *c, const ct_node *n, val *out)
+{
+    *out = (val){.k = V_UNDEF};
+    if (++c->steps > MAX_STEPS) return rt_error("chat template: too much work (endless loop?)%s", "");
+    tp_status st = TP_OK;
+    val a = {0}, b = {0};
+    switch (n->kind) {
+    case CT_LIT:
+        *out = vjson(json_incref(n->lit));
+        return TP_OK;
+    case CT_NAME:
+        *out = lookup(c, n->str);
+        return TP_OK;
+    case CT_ATTR:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = get_attr(&a, n->str, out);
+        break;
+    case CT_ITEM:
+        TP_CHECK(eval(c, n->kids[0], &a));
+        st = eval(c, n->kids[1], &b);
+        if (st == TP_OK) st = get_item(&a, &b, out);
+        break;
+    case CT_SLICE: {
+        val parts[3] = {{0}, {0}, {0}};
+        st = eval(c, n->kids[0], &a);
+        for (int k = 0; k < 3 && st == TP_OK; k++)
+            if (n->kids[k + 1]) st = eval(c, n->kids[k + 1], &parts[k]);
+        if (st == TP_OK) st = do_slice(&a, parts, out);
+        for (int k = 0; k < 3; k++) vfree(&parts[k]);
+        break;
+    }
+    case CT_RENDER: /* a set or filter block: its sets stay inside; a break in it ends the loop outside */
+        TP_CHECK(push_frame(c));
+        st = render_apart(c, n->kids[0], out);
+        pop_frame(c);
+        return st;
+    case CT_CALL:
+    case CT_FILTER:
+    case CT_TEST: return eval_call(c, n, out);
     case CT_BINOP: {
         const char *op = n->str;
         TP_CHECK(eval(c, n->kids[0], &a));
@@ -1644,6 +1697,12 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
             st = py_cmp(&a, &b, &r);
             int res = op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0);
             if (st == TP_OK) *out = vjson(json_boolean(res));
+        } else if (!strcmp(op, "%") && is_str(&a) && !(n->kids[1]->kind == CT_LIST && n->kids[1]->flag)) {
+            /* one argument: a list too (only a tuple literal holds several) */
+            val one = vjson(json_array());
+            if (one.j) json_array_append_new(one.j, b.k == V_JSON ? json_incref(b.j) : json_string(""));
+            st = one.j ? arith(op, &a, &one, out) : tp_error(TP_ERR_OOM, "out of memory");
+            vfree(&one);
         } else {
             st = arith(op, &a, &b, out);
         }
@@ -1693,8 +1752,23 @@ static tp_status eval(ctx *c, const ct_node *n, val *out)
     }
     vfree(&a);
     vfree(&b);
-    args_free(&ar);
     if (st != TP_OK) vfree(out);
+    return st;
+}
+
+
+/* eval and exec nest at most this deep (macros' recursion, long chains): the stack holds */
+#define MAX_NESTING 1500
+
+static tp_status eval(ctx *c, const ct_node *n, val *out)
+{
+    *out = (val){.k = V_UNDEF};
+    if (++c->nesting > MAX_NESTING) {
+        c->nesting--;
+        return rt_error("chat template: expressions and macro calls nested too deeply (endless recursion?)%s", "");
+    }
+    const tp_status st = eval_node(c, n, out);
+    c->nesting--;
     return st;
 }
 
@@ -1794,7 +1868,20 @@ done:
     return st;
 }
 
+static tp_status exec_node(ctx *c, const ct_node *n);
+
 static tp_status exec(ctx *c, const ct_node *n)
+{
+    if (++c->nesting > MAX_NESTING) {
+        c->nesting--;
+        return rt_error("chat template: blocks and macro calls nested too deeply (endless recursion?)%s", "");
+    }
+    const tp_status st = exec_node(c, n);
+    c->nesting--;
+    return st;
+}
+
+static tp_status exec_node(ctx *c, const ct_node *n)
 {
     val v;
     switch (n->kind) {

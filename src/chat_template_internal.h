@@ -37,7 +37,7 @@ enum ct_kind {
     CT_NOT,
     CT_NEG,
     CT_COND, /* kids[1] if kids[0] else kids[2] (NULL: undefined) */
-    CT_LIST,
+    CT_LIST, /* flag: a tuple literal */
     CT_DICT, /* kids: key, value, key, value, ... */
     CT_RENDER, /* kids[0]: a block, whose rendering is the value ({% set x %}, {% filter %}) */
 };

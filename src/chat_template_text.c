@@ -388,7 +388,7 @@ static tp_status fmt_error(const char *what)
 }
 
 /* Python's fmt % args: args is a list of the arguments (a tuple), or a mapping for
- * %(name)s, or any one value. Conversions s r a d i u o x X e E f F g G c %, with flags
+ * %(name)s, or any one value. Conversions s r d i u o x X e E f F g G c %, with flags
  * -+ #0, width and precision (* too). */
 tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
 {
@@ -485,7 +485,7 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
         sb_put(&piece, "", 0);
         char spec[48], buf[1024]; /* %.300f of 1e308: 610 characters */
         const int left = strchr(flags, '-') != NULL;
-        if (conv == 's' || conv == 'r' || conv == 'a') {
+        if (conv == 's' || conv == 'r') {
             py_str(&piece, v, conv != 's');
             if (prec >= 0) { /* cut to prec characters */
                 size_t k = 0;
@@ -510,15 +510,16 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
                     if (!ok) st = fmt_error("%c needs a character");
                     else sb_put(&piece, u, (size_t)tp_utf8_put((uint32_t)iv, u));
                 }
-            } else if (strchr("diu", conv)) {
-                snprintf(spec, sizeof spec, "%%%s%s", flags, "lld");
-                snprintf(buf, sizeof buf, spec, iv);
+            } else if (strchr("diu", conv)) { /* a precision is the least number of digits */
+                snprintf(spec, sizeof spec, "%%%s.*lld", flags);
+                snprintf(buf, sizeof buf, spec, (int)(prec < 0 ? 1 : prec > 300 ? 300 : prec), iv);
                 sb_str(&piece, buf);
             } else if (strchr("oxX", conv)) {
                 if (!is_int) st = fmt_error("%x and %o need an integer");
                 else {
                     const unsigned long long mag = iv < 0 ? 0ULL - (unsigned long long)iv : (unsigned long long)iv;
-                    snprintf(buf, sizeof buf, conv == 'o' ? "%llo" : conv == 'x' ? "%llx" : "%llX", mag);
+                    snprintf(buf, sizeof buf, conv == 'o' ? "%.*llo" : conv == 'x' ? "%.*llx" : "%.*llX",
+                             (int)(prec < 0 ? 1 : prec > 300 ? 300 : prec), mag);
                     if (iv < 0) sb_put(&piece, "-", 1);
                     else if (strchr(flags, '+')) sb_put(&piece, "+", 1);
                     else if (strchr(flags, ' ')) sb_put(&piece, " ", 1);

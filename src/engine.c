@@ -441,8 +441,9 @@ static tp_status load_chat_template(engine *e)
         }
         if (st == TP_OK && tp_chat_template_partial(e->tpl))
             tp_log_info0("the chat template has code outside tpinfer's Jinja subset in branches that not every "
-                         "request takes: %s; a request whose rendering reaches it becomes an error record naming it "
-                         "(give --chat-template FILE to avoid it)", tp_chat_template_partial(e->tpl));
+                         "request takes: %s; a request whose rendering reaches it becomes an error record naming it%s",
+                         tp_chat_template_partial(e->tpl),
+                         e->o->chat_template ? "" : " (--chat-template FILE gives a template of your own)");
     }
     free(file);
     return st;
