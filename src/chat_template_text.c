@@ -503,7 +503,10 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out)
                 st = fmt_error("%d of a number beyond 64-bit integers");
                 sb_put(&piece, "", 0);
             } else if (conv == 'c') {
-                if (json_is_string(v)) sb_put(&piece, json_string_value(v), json_string_length(v));
+                if (json_is_string(v) && json_string_length(v) &&
+                    json_string_length(v) == (size_t)tp_utf8_len((uint8_t)*json_string_value(v)))
+                    sb_put(&piece, json_string_value(v), json_string_length(v));
+                else if (json_is_string(v)) st = fmt_error("%c needs one character");
                 else {
                     char u[4];
                     const int ok = is_int && iv >= 0 && iv <= 0x10ffff && !(iv >= 0xd800 && iv <= 0xdfff);

@@ -475,7 +475,8 @@ START_TEST(test_runtime_errors)
                                       "{{ '%d' % 'x' }}", "{{ '%s' % (1, 2) }}", "{{ '%(a)s' % 1 }}", "{{ [1]|min(1, 2, 3) }}",
                                       "{{ {'a': 1}|sort }}x{{ [1, 'a']|sort }}", "{{ 1|dictsort }}",
                                       "{% macro f(a=f()) %}{% endmacro %}{{ f() }}", /* was a stack overflow */
-                                      "{{ 'ab'.count('a', 1) }}", "{{ 'ab'.startswith('b', 1) }}", "{{ '%a' % 1 }}"};
+                                      "{{ 'ab'.count('a', 1) }}", "{{ 'ab'.startswith('b', 1) }}", "{{ '%a' % 1 }}",
+                                      "{{ '%c' % 'ab' }}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
         size_t len;
