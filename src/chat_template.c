@@ -403,6 +403,17 @@ static void parser_free(parser *p)
 }
 
 /* A construct outside the subset: refused at the end if unguarded, else noted */
+static tp_status note_unknown(parser *p, const char *what, int line, int guarded);
+
+/* Note name (kind: "filter \"%.40s\"", ...) unless known */
+static tp_status check_known(parser *p, int known, const char *kind, const char *name, int line)
+{
+    if (known) return TP_OK;
+    char what[80];
+    snprintf(what, sizeof what, kind, name);
+    return note_unknown(p, what, line, p->guarded > 0);
+}
+
 static tp_status note_unknown(parser *p, const char *what, int line, int guarded)
 {
     int *g = realloc(p->unknown_guarded, (p->n_unknown + 1) * sizeof *g);
@@ -490,13 +501,10 @@ static tp_status check_call(parser *p, ct_node *callee, int line)
         g[p->n_calls] = p->guarded > 0;
         return push_str(&p->calls, &p->n_calls, &p->call_lines, callee->str, line);
     }
-    if (callee->kind == CT_ATTR && ct_known_method(callee->str)) return TP_OK;
     if (callee->kind != CT_ATTR)
         return tp_error(TP_ERR_UNSUPPORTED, "chat template: line %d: calling an expression is not supported%s", line,
                         HINT);
-    char what[80];
-    snprintf(what, sizeof what, "method .%.40s()", callee->str);
-    return note_unknown(p, what, line, p->guarded > 0);
+    return check_known(p, ct_known_method(callee->str), "method .%.40s()", callee->str, line);
 }
 
 /* Refuse the first construct outside the subset that every rendering reaches; the others,
@@ -708,11 +716,7 @@ static int starts_test_arg(parser *p)
 static tp_status parse_one_filter(parser *p, ct_node **n, int line)
 {
     if (cur(p)->type != T_NAME) return syntax(p, "a filter name");
-    if (!ct_known_filter(cur(p)->s)) {
-        char what[80];
-        snprintf(what, sizeof what, "filter \"%.40s\"", cur(p)->s);
-        TP_CHECK(note_unknown(p, what, line, p->guarded > 0));
-    }
+    TP_CHECK(check_known(p, ct_known_filter(cur(p)->s), "filter \"%.40s\"", cur(p)->s, line));
     TP_CHECK(wrap(CT_FILTER, n));
     (*n)->line = line;
     if (!((*n)->str = strdup(cur(p)->s))) return tp_error(TP_ERR_OOM, "out of memory");
@@ -733,11 +737,7 @@ static tp_status parse_filters(parser *p, ct_node **n)
             int neg = is_name(p, "not");
             if (neg) p->i++;
             if (cur(p)->type != T_NAME) return syntax(p, "a test name");
-            if (!ct_known_test(cur(p)->s)) {
-                char what[80];
-                snprintf(what, sizeof what, "test \"is %.40s\"", cur(p)->s);
-                TP_CHECK(note_unknown(p, what, line, p->guarded > 0));
-            }
+            TP_CHECK(check_known(p, ct_known_test(cur(p)->s), "test \"is %.40s\"", cur(p)->s, line));
             TP_CHECK(wrap(CT_TEST, n));
             (*n)->line = line;
             (*n)->flag = neg;

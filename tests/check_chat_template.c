@@ -189,10 +189,11 @@ START_TEST(test_jinja_semantics)
 }
 END_TEST
 
-/* Macros, block sets and transformers' generation blocks, as jinja2 renders them: defaults (which see the parameters before
- * them), varargs and kwargs where the body reads them, recursion, macros calling macros
- * defined later, a macro's names are those where it was written (as they are at the call),
- * not the caller's; a block set's value is its body's rendering. */
+/* Macros, block sets and transformers' generation blocks, as jinja2 renders them: defaults
+ * (which see the parameters before them), varargs and kwargs where the body reads them,
+ * recursion, macros calling macros defined later, a macro's names are those where it was
+ * written (as they are at the call), not the caller's; a block set's value is its body's
+ * rendering. */
 START_TEST(test_macros)
 {
     static const struct {
@@ -288,7 +289,7 @@ END_TEST
 
 /* The filters and str methods real templates reach (Kimi, Gemma 4, Seed-OSS, functionary,
  * GigaChat, command-r): dictsort, sort, unique, min, max, sum, indent, center, round, format
- * and %, escape, join and map with their arguments, filter blocks, as jinja2 gives them */
+ * and %, join and map with their arguments, filter blocks, int keys, as jinja2 gives them */
 START_TEST(test_filters_and_methods)
 {
     static const struct {

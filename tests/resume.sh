@@ -21,8 +21,8 @@ with open(sys.argv[1], "w") as f:
         if i % 2:  # sampled: the stream depends on (seed, id, step) only, so a resume redraws the same
             r.update(temperature=0.9, top_p=0.95, seed=1000 + i)
         f.write(json.dumps(r) + "\n")
-with open(sys.argv[2], "w") as f:  # long enough to be signalled in the middle
-    for i in range(24):
+with open(sys.argv[2], "w") as f:  # long enough to be signalled in the middle (2 s on an idle machine)
+    for i in range(48):
         f.write(json.dumps({"id": "long-%02d" % i, "prompt": "Once upon a time, child %d" % i,
                             "max_tokens": 400, "ignore_eos": True}) + "\n")
 PY
@@ -93,7 +93,8 @@ cp "$TMP/in.orig" "$TMP/in.jsonl"
 
 # SIGUSR1 to mpirun (what a Slurm batch script forwards) and SIGTERM to the ranks, in the
 # middle of a longer batch (a few seconds on an idle machine; minutes where 4 ranks share 2
-# busy cores, hence the longer limit)
+# busy cores, hence the longer limit), once its first results are written (a fixed delay
+# raced the end of the batch on a fast machine)
 INPUT="$TMP/long.jsonl"
 export MPI_TIMEOUT=600
 run "$TMP/long-ref.jsonl" --tp 2 --pp 2 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; fail "the long uninterrupted run"; }
@@ -102,7 +103,8 @@ for how in usr1-mpirun term-ranks; do
     out="$TMP/$how.jsonl"
     run "$out" --tp 2 --pp 2 >/dev/null 2>"$TMP/sig.err" &
     job=$!
-    sleep 1.5
+    k=0
+    while [ ! -s "$out" ] && [ $k -lt 1200 ]; do sleep 0.05; k=$((k + 1)); done
     if [ $how = usr1-mpirun ]; then
         kill -USR1 $(pgrep -f "^[^ ]*mpirun --oversubscribe -np 4 .*--output $out") || fail "$how: no mpirun to signal (done already?)"
     else
@@ -117,7 +119,8 @@ for how in usr1-mpirun term-ranks; do
     kept=$( [ -f "$out" ] && wc -l <"$out" || echo 0)
     run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$how: --resume"; }
     sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$how: resumed output differs from the uninterrupted run"
-    echo "$how: exit 3 after ${took}s with $kept lines kept; resumed to 24"
+    [ "$kept" -lt 48 ] || fail "$how: the batch was done before the signal"
+    echo "$how: exit 3 after ${took}s with $kept lines kept; resumed to 48"
 done
 
 # a signal during the startup (TPINFER_TEST_TERM_AT: as the requests are prepared, or as the
@@ -132,6 +135,6 @@ for at in input:0 load:3; do
     [ ! -s "$out" ] || fail "SIGTERM at $at: the run went on to generate ($(wc -l <"$out") lines)"
     run "$out" --tp 2 --pp 2 --resume >/dev/null 2>"$TMP/resume.err" || { cat "$TMP/resume.err"; fail "$at: --resume"; }
     sort "$out" | cmp -s "$TMP/long-ref.sorted" - || fail "$at: resumed output differs from the uninterrupted run"
-    echo "SIGTERM at $at: exit 3 before the first step; resumed to 24"
+    echo "SIGTERM at $at: exit 3 before the first step; resumed to 48"
 done
 exit 0
