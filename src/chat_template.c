@@ -1291,8 +1291,9 @@ tp_status tp_chat_template_render(const tp_chat_template *tpl, json_t *vars, cha
     return ct_render(tpl->root, vars, out, len);
 }
 
-tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, int add_generation_prompt,
-                                 const char *bos_token, const char *eos_token, char **out, size_t *len)
+tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, json_t *tools,
+                                 int add_generation_prompt, const char *bos_token, const char *eos_token, char **out,
+                                 size_t *len)
 {
     json_t *vars = json_object();
     if (!vars) return tp_error(TP_ERR_OOM, "out of memory");
@@ -1301,7 +1302,7 @@ tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, 
     if (bos_token) json_object_set_new(vars, "bos_token", json_string(bos_token));
     if (eos_token) json_object_set_new(vars, "eos_token", json_string(eos_token));
     /* transformers passes these whether the request has them or not */
-    json_object_set_new(vars, "tools", json_null());
+    json_object_set_new(vars, "tools", tools ? json_incref(tools) : json_null());
     json_object_set_new(vars, "documents", json_null());
     tp_status st = ct_render(tpl->root, vars, out, len);
     json_decref(vars);

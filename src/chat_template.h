@@ -34,9 +34,11 @@ const char *tp_chat_template_partial(const tp_chat_template *tpl);
  * calls raise_exception(msg) fails with TP_ERR_INVALID_ARG and msg. */
 tp_status tp_chat_template_render(const tp_chat_template *tpl, json_t *vars, char **out, size_t *len);
 
-/* The usual call: messages, add_generation_prompt and the bos/eos strings (may be NULL). */
-tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, int add_generation_prompt,
-                                 const char *bos_token, const char *eos_token, char **out, size_t *len);
+/* The usual call: messages, tools (an array, or NULL: none), add_generation_prompt and the
+ * bos/eos strings (may be NULL). */
+tp_status tp_chat_template_apply(const tp_chat_template *tpl, json_t *messages, json_t *tools,
+                                 int add_generation_prompt, const char *bos_token, const char *eos_token, char **out,
+                                 size_t *len);
 
 #ifdef __cplusplus
 }

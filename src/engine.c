@@ -268,11 +268,17 @@ static tp_status render_chat(engine *e, req *r, tp_ids *ids)
     json_error_t jerr;
     json_t *msgs = json_loads(r->in->messages_json, 0, &jerr);
     if (!msgs) return tp_error(TP_ERR_INVALID_ARG, "line %lld: messages: %s", (long long)r->in->line, jerr.text);
+    json_t *tools = r->in->tools_json ? json_loads(r->in->tools_json, 0, &jerr) : NULL;
+    if (r->in->tools_json && !tools) {
+        json_decref(msgs);
+        return tp_error(TP_ERR_INVALID_ARG, "line %lld: tools: %s", (long long)r->in->line, jerr.text);
+    }
     char *text = NULL;
     size_t len = 0;
-    tp_status st = tp_chat_template_apply(e->tpl, msgs, r->in->add_generation_prompt,
+    tp_status st = tp_chat_template_apply(e->tpl, msgs, tools, r->in->add_generation_prompt,
                                           tp_tokenizer_bos_token(e->tok), tp_tokenizer_eos_token(e->tok), &text, &len);
     json_decref(msgs);
+    json_decref(tools);
     /* transformers encodes the rendering without adding special tokens again */
     if (st == TP_OK) st = tp_tokenizer_encode(e->tok, text, len, 0, ids);
     free(text);
@@ -283,7 +289,8 @@ static void drop_text(tp_request *in)
 {
     free(in->prompt);
     free(in->messages_json);
-    in->prompt = in->messages_json = NULL;
+    free(in->tools_json);
+    in->prompt = in->messages_json = in->tools_json = NULL;
     in->prompt_len = 0;
 }
 

@@ -86,11 +86,12 @@ static void payload_free(tp_request *r)
     free(r->prompt);
     free(r->prompt_ids);
     free(r->messages_json);
+    free(r->tools_json);
     r->prompt = NULL;
     r->prompt_len = 0;
     r->prompt_ids = NULL;
     r->n_prompt_ids = 0;
-    r->messages_json = NULL;
+    r->messages_json = r->tools_json = NULL;
     params_free(&r->p);
 }
 
@@ -548,6 +549,39 @@ static int read_messages(line_ctx *c, const json_t *v)
     return rc;
 }
 
+/* "tools": OpenAI's tool definitions ({"type": "function", "function": {"name": ...}}), which
+ * the chat template renders into the prompt (transformers' apply_chat_template(tools=)). Only
+ * with "tool_choice": "none": the completion is then text, as vLLM's. Any other choice asks
+ * for tool calls parsed out of the completion, which tpinfer does not do. An empty list is
+ * no tools. */
+static int read_tools(line_ctx *c, const json_t *o)
+{
+    char b[QUOTE_CAP];
+    const char *p = c->prefix;
+    json_t *v = get(o, "tools"), *choice = get(o, "tool_choice");
+    if (!v || (json_is_array(v) && json_array_size(v) == 0)) return OK;
+    if (!c->r->messages_json)
+        return fail(c, E_REQUEST, "\"%stools\" needs a chat request (\"messages\"): its chat template renders them", p);
+    if (!json_is_array(v))
+        return fail(c, E_REQUEST, "\"%stools\" must be an array of tools, not %s", p, repr(b, v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *t = json_array_get(v, i), *type = json_is_object(t) ? get(t, "type") : NULL;
+        json_t *fn = json_is_object(t) ? get(t, "function") : NULL, *name = json_is_object(fn) ? get(fn, "name") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name) ||
+            json_string_length(name) == 0)
+            return fail(c, E_REQUEST, "\"%stools\"[%zu] must be {\"type\": \"function\", \"function\": {\"name\": "
+                        "..., \"parameters\": ...}}, not %s", p, i, repr(b, t));
+        if (depth_over(t, MAX_MESSAGE_DEPTH))
+            return fail(c, E_REQUEST, "\"%stools\"[%zu] is nested more than %d deep", p, i, MAX_MESSAGE_DEPTH);
+    }
+    if (!(json_is_string(choice) && !strcmp(json_string_value(choice), "none")))
+        return fail(c, E_REQUEST, "\"%stools\" with \"tool_choice\" %s: tpinfer does not parse tool calls out of "
+                    "completions; give \"tool_choice\": \"none\" to have the tools in the prompt, as the chat template "
+                    "renders them, and the model's answer as text", p, choice ? repr(b, choice) : "\"auto\" (the default)");
+    c->r->tools_json = json_dumps(v, JSON_COMPACT);
+    return c->r->tools_json ? OK : OOM;
+}
+
 static int read_stop(line_ctx *c, const json_t *o)
 {
     json_t *v = get(o, "stop");
@@ -716,14 +750,14 @@ static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "t
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
 static const char *const jsonl_keys[] = {"id", "custom_id", "prompt", "prompt_token_ids", "input_ids",
-                                         "messages", "add_generation_prompt", NULL};
+                                         "messages", "add_generation_prompt", "tools", NULL};
 static const char *const openai_keys[] = {"custom_id", "method", "url", "body", NULL};
-static const char *const body_keys[] = {"prompt", "messages", "add_generation_prompt", NULL};
+static const char *const body_keys[] = {"prompt", "messages", "add_generation_prompt", "tools", NULL};
 static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "output_tokens", "lora_request",
                                           "media_paths", NULL};
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
-static const char *const unsupported_keys[] = {"logit_bias", "response_format", "tools", "echo", "suffix",
+static const char *const unsupported_keys[] = {"logit_bias", "response_format", "echo", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
 static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -795,8 +829,6 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
             return fail(c, E_REQUEST, "\"%sresponse_format\" %s is not supported: tpinfer has no structured (JSON) "
                         "output; remove it or give {\"type\": \"text\"}", p, t ? repr(b, t) : repr(b, v));
     }
-    if ((v = get(o, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return fail(c, E_REQUEST, "\"%stools\": tool calling is not supported", p);
     if ((v = get(o, "echo")) && !json_is_false(v))
         return fail(c, E_REQUEST, "\"%secho\" is not supported: the output holds the completion only", p);
     if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
@@ -845,6 +877,7 @@ static int parse_jsonl(line_ctx *c, const json_t *o)
     }
     TRY(read_add_generation_prompt(c, o));
     TRY(refuse_unsupported(c, o));
+    TRY(read_tools(c, o));
     TRY(read_params(c, o));
     note_unknown(c, o, jsonl_keys, 1);
     return OK;
@@ -881,6 +914,7 @@ static int parse_openai(line_ctx *c, const json_t *o)
         if (!m) return fail(c, E_REQUEST, "\"body.messages\" is required for /v1/chat/completions");
         TRY(read_messages(c, m));
         TRY(read_add_generation_prompt(c, body));
+        TRY(read_tools(c, body));
         return read_params(c, body);
     }
     json_t *pr = get(body, "prompt");
@@ -903,6 +937,7 @@ static int parse_openai(line_ctx *c, const json_t *o)
     } else {
         TRY(set_prompt(c, pr, "prompt"));
     }
+    TRY(read_tools(c, body)); /* none, or an error: tools need messages */
     return read_params(c, body);
 }
 

@@ -74,6 +74,7 @@ typedef struct tp_request {
     int32_t n_prompt_ids;
     int encoded;            /* prompt_ids are the text's or messages' (then freed), by the engine's tokenizer */
     char *messages_json;    /* the "messages" array as JSON text (chat), or NULL */
+    char *tools_json;       /* chat with "tool_choice": "none": the "tools" array as JSON text, or NULL */
     int add_generation_prompt; /* chat: default 1 */
     tp_request_params p;
     const char *error_code; /* NULL, or "invalid_json", "invalid_request", "invalid_utf8": the line is not run */

@@ -92,10 +92,13 @@ static tp_status tokenize_line(run *r, json_t *line, json_t *res)
          * already wrote the BOS it wants. */
         TP_CHECK(get_flag(line, "add_special_tokens", 0, &add));
         TP_CHECK(chat_template(r, &tpl));
+        json_t *tools = json_object_get(line, "tools"); /* as apply_chat_template(tools=) */
+        if (tools && !json_is_array(tools) && !json_is_null(tools))
+            return tp_error(TP_ERR_INVALID_ARG, "\"tools\" must be an array");
         char *s;
         size_t n;
-        TP_CHECK(tp_chat_template_apply(tpl, msgs, gen, tp_tokenizer_bos_token(r->tok), tp_tokenizer_eos_token(r->tok),
-                                        &s, &n));
+        TP_CHECK(tp_chat_template_apply(tpl, msgs, json_is_array(tools) ? tools : NULL, gen,
+                                        tp_tokenizer_bos_token(r->tok), tp_tokenizer_eos_token(r->tok), &s, &n));
         st = tp_tokenizer_encode(r->tok, s, n, add, &ids);
         if (st == TP_OK) json_object_set_new(res, "text", json_stringn(s, n));
         free(s);

@@ -181,7 +181,7 @@ START_TEST(test_jinja_semantics)
     const char *src = "[{{ tools is none }}|{{ documents is none }}|{{ tools is defined }}]";
     ck_assert_int_eq(tp_chat_template_create(src, strlen(src), &tpl), TP_OK);
     json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
-    ck_assert_int_eq(tp_chat_template_apply(tpl, msgs, 1, "<s>", "</s>", &out, &len), TP_OK);
+    ck_assert_int_eq(tp_chat_template_apply(tpl, msgs, NULL, 1, "<s>", "</s>", &out, &len), TP_OK);
     ck_assert_str_eq(out, "[True|True|True]");
     free(out);
     json_decref(msgs);
@@ -413,6 +413,85 @@ START_TEST(test_partial_templates)
 }
 END_TEST
 
+/* tools reach the template as transformers' apply_chat_template(tools=) passes them: the
+ * Llama 3.1 and Qwen2.5 templates' tool prompts, as jinja2 renders them */
+START_TEST(test_tools)
+{
+    static const char *const expect[] = {
+        "<s><|start_header_id|>system<|end_header_id|>\n"
+        "\n"
+        "Environment: ipython\n"
+        "Cutting Knowledge Date: December 2023\n"
+        "Today Date: 26 Jul 2024\n"
+        "\n"
+        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+        "\n"
+        "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+        "\n"
+        "{\n"
+        "    \"type\": \"function\",\n"
+        "    \"function\": {\n"
+        "        \"name\": \"get_weather\",\n"
+        "        \"description\": \"Weather of a city\",\n"
+        "        \"parameters\": {\n"
+        "            \"type\": \"object\",\n"
+        "            \"properties\": {\n"
+        "                \"city\": {\n"
+        "                    \"type\": \"string\"\n"
+        "                }\n"
+        "            },\n"
+        "            \"required\": [\n"
+        "                \"city\"\n"
+        "            ]\n"
+        "        }\n"
+        "    }\n"
+        "}\n"
+        "\n"
+        "Weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "",
+        "<|im_start|>system\n"
+        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n"
+        "\n"
+        "# Tools\n"
+        "\n"
+        "You may call one or more functions to assist with the user query.\n"
+        "\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+        "</tools>\n"
+        "\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "Weather in Paris?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "",
+    };
+    const char *const srcs[] = {TPL_LLAMA31, TPL_QWEN25};
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]", 0, NULL), *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]", 0, NULL);
+    ck_assert(msgs && tools);
+    for (int i = 0; i < 2; i++) {
+        tp_chat_template *tpl;
+        ck_assert_int_eq(tp_chat_template_create(srcs[i], strlen(srcs[i]), &tpl), TP_OK);
+        char *out = NULL;
+        size_t len = 0;
+        ck_assert_msg(tp_chat_template_apply(tpl, msgs, tools, 1, "<s>", "</s>", &out, &len) == TP_OK, "%s",
+                      tp_error_message());
+        ck_assert_str_eq(out, expect[i]);
+        free(out);
+        tp_chat_template_destroy(tpl);
+    }
+    json_decref(msgs);
+    json_decref(tools);
+}
+END_TEST
+
 START_TEST(test_unsupported)
 {
     static const char *const bad[] = {
@@ -513,6 +592,7 @@ static Suite *chat_suite(void)
     tcase_add_test(t, test_macros);
     tcase_add_test(t, test_filters_and_methods);
     tcase_add_test(t, test_partial_templates);
+    tcase_add_test(t, test_tools);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
     tcase_add_test(e, test_unsupported);

@@ -324,7 +324,7 @@ START_TEST(chat_templates)
             char *out = NULL;
             size_t n = 0;
             tp_error_clear();
-            check_outcome(tp_chat_template_apply(tpl, msgs, 1, "<s>", "</s>", &out, &n), "render", sd);
+            check_outcome(tp_chat_template_apply(tpl, msgs, NULL, 1, "<s>", "</s>", &out, &n), "render", sd);
             free(out);
         }
         tp_chat_template_destroy(tpl);

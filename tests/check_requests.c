@@ -746,7 +746,7 @@ START_TEST(unknown_fields_ignored)
     static const char *const refused[][2] = {
         {"\"logit_bias\":{\"1\":5}", "\"logit_bias\" is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"}", "\"response_format\" \"json_object\" is not supported"},
-        {"\"tools\":[{\"type\":\"function\"}]", "tool calling"},
+        {"\"tools\":[{\"type\":\"function\"}]", "\"tools\" needs a chat request"},
         {"\"echo\":true", "\"echo\" is not supported"},
         {"\"suffix\":\"end\"", "fill-in-the-middle"},
         {"\"best_of\":3", "\"best_of\" 3 is not supported"},
@@ -783,6 +783,63 @@ START_TEST(unknown_fields_ignored)
     ck_assert_int_eq(parse(deep, TP_INPUT_AUTO), TP_OK);
     ck_assert_str_eq(L.v[0].error_code, "invalid_request");
     ck_assert(strstr(L.v[0].error_message, "is nested more than 64 deep"));
+}
+END_TEST
+
+/* "tools" reach the chat template (as apply_chat_template(tools=)) with "tool_choice": "none",
+ * the completion being text; any other choice asks for parsed tool calls, which tpinfer does
+ * not do: an error record saying so. Malformed tools are refused, and tools without messages. */
+START_TEST(tools_with_tool_choice_none)
+{
+    const char *tool = "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}";
+    char line[1024];
+    for (int openai = 0; openai < 2; openai++) {
+        if (openai)
+            snprintf(line, sizeof line, "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+                     "\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[%s],"
+                     "\"tool_choice\":\"none\"}}\n", tool);
+        else
+            snprintf(line, sizeof line, "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                     "\"tools\":[%s],\"tool_choice\":\"none\"}\n{\"id\":\"e\",\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"hi\"}],\"tools\":[]}\n", tool);
+        ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
+        ck_assert_msg(!L.v[0].error_code, "%s", L.v[0].error_message ? L.v[0].error_message : "");
+        char want[512];
+        snprintf(want, sizeof want, "[%s]", tool);
+        ck_assert_pstr_eq(L.v[0].tools_json, want);
+        ck_assert_int_eq(L.unknown_lines, 0);
+        if (!openai) {
+            ck_assert_ptr_null(L.v[1].tools_json); /* an empty list: no tools */
+            ck_assert(!L.v[1].error_code);
+        }
+    }
+    static const char *const refused[][2] = {
+        {"\"tools\":[T]", "\"tool_choice\" \"auto\" (the default): tpinfer does not parse tool calls"},
+        {"\"tools\":[T],\"tool_choice\":\"auto\"", "\"tool_choice\" \"auto\": tpinfer does not parse"},
+        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"required\""},
+        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "does not parse"},
+        {"\"tools\":{},\"tool_choice\":\"none\"", "\"tools\" must be an array of tools"},
+        {"\"tools\":[1],\"tool_choice\":\"none\"", "\"tools\"[0] must be {\"type\": \"function\""},
+        {"\"tools\":[{\"type\":\"function\"}],\"tool_choice\":\"none\"", "\"tools\"[0] must be"},
+        {"\"tools\":[{\"type\":\"code\",\"function\":{\"name\":\"x\"}}],\"tool_choice\":\"none\"", "\"tools\"[0] must be"},
+        {"\"tools\":[T,{\"type\":\"function\",\"function\":{\"name\":\"\"}}],\"tool_choice\":\"none\"", "\"tools\"[1] must be"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
+        char fields[512], *t = strstr(refused[i][0], "T");
+        if (t && (t[-1] == '[' || t[-1] == ',')) /* T: the valid tool */
+            snprintf(fields, sizeof fields, "%.*s%s%s", (int)(t - refused[i][0]), refused[i][0], tool, t + 1);
+        else
+            snprintf(fields, sizeof fields, "%s", refused[i][0]);
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}\n", fields);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, refused[i][1]), "%s: %s", line, L.v[0].error_message);
+        ck_assert_ptr_null(L.v[0].tools_json);
+    }
+    snprintf(line, sizeof line, "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":"
+             "\"x\",\"tools\":[%s],\"tool_choice\":\"none\"}}\n", tool);
+    ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
+    ck_assert(strstr(L.v[0].error_message, "\"body.tools\" needs a chat request"));
 }
 END_TEST
 
@@ -1330,6 +1387,7 @@ int main(void)
     tcase_add_loop_test(tc, auto_detect, 0, (int)TP_ARRAY_LEN(detect_cases));
     tcase_add_test(tc, edge_values_accepted);
     tcase_add_test(tc, unknown_fields_ignored);
+    tcase_add_test(tc, tools_with_tool_choice_none);
     tcase_add_test(tc, ids_exact);
     tcase_add_test(tc, jsonl_crlf_and_blank_lines);
     tcase_add_test(tc, explicit_format_mismatch);

@@ -133,7 +133,7 @@ static int check_dir(const char *dir)
         ck_assert_msg(tp_chat_template_create(src, strlen(src), &tpl) == TP_OK, "%s", tp_error_message());
         char *s;
         size_t n;
-        ck_assert_msg(tp_chat_template_apply(tpl, json_object_get(chat, "messages"),
+        ck_assert_msg(tp_chat_template_apply(tpl, json_object_get(chat, "messages"), NULL,
                                              json_is_true(json_object_get(chat, "add_generation_prompt")),
                                              tp_tokenizer_bos_token(tok), tp_tokenizer_eos_token(tok), &s,
                                              &n) == TP_OK,

@@ -232,6 +232,33 @@ cp = a["chat-plp"]["response"]["body"]
 assert cp["prompt_logprobs"][0] is None and "prompt_logprobs" not in cp["choices"][0], cp
 PY
 
+# 3c. tools: with "tool_choice": "none" the template renders them (as apply_chat_template(tools=))
+# and the completion is text; with any other choice (OpenAI's default is "auto") the line is an
+# error record saying tpinfer parses no tool calls; --tokenize renders them too
+printf '%s' "{% for t in tools or [] %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m['content'] }}{% endfor %}" \
+    >"$TMP/tools.jinja"
+cat >"$TMP/tools.jsonl" <<'EOF2'
+{"id": "t-none", "messages": [{"role": "user", "content": "Once upon a time"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}], "tool_choice": "none", "max_tokens": 3}
+{"id": "t-auto", "messages": [{"role": "user", "content": "Once upon a time"}], "tools": [{"type": "function", "function": {"name": "get_weather"}}], "max_tokens": 3}
+{"id": "plain", "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 3}
+EOF2
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools.out" --ordered --chat-template "$TMP/tools.jinja" \
+    2>"$TMP/err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/err"; fail "tools: exit $rc, wanted 1 (one error record)"; }
+"$TPINFER" --tokenize --model "$st" --chat-template "$TMP/tools.jinja" --input "$TMP/tools.jsonl" --output "$TMP/tools.tok" \
+    2>"$TMP/err" || { cat "$TMP/err"; fail "tools: --tokenize"; }
+py "$TMP/tools.out" "$TMP/tools.tok" <<'PY' || fail "tools rendered into the prompt"
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+tok = [json.loads(l) for l in open(sys.argv[2])]
+assert tok[0]["text"] == "[get_weather]Once upon a time" and tok[2]["text"] == "Once upon a time", tok
+assert out[0]["id"] == "t-none" and out[0]["usage"]["prompt_tokens"] == len(tok[0]["ids"]), (out[0], tok[0])
+assert out[0]["usage"]["prompt_tokens"] > out[2]["usage"]["prompt_tokens"], out
+assert out[1]["code"] == "invalid_request" and "tool_choice" in out[1]["message"] \
+    and "does not parse tool calls" in out[1]["message"], out[1]
+PY
+
 # 4. --errors: error records apart; good lines around a bad one all run
 printf '%s\n' '{"id": "a", "prompt": "Once"}' '{"id": "b", "prompt": "x", "top_p": 1.5}' '{"id": "c", "prompt": "Once"}' >"$TMP/mixed.jsonl"
 rc=0

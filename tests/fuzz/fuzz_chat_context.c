@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (json_is_object(vars))
         tp_chat_template_render(tpl, vars, &out, &n);
     else /* any other JSON value as the messages, as a request's "messages" field gives them */
-        tp_chat_template_apply(tpl, vars, data[0] >> 7, "<s>", "</s>", &out, &n);
+        tp_chat_template_apply(tpl, vars, NULL, data[0] >> 7, "<s>", "</s>", &out, &n);
     free(out);
     json_decref(vars);
     tp_error_clear();

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tp_chat_template_create((const char *)data, size, &tpl) == TP_OK) {
         char *out = NULL;
         size_t n = 0;
-        tp_chat_template_apply(tpl, messages, 1, "<s>", "</s>", &out, &n);
+        tp_chat_template_apply(tpl, messages, NULL, 1, "<s>", "</s>", &out, &n);
         free(out);
     }
     tp_chat_template_destroy(tpl);
