@@ -414,81 +414,33 @@ START_TEST(test_partial_templates)
 END_TEST
 
 /* tools reach the template as transformers' apply_chat_template(tools=) passes them: the
- * Llama 3.1 and Qwen2.5 templates' tool prompts, as jinja2 renders them */
+ * reference renderings with tools (CTX_2) of the templates that read no other variable, through
+ * tp_chat_template_apply */
 START_TEST(test_tools)
 {
-    static const char *const expect[] = {
-        "<s><|start_header_id|>system<|end_header_id|>\n"
-        "\n"
-        "Environment: ipython\n"
-        "Cutting Knowledge Date: December 2023\n"
-        "Today Date: 26 Jul 2024\n"
-        "\n"
-        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
-        "\n"
-        "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
-        "\n"
-        "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
-        "\n"
-        "{\n"
-        "    \"type\": \"function\",\n"
-        "    \"function\": {\n"
-        "        \"name\": \"get_weather\",\n"
-        "        \"description\": \"Weather of a city\",\n"
-        "        \"parameters\": {\n"
-        "            \"type\": \"object\",\n"
-        "            \"properties\": {\n"
-        "                \"city\": {\n"
-        "                    \"type\": \"string\"\n"
-        "                }\n"
-        "            },\n"
-        "            \"required\": [\n"
-        "                \"city\"\n"
-        "            ]\n"
-        "        }\n"
-        "    }\n"
-        "}\n"
-        "\n"
-        "Weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
-        "\n"
-        "",
-        "<|im_start|>system\n"
-        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n"
-        "\n"
-        "# Tools\n"
-        "\n"
-        "You may call one or more functions to assist with the user query.\n"
-        "\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        "<tools>\n"
-        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
-        "</tools>\n"
-        "\n"
-        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
-        "<tool_call>\n"
-        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-        "</tool_call><|im_end|>\n"
-        "<|im_start|>user\n"
-        "Weather in Paris?<|im_end|>\n"
-        "<|im_start|>assistant\n"
-        "",
-    };
-    const char *const srcs[] = {TPL_LLAMA31, TPL_QWEN25};
-    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]", 0, NULL), *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]", 0, NULL);
-    ck_assert(msgs && tools);
-    for (int i = 0; i < 2; i++) {
+    int checked = 0;
+    for (size_t i = 0; i < sizeof CHAT_CASES / sizeof CHAT_CASES[0]; i++) {
+        const struct chat_case *c = &CHAT_CASES[i];
+        if (c->ctx != CTX_2 || !c->expect || (c->tpl != TPL_LLAMA31 && c->tpl != TPL_QWEN25)) continue;
+        json_t *ctx = json_loads(c->ctx, 0, NULL);
+        ck_assert_ptr_nonnull(ctx);
         tp_chat_template *tpl;
-        ck_assert_int_eq(tp_chat_template_create(srcs[i], strlen(srcs[i]), &tpl), TP_OK);
+        ck_assert_int_eq(tp_chat_template_create(c->tpl, strlen(c->tpl), &tpl), TP_OK);
         char *out = NULL;
         size_t len = 0;
-        ck_assert_msg(tp_chat_template_apply(tpl, msgs, tools, 1, "<s>", "</s>", &out, &len) == TP_OK, "%s",
-                      tp_error_message());
-        ck_assert_str_eq(out, expect[i]);
+        ck_assert_msg(tp_chat_template_apply(tpl, json_object_get(ctx, "messages"), json_object_get(ctx, "tools"),
+                                             json_is_true(json_object_get(ctx, "add_generation_prompt")),
+                                             json_string_value(json_object_get(ctx, "bos_token")),
+                                             json_string_value(json_object_get(ctx, "eos_token")), &out, &len) == TP_OK,
+                      "%s: %s", c->name, tp_error_message());
+        ck_assert_msg(!strcmp(out, c->expect), "%s through apply differs from its reference", c->name);
+        ck_assert_ptr_nonnull(strstr(out, "get_weather")); /* the tools are in the prompt */
         free(out);
         tp_chat_template_destroy(tpl);
+        json_decref(ctx);
+        checked++;
     }
-    json_decref(msgs);
-    json_decref(tools);
+    ck_assert_int_eq(checked, 2);
 }
 END_TEST
 
