@@ -549,17 +549,49 @@ static int read_messages(line_ctx *c, const json_t *v)
     return rc;
 }
 
+/* Whether a string or key anywhere in v holds a NUL (the chat template's values cannot) */
+static int holds_nul(const json_t *v)
+{
+    if (json_is_string(v)) return memchr(json_string_value(v), '\0', json_string_length(v)) != NULL;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (holds_nul(json_array_get(v, i))) return 1;
+    } else if (json_is_object(v)) {
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it))
+            if (memchr(json_object_iter_key(it), '\0', json_object_iter_key_len(it)) ||
+                holds_nul(json_object_iter_value(it)))
+                return 1;
+    }
+    return 0;
+}
+
 /* "tools": OpenAI's tool definitions ({"type": "function", "function": {"name": ...}}), which
- * the chat template renders into the prompt (transformers' apply_chat_template(tools=)). Only
- * with "tool_choice": "none": the completion is then text, as vLLM's. Any other choice asks
- * for tool calls parsed out of the completion, which tpinfer does not do. An empty list is
- * no tools. */
+ * the chat template renders into the prompt (transformers' apply_chat_template(tools=); an
+ * empty list too). Only with "tool_choice": "none" (or, for an empty list, none given): the
+ * completion is then text, as vLLM's. "auto" (OpenAI's default with tools), "required" and a
+ * named tool ask for tool calls parsed out of the completion, which tpinfer does not do; a
+ * tool_choice other than "none" without tools is an error, as OpenAI's and vLLM's. */
 static int read_tools(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
     const char *p = c->prefix;
     json_t *v = get(o, "tools"), *choice = get(o, "tool_choice");
-    if (!v || (json_is_array(v) && json_array_size(v) == 0)) return OK;
+    if (choice && json_is_null(choice)) choice = NULL;
+    const int none = json_is_string(choice) && !strcmp(json_string_value(choice), "none");
+    const int valid = !choice || (json_is_string(choice) && (none || !strcmp(json_string_value(choice), "auto") ||
+                                                             !strcmp(json_string_value(choice), "required"))) ||
+                      (json_is_object(choice) && json_is_object(get(choice, "function")));
+    if (!valid)
+        return fail(c, E_REQUEST, "\"%stool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}, not %s", p, repr(b, choice));
+    if (v && json_is_null(v)) v = NULL;
+    if (!v || (json_is_array(v) && json_array_size(v) == 0)) {
+        if (choice && !none)
+            return fail(c, E_REQUEST, "\"%stool_choice\" %s needs \"tools\"", p, repr(b, choice));
+        if (!v || !c->r->messages_json) return OK; /* no tools */
+        c->r->tools_json = strdup("[]");
+        return c->r->tools_json ? OK : OOM;
+    }
     if (!c->r->messages_json)
         return fail(c, E_REQUEST, "\"%stools\" needs a chat request (\"messages\"): its chat template renders them", p);
     if (!json_is_array(v))
@@ -573,8 +605,9 @@ static int read_tools(line_ctx *c, const json_t *o)
                         "..., \"parameters\": ...}}, not %s", p, i, repr(b, t));
         if (depth_over(t, MAX_MESSAGE_DEPTH))
             return fail(c, E_REQUEST, "\"%stools\"[%zu] is nested more than %d deep", p, i, MAX_MESSAGE_DEPTH);
+        if (holds_nul(t)) return fail(c, E_REQUEST, "\"%stools\"[%zu] holds a NUL character (\\u0000)", p, i);
     }
-    if (!(json_is_string(choice) && !strcmp(json_string_value(choice), "none")))
+    if (!none)
         return fail(c, E_REQUEST, "\"%stools\" with \"tool_choice\" %s: tpinfer does not parse tool calls out of "
                     "completions; give \"tool_choice\": \"none\" to have the tools in the prompt, as the chat template "
                     "renders them, and the model's answer as text", p, choice ? repr(b, choice) : "\"auto\" (the default)");
@@ -757,7 +790,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
                                           "media_paths", NULL};
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
-static const char *const unsupported_keys[] = {"logit_bias", "response_format", "echo", "suffix",
+static const char *const unsupported_keys[] = {"logit_bias", "response_format", "functions", "function_call", "echo", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
 static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -829,6 +862,12 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
             return fail(c, E_REQUEST, "\"%sresponse_format\" %s is not supported: tpinfer has no structured (JSON) "
                         "output; remove it or give {\"type\": \"text\"}", p, t ? repr(b, t) : repr(b, v));
     }
+    if ((v = get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return fail(c, E_REQUEST, "\"%sfunctions\" (OpenAI's older function calling) is not supported: give \"tools\" "
+                    "with \"tool_choice\": \"none\" to have them in the prompt", p);
+    if ((v = get(o, "function_call")) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return fail(c, E_REQUEST, "\"%sfunction_call\" %s is not supported: tpinfer does not parse function calls", p,
+                    repr(b, v));
     if ((v = get(o, "echo")) && !json_is_false(v))
         return fail(c, E_REQUEST, "\"%secho\" is not supported: the output holds the completion only", p);
     if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))

@@ -808,8 +808,8 @@ START_TEST(tools_with_tool_choice_none)
         snprintf(want, sizeof want, "[%s]", tool);
         ck_assert_pstr_eq(L.v[0].tools_json, want);
         ck_assert_int_eq(L.unknown_lines, 0);
-        if (!openai) {
-            ck_assert_ptr_null(L.v[1].tools_json); /* an empty list: no tools */
+        if (!openai) { /* an empty list is passed as one, as transformers' tools=[] */
+            ck_assert_pstr_eq(L.v[1].tools_json, "[]");
             ck_assert(!L.v[1].error_code);
         }
     }
@@ -823,6 +823,16 @@ START_TEST(tools_with_tool_choice_none)
         {"\"tools\":[{\"type\":\"function\"}],\"tool_choice\":\"none\"", "\"tools\"[0] must be"},
         {"\"tools\":[{\"type\":\"code\",\"function\":{\"name\":\"x\"}}],\"tool_choice\":\"none\"", "\"tools\"[0] must be"},
         {"\"tools\":[T,{\"type\":\"function\",\"function\":{\"name\":\"\"}}],\"tool_choice\":\"none\"", "\"tools\"[1] must be"},
+        /* a tool_choice that asks for calls needs tools; an unknown one is named */
+        {"\"tool_choice\":\"required\"", "\"tool_choice\" \"required\" needs \"tools\""},
+        {"\"tools\":[],\"tool_choice\":\"auto\"", "\"tool_choice\" \"auto\" needs \"tools\""},
+        {"\"tools\":null,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}", "needs \"tools\""},
+        {"\"tools\":[T],\"tool_choice\":\"NONE\"", "\"tool_choice\" must be \"none\", \"auto\", \"required\" or"},
+        {"\"tool_choice\":7", "\"tool_choice\" must be"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\\u0000b\"}}],\"tool_choice\":\"none\"",
+         "\"tools\"[0] holds a NUL character"},
+        {"\"functions\":[{\"name\":\"f\"}]", "\"functions\" (OpenAI's older function calling) is not supported"},
+        {"\"function_call\":\"auto\"", "\"function_call\" \"auto\" is not supported"},
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
         char fields[512], *t = strstr(refused[i][0], "T");
@@ -836,6 +846,15 @@ START_TEST(tools_with_tool_choice_none)
         ck_assert_msg(strstr(L.v[0].error_message, refused[i][1]), "%s: %s", line, L.v[0].error_message);
         ck_assert_ptr_null(L.v[0].tools_json);
     }
+    snprintf(line, sizeof line, "{\"id\":\"f\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[%s],"
+             "\"tool_choice\":\"none\",\"max_tokens\":-5}\n{\"id\":\"n\",\"messages\":[{\"role\":\"user\",\"content\":"
+             "\"hi\"}],\"tool_choice\":\"none\",\"function_call\":\"none\",\"functions\":[]}\n", tool);
+    ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK); /* the first fails after its tools were read */
+    ck_assert(L.v[0].error_code && strstr(L.v[0].error_message, "max_tokens"));
+    ck_assert_ptr_null(L.v[0].tools_json);
+    ck_assert(!L.v[1].error_code);
+    ck_assert_ptr_null(L.v[1].tools_json);
+    ck_assert_int_eq(L.unknown_lines, 0);
     snprintf(line, sizeof line, "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":"
              "\"x\",\"tools\":[%s],\"tool_choice\":\"none\"}}\n", tool);
     ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
