@@ -15,13 +15,14 @@
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
  * For n <= 8 rows (decode) the time is that of reading w once. cuBLASLt reads it at 3.4 to
- * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so plain products
- * stay with cuBLASLt; the MLP's gate|up product with SwiGLU uses the GEMV kernel, which
- * writes silu(gate) * up directly and saves the round trip through gate_up (1.6x at n = 1),
- * where its dtype and 16-byte alignment conditions hold (tp_cuda_gemv_fits), unless
- * TPINFER_GEMV=0 was set when the state was created; TPINFER_GEMV=all sends plain products
- * of up to 8 rows to it too (bench/gpu_matmul compares the two): the engine sets it at
- * tp > 1, where the slices are small enough that the GEMV wins (bench/RESULTS.md).
+ * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so by default every
+ * product goes to cuBLASLt, the MLP's gate|up product too, then swiglu.cu: on an H200 at
+ * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
+ * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
+ * alignment) where TPINFER_GEMV was set when the state was created: "all" for every product
+ * of up to 8 rows (the engine sets it at tp > 1, where the slices are small enough that the
+ * GEMV wins), any other value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul
+ * compares them).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -108,8 +109,8 @@ struct tp_cuda_gemm {
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* 1: the GEMV takes the fused gate/up+SwiGLU shapes it fits; 0 (TPINFER_GEMV=0): none;
-               * 2 (TPINFER_GEMV=all): plain products too (what bench/gpu_matmul compares) */
+    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits;
+               * 1 (any other value): the fused gate/up+SwiGLU alone */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -171,7 +172,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "all") ? 2 : 1;
+    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     *out = g;
     return TP_OK;
 fail:

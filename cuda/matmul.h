@@ -2,8 +2,8 @@
  * matmul.h: y = x @ w^T + bias through cuBLASLt, or for n <= 8 rows the GEMV of gemv.cu,
  * for backend_cuda.c. The state is the cuBLASLt handle, its workspace, a scratch buffer
  * for dtype conversions, a small table of the algorithms chosen so far (one heuristic
- * query per shape and layout), the GPU's SM count and whether the GEMV is on
- * (TPINFER_GEMV=0 in the environment when the state is created turns it off).
+ * query per shape and layout), the GPU's SM count and which products the GEMV takes
+ * (TPINFER_GEMV in the environment when the state is created: none unless it is set).
  */
 #ifndef TP_CUDA_MATMUL_H
 #define TP_CUDA_MATMUL_H

@@ -778,7 +778,8 @@ static tp_status make_backend(engine *e)
 #endif
     /* a tensor-parallel slice's decode products are small enough that the CUDA backend's
      * own GEMV beats cuBLASLt (batch-1 decode 3.49 against 3.70 ms at tp=2 on two H200s;
-     * at tp=1 cuBLASLt wins): the backend reads TPINFER_GEMV at creation, a user's setting stays */
+     * at tp=1 cuBLASLt wins, the gate/up product too): the backend reads TPINFER_GEMV at
+     * creation, a user's setting stays */
     if (e->g->tp > 1) setenv("TPINFER_GEMV", "all", 0);
     TP_CHECK(tp_backend_create(gpu >= 0 ? "cuda" : "cpu", gpu, compute_dtype(e), &e->backend));
     e->tpc = e->w->tp;

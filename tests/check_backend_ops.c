@@ -673,7 +673,7 @@ static void swiglu_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             fast += expected;
             snprintf(shape, sizeof shape, "x %s [%lld,%lld] w %s [%lld,%lld]%s out %s %s -> %s", dn(A), (long long)n,
                      (long long)k, dn(wdt), (long long)(2 * m), (long long)k, with_bias ? " +bias" : "", dn(ydt),
-                     layout_name(layout), expected ? "gemv" : "matmul+swiglu");
+                     layout_name(layout), expected ? "matmul+swiglu, and the gemv" : "matmul+swiglu");
             tp_tensor xg = tp_tensor_rows(&x.g, 0, n);
             gemv_fits_check(&xg, &w.g, expected, shape);
             pt gu = pt_poison(A, n, 2 * m, 3), out = pt_poison(ydt, n, m, 5);
@@ -684,9 +684,20 @@ static void swiglu_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             const double e = err_of("matmul_swiglu", shape, pt_get(&out, 1), r, (size_t)(n * m), b);
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul_swiglu out", &out);
+#ifdef HAVE_CUDA
+            if (expected) { /* the fused GEMV itself (matmul_swiglu takes it only under TPINFER_GEMV) */
+                pt og = pt_poison(ydt, n, m, 5);
+                tp_tensor none = {0};
+                ck_assert_msg(tp_cuda_gemv(xg, w.g, with_bias ? bias.g : none, og.g, 1, 132,
+                                           (cudaStream_t)gb->stream) == TP_OK, "gemv swiglu [%s]: %s", shape,
+                              tp_error_message());
+                err_of("gemv swiglu", shape, pt_get(&og, 1), r, (size_t)(n * m), b);
+                pt_guards("gemv swiglu out", &og);
+            }
+#endif
         }
     }
-    snprintf(shape, sizeof shape, "n 1..8,17 x [n,%lld] w %s [%lld,%lld] +-bias, %s, %d of 18 gemv", (long long)k,
+    snprintf(shape, sizeof shape, "n 1..8,17 x [n,%lld] w %s [%lld,%lld] +-bias, %s, %d of 18 gemv too", (long long)k,
              dn(wdt), (long long)(2 * m), (long long)k, layout_name(layout), fast);
     printf("  %-13s %-9s %-58s err %9.3e  bound %7.1e  %s\n", "matmul_swiglu", tp_dtype_name(A), shape, worst, bound,
            "ok");
