@@ -302,19 +302,98 @@ static json_t *token_ids(const tp_choice *c)
     return a;
 }
 
+/* A choice's text as the request's tool-call parser reads it (TP_TOOL_PARSER_NONE: as it is):
+ * whether it called tools, the calls, and the content left. */
+typedef struct choice_calls {
+    tp_tool_calls t;
+    int parsed; /* a parser read the text */
+    int ok;     /* 0: out of memory */
+} choice_calls;
+
+static choice_calls parse_calls(const tp_completion *c, const tp_choice *x)
+{
+    choice_calls r;
+    memset(&r, 0, sizeof r);
+    r.parsed = c->tool_parser != TP_TOOL_PARSER_NONE;
+    r.ok = !r.parsed || tp_tool_calls_parse(c->tool_parser, x->text ? x->text : "", x->len, &r.t) == TP_OK;
+    if (!r.ok) tp_error_clear(); /* the line's building fails: dump_line says so */
+    return r;
+}
+
+/* OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]; the
+ * first only with "parallel_tool_calls": false. NULL: out of memory. */
+static json_t *tool_calls_json(const tp_completion *c, int32_t j, const tp_tool_calls *t)
+{
+    json_t *a = json_array();
+    const size_t n = c->req->single_tool_call && t->n > 1 ? 1 : t->n;
+    for (size_t k = 0; a && k < n; k++) {
+        char id[64];
+        tp_tool_call_id(c->tool_parser, c->req->id, j, k, id, sizeof id);
+        if (json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                                               "name", t->v[k].name, "arguments", t->v[k].arguments))) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+/* The choice's text: as generated, or as the parser left it (called: the content before the
+ * calls, none as empty_as; else the text, mistral's without its tag) */
+static json_t *text_of(const tp_choice *x, const choice_calls *p, json_t *(*empty_as)(void))
+{
+    if (!p->parsed) return json_stringn(x->text ? x->text : "", x->len);
+    if (p->t.called && !p->t.content) return empty_as();
+    return json_stringn(p->t.content ? p->t.content : "", p->t.content_len);
+}
+
+static json_t *empty_string(void) { return json_string(""); }
+
+/* vLLM's finish reason: "tool_calls" wherever the parser called tools */
+static const char *finish_of(const tp_choice *x, const choice_calls *p)
+{
+    return p->t.called ? "tool_calls" : reason_name(x->finish);
+}
+
+/* o with its "tool_calls" where the parser called tools; NULL (o released) for memory */
+static json_t *with_calls(json_t *o, const tp_completion *c, int32_t j, const choice_calls *p)
+{
+    if (!o || !p->t.called) return o;
+    json_t *a = tool_calls_json(c, j, &p->t);
+    if (!a || json_object_set_new(o, "tool_calls", a)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
 {
     const tp_choice *ch = &c->choices[0];
-    json_t *o = json_pack("{s:s, s:s%, s:o, s:s, s:o}", "id", c->req->id, "text", ch->text ? ch->text : "", ch->len,
-                          "token_ids", token_ids(ch), "finish_reason", reason_name(ch->finish), "stop_reason",
-                          stop_reason(c, ch));
+    choice_calls p0 = parse_calls(c, ch);
+    json_t *o = p0.ok ? json_pack("{s:s, s:o, s:o, s:s, s:o}", "id", c->req->id, "text",
+                                  text_of(ch, &p0, empty_string), "token_ids", token_ids(ch), "finish_reason",
+                                  finish_of(ch, &p0), "stop_reason", stop_reason(c, ch))
+                      : NULL;
+    o = with_calls(o, c, 0, &p0);
+    tp_tool_calls_free(&p0.t);
+    if (!o) return NULL;
     if (c->n_choices > 1) { /* n > 1: every choice in "choices" */
         json_t *all = json_array();
         for (int32_t j = 0; j < c->n_choices; j++) {
             const tp_choice *x = &c->choices[j];
-            json_t *e = json_pack("{s:i, s:s%, s:o, s:s, s:o}", "index", j, "text", x->text ? x->text : "", x->len,
-                                  "token_ids", token_ids(x), "finish_reason", reason_name(x->finish), "stop_reason",
-                                  stop_reason(c, x));
+            choice_calls p = parse_calls(c, x);
+            json_t *e = p.ok ? json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", j, "text", text_of(x, &p, empty_string),
+                                         "token_ids", token_ids(x), "finish_reason", finish_of(x, &p), "stop_reason",
+                                         stop_reason(c, x))
+                             : NULL;
+            e = with_calls(e, c, j, &p);
+            tp_tool_calls_free(&p.t);
+            if (!e) {
+                json_decref(all);
+                json_decref(o);
+                return NULL;
+            }
             if (x->want_logprobs) json_object_set_new(e, "logprobs", compact_logprobs(x, tok));
             json_array_append_new(all, e);
         }
@@ -334,13 +413,22 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
     json_t *choices = json_array();
     for (int32_t j = 0; j < c->n_choices; j++) {
         const tp_choice *x = &c->choices[j];
-        json_t *e;
-        if (chat)
-            e = json_pack("{s:i, s:{s:s, s:s%}, s:s}", "index", j, "message", "role", "assistant", "content",
-                          x->text ? x->text : "", x->len, "finish_reason", reason_name(x->finish));
-        else
+        json_t *e = NULL;
+        if (chat) { /* with tool calls: the content before them, or null */
+            choice_calls p = parse_calls(c, x);
+            json_t *msg = p.ok ? json_pack("{s:s, s:o}", "role", "assistant", "content", text_of(x, &p, json_null))
+                               : NULL;
+            msg = with_calls(msg, c, j, &p);
+            if (msg) e = json_pack("{s:i, s:o, s:s}", "index", j, "message", msg, "finish_reason", finish_of(x, &p));
+            tp_tool_calls_free(&p.t);
+        } else {
             e = json_pack("{s:i, s:s%, s:s}", "index", j, "text", x->text ? x->text : "", x->len, "finish_reason",
                           reason_name(x->finish));
+        }
+        if (!e) {
+            json_decref(choices);
+            return NULL;
+        }
         json_object_set_new(e, "stop_reason", stop_reason(c, x));
         json_object_set_new(e, "logprobs",
                             !x->want_logprobs ? json_null()

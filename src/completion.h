@@ -14,6 +14,7 @@
 #include "sampler.h"
 #include "status.h"
 #include "tokenizer.h"
+#include "tool_calls.h"
 
 typedef enum tp_finish { TP_FINISH_NONE, TP_FINISH_STOP, TP_FINISH_LENGTH } tp_finish;
 
@@ -72,6 +73,7 @@ typedef struct tp_completion {
     int32_t n_prompt_lp_top;
     const char *model;             /* the model directory's name, for OpenAI bodies */
     int64_t created;               /* unix seconds */
+    tp_tool_parser tool_parser;    /* a chat with tools and "tool_choice" "auto": its calls parsed out */
 } tp_completion;
 
 /* The output line (no newline) of a finished request. */

@@ -101,6 +101,7 @@ typedef struct engine {
     tp_generation_config gen;
     tp_tokenizer *tok;
     tp_chat_template *tpl;
+    tp_tool_parser tool_parser_hint; /* the parser whose marker the template writes, for an error's hint */
     tp_request_list reqs;
     req *R;
     seq *S_;                /* every sequence of this replica */
@@ -253,7 +254,11 @@ static void apply_params(engine *e, req *r)
      * completion, as vLLM and OpenAI promise); else --seed and the id */
     r->sp.seed = p->has_seed ? tp_sampler_request_seed(p->seed, NULL) : tp_sampler_request_seed(e->o->seed, r->in->id);
     r->ignore_eos = p->has_ignore_eos ? p->ignore_eos : e->o->ignore_eos;
-    r->skip_special = p->has_skip_special_tokens ? p->skip_special_tokens : 1;
+    /* vLLM's hermes and mistral parsers keep special tokens: their markers are special in
+     * some models (Hermes 3's <tool_call>, Mistral's [TOOL_CALLS]) */
+    const int keep_markers = r->in->parse_tool_calls && (e->o->tool_call_parser == TP_TOOL_PARSER_HERMES ||
+                                                         e->o->tool_call_parser == TP_TOOL_PARSER_MISTRAL);
+    r->skip_special = p->has_skip_special_tokens ? p->skip_special_tokens : !keep_markers;
     r->include_stop = p->has_include_stop_str_in_output ? p->include_stop_str_in_output : 0;
     r->min_tokens = p->has_min_tokens ? p->min_tokens : 0;
     r->n = p->has_n ? p->n : 1;
@@ -265,6 +270,18 @@ static tp_status render_chat(engine *e, req *r, tp_ids *ids)
     if (!e->tpl)
         return tp_error(TP_ERR_INVALID_ARG, "line %lld: a \"messages\" request needs a chat template: the model "
                         "has none in tokenizer_config.json; give --chat-template FILE", (long long)r->in->line);
+    if (r->in->parse_tool_calls && !e->o->tool_call_parser) {
+        const tp_tool_parser hint = e->tool_parser_hint;
+        return tp_error(TP_ERR_INVALID_ARG, "line %lld: tools with \"tool_choice\" \"auto\" (the default with tools) ask "
+                        "for the model's tool calls, and no --tool-call-parser was given to find them in its text%s%s%s; "
+                        "or give \"tool_choice\": \"none\" to have the answer as text", (long long)r->in->line,
+                        hint ? " (the chat template writes " : ": give hermes, llama3_json or mistral, the format",
+                        hint ? tp_tool_parser_marker(hint) : " the model writes calls in",
+                        hint ? (hint == TP_TOOL_PARSER_HERMES        ? ": --tool-call-parser hermes)"
+                                : hint == TP_TOOL_PARSER_LLAMA3_JSON ? ": --tool-call-parser llama3_json)"
+                                                                     : ": --tool-call-parser mistral)")
+                             : "");
+    }
     json_error_t jerr;
     json_t *msgs = json_loads(r->in->messages_json, 0, &jerr);
     if (!msgs) return tp_error(TP_ERR_INVALID_ARG, "line %lld: messages: %s", (long long)r->in->line, jerr.text);
@@ -438,6 +455,7 @@ static tp_status load_chat_template(engine *e)
     }
     tp_status st = TP_OK;
     if (src) {
+        e->tool_parser_hint = tp_tool_parser_of_template(src);
         st = tp_chat_template_create(src, file ? n : strlen(src), &e->tpl);
         if (st == TP_ERR_UNSUPPORTED && !e->o->chat_template)
             tp_log_info0("the model's chat template is not supported (%s); \"messages\" requests need "
@@ -522,6 +540,8 @@ static char *settings_json(const engine *e)
                           "input_format", o->input_format, "chat_template",
                           o->chat_template ? o->chat_template : "");
     json_object_set_new(s, "max_model_len", json_integer(e->max_model_len));
+    if (o->tool_call_parser) /* only where given: other runs' manifests are as before */
+        json_object_set_new(s, "tool_call_parser", json_string(tp_tool_parser_name(o->tool_call_parser)));
     /* OpenAI chat lines that give no max_tokens run to the context's end unless --max-tokens
      * is given: recorded only where the input has such lines, so that other runs' manifests
      * are as before (and an earlier run's, which cut them at --max-tokens, is refused) */
@@ -1296,7 +1316,8 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
 static tp_status complete_request(engine *e, req *r)
 {
     tp_completion c = {r->in, r->index, r->n_prompt, r->prompt, r->choices, r->n, r->plp,
-                       r->prompt_lp > 0 ? r->prompt_lp : 0, e->model_name, (int64_t)time(NULL)};
+                       r->prompt_lp > 0 ? r->prompt_lp : 0, e->model_name, (int64_t)time(NULL),
+                       r->in->parse_tool_calls ? (tp_tool_parser)e->o->tool_call_parser : TP_TOOL_PARSER_NONE};
     char *line = NULL;
     size_t len = 0;
     TP_CHECK(tp_completion_format(&c, e->tok, &line, &len));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "tool_calls.h"
 #include "util.h"
 
 enum {
@@ -48,6 +49,7 @@ enum {
     OPT_PROGRESS_INTERVAL,
     OPT_STEP_TIMEOUT,
     OPT_CHAT_TEMPLATE,
+    OPT_TOOL_CALL_PARSER,
     OPT_TOKENIZE,
     OPT_DETOKENIZE,
     OPT_CHECK,
@@ -126,6 +128,9 @@ static const option_doc docs[] = {
      "600 on GPUs, 0 on the CPU backend"},
     {{"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE}, NULL, "FILE",
      "Jinja chat template for \"messages\" requests, instead of the model's", NULL},
+    {{"tool-call-parser", required_argument, 0, OPT_TOOL_CALL_PARSER}, NULL, "NAME",
+     "parse tool calls out of chat completions with tools (\"tool_choice\": \"auto\"): hermes, llama3_json or mistral",
+     NULL},
     {{"tokenize", no_argument, 0, OPT_TOKENIZE}, NULL, NULL,
      "turn --input JSONL {\"text\"} or {\"messages\"} lines into {\"ids\"} lines; needs no weights", NULL},
     {{"detokenize", no_argument, 0, OPT_DETOKENIZE}, NULL, NULL,
@@ -309,6 +314,12 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
         o->step_timeout = d;
         break;
     case OPT_CHAT_TEMPLATE: o->chat_template = v; break;
+    case OPT_TOOL_CALL_PARSER:
+        if (tp_tool_parser_from_name(v) < 0)
+            return tp_error(TP_ERR_INVALID_ARG, "--%s: '%s' is not allowed; give hermes (Hermes, Qwen 2.5 and 3), "
+                            "llama3_json (Llama 3.1 to 3.3) or mistral", flag, v);
+        o->tool_call_parser = tp_tool_parser_from_name(v);
+        break;
     case OPT_TOKENIZE: o->mode = TP_MODE_TOKENIZE; break;
     case OPT_DETOKENIZE: o->mode = TP_MODE_DETOKENIZE; break;
     case OPT_CHECK: o->mode = TP_MODE_CHECK; break;

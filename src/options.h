@@ -57,6 +57,7 @@ typedef struct tp_options {
     double progress_interval;
     double step_timeout;       /* --step-timeout: seconds; < 0: the backend's default */
     const char *chat_template; /* --chat-template FILE */
+    int tool_call_parser;      /* --tool-call-parser: a tp_tool_parser, 0 (none) by default */
     int64_t check_max_bytes;   /* --check-max-bytes: largest all-reduce of --check */
 } tp_options;
 

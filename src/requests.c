@@ -92,6 +92,7 @@ static void payload_free(tp_request *r)
     r->prompt_ids = NULL;
     r->n_prompt_ids = 0;
     r->messages_json = r->tools_json = NULL;
+    r->parse_tool_calls = r->single_tool_call = 0;
     params_free(&r->p);
 }
 
@@ -567,10 +568,11 @@ static int holds_nul(const json_t *v)
 
 /* "tools": OpenAI's tool definitions ({"type": "function", "function": {"name": ...}}), which
  * the chat template renders into the prompt (transformers' apply_chat_template(tools=); an
- * empty list too). Only with "tool_choice": "none" (or, for an empty list, none given): the
- * completion is then text, as vLLM's. "auto" (OpenAI's default with tools), "required" and a
- * named tool ask for tool calls parsed out of the completion, which tpinfer does not do; a
- * tool_choice other than "none" without tools is an error, as OpenAI's and vLLM's. */
+ * empty list too). "tool_choice": "none": the completion is text, as vLLM's; "auto" (OpenAI's
+ * default with tools): the engine parses tool calls out of the text (--tool-call-parser);
+ * "required" and a named tool need guided decoding, which tpinfer does not do. A tool_choice
+ * other than "none" without tools is an error, as OpenAI's and vLLM's.
+ * "parallel_tool_calls": false keeps the first call. */
 static int read_tools(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
@@ -607,10 +609,16 @@ static int read_tools(line_ctx *c, const json_t *o)
             return fail(c, E_REQUEST, "\"%stools\"[%zu] is nested more than %d deep", p, i, MAX_MESSAGE_DEPTH);
         if (holds_nul(t)) return fail(c, E_REQUEST, "\"%stools\"[%zu] holds a NUL character (\\u0000)", p, i);
     }
-    if (!none)
-        return fail(c, E_REQUEST, "\"%stools\" with \"tool_choice\" %s: tpinfer does not parse tool calls out of "
-                    "completions; give \"tool_choice\": \"none\" to have the tools in the prompt, as the chat template "
-                    "renders them, and the model's answer as text", p, choice ? repr(b, choice) : "\"auto\" (the default)");
+    const int auto_ = !choice || (json_is_string(choice) && !strcmp(json_string_value(choice), "auto"));
+    if (!none && !auto_)
+        return fail(c, E_REQUEST, "\"%stool_choice\" %s forces a tool call, which needs guided decoding: tpinfer does "
+                    "not do it; give \"auto\" (the calls the model writes, parsed with --tool-call-parser) or \"none\"",
+                    p, repr(b, choice));
+    json_t *parallel = get(o, "parallel_tool_calls");
+    if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
+        return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
+    c->r->parse_tool_calls = auto_;
+    c->r->single_tool_call = json_is_false(parallel);
     c->r->tools_json = json_dumps(v, JSON_COMPACT);
     return c->r->tools_json ? OK : OOM;
 }

@@ -74,7 +74,9 @@ typedef struct tp_request {
     int32_t n_prompt_ids;
     int encoded;            /* prompt_ids are the text's or messages' (then freed), by the engine's tokenizer */
     char *messages_json;    /* the "messages" array as JSON text (chat), or NULL */
-    char *tools_json;       /* chat with "tool_choice": "none": the "tools" array as JSON text, or NULL */
+    char *tools_json;       /* chat with tools: the "tools" array as JSON text, or NULL */
+    int parse_tool_calls;   /* "tool_choice": "auto" (the default with tools): calls parsed out of the text */
+    int single_tool_call;   /* "parallel_tool_calls": false: the first call only */
     int add_generation_prompt; /* chat: default 1 */
     tp_request_params p;
     const char *error_code; /* NULL, or "invalid_json", "invalid_request", "invalid_utf8": the line is not run */

@@ -786,9 +786,11 @@ START_TEST(unknown_fields_ignored)
 }
 END_TEST
 
-/* "tools" reach the chat template (as apply_chat_template(tools=)) with "tool_choice": "none",
- * the completion being text; any other choice asks for parsed tool calls, which tpinfer does
- * not do: an error record saying so. Malformed tools are refused, and tools without messages. */
+/* "tools" reach the chat template (as apply_chat_template(tools=)): with "tool_choice": "none"
+ * the completion is text; with "auto" (the default) the engine parses calls out of it, and
+ * "parallel_tool_calls": false keeps the first; "required" and a named tool need guided
+ * decoding, which tpinfer does not do: an error record saying so. Malformed tools are
+ * refused, and tools without messages. */
 START_TEST(tools_with_tool_choice_none)
 {
     const char *tool = "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}";
@@ -808,16 +810,41 @@ START_TEST(tools_with_tool_choice_none)
         snprintf(want, sizeof want, "[%s]", tool);
         ck_assert_pstr_eq(L.v[0].tools_json, want);
         ck_assert_int_eq(L.unknown_lines, 0);
+        ck_assert(!L.v[0].parse_tool_calls);
         if (!openai) { /* an empty list is passed as one, as transformers' tools=[] */
             ck_assert_pstr_eq(L.v[1].tools_json, "[]");
             ck_assert(!L.v[1].error_code);
+            ck_assert(!L.v[1].parse_tool_calls);
+        }
+    }
+    /* "auto", given or the default: the tools, and the calls to parse; parallel_tool_calls */
+    static const char *const parsed[][2] = {
+        {"", "0"}, {",\"tool_choice\":\"auto\"", "0"}, {",\"tool_choice\":null,\"parallel_tool_calls\":true", "0"},
+        {",\"parallel_tool_calls\":false", "1"}, {",\"parallel_tool_calls\":null", "0"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(parsed); i++) {
+        for (int openai = 0; openai < 2; openai++) {
+            if (openai)
+                snprintf(line, sizeof line, "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+                         "\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[%s]%s}}\n", tool,
+                         parsed[i][0]);
+            else
+                snprintf(line, sizeof line, "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                         "\"tools\":[%s]%s}\n", tool, parsed[i][0]);
+            ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
+            ck_assert_msg(!L.v[0].error_code, "%s: %s", line, L.v[0].error_message ? L.v[0].error_message : "");
+            ck_assert_msg(L.v[0].parse_tool_calls == 1, "%s", line);
+            ck_assert_int_eq(L.v[0].single_tool_call, parsed[i][1][0] - '0');
+            ck_assert_ptr_nonnull(L.v[0].tools_json);
+            ck_assert_int_eq(L.unknown_lines, 0);
         }
     }
     static const char *const refused[][2] = {
-        {"\"tools\":[T]", "\"tool_choice\" \"auto\" (the default): tpinfer does not parse tool calls"},
-        {"\"tools\":[T],\"tool_choice\":\"auto\"", "\"tool_choice\" \"auto\": tpinfer does not parse"},
-        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"required\""},
-        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "does not parse"},
+        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"tool_choice\" \"required\" forces a tool call, which "
+                                                     "needs guided decoding"},
+        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
+         "forces a tool call"},
+        {"\"tools\":[T],\"parallel_tool_calls\":\"no\"", "\"parallel_tool_calls\" must be true or false, not \"no\""},
         {"\"tools\":{},\"tool_choice\":\"none\"", "\"tools\" must be an array of tools"},
         {"\"tools\":[1],\"tool_choice\":\"none\"", "\"tools\"[0] must be {\"type\": \"function\""},
         {"\"tools\":[{\"type\":\"function\"}],\"tool_choice\":\"none\"", "\"tools\"[0] must be"},

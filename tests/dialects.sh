@@ -232,20 +232,31 @@ cp = a["chat-plp"]["response"]["body"]
 assert cp["prompt_logprobs"][0] is None and "prompt_logprobs" not in cp["choices"][0], cp
 PY
 
-# 3c. tools: with "tool_choice": "none" the template renders them (as apply_chat_template(tools=))
-# and the completion is text; with any other choice (OpenAI's default is "auto") the line is an
-# error record saying tpinfer parses no tool calls; --tokenize renders them too
+# 3c. tools: the template renders them (as apply_chat_template(tools=)); with "tool_choice":
+# "none" the completion is text; with "auto" (OpenAI's default) the line needs --tool-call-parser
+# (without it, an error record saying so), with it the calls are parsed out of the text (this
+# random model writes none: the text is the content); "required" is an error record;
+# --tokenize renders them too
 printf '%s' "{% for t in tools or [] %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m['content'] }}{% endfor %}" \
     >"$TMP/tools.jinja"
 cat >"$TMP/tools.jsonl" <<'EOF2'
 {"id": "t-none", "messages": [{"role": "user", "content": "Once upon a time"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}], "tool_choice": "none", "max_tokens": 3}
 {"id": "t-auto", "messages": [{"role": "user", "content": "Once upon a time"}], "tools": [{"type": "function", "function": {"name": "get_weather"}}], "max_tokens": 3}
 {"id": "plain", "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 3}
+{"id": "t-required", "messages": [{"role": "user", "content": "Once upon a time"}], "tools": [{"type": "function", "function": {"name": "get_weather"}}], "tool_choice": "required", "max_tokens": 3}
 EOF2
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools.out" --ordered --chat-template "$TMP/tools.jinja" \
     2>"$TMP/err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/err"; fail "tools: exit $rc, wanted 1 (one error record)"; }
+[ $rc -eq 1 ] || { cat "$TMP/err"; fail "tools: exit $rc, wanted 1 (error records)"; }
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools-parsed.out" --ordered \
+    --chat-template "$TMP/tools.jinja" --tool-call-parser hermes 2>"$TMP/err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/err"; fail "tools, --tool-call-parser hermes: exit $rc, wanted 1 (t-required's record)"; }
+rc=0
+"$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools-bad.out" --tool-call-parser qwen 2>"$TMP/err" || rc=$?
+[ $rc -ne 0 ] && grep -q -- "--tool-call-parser: 'qwen' is not allowed; give hermes" "$TMP/err" && [ ! -s "$TMP/tools-bad.out" ] ||
+    { cat "$TMP/err"; fail "--tool-call-parser qwen: exit $rc"; }
 "$TPINFER" --tokenize --model "$st" --chat-template "$TMP/tools.jinja" --input "$TMP/tools.jsonl" --output "$TMP/tools.tok" \
     2>"$TMP/err" || { cat "$TMP/err"; fail "tools: --tokenize"; }
 py "$TMP/tools.out" "$TMP/tools.tok" <<'PY' || fail "tools rendered into the prompt"
@@ -255,8 +266,26 @@ tok = [json.loads(l) for l in open(sys.argv[2])]
 assert tok[0]["text"] == "[get_weather]Once upon a time" and tok[2]["text"] == "Once upon a time", tok
 assert out[0]["id"] == "t-none" and out[0]["usage"]["prompt_tokens"] == len(tok[0]["ids"]), (out[0], tok[0])
 assert out[0]["usage"]["prompt_tokens"] > out[2]["usage"]["prompt_tokens"], out
-assert out[1]["code"] == "invalid_request" and "tool_choice" in out[1]["message"] \
-    and "does not parse tool calls" in out[1]["message"], out[1]
+assert out[1]["code"] == "invalid_request" and "no --tool-call-parser was given" in out[1]["message"] \
+    and out[1]["message"].startswith("line 2: tools with"), out[1]
+assert out[3]["code"] == "invalid_request" and "needs guided decoding" in out[3]["message"], out[3]
+PY
+# a template that writes hermes' marker: the error record names the parser to give
+printf '%s' "{% if false %}<tool_call>{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}" >"$TMP/hermes.jinja"
+sed -n 2p "$TMP/tools.jsonl" >"$TMP/tools-auto.jsonl"
+"$TPINFER" --model "$st" --input "$TMP/tools-auto.jsonl" --output "$TMP/tools-hint.out" --chat-template "$TMP/hermes.jinja" \
+    2>"$TMP/err" && fail "tools without a parser: exit 0"
+grep -q 'the chat template writes <tool_call>: --tool-call-parser hermes)' "$TMP/tools-hint.out" ||
+    fail "tools without a parser, hermes' template: $(cat "$TMP/tools-hint.out")"
+py "$TMP/tools-parsed.out" "$TMP/tools.out" <<'PY' || fail "tools with --tool-call-parser"
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+before = [json.loads(l) for l in open(sys.argv[2])]
+a = out[1]
+assert a["id"] == "t-auto" and "code" not in a and "tool_calls" not in a, a
+assert a["finish_reason"] in ("stop", "length") and a["usage"]["prompt_tokens"] == out[0]["usage"]["prompt_tokens"], a
+# the other lines are as without the parser
+assert out[0] == before[0] and out[2] == before[2] and out[3]["code"] == "invalid_request", out
 PY
 
 # 4. --errors: error records apart; good lines around a bad one all run
