@@ -558,6 +558,21 @@ static double err_of(const char *op, const char *shape, const float *got, const 
     return err;
 }
 
+#ifdef HAVE_CUDA
+/* The GEMV itself (swiglu: the fused gate/up form) on the rows of x, against the reference
+ * the backend's op met: matmul and matmul_swiglu take it only under TPINFER_GEMV */
+static void gemv_direct(const char *op, tp_tensor x, tp_tensor w, const pt *bias, tp_dtype ydt, int64_t m, int swiglu,
+                        const char *shape, const float *ref, double bound)
+{
+    pt y = pt_poison(ydt, x.rows, m, 5);
+    tp_tensor none = {0};
+    ck_assert_msg(tp_cuda_gemv(x, w, bias ? bias->g : none, y.g, swiglu, 132, (cudaStream_t)gb->stream) == TP_OK,
+                  "%s [%s]: %s", op, shape, tp_error_message());
+    err_of(op, shape, pt_get(&y, 1), ref, (size_t)(x.rows * m), bound);
+    pt_guards(op, &y);
+}
+#endif
+
 /* y = x @ w^T (+ bias) for n = 1..9 rows of one x [9, k], through matmul (cuBLASLt) and,
  * where the layout and dtypes allow (n <= 8), through the GEMV kernel directly; with and
  * without a bias, y alternating between f32 and the activation dtype, against the CPU's 9
@@ -595,15 +610,7 @@ static void gemv_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul y", &y);
 #ifdef HAVE_CUDA
-            if (expected) { /* the plain GEMV itself (matmul takes it only under TPINFER_GEMV=all) */
-                pt yg = pt_poison(ydt, n, m, 5);
-                tp_tensor none = {0};
-                ck_assert_msg(tp_cuda_gemv(xg, w.g, with_bias ? bias.g : none, yg.g, 0, 132,
-                                           (cudaStream_t)gb->stream) == TP_OK, "gemv [%s]: %s", shape,
-                              tp_error_message());
-                err_of("gemv", shape, pt_get(&yg, 1), r, (size_t)(n * m), b);
-                pt_guards("gemv y", &yg);
-            }
+            if (expected) gemv_direct("gemv", xg, w.g, with_bias ? &bias : NULL, ydt, m, 0, shape, r, b);
 #endif
         }
     }
@@ -685,15 +692,7 @@ static void swiglu_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul_swiglu out", &out);
 #ifdef HAVE_CUDA
-            if (expected) { /* the fused GEMV itself (matmul_swiglu takes it only under TPINFER_GEMV) */
-                pt og = pt_poison(ydt, n, m, 5);
-                tp_tensor none = {0};
-                ck_assert_msg(tp_cuda_gemv(xg, w.g, with_bias ? bias.g : none, og.g, 1, 132,
-                                           (cudaStream_t)gb->stream) == TP_OK, "gemv swiglu [%s]: %s", shape,
-                              tp_error_message());
-                err_of("gemv swiglu", shape, pt_get(&og, 1), r, (size_t)(n * m), b);
-                pt_guards("gemv swiglu out", &og);
-            }
+            if (expected) gemv_direct("gemv swiglu", xg, w.g, with_bias ? &bias : NULL, ydt, m, 1, shape, r, b);
 #endif
         }
     }

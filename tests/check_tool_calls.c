@@ -209,6 +209,15 @@ static json_t *line_of(tp_endpoint endpoint, tp_tool_parser parser, int single, 
     return o;
 }
 
+/* An OpenAI line's first choice: response.body.choices[0] */
+static json_t *chat_choice(json_t *o)
+{
+    json_t *body = json_object_get(json_object_get(o, "response"), "body");
+    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
+    ck_assert_msg(choice != NULL, "no response.body.choices[0]");
+    return choice;
+}
+
 static const char *str_at(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
@@ -222,8 +231,7 @@ START_TEST(output_lines)
                       "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
     /* OpenAI chat: content before the calls, the calls, finish_reason "tool_calls" */
     json_t *o = line_of(TP_ENDPOINT_CHAT, TP_TOOL_PARSER_HERMES, 0, two, 1);
-    json_t *msg = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"),
-                                                                 "choices"), 0), "message");
+    json_t *msg = json_object_get(chat_choice(o), "message");
     ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Checking.\n");
     json_t *calls = json_object_get(msg, "tool_calls");
     ck_assert_uint_eq(json_array_size(calls), 2);
@@ -235,21 +243,18 @@ START_TEST(output_lines)
     char id[64];
     tp_tool_call_id(TP_TOOL_PARSER_HERMES, "req-7", 0, 0, id, sizeof id);
     ck_assert_str_eq(json_string_value(json_object_get(c0, "id")), id);
-    json_t *choice = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+    json_t *choice = chat_choice(o);
     ck_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls");
     ck_assert(json_is_null(json_object_get(choice, "stop_reason")));
     json_decref(o);
     /* "parallel_tool_calls": false: the first call */
     o = line_of(TP_ENDPOINT_CHAT, TP_TOOL_PARSER_HERMES, 1, two, 1);
-    calls = json_object_get(json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"),
-                                                                                           "body"), "choices"), 0),
-                                            "message"), "tool_calls");
+    calls = json_object_get(json_object_get(chat_choice(o), "message"), "tool_calls");
     ck_assert_uint_eq(json_array_size(calls), 1);
     json_decref(o);
     /* nothing before the calls: content null */
     o = line_of(TP_ENDPOINT_CHAT, TP_TOOL_PARSER_LLAMA3_JSON, 0, "{\"name\": \"f\", \"parameters\": {\"a\": 1}}", 1);
-    msg = json_object_get(json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"),
-                                                         "choices"), 0), "message");
+    msg = json_object_get(chat_choice(o), "message");
     ck_assert(json_is_null(json_object_get(msg, "content")));
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0),
                                                                        "function"), "arguments")), "{\"a\": 1}");
@@ -258,7 +263,7 @@ START_TEST(output_lines)
     for (int parser = 0; parser < 2; parser++) {
         o = line_of(TP_ENDPOINT_CHAT, parser ? TP_TOOL_PARSER_HERMES : TP_TOOL_PARSER_NONE, 0,
                     parser ? "plain text" : two, 1);
-        choice = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+        choice = chat_choice(o);
         msg = json_object_get(choice, "message");
         ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), parser ? "plain text" : two);
         ck_assert_ptr_null(json_object_get(msg, "tool_calls"));
@@ -268,14 +273,14 @@ START_TEST(output_lines)
     /* mistral's calls that do not parse: the text without its tag is the content (vLLM's
      * serving takes the parser's content where it is not empty); "[]": called, no calls */
     o = line_of(TP_ENDPOINT_CHAT, TP_TOOL_PARSER_MISTRAL, 0, "Hi [TOOL_CALLS] not json ", 1);
-    choice = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+    choice = chat_choice(o);
     msg = json_object_get(choice, "message");
     ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Hi  not json");
     ck_assert_ptr_null(json_object_get(msg, "tool_calls"));
     ck_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "stop");
     json_decref(o);
     o = line_of(TP_ENDPOINT_CHAT, TP_TOOL_PARSER_MISTRAL, 0, "[TOOL_CALLS][]", 1);
-    choice = json_array_get(json_object_get(json_object_get(json_object_get(o, "response"), "body"), "choices"), 0);
+    choice = chat_choice(o);
     msg = json_object_get(choice, "message");
     ck_assert(json_is_null(json_object_get(msg, "content")));
     ck_assert(json_is_array(json_object_get(msg, "tool_calls")) && json_array_size(json_object_get(msg, "tool_calls")) == 0);
