@@ -68,20 +68,41 @@ static const char *find(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
-/* Python's str.strip() of ASCII text (the whitespace a model writes around JSON) */
-static int py_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
-
-/* JSON text of one value, or NULL (a failed parse: jansson also refuses integers beyond 64
- * bits, which Python takes; such a call then stays text). consumed: raw_decode's end, NULL
- * for json.loads (the whole text, whitespace around allowed). */
-static json_t *load(const char *s, size_t n, size_t *consumed)
+/* The whitespace character at s[i]: its length in bytes, or 0. Unicode's White_Space, which
+ * the regex module's \s matches; str.strip() (strip) also takes U+001C..U+001F. */
+static size_t space_at(const char *s, size_t n, size_t i, int strip)
 {
-    json_error_t err;
-    const size_t flags = JSON_DECODE_ANY | JSON_ALLOW_NUL | (consumed ? JSON_DISABLE_EOF_CHECK : 0);
-    if (consumed && (n == 0 || py_space(s[0]))) return NULL; /* raw_decode takes no leading space */
-    json_t *v = json_loadb(s, n, flags, &err);
-    if (v && consumed) *consumed = (size_t)err.position;
-    return v;
+    const unsigned char *u = (const unsigned char *)s + i;
+    const size_t left = n - i;
+    if (i >= n) return 0;
+    if (u[0] == ' ' || (u[0] >= '\t' && u[0] <= '\r') || (strip && u[0] >= 0x1c && u[0] <= 0x1f)) return 1;
+    if (left >= 2 && u[0] == 0xc2 && (u[1] == 0x85 || u[1] == 0xa0)) return 2; /* U+0085, U+00A0 */
+    if (left < 3) return 0;
+    if (u[0] == 0xe1 && u[1] == 0x9a && u[2] == 0x80) return 3; /* U+1680 */
+    if (u[0] == 0xe2 && u[1] == 0x80 && (u[2] <= 0x8a || u[2] == 0xa8 || u[2] == 0xa9 || u[2] == 0xaf))
+        return u[2] >= 0x80 ? 3 : 0; /* U+2000..200A, U+2028, U+2029, U+202F */
+    if (u[0] == 0xe2 && u[1] == 0x81 && u[2] == 0x9f) return 3; /* U+205F */
+    if (u[0] == 0xe3 && u[1] == 0x80 && u[2] == 0x80) return 3; /* U+3000 */
+    return 0;
+}
+
+/* str.strip() of s[*lo..*hi) */
+static void py_strip(const char *s, size_t *lo, size_t *hi)
+{
+    for (size_t k; *lo < *hi && (k = space_at(s, *hi, *lo, 1));) *lo += k;
+    while (*hi > *lo) {
+        size_t start = *hi - 1; /* the last character's first byte */
+        while (start > *lo && ((unsigned char)s[start] & 0xc0) == 0x80 && *hi - start < 4) start--;
+        if (space_at(s, *hi, start, 1) != *hi - start) break;
+        *hi = start;
+    }
+}
+
+/* json.loads of s[0..n) (whitespace around allowed), or NULL: a failed parse (jansson also
+ * refuses what Python reads, tool_calls.h says which; such a call then stays text) */
+static json_t *load(const char *s, size_t n)
+{
+    return json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
 
 typedef struct calls {
@@ -140,7 +161,7 @@ static int hermes(calls *c, const char *s, size_t n, size_t *content_len)
         const char *body = p + lo, *end = s + n;
         const char *close = find(body, (size_t)(end - body), HERMES_CLOSE);
         const char *stop = close ? close : end;
-        json_t *v = load(body, (size_t)(stop - body), NULL);
+        json_t *v = load(body, (size_t)(stop - body));
         const int ok = v && add_call(c, v, "arguments", NULL);
         json_decref(v);
         if (!ok) return 0;
@@ -163,14 +184,11 @@ static size_t brace_object(const char *s, size_t n, size_t i)
     return 0;
 }
 
-/* Python's \s (ASCII and the Latin-1 spaces a model writes) */
+/* \s* at s[i] */
 static size_t skip_space(const char *s, size_t n, size_t i)
 {
-    for (;;) {
-        if (i < n && py_space(s[i])) i++;
-        else if (i + 1 < n && (unsigned char)s[i] == 0xc2 && ((unsigned char)s[i + 1] == 0x85 || (unsigned char)s[i + 1] == 0xa0)) i += 2;
-        else return i;
-    }
+    for (size_t k; (k = space_at(s, n, i, 0));) i += k;
+    return i;
 }
 
 /* vLLM 0.10's llama3_json: the first match of the regex above followed by any number of
@@ -193,10 +211,9 @@ static int llama3_json(calls *c, const char *s, size_t n)
         size_t b = a;
         while (b < end && s[b] != ';') b++;
         size_t lo = a, hi = b;
-        while (lo < hi && py_space(s[lo])) lo++;
-        while (hi > lo && py_space(s[hi - 1])) hi--;
+        py_strip(s, &lo, &hi);
         if (hi > lo) {
-            json_t *v = load(s + lo, hi - lo, NULL);
+            json_t *v = load(s + lo, hi - lo);
             const int ok = v && add_call(c, v, "arguments", "parameters");
             json_decref(v);
             if (!ok) return 0;
@@ -224,14 +241,13 @@ static int mistral(calls *c, const char *s, size_t n, size_t *content_len, char 
         t[m++] = s[i++];
     }
     size_t a = 0;
-    while (a < m && py_space(t[a])) a++;
-    while (m > a && py_space(t[m - 1])) m--;
+    py_strip(t, &a, &m);
     memmove(t, t + a, m - a);
     m -= a;
     t[m] = '\0';
     *rest = t;
     *rest_len = m;
-    json_t *arr = load(t, m, NULL);
+    json_t *arr = load(t, m);
     if (!arr) { /* the regex \[{.*}\] (DOTALL): the first "[{" to the last "}]" */
         const char *open = find(t, m, "[{");
         const char *close = NULL;
@@ -240,7 +256,7 @@ static int mistral(calls *c, const char *s, size_t n, size_t *content_len, char 
                 close = t + i - 2;
                 break;
             }
-        if (open && close && close >= open + 2) arr = load(open, (size_t)(close + 2 - open), NULL);
+        if (open && close && close >= open + 2) arr = load(open, (size_t)(close + 2 - open));
     }
     /* "for raw_function_call in function_call_arr": a list's items must each be a call; an
      * empty list, object or string iterates nothing (called, no calls); anything else fails */

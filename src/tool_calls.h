@@ -13,9 +13,12 @@
  * As in vLLM, a text whose calls do not all parse has none: it stays content (for mistral,
  * without its [TOOL_CALLS] and the spaces around, unless that leaves nothing). Each call's
  * arguments are re-written as Python's json.dumps(ensure_ascii=False) writes them. Where
- * this differs from vLLM: JSON that Python reads and jansson does not (NaN, Infinity,
- * integers beyond 64 bits, lone surrogates) makes no call; vLLM 0.10's llama3_json wrote
- * non-ASCII arguments as \u escapes, fixed in later versions as here.
+ * this differs from vLLM 0.10: JSON that Python reads and jansson does not (NaN, Infinity,
+ * integers beyond 64 bits, lone surrogates, a NUL in a key) makes no call; its llama3_json
+ * wrote non-ASCII arguments as \u escapes, fixed in later versions as here; and as in later
+ * versions (0.11), hermes keeps special tokens and "parallel_tool_calls": false keeps the
+ * first call (completion.c, engine.c); an explicit "tool_choice": null is the default
+ * ("auto" with tools), as OpenAI's null and every other field's (0.10 gave text).
  */
 #ifndef TP_TOOL_CALLS_H
 #define TP_TOOL_CALLS_H

@@ -69,6 +69,13 @@ static const parse_case cases[] = {
     {TP_TOOL_PARSER_LLAMA3_JSON, "Use {x} or {\"name\": \"f\", \"parameters\": {}}", "Use {x} or {\"name\": \"f\", \"parameters\": {}}", 0, 0, {}},
     {TP_TOOL_PARSER_LLAMA3_JSON, "{\"name\": \"f\", \"parameters\": {}} ; {\"name\": \"g\", \"parameters\": {}} ; oops", NULL, 1, 2, {{"f", "{}"}, {"g", "{}"}}},
     {TP_TOOL_PARSER_HERMES, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call> mid <tool_call>{\"name\":\"b\",\"arguments\":{\"z\":[]}}", NULL, 1, 2, {{"a", "{}"}, {"b", "{\"z\": []}"}}},
+    /* whitespace as vLLM's regex module matches \s (Unicode's White_Space: not U+001C, but
+     * U+00A0) and str.strip() strips (both) */
+    {TP_TOOL_PARSER_LLAMA3_JSON, "{\"name\":\"f\",\"arguments\":{}}\034;{\"name\":\"g\",\"arguments\":{}}", NULL, 1, 1, {{"f", "{}"}}},
+    {TP_TOOL_PARSER_LLAMA3_JSON, "{\"name\":\"f\",\"arguments\":{}}\302\240;{\"name\":\"g\",\"arguments\":{}}", NULL, 1, 2, {{"f", "{}"}, {"g", "{}"}}},
+    {TP_TOOL_PARSER_LLAMA3_JSON, "{\"name\":\"f\",\"arguments\":{}}\343\200\200;\343\200\200{\"name\":\"g\",\"arguments\":{}}", NULL, 1, 2, {{"f", "{}"}, {"g", "{}"}}},
+    {TP_TOOL_PARSER_MISTRAL, "[TOOL_CALLS]\302\240[{\"name\": \"f\", \"arguments\": {}}]\342\200\250", NULL, 1, 1, {{"f", "{}"}}},
+    {TP_TOOL_PARSER_MISTRAL, "[TOOL_CALLS]\343\200\200not json\034", "not json", 0, 0, {}},
 };
 
 START_TEST(parse_as_vllm)

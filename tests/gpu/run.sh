@@ -5,7 +5,8 @@
 #   1. every backend operation against the CPU backend (tests/check_backend_ops);
 #   2. every model of shared/models at the grid: --dtype float32 greedy ids equal to
 #      Hugging Face's; bfloat16 greedy ids equal up to the first step whose reference
-#      margin is under 0.05; stories260K's 128-token story exact in float32 and its first
+#      margin is under 0.1 (GPU_BF16_MARGIN; Hugging Face's own bf16 run parts from its
+#      float32 reference at margins of 0.05-0.29 on these prompts, hf-bf16.md); stories260K's 128-token story exact in float32 and its first
 #      64 tokens exact in bfloat16;
 #      the tensor-core attention kernels (head_dim 64 and 128, which no shared model has) on
 #      generated bf16 models against the CPU backend's float32 run: prefill logits and the
@@ -85,7 +86,7 @@ for dir in "$MODELS"/*/; do
             --input "$W/$name.jsonl" --output "$d.jsonl" --dump-logits "$d" >"$d.log" 2>&1; then
             record "$name $dt $G" FAIL "tpinfer failed: $(grep -m1 error "$d.log")"; continue
         fi
-        if [ $dt = float32 ]; then args="1e-2 1e-9"; else args="inf 0.05"; fi # bf16: logits reported
+        if [ $dt = float32 ]; then args="1e-2 1e-9"; else args="inf ${GPU_BF16_MARGIN:-0.1}"; fi # bf16: logits reported
         "$B/tests/compare_logits" "$ref" "$d" $args >"$d.cmp" 2>&1
         rc=$?
         cp "$d.cmp" "$OUTDIR/"
