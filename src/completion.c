@@ -367,28 +367,31 @@ static json_t *with_calls(json_t *o, const tp_completion *c, int32_t j, const ch
     return o;
 }
 
+/* Choice j's fields of a compact line, after key (and its value): text, token_ids,
+ * finish_reason, stop_reason, and tool_calls where the parser called tools. NULL: memory. */
+static json_t *compact_choice(const tp_completion *c, int32_t j, json_t *key_value, const char *key)
+{
+    const tp_choice *x = &c->choices[j];
+    choice_calls p = parse_calls(c, x);
+    json_t *e = p.ok ? json_pack("{s:o, s:o, s:o, s:s, s:o}", key, key_value, "text", text_of(x, &p, empty_string),
+                                 "token_ids", token_ids(x), "finish_reason", finish_of(x, &p), "stop_reason",
+                                 stop_reason(c, x))
+                     : (json_decref(key_value), NULL);
+    e = with_calls(e, c, j, &p);
+    tp_tool_calls_free(&p.t);
+    return e;
+}
+
 static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
 {
     const tp_choice *ch = &c->choices[0];
-    choice_calls p0 = parse_calls(c, ch);
-    json_t *o = p0.ok ? json_pack("{s:s, s:o, s:o, s:s, s:o}", "id", c->req->id, "text",
-                                  text_of(ch, &p0, empty_string), "token_ids", token_ids(ch), "finish_reason",
-                                  finish_of(ch, &p0), "stop_reason", stop_reason(c, ch))
-                      : NULL;
-    o = with_calls(o, c, 0, &p0);
-    tp_tool_calls_free(&p0.t);
+    json_t *o = compact_choice(c, 0, json_string(c->req->id), "id");
     if (!o) return NULL;
     if (c->n_choices > 1) { /* n > 1: every choice in "choices" */
         json_t *all = json_array();
         for (int32_t j = 0; j < c->n_choices; j++) {
             const tp_choice *x = &c->choices[j];
-            choice_calls p = parse_calls(c, x);
-            json_t *e = p.ok ? json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", j, "text", text_of(x, &p, empty_string),
-                                         "token_ids", token_ids(x), "finish_reason", finish_of(x, &p), "stop_reason",
-                                         stop_reason(c, x))
-                             : NULL;
-            e = with_calls(e, c, j, &p);
-            tp_tool_calls_free(&p.t);
+            json_t *e = compact_choice(c, j, json_integer(j), "index");
             if (!e) {
                 json_decref(all);
                 json_decref(o);
