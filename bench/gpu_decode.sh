@@ -7,6 +7,8 @@
 #                 of the HBM limit; the sweep's batch sizes are bN runs too);
 #   oNxINxOUT     N prompts of IN tokens, OUT new tokens each (the issue's offline sets:
 #                 o1024x128x128, o1024x2048x128, o1024x128x2048);
+#   sNxSxUxOUT    N prompts of S tokens they all share (a system prompt) then U of their own,
+#                 OUT new tokens each (prefix caching: s1024x1024x128x128);
 #   the Hugging Face generate() baseline (bench/hf_baseline.py) at batches 1 and 128;
 # then the op microbenchmarks (build-gpu/bench/gpu_matmul, gpu_attention) when they exist,
 # and BENCH_RUNS_OTHER on the other shapes. Every run reports generated and total tok/s over
@@ -82,27 +84,34 @@ parse_log() {
         printf "\"load_s\":%s,\"seqs_at_once\":%s,%s,%s", num(LS), num(SO), pcts(TT, "ttft_ms"), pcts(IT, "itl_ms")
     }' "$1"
 }
-# run_name NAME: "N IN OUT" for bN (N x 128/128) or oNxINxOUT
+# run_name NAME: "N IN OUT SHARED" for bN (N x 128/128), oNxINxOUT or sNxSxUxOUT (IN = S + U)
 run_name() {
-    local n i o
+    local n i o s=0 u
     case $1 in
         b*) n=${1#b}; i=128; o=128 ;;
         o*) IFS=x read -r n i o <<<"${1#o}" ;;
+        s*) IFS=x read -r n s u o <<<"${1#s}"
+            [[ $s =~ ^[1-9][0-9]*$ && $u =~ ^[1-9][0-9]*$ ]] || return 1
+            i=$((s + u)) ;;
         *) return 1 ;;
     esac
     [[ $n =~ ^[1-9][0-9]*$ && $i =~ ^[1-9][0-9]*$ && $o =~ ^[1-9][0-9]*$ ]] || return 1
-    echo "$n $i $o"
+    echo "$n $i $o $s"
 }
-# prompts N IN OUT: the path of a JSONL of N token-id prompts (ids 1..250, which every shape has)
+# prompts N IN OUT [SHARED]: the path of a JSONL of N token-id prompts (ids 1..250, which every
+# shape has), the first SHARED tokens the same in all, the others each prompt's own (drawn at
+# random: no two prompts share a KV-cache block past SHARED, so prefix caching finds nothing else)
 prompts() {
-    local f=$WORK/prompts-$1x$2x$3.jsonl
-    [ -s "$f" ] || "$PY" - "$f" "$1" "$2" "$3" <<'PY' || return 1
-import json, sys
-f, n, i, o = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    local f=$WORK/prompts-$1x$2x$3s${4:-0}.jsonl
+    [ -s "$f" ] || "$PY" - "$f" "$1" "$2" "$3" "${4:-0}" <<'PY' || return 1
+import json, random, sys
+f, n, i, o, s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+shared = [1 + (t * 31) % 250 for t in range(s)]
 with open(f + ".tmp", "w") as out:
     for r in range(n):
-        out.write(json.dumps({"id": "r%d" % r, "prompt_token_ids": [1 + (t * 31 + r * 17) % 250 for t in range(i)],
-                              "max_tokens": o, "ignore_eos": True}) + "\n")
+        own = random.Random(r)
+        ids = shared + [own.randint(1, 250) for _ in range(i - s)]
+        out.write(json.dumps({"id": "r%d" % r, "prompt_token_ids": ids, "max_tokens": o, "ignore_eos": True}) + "\n")
 import os; os.replace(f + ".tmp", f)
 PY
     echo "$f"
@@ -236,21 +245,21 @@ PY
 
 # ---- one tpinfer run: bench_run SHAPE_NAME DIR RUN
 bench_run() {
-    local name=$1 dir=$2 run=$3 nio n i o f lim seqs log rc fields
-    nio=$(run_name "$run") || { echo "unknown run name $run (bN or oNxINxOUT)"; return; }
-    read -r n i o <<<"$nio"
-    # bN: all N at once; oN: BENCH_MAX_SEQS at once, or tpinfer's default for the card (auto)
+    local name=$1 dir=$2 run=$3 nio n i o sh f lim seqs log rc fields
+    nio=$(run_name "$run") || { echo "unknown run name $run (bN, oNxINxOUT or sNxSxUxOUT)"; return; }
+    read -r n i o sh <<<"$nio"
+    # bN: all N at once; oN, sN: BENCH_MAX_SEQS at once, or tpinfer's default for the card (auto)
     seqs=$n
-    if [ "${run:0:1}" = o ]; then
+    if [ "${run:0:1}" != b ]; then
         if [ "$MAX_SEQS" = auto ]; then seqs=auto; elif [ "$n" -gt "$MAX_SEQS" ]; then seqs=$MAX_SEQS; fi
     fi
     local seqs_flag=(--max-num-seqs "$seqs") seqs_json=$seqs
     [ "$seqs" = auto ] && seqs_flag=() seqs_json='"auto"'
-    local meta="\"kind\":\"tpinfer\",\"model\":\"$name\",\"run\":\"$run\",\"prompts\":$n,\"in\":$i,\"out\":$o,\"max_num_seqs\":$seqs_json,\"max_model_len\":$((i + o))"
+    local meta="\"kind\":\"tpinfer\",\"model\":\"$name\",\"run\":\"$run\",\"prompts\":$n,\"in\":$i,\"shared\":$sh,\"out\":$o,\"max_num_seqs\":$seqs_json,\"max_model_len\":$((i + o))"
     if ! lim=$(limit_for "$RUN_TIMEOUT"); then
         echo "$name $run: skipped (time budget or interrupted)"; record "$meta,\"status\":\"skipped\""; return
     fi
-    f=$(prompts "$n" "$i" "$o") || { record "$meta,\"status\":\"failed\""; return; }
+    f=$(prompts "$n" "$i" "$o" "$sh") || { record "$meta,\"status\":\"failed\""; return; }
     log=$name-$run.log
     rm -f "$WORK/out.jsonl"*
     timeout -k 30 "$lim" "${launch_cmd[@]}" "$T" --model "$dir" --backend "$BACKEND" --tp "$TP" --pp "$PP" \
@@ -495,8 +504,8 @@ for shape in $SHAPES; do
     for run in $list; do
         [ -n "${seen[$run]:-}" ] && continue
         seen[$run]=1
-        nio=$(run_name "$run") || { echo "unknown run name $run (bN or oNxINxOUT)"; continue; }
-        read -r n i o <<<"$nio"
+        nio=$(run_name "$run") || { echo "unknown run name $run (bN, oNxINxOUT or sNxSxUxOUT)"; continue; }
+        read -r n i o _ <<<"$nio"
         [ $((i + o)) -gt $maxpos ] && maxpos=$((i + o))
         if [ "${run:0:1}" = b ]; then bruns+=("$run"); else oruns+=("$run"); fi
     done

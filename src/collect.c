@@ -22,6 +22,7 @@ typedef struct record_header {
     int64_t is_error;
     int64_t prompt_tokens, completion_tokens;
     double ttft, itl;
+    int64_t cached_tokens;
 } record_header;
 
 typedef struct pending {
@@ -107,9 +108,11 @@ tp_status tp_collector_beat(tp_collector *c)
 static tp_status write_record(tp_collector *c, const record_header *h, const char *line, size_t len)
 {
     TP_CHECK(tp_output_write(c->out, h->index, line, len, (int)h->is_error));
-    if (c->progress)
+    if (c->progress) {
         tp_progress_request_done(c->progress, (int)h->is_error, h->prompt_tokens, h->completion_tokens,
                                  h->ttft, h->itl);
+        tp_progress_cached_tokens(c->progress, h->cached_tokens);
+    }
     return TP_OK;
 }
 
@@ -199,7 +202,8 @@ static tp_status isend(tp_collector *c, char *buf, size_t n, int tag)
 tp_status tp_collector_send(tp_collector *c, int64_t index, int is_error, const char *line, size_t len,
                             const tp_record_stats *st)
 {
-    record_header h = {index, is_error, st->prompt_tokens, st->completion_tokens, st->ttft, st->itl};
+    record_header h = {index, is_error, st->prompt_tokens, st->completion_tokens, st->ttft, st->itl,
+                       st->cached_tokens};
     if (c->rank == 0) return write_record(c, &h, line, len);
     char *buf = malloc(sizeof h + len);
     if (!buf) return tp_error(TP_ERR_OOM, "out of memory");

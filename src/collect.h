@@ -13,6 +13,7 @@
 typedef struct tp_record_stats {
     int64_t prompt_tokens, completion_tokens;
     double ttft, itl; /* seconds; < 0 when none (error records) */
+    int64_t cached_tokens; /* prompt tokens read from the prefix cache */
 } tp_record_stats;
 
 typedef struct tp_collector tp_collector;

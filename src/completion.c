@@ -405,8 +405,9 @@ static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int
         json_object_set_new(o, "logprobs", compact_logprobs(ch, tok));
     }
     if (c->prompt_lp) json_object_set_new(o, "prompt_logprobs", prompt_logprobs_json(c, tok));
-    json_object_set_new(o, "usage", json_pack("{s:i, s:I}", "prompt_tokens", c->n_prompt, "completion_tokens",
-                                              (json_int_t)completion_tokens));
+    json_object_set_new(o, "usage", json_pack("{s:i, s:I, s:{s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens",
+                                              (json_int_t)completion_tokens, "prompt_tokens_details",
+                                              "cached_tokens", c->n_cached));
     return o;
 }
 
@@ -443,11 +444,12 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
     }
     char id[48];
     snprintf(id, sizeof id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)c->index);
-    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:I, s:I}}", "id", id, "object",
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:I, s:I, s:{s:i}}}", "id", id, "object",
                              chat ? "chat.completion" : "text_completion", "created", (json_int_t)c->created,
                              "model", c->model ? c->model : "", "choices", choices, "usage", "prompt_tokens",
                              c->n_prompt, "completion_tokens", (json_int_t)completion_tokens, "total_tokens",
-                             (json_int_t)(c->n_prompt + completion_tokens));
+                             (json_int_t)(c->n_prompt + completion_tokens), "prompt_tokens_details", "cached_tokens",
+                             c->n_cached);
     if (c->prompt_lp && chat) json_object_set_new(body, "prompt_logprobs", prompt_logprobs_json(c, tok));
     return body;
 }

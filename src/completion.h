@@ -74,6 +74,7 @@ typedef struct tp_completion {
     const char *model;             /* the model directory's name, for OpenAI bodies */
     int64_t created;               /* unix seconds */
     tp_tool_parser tool_parser;    /* a chat with tools and "tool_choice" "auto": its calls parsed out */
+    int32_t n_cached;              /* prompt tokens read from the prefix cache (usage.prompt_tokens_details) */
 } tp_completion;
 
 /* The output line (no newline) of a finished request. */

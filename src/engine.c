@@ -70,6 +70,7 @@ typedef struct req {
     float *dump_prompt, *dump_gen;
     int32_t n_dump_gen, dump_cap; /* rows kept in dump_gen, and its room */
     int32_t n_finished;
+    int32_t n_cached;       /* prompt tokens its first choice read from the prefix cache */
 } req;
 
 typedef struct seq {
@@ -749,7 +750,7 @@ static tp_status write_error_records(engine *e)
         char *line;
         size_t len;
         TP_CHECK(tp_error_line_format(r->in, r->index, r->error_code, r->error_message, e->openai, &line, &len));
-        tp_record_stats rs = {0, 0, -1, -1};
+        tp_record_stats rs = {0, 0, -1, -1, 0};
         tp_status st = tp_collector_send(e->collector, r->index, 1, line, len, &rs);
         free(line);
         TP_CHECK(st);
@@ -999,6 +1000,11 @@ static tp_status load(engine *e, int32_t *n_blocks)
     return TP_OK;
 }
 
+static int wants_prompt_rows(const engine *e, const req *r, int32_t choice)
+{
+    return choice == 0 && (r->prompt_lp >= 0 || e->o->dump_logits);
+}
+
 static tp_status add_sequences(engine *e)
 {
     /* this replica's requests that run; each of its n choices is a sequence, dealt
@@ -1016,12 +1022,19 @@ static tp_status add_sequences(engine *e)
             int64_t k = e->n_seqs++;
             e->S_[k].req = (int64_t)i;
             e->S_[k].choice = j;
-            tp_status st = tp_scheduler_add(e->S[k % e->P], k, r->prompt, r->n_prompt, r->max_new);
+            tp_status st = tp_scheduler_add(e->S[k % e->P], k, r->prompt, r->n_prompt, r->max_new,
+                                            wants_prompt_rows(e, r, j) ? TP_SCHED_NO_PREFIX_HITS : 0);
             if (st != TP_OK) return st; /* the checks of prepare_request make this internal */
         }
         e->prompt_tokens += (int64_t)r->n_prompt * r->n;
     }
     return TP_OK;
+}
+
+/* A sequence just popped: its request's cached prompt tokens, as its first choice read them. */
+static void note_cached(engine *e, const tp_scheduler *s, int64_t key)
+{
+    if (e->S_[key].choice == 0) e->R[e->S_[key].req].n_cached = tp_scheduler_cached_tokens(s, key);
 }
 
 static tp_status make_schedulers(engine *e, int32_t n_blocks)
@@ -1042,8 +1055,9 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->inflight = calloc((size_t)e->P, sizeof *e->inflight);
     e->entered = calloc((size_t)e->P, sizeof *e->entered);
     if (!e->S || !e->B || !e->inflight || !e->entered) return tp_error(TP_ERR_OOM, "out of memory");
+    /* a dump holds every prompt token's logits: every one is computed */
     tp_sched_config sc = {bs, e->blocks_per_engine, e->max_seqs, e->max_batched,
-                          e->max_model_len};
+                          e->max_model_len, o->prefix_caching && !o->dump_logits};
     for (int p = 0; p < e->P; p++) TP_CHECK(tp_scheduler_create(&sc, &e->S[p]));
     TP_CHECK(add_sequences(e));
 
@@ -1098,11 +1112,6 @@ static int stage_engine(const engine *e, int64_t tick, int stage)
     if (t < 0) return -1;
     int p = (int)(t % e->P);
     return e->inflight[p] && e->entered[p] == t ? p : -1;
-}
-
-static int wants_prompt_rows(const engine *e, const req *r, int32_t choice)
-{
-    return choice == 0 && (r->prompt_lp >= 0 || e->o->dump_logits);
 }
 
 /* The scheduler's step, with engine p's block ids moved to its part of the cache. Logit
@@ -1317,11 +1326,12 @@ static tp_status complete_request(engine *e, req *r)
 {
     tp_completion c = {r->in, r->index, r->n_prompt, r->prompt, r->choices, r->n, r->plp,
                        r->prompt_lp > 0 ? r->prompt_lp : 0, e->model_name, (int64_t)time(NULL),
-                       r->in->parse_tool_calls ? (tp_tool_parser)e->o->tool_call_parser : TP_TOOL_PARSER_NONE};
+                       r->in->parse_tool_calls ? (tp_tool_parser)e->o->tool_call_parser : TP_TOOL_PARSER_NONE,
+                       r->n_cached};
     char *line = NULL;
     size_t len = 0;
     TP_CHECK(tp_completion_format(&c, e->tok, &line, &len));
-    tp_record_stats rs = {r->n_prompt, 0, -1, -1};
+    tp_record_stats rs = {r->n_prompt, 0, -1, -1, r->n_cached};
     const tp_choice *c0 = &r->choices[0];
     for (int32_t j = 0; j < r->n; j++) rs.completion_tokens += (int64_t)r->choices[j].out.n;
     if (c0->t_first > 0) {
@@ -1474,8 +1484,10 @@ static tp_status sample_and_commit(engine *e, int p)
     int64_t key;
     const int32_t *gen;
     int32_t n_gen;
-    while (tp_scheduler_pop_finished(e->S[p], &key, &gen, &n_gen))
+    while (tp_scheduler_pop_finished(e->S[p], &key, &gen, &n_gen)) {
+        note_cached(e, e->S[p], key);
         if (e->is_sampler) TP_CHECK(end_sequence(e, &e->S_[key]));
+    }
     return TP_OK;
 }
 
@@ -1758,6 +1770,7 @@ static tp_status ahead_pop(engine *e, int64_t at)
     const int32_t *gen;
     int32_t n_gen;
     while (tp_scheduler_pop_finished(e->S[0], &key, &gen, &n_gen)) {
+        note_cached(e, e->S[0], key);
         if (e->S_[key].dead) continue;
         if (!at) return tp_error(TP_ERR_INTERNAL, "sequence %" PRId64 " finished with no step left to read its end", key);
         e->S_[key].end_id = at;
@@ -2214,18 +2227,22 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                    "counts them", (int)e.done_errors);
         *n_request_errors += e.done_errors;
         double dt = e.t0 > 0 ? now_s() - e.t0 : 0;
-        int64_t steps = 0, preempted = 0;
+        int64_t steps = 0, preempted = 0, cached = 0;
         for (int p = 0; e.S && p < e.P; p++) {
             tp_sched_stats ss;
             tp_scheduler_stats(e.S[p], &ss);
             steps += ss.steps;
             preempted += ss.preemptions;
+            cached += ss.cached_tokens;
         }
         tp_log_info0("replica 0: %" PRId64 " prompt + %" PRId64 " generated tokens in %.2f s: %.1f generated tok/s; "
                      "%" PRId64 " steps, %" PRId64 " preempted",
                      e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
                      preempted);
-        /* what the loop spends outside forward steps (scheduling, sampling, output) is time
+        if (cached > 0)
+            tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed (%.1f%%)",
+                         cached, e.prompt_tokens > 0 ? 100.0 * (double)cached / (double)e.prompt_tokens : 0.0);
+                /* what the loop spends outside forward steps (scheduling, sampling, output) is time
          * the GPU waits: per step, so a change to the host path shows in any run */
         if (e.forward_steps > 0 && dt > 0)
             tp_log_info0("rank 0: %.1f%% of the loop in forward steps (%.3f ms each, GPU wait included); "

@@ -30,6 +30,8 @@ enum {
     OPT_DTYPE,
     OPT_BACKEND,
     OPT_ENFORCE_EAGER,
+    OPT_PREFIX_CACHING,
+    OPT_NO_PREFIX_CACHING,
     OPT_MAX_TOKENS,
     OPT_TEMPERATURE,
     OPT_TOP_K,
@@ -90,6 +92,10 @@ static const option_doc docs[] = {
     {{"backend", required_argument, 0, OPT_BACKEND}, NULL, "B", "auto, cpu or cuda", "auto"},
     {{"enforce-eager", no_argument, 0, OPT_ENFORCE_EAGER}, NULL, NULL,
      "run every step eagerly: no CUDA graphs for decode steps", NULL},
+    {{"enable-prefix-caching", no_argument, 0, OPT_PREFIX_CACHING}, NULL, NULL,
+     "keep the KV blocks of prompts' full blocks for later prompts that start the same way", "on"},
+    {{"no-enable-prefix-caching", no_argument, 0, OPT_NO_PREFIX_CACHING}, NULL, NULL,
+     "compute every prompt token of every request", NULL},
     {{"max-tokens", required_argument, 0, OPT_MAX_TOKENS}, NULL, "N",
      "completion tokens per request, unless its line says max_tokens", "16"},
     {{"temperature", required_argument, 0, OPT_TEMPERATURE}, NULL, "T",
@@ -159,6 +165,7 @@ void tp_options_defaults(tp_options *o)
     o->top_k = -2;
     o->top_p = -1;
     o->kv_block_size = 16;
+    o->prefix_caching = 1;
     o->kv_cache_memory = INT64_C(1) << 30;
     o->input_format = "auto";
     o->max_line_bytes = INT64_C(64) << 20;
@@ -298,6 +305,8 @@ static tp_status apply(tp_options *o, int val, const char *flag, const char *v)
     case OPT_ERRORS: o->errors = v; break;
     case OPT_ORDERED: o->ordered = 1; break;
     case OPT_ENFORCE_EAGER: o->enforce_eager = 1; break;
+    case OPT_PREFIX_CACHING: o->prefix_caching = 1; break;
+    case OPT_NO_PREFIX_CACHING: o->prefix_caching = 0; break;
     case OPT_RESUME: o->resume = 1; break;
     case OPT_FORCE: o->force = 1; break;
     case OPT_OVERWRITE: o->overwrite = 1; break;

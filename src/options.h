@@ -53,6 +53,7 @@ typedef struct tp_options {
     const char *errors;      /* --errors FILE, or NULL: error records go inline */
     int ordered, resume, force, overwrite;
     int enforce_eager; /* no CUDA graphs */
+    int prefix_caching; /* --enable-prefix-caching (the default) / --no-enable-prefix-caching */
     const char *status_file;
     double progress_interval;
     double step_timeout;       /* --step-timeout: seconds; < 0: the backend's default */

@@ -90,6 +90,8 @@ tp_status tp_progress_write_early(const char *status_path, int failed);
  * completion, its time to first token and mean inter-token latency in seconds. */
 void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens,
                               int64_t completion_tokens, double ttft, double itl);
+/* Prompt tokens of a finished request that were read from the prefix cache. */
+void tp_progress_cached_tokens(tp_progress *p, int64_t cached_tokens);
 /* Print / rewrite the status file if the interval has passed (or force). */
 tp_status tp_progress_update(tp_progress *p, int force);
 /* The end: the final status file ("completed", or "cancelled" when interrupted) and a

@@ -27,7 +27,7 @@ typedef struct samples {
 } samples;
 
 struct tp_progress {
-    int64_t total, completed, failed, prompt_tokens, completion_tokens;
+    int64_t total, completed, failed, prompt_tokens, completion_tokens, cached_tokens;
     double start, last_update, end; /* monotonic seconds; end: 0 until finish */
     time_t created_at, in_progress_at, ended_at;
     const char *final_status; /* NULL until finish */
@@ -157,8 +157,9 @@ static tp_status write_status(const tp_progress *p, const char *status, int dura
                         json_pack("{s:I, s:I, s:I}", "total", (json_int_t)p->total, "completed",
                                   (json_int_t)p->completed, "failed", (json_int_t)p->failed));
     json_object_set_new(j, "usage",
-                        json_pack("{s:I, s:I, s:I}", "input_tokens", (json_int_t)p->prompt_tokens, "output_tokens",
-                                  (json_int_t)p->completion_tokens, "total_tokens",
+                        json_pack("{s:I, s:{s:I}, s:I, s:I}", "input_tokens", (json_int_t)p->prompt_tokens,
+                                  "input_tokens_details", "cached_tokens", (json_int_t)p->cached_tokens,
+                                  "output_tokens", (json_int_t)p->completion_tokens, "total_tokens",
                                   (json_int_t)(p->prompt_tokens + p->completion_tokens)));
     json_object_set_new(j, "created_at", time_or_null(p->created_at));
     json_object_set_new(j, "in_progress_at", time_or_null(p->in_progress_at));
@@ -258,6 +259,11 @@ void tp_progress_request_done(tp_progress *p, int failed, int64_t prompt_tokens,
     if (ttft >= 0 && isfinite(ttft)) samples_push(&p->ttft, ttft, &p->dropped_samples);
     /* a mean inter-token latency needs two tokens */
     if (completion_tokens > 1 && itl >= 0 && isfinite(itl)) samples_push(&p->itl, itl, &p->dropped_samples);
+}
+
+void tp_progress_cached_tokens(tp_progress *p, int64_t cached_tokens)
+{
+    if (p && cached_tokens > 0) p->cached_tokens += cached_tokens;
 }
 
 tp_status tp_progress_update(tp_progress *p, int force)

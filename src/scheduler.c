@@ -21,6 +21,10 @@ typedef struct seq {
     int32_t n_resolved;  /* leading tokens whose values are known: the rest are TP_TOKEN_PENDING */
     int32_t n_prompt, max_new;
     int32_t n_computed;  /* leading tokens whose KV are in the cache */
+    uint64_t chain;      /* prefix caching: the id of the prefix its first n_chain blocks hold */
+    int32_t n_chain;     /* leading blocks taken from the cache or registered */
+    int32_t n_cached;    /* prompt tokens taken from the cache at its first admission; -1 before */
+    int no_hits;         /* TP_SCHED_NO_PREFIX_HITS */
     int32_t *blocks;     /* physical block of positions [i * block_size, (i+1) * block_size) */
     int32_t n_blocks, cap_blocks;
     int state;
@@ -59,6 +63,10 @@ struct tp_scheduler {
     size_t cap_rows;
     seq **order; /* snapshot of RUNNING at the start of schedule */
     size_t cap_order;
+    /* prefix caching: the prompt blocks this step completes (each row's first), which a
+     * sequence waiting with the same prefix waits for rather than computes too */
+    struct inflight { uint64_t hash, chain; const int32_t *tokens; } *inflight;
+    size_t n_inflight, cap_inflight;
 
     /* batch arrays handed to the caller */
     int32_t *tok, *pos, *tseq, *slot;
@@ -69,7 +77,7 @@ struct tp_scheduler {
     int32_t *seq_first, *seq_len, *logit_token, *logit_seq;
     size_t cap_seq_arrays;
 
-    int64_t steps, preemptions, prefill_tokens, decode_tokens;
+    int64_t steps, preemptions, prefill_tokens, decode_tokens, cached_tokens;
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -275,7 +283,7 @@ tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out)
     if (!s) return tp_error(TP_ERR_OOM, "out of memory for the scheduler");
     s->cfg = *cfg;
     s->max_blocks = blocks_for(s, cfg->max_model_len);
-    tp_status st = tp_block_alloc_create(cfg->n_blocks, &s->alloc);
+    tp_status st = tp_block_alloc_create(cfg->n_blocks, cfg->prefix_caching ? cfg->block_size : 0, &s->alloc);
     if (st != TP_OK) {
         free(s);
         return st;
@@ -294,6 +302,7 @@ void tp_scheduler_destroy(tp_scheduler *s)
     free(s->table);
     free(s->rows);
     free(s->order);
+    free(s->inflight);
     free(s->tok);
     free(s->pos);
     free(s->tseq);
@@ -309,7 +318,7 @@ void tp_scheduler_destroy(tp_scheduler *s)
 }
 
 tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, int32_t n_prompt,
-                           int32_t max_new_tokens)
+                           int32_t max_new_tokens, int flags)
 {
     if (n_prompt < 1 || !prompt)
         return tp_error(TP_ERR_INVALID_ARG, "sequence %lld has an empty prompt (%d tokens)",
@@ -352,6 +361,8 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
     sq->cap = cap;
     sq->n_prompt = n_prompt;
     sq->max_new = max_new_tokens;
+    sq->n_cached = -1;
+    sq->no_hits = (flags & TP_SCHED_NO_PREFIX_HITS) != 0;
     sq->state = SEQ_WAITING;
     sq->step_mark = -1;
     list_push_back(&s->waiting, sq);
@@ -362,8 +373,81 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
 
 static void release_blocks(tp_scheduler *s, seq *sq)
 {
-    for (int32_t i = 0; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
+    if (s->cfg.prefix_caching) /* last block first: a prefix's tail is evicted before its head */
+        for (int32_t i = sq->n_blocks - 1; i >= 0; i--) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
+    else
+        for (int32_t i = 0; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
     sq->n_blocks = 0;
+    sq->chain = 0;
+    sq->n_chain = 0;
+}
+
+/* A sequence with nothing computed takes the registered blocks of its prompt's longest
+ * cached prefix, leaving at least its last prompt token to compute. Returns the blocks
+ * taken, or -1 on OOM (nothing taken). */
+static int32_t take_cached_prefix(tp_scheduler *s, seq *sq)
+{
+    const int32_t bs = s->cfg.block_size;
+    const int32_t limit = (min32(sq->n_prompt, sq->len) - 1) / bs;
+    if (!s->cfg.prefix_caching || sq->no_hits || sq->n_computed || limit < 1) return 0;
+    if (!grow32(&sq->blocks, &sq->cap_blocks, limit, blocks_for(s, (int64_t)sq->n_prompt + sq->max_new))) return -1;
+    uint64_t chain = 0;
+    int32_t m = 0;
+    for (uint64_t id; m < limit; m++, chain = id) {
+        int32_t b = tp_block_alloc_lookup(s->alloc, chain, sq->tokens + (size_t)m * (size_t)bs, &id);
+        if (b < 0) break;
+        tp_block_alloc_hold(s->alloc, b);
+        sq->blocks[m] = b;
+    }
+    sq->n_blocks = sq->n_chain = m;
+    sq->chain = chain;
+    sq->n_computed = m * bs;
+    return m;
+}
+
+static uint64_t block_key(uint64_t chain, const int32_t *tokens, int32_t n)
+{
+    uint64_t h = key_hash((int64_t)chain);
+    for (int32_t i = 0; i < n; i++) h = key_hash((int64_t)(h ^ (uint32_t)tokens[i]));
+    return h;
+}
+
+/* sq, in this step for len tokens: the first prompt block it completes, if any, is in flight */
+static int note_inflight(tp_scheduler *s, const seq *sq, int32_t len)
+{
+    const int32_t bs = s->cfg.block_size;
+    if (!s->cfg.prefix_caching || (int64_t)(sq->n_chain + 1) * bs > min32(sq->n_computed + len, sq->n_prompt)) return 1;
+    GROW(s->inflight, s->cap_inflight, s->n_inflight + 1, oom);
+    const int32_t *t = sq->tokens + (size_t)sq->n_chain * (size_t)bs;
+    s->inflight[s->n_inflight++] = (struct inflight){block_key(sq->chain, t, bs), sq->chain, t};
+    return 1;
+oom:
+    return 0;
+}
+
+/* A sequence just given its cached prefix: would its next block be computed by a row of this
+ * step? Then it does better to wait a step and read it (the step has work without it). */
+static int waits_for_inflight(const tp_scheduler *s, const seq *sq)
+{
+    const int32_t bs = s->cfg.block_size;
+    if (!s->n_inflight || sq->no_hits || sq->n_chain >= (min32(sq->n_prompt, sq->len) - 1) / bs) return 0;
+    const int32_t *t = sq->tokens + (size_t)sq->n_chain * (size_t)bs;
+    const uint64_t h = block_key(sq->chain, t, bs);
+    for (size_t i = 0; i < s->n_inflight; i++)
+        if (s->inflight[i].hash == h && s->inflight[i].chain == sq->chain &&
+            !memcmp(s->inflight[i].tokens, t, (size_t)bs * sizeof *t))
+            return 1;
+    return 0;
+}
+
+/* Register sq's blocks that are now full of computed prompt tokens. */
+static void register_full_blocks(tp_scheduler *s, seq *sq)
+{
+    const int32_t bs = s->cfg.block_size;
+    const int32_t full = min32(sq->n_computed, sq->n_prompt) / bs;
+    for (; sq->n_chain < full; sq->n_chain++)
+        sq->chain = tp_block_alloc_register(s->alloc, sq->blocks[sq->n_chain], sq->chain,
+                                            sq->tokens + (size_t)sq->n_chain * (size_t)bs);
 }
 
 /* Drop sq's KV: it waits at the front of the queue and recomputes its tokens later. Of
@@ -512,6 +596,7 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
                         (long long)s->steps);
     s->step_id++;
     s->n_rows = 0;
+    s->n_inflight = 0;
     s->n_logits = 0;
     s->preempted_now = 0;
     int32_t budget = s->cfg.max_num_batched_tokens;
@@ -541,6 +626,7 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
         if (got < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
         if (got == 0) continue;
         TP_CHECK(add_row(s, sq, got, 0));
+        if (!note_inflight(s, sq, got)) return tp_error(TP_ERR_OOM, "out of memory for the step's blocks");
         budget -= got;
     }
     /* 2b. admit waiting sequences FIFO; never in a step that had to preempt (vLLM does
@@ -548,14 +634,23 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
     while (!s->preempted_now && s->waiting.head && s->running.n < s->cfg.max_num_seqs &&
            budget > 0) {
         seq *sq = s->waiting.head;
+        const int32_t hit = take_cached_prefix(s, sq);
+        if (hit < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
         const int32_t want = admit_want(s, sq, budget, tp_block_alloc_n_free(s->alloc));
-        if (want < 1) break;
+        if (want < 1 || waits_for_inflight(s, sq)) {
+            release_blocks(s, sq); /* what it took waits in the cache with it */
+            sq->n_computed = 0;
+            break;
+        }
+        if (sq->n_cached < 0) sq->n_cached = hit * s->cfg.block_size;
+        s->cached_tokens += (int64_t)hit * s->cfg.block_size;
         list_remove(&s->waiting, sq);
         list_push_back(&s->running, sq);
         sq->state = SEQ_RUNNING;
         int32_t got = reserve(s, sq, want); /* fits: no preemption */
         if (got < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
         TP_CHECK(add_row(s, sq, got, 0));
+        if (!note_inflight(s, sq, got)) return tp_error(TP_ERR_OOM, "out of memory for the step's blocks");
         budget -= got;
     }
 
@@ -612,7 +707,11 @@ tp_status tp_scheduler_commit(tp_scheduler *s, const tp_sched_batch *b, const in
             return tp_error(TP_ERR_OOM, "out of memory for generated tokens");
     }
     s->pending = 0;
-    for (int32_t r = 0; r < s->n_rows; r++) s->rows[r].sq->n_computed += s->rows[r].len;
+    for (int32_t r = 0; r < s->n_rows; r++) {
+        seq *sq = s->rows[r].sq;
+        sq->n_computed += s->rows[r].len;
+        if (s->cfg.prefix_caching) register_full_blocks(s, sq);
+    }
     for (int32_t i = 0; i < s->n_logits; i++) {
         seq *sq = s->rows[s->logit_seq[i]].sq;
         if (sq->n_resolved == sq->len && sampled[i] != TP_TOKEN_PENDING) sq->n_resolved++;
@@ -659,18 +758,37 @@ int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **gen
     return 1;
 }
 
+int32_t tp_scheduler_cached_tokens(const tp_scheduler *s, int64_t key)
+{
+    seq **slot = table_find(s, key);
+    const seq *sq = slot ? *slot : s->popped && s->popped->key == key ? s->popped : NULL;
+    return sq && sq->n_cached > 0 ? sq->n_cached : 0;
+}
+
 int tp_scheduler_idle(const tp_scheduler *s) { return !s->waiting.n && !s->running.n; }
 
 void tp_scheduler_peek_first(const tp_scheduler *s, int32_t *n_tokens, int32_t *n_seqs)
 {
     int32_t budget = s->cfg.max_num_batched_tokens, n = 0;
     int64_t free_blocks = tp_block_alloc_n_free(s->alloc);
+    const int32_t bs = s->cfg.block_size;
+    /* prefix caching: nothing is cached yet, but a sequence waits where its first block is
+     * one that an earlier one completes in this step (schedule's waits_for_inflight) */
+    const int32_t **flight = s->cfg.prefix_caching ? malloc((size_t)s->cfg.max_num_seqs * sizeof *flight) : NULL;
+    int32_t n_flight = 0;
     for (const seq *sq = s->waiting.head; sq && n < s->cfg.max_num_seqs && budget > 0; sq = sq->next, n++) {
         const int32_t want = admit_want(s, sq, budget, free_blocks);
         if (want < 1) break;
+        int waits = 0;
+        if (flight && !sq->no_hits && (min32(sq->n_prompt, sq->len) - 1) / bs >= 1)
+            for (int32_t k = 0; k < n_flight && !waits; k++)
+                waits = !memcmp(flight[k], sq->tokens, (size_t)bs * sizeof *sq->tokens);
+        if (waits) break;
+        if (flight && bs <= min32(want, sq->n_prompt)) flight[n_flight++] = sq->tokens;
         budget -= want;
         free_blocks -= TP_CEIL_DIV(want, s->cfg.block_size); /* a fresh sequence's blocks */
     }
+    free(flight);
     *n_tokens = s->cfg.max_num_batched_tokens - budget;
     *n_seqs = n;
 }
@@ -681,6 +799,7 @@ void tp_scheduler_stats(const tp_scheduler *s, tp_sched_stats *st)
     st->preemptions = s->preemptions;
     st->prefill_tokens = s->prefill_tokens;
     st->decode_tokens = s->decode_tokens;
+    st->cached_tokens = s->cached_tokens;
     st->waiting = s->waiting.n;
     st->running = s->running.n;
     st->free_blocks = tp_block_alloc_n_free(s->alloc);

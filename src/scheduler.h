@@ -6,6 +6,14 @@
  * running sequence not yet in the step is preempted: its blocks are freed and it is recomputed later from its
  * tokens, so nothing is lost. Pure host logic, deterministic: every rank of a replica
  * runs an identical scheduler and reaches identical decisions.
+ *
+ * Prefix caching (cfg.prefix_caching): a block full of prompt tokens is registered when
+ * the step that computed it is committed, and outlives its sequence until its room is
+ * needed. A sequence being admitted (first, or again after a preemption) takes the longest
+ * run of its prompt's leading full blocks found registered, and its first chunk starts
+ * after them; at least its last prompt token is always computed, since its logits sample
+ * the first new token. Blocks of a step are registered only at its commit, so no step
+ * reads keys and values that the same step writes.
  */
 #ifndef TP_SCHEDULER_H
 #define TP_SCHEDULER_H
@@ -24,6 +32,7 @@ typedef struct tp_sched_config {
     int32_t max_num_seqs;           /* running sequences at most */
     int32_t max_num_batched_tokens; /* tokens in one step at most (chunked prefill) */
     int32_t max_model_len;          /* prompt + completion of one sequence at most */
+    int prefix_caching;             /* keep full prompt blocks for later sequences (block_alloc.h) */
 } tp_sched_config;
 
 /* One forward step. Arrays are owned by the scheduler, valid until the next schedule. */
@@ -58,12 +67,16 @@ int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, 
 tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out);
 void tp_scheduler_destroy(tp_scheduler *s); /* accepts NULL */
 
+/* tp_scheduler_add's flags: the sequence computes every prompt token (its prompt rows'
+ * logits are wanted: prompt logprobs, dumps), taking nothing from the prefix cache. */
+#define TP_SCHED_NO_PREFIX_HITS 1
+
 /* Queue a sequence. key is the caller's handle (unique). max_new_tokens >= 1. A sequence
  * whose prompt + max_new_tokens exceeds max_model_len, or could never fit in n_blocks,
  * is refused with TP_ERR_INVALID_ARG and a message saying both numbers; nothing is
  * queued then. The prompt is copied. */
 tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, int32_t n_prompt,
-                           int32_t max_new_tokens);
+                           int32_t max_new_tokens, int flags);
 
 /* Choose the next step: running decodes first (one token each, in admission order),
  * then prefill chunks of running and then waiting sequences (FIFO) within the token and
@@ -102,12 +115,17 @@ int tp_scheduler_pop_finished(tp_scheduler *s, int64_t *key, const int32_t **gen
  * sizes a step by it). */
 void tp_scheduler_peek_first(const tp_scheduler *s, int32_t *n_tokens, int32_t *n_seqs);
 
+/* Prompt tokens that sequence key took from the prefix cache when it was first admitted
+ * (0 before, or without a hit); key is a sequence not popped yet or the one popped last. */
+int32_t tp_scheduler_cached_tokens(const tp_scheduler *s, int64_t key);
+
 /* 1 when no sequence is waiting or running. */
 int tp_scheduler_idle(const tp_scheduler *s);
 
 /* Counters for tests and progress. */
 typedef struct tp_sched_stats {
     int64_t steps, preemptions, prefill_tokens, decode_tokens;
+    int64_t cached_tokens; /* prompt tokens taken from the prefix cache, over every admission */
     int32_t waiting, running, free_blocks;
 } tp_sched_stats;
 void tp_scheduler_stats(const tp_scheduler *s, tp_sched_stats *st);

@@ -61,6 +61,7 @@ typedef struct fake_seq {
     int32_t *prompt;
     int32_t n_prompt, max_new;
     int32_t stop_after; /* finish[] is set on this generated token (1-based); 0: never */
+    int flags;          /* tp_scheduler_add's */
     int64_t add_step;   /* added before the step with this index */
     int32_t *expect;    /* the tokens it generates when run alone */
     int32_t n_expect;
@@ -75,14 +76,18 @@ typedef struct engine {
     int eos;            /* also finish on the model's EOS tokens */
     fake_seq *seqs;
     int32_t n_seqs, n_added, n_done;
-    /* fake KV cache: who wrote what where */
+    /* fake KV cache: who wrote what where, and the history it was written after (a key
+     * or value depends on every token before it: a shared block must have the same) */
     int64_t *cache_key;
     int32_t *cache_pos, *cache_tok;
+    uint64_t *cache_hist;
     int64_t *slot_mark, *block_mark;
+    int32_t *block_rows; /* rows of this step holding the block (block_mark == step) */
     uint64_t *hashes;   /* one per step: every batch array and the sampled tokens */
     int64_t n_hashes, cap_hashes;
     /* what was seen */
     int64_t restarts, partial_chunks, mixed_steps, max_rows, finish_order_violations;
+    int64_t hit_tokens, shared_blocks; /* prefix caching: tokens not computed, blocks in two rows of a step */
     int64_t last_done_index;
     tp_sched_stats stats;
 } engine;
@@ -96,9 +101,12 @@ static void engine_init(engine *e, const tp_sched_config *cfg, int eos)
     e->cache_key = malloc(n_slots * sizeof *e->cache_key);
     e->cache_pos = malloc(n_slots * sizeof *e->cache_pos);
     e->cache_tok = malloc(n_slots * sizeof *e->cache_tok);
+    e->cache_hist = calloc(n_slots, sizeof *e->cache_hist);
     e->slot_mark = calloc(n_slots, sizeof *e->slot_mark);
     e->block_mark = calloc((size_t)cfg->n_blocks, sizeof *e->block_mark);
-    REQUIRE(e->cache_key && e->cache_pos && e->cache_tok && e->slot_mark && e->block_mark);
+    e->block_rows = calloc((size_t)cfg->n_blocks, sizeof *e->block_rows);
+    REQUIRE(e->cache_key && e->cache_pos && e->cache_tok && e->cache_hist && e->slot_mark && e->block_mark &&
+            e->block_rows);
     for (size_t i = 0; i < n_slots; i++) e->cache_key[i] = e->slot_mark[i] = -1;
     for (int32_t i = 0; i < cfg->n_blocks; i++) e->block_mark[i] = -1;
     e->last_done_index = -1;
@@ -115,8 +123,10 @@ static void engine_free(engine *e)
     free(e->cache_key);
     free(e->cache_pos);
     free(e->cache_tok);
+    free(e->cache_hist);
     free(e->slot_mark);
     free(e->block_mark);
+    free(e->block_rows);
     free(e->hashes);
 }
 
@@ -176,7 +186,7 @@ static void engine_random_seq(engine *e, uint64_t *rng, int32_t n_prompt, int32_
 
 static void add_to_scheduler(engine *e, tp_scheduler *s, fake_seq *fs)
 {
-    ck_assert_int_eq(tp_scheduler_add(s, fs->key, fs->prompt, fs->n_prompt, fs->max_new), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, fs->key, fs->prompt, fs->n_prompt, fs->max_new, fs->flags), TP_OK);
     memcpy(fs->hist, fs->prompt, (size_t)fs->n_prompt * sizeof *fs->prompt);
     fs->len = fs->n_prompt;
     fs->computed = 0;
@@ -248,6 +258,16 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
             e->restarts++;
             fs->computed = 0;
         }
+        if (c->prefix_caching && p0 != fs->computed) {
+            /* (re)admitted after a cached prefix of whole prompt blocks, the last prompt
+             * token always computed */
+            REQUIRE_EQ(p0 % bs, 0);
+            REQUIRE_LT(p0, fs->n_prompt);
+            REQUIRE(!(fs->flags & TP_SCHED_NO_PREFIX_HITS));
+            if (fs->computed > 0) fs->restarts++, e->restarts++;
+            e->hit_tokens += p0;
+            fs->computed = p0;
+        }
         REQUIRE_EQ(p0, fs->computed);
         int32_t last = p0 + n - 1;
         REQUIRE_LT(last, fs->len); /* only known tokens are fed */
@@ -267,11 +287,18 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
             }
             REQUIRE_GE(bt[j], 0);
             REQUIRE_LT(bt[j], c->n_blocks);
-            REQUIRE_NE(e->block_mark[bt[j]], step); /* never owned twice */
-            e->block_mark[bt[j]] = step;
+            if (e->block_mark[bt[j]] != step) {
+                e->block_mark[bt[j]] = step;
+                e->block_rows[bt[j]] = 0;
+                owned++;
+            } else {
+                REQUIRE(c->prefix_caching); /* never owned twice but as a shared prefix */
+                e->shared_blocks++;
+            }
+            e->block_rows[bt[j]]++;
         }
-        owned += nb;
 
+        uint64_t hist = fnv(0xcbf29ce484222325ull, fs->hist, (size_t)p0 * sizeof *fs->hist);
         for (int32_t j = 0; j < n; j++, t++) {
             int32_t p = p0 + j;
             REQUIRE_EQ(b->seq[t], r);
@@ -281,9 +308,11 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
             REQUIRE_NE(e->slot_mark[b->slot[t]], step); /* no shared slot */
             e->slot_mark[b->slot[t]] = step;
             /* the layer writes this token's KV */
+            hist = fnv(hist, &fs->hist[p], sizeof *fs->hist);
             e->cache_key[b->slot[t]] = fs->key;
             e->cache_pos[b->slot[t]] = p;
             e->cache_tok[b->slot[t]] = b->tokens[t];
+            e->cache_hist[b->slot[t]] = hist;
         }
         if (last + 1 > max_pos) max_pos = last + 1;
     }
@@ -291,6 +320,9 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
     REQUIRE_EQ(b->max_pos, max_pos);
     REQUIRE_EQ(b->n_logits, logits_expected);
     if (has_decode && has_prefill) e->mixed_steps++;
+    /* a block this step writes belongs to one row alone (the rows run in one pass: a
+     * block shared with another row would be read while written) */
+    for (int32_t i = 0; i < b->n_tokens; i++) REQUIRE_EQ(e->block_rows[b->slot[i] / bs], 1);
 
     /* blocks: all of them are free or owned by a running sequence */
     REQUIRE_LE(st.free_blocks + owned, c->n_blocks);
@@ -302,11 +334,14 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
         fake_seq *fs = seq_of_key(e, b->seq_key[r]);
         const int32_t *bt = b->block_table + (size_t)r * (size_t)b->max_blocks;
         int32_t last = b->pos[b->seq_first[r] + b->seq_len[r] - 1];
+        uint64_t hist = 0xcbf29ce484222325ull;
         for (int32_t q = 0; q <= last; q++) {
             int32_t sl = bt[q / bs] * bs + q % bs;
-            REQUIRE_EQ(e->cache_key[sl], fs->key);
+            hist = fnv(hist, &fs->hist[q], sizeof *fs->hist);
+            if (!c->prefix_caching) REQUIRE_EQ(e->cache_key[sl], fs->key);
             REQUIRE_EQ(e->cache_pos[sl], q);
             REQUIRE_EQ(e->cache_tok[sl], fs->hist[q]);
+            REQUIRE_EQ(e->cache_hist[sl], hist);
         }
     }
 }
@@ -412,6 +447,10 @@ static void engine_run(engine *e)
     ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n_gen), 0);
     REQUIRE(e->stats.preemptions > 0 || e->restarts == 0);
     REQUIRE_GE(e->stats.preemptions, e->restarts);
+    /* a sequence readmitted with as many cached tokens as it had computed goes unseen */
+    if (!e->stats.preemptions) REQUIRE_EQ(e->stats.cached_tokens, e->hit_tokens);
+    REQUIRE_GE(e->stats.cached_tokens, e->hit_tokens);
+    if (!e->cfg.prefix_caching) REQUIRE_EQ(e->hit_tokens, 0);
     free(sampled);
     free(finish);
     free(scratch);
@@ -445,9 +484,9 @@ START_TEST(block_alloc_basics)
 {
     tp_block_alloc *a = NULL;
     tp_error_clear();
-    ck_assert_int_eq(tp_block_alloc_create(0, &a), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_block_alloc_create(0, 0, &a), TP_ERR_INVALID_ARG);
     ck_assert_ptr_null(a);
-    ck_assert_int_eq(tp_block_alloc_create(3, &a), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_create(3, 0, &a), TP_OK);
     ck_assert_int_eq(tp_block_alloc_n_blocks(a), 3);
     ck_assert_int_eq(tp_block_alloc_get(a), 0);
     ck_assert_int_eq(tp_block_alloc_get(a), 1);
@@ -572,9 +611,9 @@ START_TEST(preempted_sequence_resumes_first)
     tp_scheduler *s;
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8}, &s), TP_OK);
     const int32_t p[3] = {1, 2, 3};
-    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5), TP_OK); /* A */
-    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5), TP_OK); /* B */
-    ck_assert_int_eq(tp_scheduler_add(s, 30, p, 1, 1), TP_OK); /* C */
+    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
+    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
+    ck_assert_int_eq(tp_scheduler_add(s, 30, p, 1, 1, 0), TP_OK); /* C */
     tp_sched_batch b;
     int32_t tok[2] = {4, 4};
     tp_sched_stats st;
@@ -705,7 +744,7 @@ START_TEST(commit_without_finish_array)
     tp_scheduler *s;
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32}, &s), TP_OK);
     int32_t prompt[3] = {1, 2, 3};
-    ck_assert_int_eq(tp_scheduler_add(s, 5, prompt, 3, 2), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 5, prompt, 3, 2, 0), TP_OK);
     tp_sched_batch b;
     int32_t tok = 9;
     for (int i = 0; i < 2; i++) {
@@ -736,8 +775,8 @@ START_TEST(pending_tokens_resolve)
     /* blocks of 4 tokens, 6 of them: two sequences of 5 + 4 tokens fit, not three */
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
-    ck_assert_int_eq(tp_scheduler_add(s, 10, prompt, 5, 6), TP_OK);
-    ck_assert_int_eq(tp_scheduler_add(s, 11, prompt, 3, 2), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 10, prompt, 5, 6, 0), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 11, prompt, 3, 2, 0), TP_OK);
     tp_sched_batch b;
     int32_t pend[2] = {TP_TOKEN_PENDING, TP_TOKEN_PENDING};
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* both prompts */
@@ -778,8 +817,8 @@ START_TEST(pending_tokens_resolve)
 
     /* a sequence preempted while its token is pending (the step that will read it is not
      * the one it is in): that token read as its end finishes it where it waits */
-    ck_assert_int_eq(tp_scheduler_add(s, 20, prompt, 5, 12), TP_OK);
-    ck_assert_int_eq(tp_scheduler_add(s, 21, prompt, 5, 12), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 20, prompt, 5, 12, 0), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 21, prompt, 5, 12, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     ck_assert_int_eq(b.n_logits, 2);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
@@ -813,7 +852,7 @@ START_TEST(pending_tokens_resolve)
 
     /* a known token after a pending one would be overwritten by the next resolve: refused */
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
-    ck_assert_int_eq(tp_scheduler_add(s, 30, prompt, 3, 4), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 30, prompt, 3, 4, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
@@ -837,17 +876,17 @@ START_TEST(add_refusals)
     ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100}, &s), TP_OK);
     int32_t prompt[80] = {0};
     tp_error_clear();
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 0, 4), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 0, 4, 0), TP_ERR_INVALID_ARG);
     tp_error_clear();
-    ck_assert_int_eq(tp_scheduler_add(s, 1, NULL, 3, 4), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, NULL, 3, 4, 0), TP_ERR_INVALID_ARG);
     tp_error_clear();
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 0), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 0, 0), TP_ERR_INVALID_ARG);
     tp_error_clear();
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 80, 21), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 80, 21, 0), TP_ERR_INVALID_ARG);
     ck_assert(message_has("101", "100"));
     tp_error_clear();
     /* fits max_model_len but needs 5 blocks of 16 > 4 */
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 5), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 5, 0), TP_ERR_INVALID_ARG);
     ck_assert(message_has("needs 5", "only 4"));
     tp_error_clear();
     ck_assert(tp_scheduler_idle(s));
@@ -857,21 +896,21 @@ START_TEST(add_refusals)
 
     /* exactly 4 blocks: accepted; a duplicate key is refused while queued, running or
      * finished but not popped, and accepted again once popped */
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 4), TP_OK);
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 4, 0), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1, 0), TP_ERR_INVALID_ARG);
     ck_assert(message_has("1", "already"));
     tp_error_clear();
-    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1, 0), TP_OK);
     int32_t sampled[4] = {0};
     uint8_t fin[4] = {1, 1, 1, 1};
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1, 0), TP_ERR_INVALID_ARG);
     tp_error_clear();
     while (!tp_scheduler_idle(s)) {
         ck_assert_int_eq(tp_scheduler_commit(s, &b, sampled, fin), TP_OK);
         ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     }
-    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_scheduler_add(s, 2, prompt, 2, 1, 0), TP_ERR_INVALID_ARG);
     tp_error_clear();
     int64_t key;
     const int32_t *gen;
@@ -879,7 +918,7 @@ START_TEST(add_refusals)
     ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
     ck_assert_int_eq(key, 1);
     ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 2, 1, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
     ck_assert_int_eq(key, 2);
     ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 0);
@@ -913,7 +952,7 @@ START_TEST(create_refusals_and_misuse)
     ck_assert_int_eq(tp_scheduler_commit(s, &b, &tok, NULL), TP_ERR_INTERNAL);
     tp_error_clear();
     int32_t prompt[3] = {1, 2, 3};
-    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 2), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 3, 2, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     ck_assert_int_eq(b.n_tokens, 3);
     tp_sched_batch b2;
@@ -962,7 +1001,7 @@ START_TEST(many_keys)
     const int32_t p[2] = {5, 6};
     for (int i = 0; i < N; i++) {
         keys[i] = (int64_t)(rng_next(&rng) >> 1) * (i % 2 ? -1 : 1);
-        ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1 + i % 2, 1 + i % 3), TP_OK);
+        ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1 + i % 2, 1 + i % 3, 0), TP_OK);
     }
     tp_error_clear();
     tp_sched_batch b;
@@ -984,13 +1023,13 @@ START_TEST(many_keys)
             done++;
             int j = (int)(rng_next(&rng) % N); /* a key still held is still refused */
             if (!popped[j]) {
-                ck_assert_int_eq(tp_scheduler_add(s, keys[j], p, 1, 1), TP_ERR_INVALID_ARG);
+                ck_assert_int_eq(tp_scheduler_add(s, keys[j], p, 1, 1, 0), TP_ERR_INVALID_ARG);
                 tp_error_clear();
             }
         }
     }
     ck_assert_int_eq(done, N);
-    for (int i = 0; i < N; i++) ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1, 1), TP_OK);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(tp_scheduler_add(s, keys[i], p, 1, 1, 0), TP_OK);
     tp_scheduler_destroy(s);
 }
 END_TEST
@@ -1005,6 +1044,12 @@ START_TEST(peek_first_is_the_first_step)
         {4, 30, 3, 1000, 120},  /* the sequence cap */
         {1, 40, 16, 25, 40},    /* a small budget, one-token blocks */
         {8, 12, 64, 4096, 96},
+        /* prefix caching: the prompts share their first tokens, so all but the first whose
+         * first block another completes wait (and a prompt of one block or less does not) */
+        {16, 64, 8, 512, 256, 1},
+        {4, 30, 3, 1000, 120, 1},
+        {1, 40, 16, 25, 40, 1},
+        {8, 12, 64, 4096, 96, 1},
     };
     uint64_t rng = 12345;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
@@ -1017,7 +1062,8 @@ START_TEST(peek_first_is_the_first_step)
                 rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
                 const int32_t n = 1 + (int32_t)((rng >> 33) % 60);
                 const int32_t max_new = cfgs[c].max_model_len - n < 8 ? cfgs[c].max_model_len - n : 8;
-                if (max_new < 1 || tp_scheduler_add(s, k, prompt, n, max_new) != TP_OK) continue;
+                const int flags = (rng >> 20) % 5 == 0 ? TP_SCHED_NO_PREFIX_HITS : 0;
+                if (max_new < 1 || tp_scheduler_add(s, k, prompt, n, max_new, flags) != TP_OK) continue;
             }
             int32_t tokens = -1, seqs = -1;
             tp_scheduler_peek_first(s, &tokens, &seqs);
@@ -1033,8 +1079,9 @@ END_TEST
 
 START_TEST(determinism)
 {
+    for (int caching = 0; caching < 2; caching++) {
     engine e1, e2;
-    const tp_sched_config cfg = {2, 30, 6, 12, 48};
+    const tp_sched_config cfg = {2, 30, 6, 12, 48, caching};
     engine_init(&e1, &cfg, 1);
     engine_init(&e2, &cfg, 1);
     random_workload(&e1, 77, 40, 30, 18, 60, 1);
@@ -1047,13 +1094,239 @@ START_TEST(determinism)
     ck_assert_int_eq(e1.stats.preemptions, e2.stats.preemptions);
     engine_free(&e1);
     engine_free(&e2);
+    }
+}
+END_TEST
+
+/* n sequences whose prompts start with one of n_prefixes random prefixes (some none, some
+ * whole prompts repeated), arriving over add_spread steps; every fourth computes its whole
+ * prompt (TP_SCHED_NO_PREFIX_HITS) */
+static void shared_prefix_workload(engine *e, uint64_t seed, int32_t n, int32_t n_prefixes, int32_t max_prompt,
+                                   int32_t max_new, int64_t add_spread)
+{
+    uint64_t rng = seed;
+    const tp_sched_config *c = &e->cfg;
+    int64_t cap = (int64_t)c->n_blocks * c->block_size;
+    if (cap > c->max_model_len) cap = c->max_model_len;
+    if (max_prompt > cap - 1) max_prompt = (int32_t)cap - 1;
+    REQUIRE_GE(max_prompt, 1);
+    int32_t *prefix = malloc((size_t)n_prefixes * (size_t)max_prompt * sizeof *prefix);
+    int32_t *prefix_len = malloc((size_t)n_prefixes * sizeof *prefix_len);
+    int32_t *p = malloc((size_t)max_prompt * sizeof *p);
+    REQUIRE(prefix && prefix_len && p);
+    for (int32_t k = 0; k < n_prefixes; k++) {
+        prefix_len[k] = rng_range(&rng, 1, max_prompt);
+        for (int32_t i = 0; i < max_prompt; i++) prefix[k * max_prompt + i] = rng_range(&rng, 0, VOCAB - 1);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = rng_range(&rng, 0, n_prefixes), np = 0; /* k == n_prefixes: no shared prefix */
+        if (k < n_prefixes) {
+            np = prefix_len[k];
+            memcpy(p, prefix + (size_t)k * (size_t)max_prompt, (size_t)np * sizeof *p);
+        }
+        if (np == 0 || rng_range(&rng, 0, 2) > 0) { /* a suffix of its own (else the prompt repeats whole) */
+            int32_t more = rng_range(&rng, 1, max_prompt);
+            if (np + more > max_prompt) more = max_prompt - np;
+            for (int32_t j = 0; j < more; j++) p[np++] = rng_range(&rng, 0, VOCAB - 1);
+        }
+        if (np < 1) p[np++] = 7;
+        int32_t mn = rng_range(&rng, 1, max_new);
+        if (np + mn > cap) mn = (int32_t)cap - np;
+        REQUIRE_GE(mn, 1);
+        int32_t stop = rng_range(&rng, 0, 3) == 0 ? rng_range(&rng, 1, mn) : 0;
+        int64_t at = add_spread > 0 ? rng_range(&rng, 0, (int32_t)add_spread) : 0;
+        engine_seq(e, p, np, mn, stop, at);
+        e->seqs[e->n_seqs - 1].flags = i % 4 == 3 ? TP_SCHED_NO_PREFIX_HITS : 0;
+    }
+    free(prefix);
+    free(prefix_len);
+    free(p);
+}
+
+START_TEST(block_alloc_prefix_cache)
+{
+    tp_block_alloc *a = NULL;
+    ck_assert_int_eq(tp_block_alloc_create(4, 2, &a), TP_OK);
+    const int32_t ab[2] = {1, 2}, cd[2] = {3, 4}, ef[2] = {5, 6};
+    uint64_t id = 0, id_ab, id_abcd;
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, &id), -1);
+    int32_t b0 = tp_block_alloc_get(a), b1 = tp_block_alloc_get(a);
+    id_ab = tp_block_alloc_register(a, b0, 0, ab);
+    id_abcd = tp_block_alloc_register(a, b1, id_ab, cd);
+    ck_assert(id_ab != 0 && id_abcd != 0 && id_ab != id_abcd);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, &id), b0);
+    ck_assert(id == id_ab);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab, cd, &id), b1);
+    ck_assert(id == id_abcd);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, cd, NULL), -1);     /* cd only after ab */
+    ck_assert_int_eq(tp_block_alloc_lookup(a, id_abcd, ab, NULL), -1); /* nor ab after abcd */
+    /* the same prefix computed again elsewhere: its first id stands, the copy stays plain */
+    int32_t b2 = tp_block_alloc_get(a);
+    ck_assert(tp_block_alloc_register(a, b2, 0, ab) == id_ab);
+    ck_assert_int_eq(tp_block_alloc_put(a, b2), TP_OK); /* plain: straight back to the free list */
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 2);
+    /* let go, tail first: still found, still free */
+    ck_assert_int_eq(tp_block_alloc_put(a, b1), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_put(a, b0), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 4);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), b0);
+    /* held again: not free, and a second hold needs a second put */
+    tp_block_alloc_hold(a, b0);
+    tp_block_alloc_hold(a, b0);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 3);
+    ck_assert_int_eq(tp_block_alloc_put(a, b0), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 3);
+    ck_assert_int_eq(tp_block_alloc_put(a, b0), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 4);
+    ck_assert_int_eq(tp_block_alloc_put(a, b0), TP_ERR_INTERNAL);
+    /* plain free blocks go first, then the cached ones, the one let go longest ago first:
+     * b1 (abcd's tail), then b0 */
+    int32_t g1 = tp_block_alloc_get(a), g2 = tp_block_alloc_get(a);
+    ck_assert(g1 != b0 && g1 != b1 && g2 != b0 && g2 != b1);
+    ck_assert_int_eq(tp_block_alloc_get(a), b1);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab, cd, NULL), -1);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), b0);
+    ck_assert_int_eq(tp_block_alloc_get(a), b0);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), -1);
+    ck_assert_int_eq(tp_block_alloc_get(a), -1);
+    /* ab computed anew: a new id, so a block registered under the old one is not reached */
+    uint64_t id_ab2 = tp_block_alloc_register(a, b0, 0, ab);
+    ck_assert(id_ab2 != id_ab && id_ab2 != id_abcd);
+    uint64_t id_abef = tp_block_alloc_register(a, b1, id_ab2, ef);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab2, ef, &id), b1);
+    ck_assert(id == id_abef);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab, ef, NULL), -1);
+    tp_block_alloc_destroy(a);
+    /* without prefix caching nothing is ever found */
+    ck_assert_int_eq(tp_block_alloc_create(2, 0, &a), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), -1);
+    tp_block_alloc_destroy(a);
+    ck_assert_int_eq(tp_block_alloc_create(2, -1, &a), TP_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* Shared prefixes with the cache on: every result is the sequence's alone (engine_run), the
+ * cache is hit, and a hit reads keys and values written after the same history. */
+START_TEST(prefix_caching_shared_prompts)
+{
+    const tp_sched_config cfgs[] = {
+        {4, 64, 8, 64, 96, 1},   /* room: hits, and blocks shared in a step */
+        {2, 24, 6, 16, 40, 1},   /* tight: evictions and preemptions */
+        {16, 40, 16, 256, 200, 1},
+        {1, 30, 4, 8, 24, 1},
+    };
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        engine e;
+        engine_init(&e, &cfgs[c], 1);
+        shared_prefix_workload(&e, 1000 + c, 60, 4, cfgs[c].max_model_len / 2, 12, 80);
+        engine_run(&e);
+        ck_assert_msg(e.hit_tokens > 0, "config %zu: no prompt token came from the cache", c);
+        if (c == 0) ck_assert_int_gt(e.shared_blocks, 0);
+        if (c == 1) ck_assert_int_gt(e.stats.preemptions, 0);
+        engine_free(&e);
+    }
+    /* the same workload without the cache: the same tokens, every prompt token computed */
+    engine e;
+    engine_init(&e, &(tp_sched_config){4, 64, 8, 64, 96, 0}, 1);
+    shared_prefix_workload(&e, 1000, 60, 4, 48, 12, 80);
+    engine_run(&e);
+    ck_assert_int_eq(e.stats.cached_tokens, 0);
+    engine_free(&e);
+}
+END_TEST
+
+START_TEST(prefix_caching_first_admission_counts)
+{
+    /* A computes an 8-token prompt; B, C arrive after it and share its first 4 or 8 tokens;
+     * D asks for no hits */
+    tp_scheduler *s = NULL;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 32, 4, 64, 32, 1}, &s), TP_OK);
+    const int32_t a[9] = {10, 11, 12, 13, 14, 15, 16, 17, 18};
+    const int32_t b[6] = {10, 11, 12, 13, 99, 98};
+    ck_assert_int_eq(tp_scheduler_add(s, 1, a, 9, 2, 0), TP_OK);
+    tp_sched_batch bt;
+    int32_t tok[4] = {5, 5, 5, 5};
+    ck_assert_int_eq(tp_scheduler_schedule(s, &bt), TP_OK);
+    ck_assert_int_eq(bt.n_tokens, 9);
+    ck_assert_int_eq(tp_scheduler_commit(s, &bt, tok, NULL), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 2, b, 6, 1, 0), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 3, a, 8, 1, 0), TP_OK); /* a's first 8: 4 computed again */
+    ck_assert_int_eq(tp_scheduler_add(s, 4, a, 9, 1, TP_SCHED_NO_PREFIX_HITS), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &bt), TP_OK);
+    /* A's decode, then B from position 4, C from 4 (its last token is computed), D from 0 */
+    ck_assert_int_eq(bt.n_seqs, 4);
+    ck_assert_int_eq(bt.pos[bt.seq_first[1]], 4);
+    ck_assert_int_eq(bt.seq_len[1], 2);
+    ck_assert_int_eq(bt.pos[bt.seq_first[2]], 4);
+    ck_assert_int_eq(bt.seq_len[2], 4);
+    ck_assert_int_eq(bt.pos[bt.seq_first[3]], 0);
+    ck_assert_int_eq(bt.seq_len[3], 9);
+    /* B and C read A's first block; C computes its second (its last token is in it) */
+    ck_assert_int_eq(bt.block_table[1 * bt.max_blocks], bt.block_table[0]);
+    ck_assert_int_eq(bt.block_table[2 * bt.max_blocks], bt.block_table[0]);
+    ck_assert_int_ne(bt.block_table[2 * bt.max_blocks + 1], bt.block_table[1]);
+    ck_assert_int_ne(bt.block_table[3 * bt.max_blocks], bt.block_table[0]);
+    ck_assert_int_eq(tp_scheduler_cached_tokens(s, 2), 4);
+    ck_assert_int_eq(tp_scheduler_cached_tokens(s, 3), 4);
+    ck_assert_int_eq(tp_scheduler_cached_tokens(s, 4), 0);
+    ck_assert_int_eq(tp_scheduler_commit(s, &bt, tok, NULL), TP_OK);
+    int64_t key;
+    const int32_t *gen;
+    int32_t n_gen;
+    while (tp_scheduler_pop_finished(s, &key, &gen, &n_gen))
+        ck_assert_int_eq(tp_scheduler_cached_tokens(s, key), key == 2 || key == 3 ? 4 : 0);
+    tp_sched_stats st;
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.cached_tokens, 8);
+    ck_assert_int_eq(st.free_blocks, 32);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
+/* Everything queued at once with one long shared prefix (the offline case): the first
+ * step computes it once, the others wait a step and read it, rather than all computing it
+ * in the first step. */
+START_TEST(prefix_caching_waits_for_a_prefix_in_flight)
+{
+    tp_scheduler *s = NULL;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 64, 8, 64, 32, 1}, &s), TP_OK);
+    int32_t p[5][11];
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < 11; i++) p[k][i] = 100 + i;
+        p[k][10] = k; /* 10 shared, then its own */
+    }
+    p[3][0] = 7; /* nothing in common with the others */
+    for (int k = 0; k < 5; k++) ck_assert_int_eq(tp_scheduler_add(s, k, p[k], 11, 1, 0), TP_OK);
+    int32_t tokens = -1, seqs = -1;
+    tp_scheduler_peek_first(s, &tokens, &seqs);
+    tp_sched_batch b;
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_seqs, 1); /* 1 waits for 0's first blocks (FIFO: 2, 3, 4 behind it) */
+    ck_assert_int_eq(b.n_tokens, 11);
+    ck_assert_int_eq(tokens, 11);
+    ck_assert_int_eq(seqs, 1);
+    int32_t tok[5] = {1, 1, 1, 1, 1};
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+    ck_assert_int_eq(b.n_seqs, 4); /* 1, 2, 4 from position 8; 3 computed whole */
+    const int32_t first[4] = {8, 8, 0, 8}, len[4] = {3, 3, 11, 3};
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(b.pos[b.seq_first[r]], first[r]);
+        ck_assert_int_eq(b.seq_len[r], len[r]);
+    }
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    tp_sched_stats st;
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.cached_tokens, 24);
+    ck_assert(tp_scheduler_idle(s));
+    tp_scheduler_destroy(s);
 }
 END_TEST
 
 START_TEST(stress)
 {
     const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
-    int64_t preempted_runs = 0;
+    int64_t preempted_runs = 0, hit_runs = 0;
     for (uint64_t seed = 1; seed <= 1000; seed++) {
         uint64_t rng = seed * 0x2545f4914f6cdd1dull;
         int32_t bs = sizes[rng_range(&rng, 0, 5)];
@@ -1063,18 +1336,25 @@ START_TEST(stress)
         int32_t max_seqs = rng_range(&rng, 1, 12);
         int32_t mnbt = rng_range(&rng, 0, 3) == 0 ? rng_range(&rng, 1, 4) : rng_range(&rng, 1, 96);
         engine e;
-        engine_init(&e, &(tp_sched_config){bs, n_blocks, max_seqs, mnbt, max_len},
+        const int caching = rng_range(&rng, 0, 1);
+        engine_init(&e, &(tp_sched_config){bs, n_blocks, max_seqs, mnbt, max_len, caching},
                     rng_range(&rng, 0, 1));
         int32_t cap = n_blocks * bs < max_len ? n_blocks * bs : max_len;
         if (cap >= 2) {
-            random_workload(&e, rng, rng_range(&rng, 1, 40), rng_range(&rng, 1, cap),
-                            rng_range(&rng, 1, cap), rng_range(&rng, 0, 1) ? 0 : 100, 1);
+            if (caching && rng_range(&rng, 0, 1))
+                shared_prefix_workload(&e, rng, rng_range(&rng, 1, 40), rng_range(&rng, 1, 4), rng_range(&rng, 1, cap),
+                                       rng_range(&rng, 1, cap), rng_range(&rng, 0, 1) ? 0 : 100);
+            else
+                random_workload(&e, rng, rng_range(&rng, 1, 40), rng_range(&rng, 1, cap),
+                                rng_range(&rng, 1, cap), rng_range(&rng, 0, 1) ? 0 : 100, 1);
             engine_run(&e);
+            hit_runs += e.hit_tokens > 0;
             preempted_runs += e.stats.preemptions > 0;
         }
         engine_free(&e);
     }
     ck_assert_int_gt(preempted_runs, 100);
+    ck_assert_int_gt(hit_runs, 50);
 }
 END_TEST
 
@@ -1084,6 +1364,10 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, block_alloc_basics);
+    tcase_add_test(tc, block_alloc_prefix_cache);
+    tcase_add_test(tc, prefix_caching_shared_prompts);
+    tcase_add_test(tc, prefix_caching_first_admission_counts);
+    tcase_add_test(tc, prefix_caching_waits_for_a_prefix_in_flight);
     tcase_add_test(tc, single_sequence);
     tcase_add_test(tc, one_token_prompt_one_new_token);
     tcase_add_test(tc, many_random_sequences);

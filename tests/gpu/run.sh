@@ -208,6 +208,13 @@ if [ "$NP" -eq 1 ] && [ "${GPU_MODELS:-1}" = 1 ]; then
     else
         record "products added in place = through delta (tokens, f32)" FAIL "$(tail -2 "$OUTDIR/residual-add.log" | tr '|\n' '/ ' | cut -c1-150)"
     fi
+    # prefix caching on and off (tests/prefix_cache.sh)
+    if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED PREFIX_BACKEND=cuda MPIRUN=$mpi_for PYTHON3=python3 \
+        timeout 300 bash "$root/tests/prefix_cache.sh" >"$OUTDIR/prefix-cache.log" 2>&1; then
+        record "prefix cache on = off (tokens, f32)" PASS "$([ "$mpi_for" = no ] && echo tp1 || echo "tp1, tp2, pp2")"
+    else
+        record "prefix cache on = off (tokens, f32)" FAIL "$(tail -2 "$OUTDIR/prefix-cache.log" | tr '|\n' '/ ' | cut -c1-150)"
+    fi
 fi
 
 # Hugging Face itself in bfloat16 on this GPU, against the same float32 references: the
