@@ -22,7 +22,7 @@ for v in "$@"; do
     mkdir -p "$d"
     ( for kv in $v; do export "${kv?}"; done
       OUT=$d bash bench/gpu_decode.sh "$TP" "$PP" "$DP" >"$d/stdout.log" 2>&1 )
-    for log in "$d"/llama-*-b*.log "$d"/llama-*-o*.log; do
+    for log in "$d"/llama-*-b*.log "$d"/llama-*-o*.log "$d"/llama-*-s*.log; do
         [ -f "$log" ] || continue
         run=$(basename "$log" .log)
         itl=$(grep -o 'inter-token latency [0-9.]*' "$log" | awk '{print $3}')
