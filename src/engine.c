@@ -879,7 +879,7 @@ static int32_t logit_rows(const engine *e, int32_t T)
 static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
 {
     const int64_t bs = e->o->kv_block_size;
-    int64_t n = 0, need = 0;
+    int64_t n = 0, need = 0, prompt_blocks = 0;
     for (size_t i = 0; i < e->reqs.n; i++) {
         const req *r = &e->R[i];
         if (r->runnable < 0) continue;
@@ -887,7 +887,19 @@ static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
         if (len > e->max_model_len) len = e->max_model_len;
         n += r->n;
         need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
+        prompt_blocks += r->n_prompt / bs;
     }
+    /* with prefix caching, the blocks of prompts that start alike are held once (counted over
+     * the first 4M prefixes, 64 MiB at most; a sizing, so done without where memory is short) */
+    tp_prefix_count *pc = NULL;
+    if (large && e->o->prefix_caching && !e->o->dump_logits && prompt_blocks > 0 &&
+        tp_prefix_count_create((int32_t)bs, prompt_blocks < (INT64_C(1) << 22) ? prompt_blocks : INT64_C(1) << 22, &pc) != TP_OK)
+        tp_error_clear();
+    for (size_t i = 0; pc && i < e->reqs.n; i++) {
+        const req *r = &e->R[i];
+        if (r->runnable >= 0 && r->prompt_lp < 0) need -= tp_prefix_count_add(pc, r->prompt, r->n_prompt, r->n);
+    }
+    tp_prefix_count_destroy(pc);
     int32_t seqs = large ? tp_sched_fit_seqs(blocks, need, n, 256, 1024) : 256;
     return n > 0 && n < seqs ? (int32_t)n : seqs;
 }

@@ -253,6 +253,59 @@ int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, 
     return fit < lo ? lo : fit > hi ? hi : (int32_t)fit;
 }
 
+static uint64_t block_key(uint64_t chain, const int32_t *tokens, int32_t n);
+
+struct tp_prefix_count {
+    int32_t block_size;
+    uint64_t *set; /* open addressing; 0 is empty (a hash of 0 is taken as 1) */
+    size_t cap, n, max;
+};
+
+tp_status tp_prefix_count_create(int32_t block_size, int64_t max_blocks, tp_prefix_count **out)
+{
+    *out = NULL;
+    if (block_size < 1 || max_blocks < 1)
+        return tp_error(TP_ERR_INVALID_ARG, "a prefix count of blocks of %d tokens, at most %lld",
+                        (int)block_size, (long long)max_blocks);
+    tp_prefix_count *c = calloc(1, sizeof *c);
+    if (!c) return tp_error(TP_ERR_OOM, "out of memory");
+    c->block_size = block_size;
+    c->max = (size_t)max_blocks;
+    c->cap = 64;
+    while (c->cap < 2 * c->max && c->cap < ((size_t)1 << 40)) c->cap *= 2;
+    c->set = calloc(c->cap, sizeof *c->set);
+    if (!c->set) {
+        free(c);
+        return tp_error(TP_ERR_OOM, "out of memory for %lld prefixes", (long long)max_blocks);
+    }
+    *out = c;
+    return TP_OK;
+}
+
+void tp_prefix_count_destroy(tp_prefix_count *c)
+{
+    if (!c) return;
+    free(c->set);
+    free(c);
+}
+
+int64_t tp_prefix_count_add(tp_prefix_count *c, const int32_t *prompt, int32_t n_prompt, int32_t copies)
+{
+    const int32_t bs = c->block_size, limit = n_prompt > 0 ? (n_prompt - 1) / bs : 0;
+    int64_t shared = 0;
+    uint64_t h = 0;
+    for (int32_t j = 0; j < limit; j++) {
+        h = block_key(h, prompt + (size_t)j * (size_t)bs, bs);
+        const uint64_t k = h ? h : 1;
+        size_t i = (size_t)k & (c->cap - 1);
+        while (c->set[i] && c->set[i] != k) i = (i + 1) & (c->cap - 1);
+        if (c->set[i]) shared++;
+        else if (c->n < c->max) c->set[i] = k, c->n++;
+    }
+    if (copies < 1) return 0;
+    return shared + (int64_t)limit * (copies - 1); /* later copies read every block the first computes */
+}
+
 tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out)
 {
     if (!out) return tp_error(TP_ERR_INVALID_ARG, "tp_scheduler_create needs an out pointer");

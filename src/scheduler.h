@@ -64,6 +64,16 @@ typedef struct tp_scheduler tp_scheduler;
  * cap on the count), never fewer than lo. hi with no sequences. */
 int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, int32_t lo, int32_t hi);
 
+/* Prefix caching's share of a run's blocks, for sizing it: prompts added in turn, each
+ * tp_prefix_count_add says how many blocks of `copies` sequences of it need not be held
+ * again (its leading full blocks, up to the one with its last token, that an earlier prompt
+ * or an earlier copy has; by 64-bit hashes of whole prefixes). Remembers at most max_blocks
+ * prefixes; past that, new ones count as not shared. */
+typedef struct tp_prefix_count tp_prefix_count;
+tp_status tp_prefix_count_create(int32_t block_size, int64_t max_blocks, tp_prefix_count **out);
+int64_t tp_prefix_count_add(tp_prefix_count *c, const int32_t *prompt, int32_t n_prompt, int32_t copies);
+void tp_prefix_count_destroy(tp_prefix_count *c); /* accepts NULL */
+
 tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out);
 void tp_scheduler_destroy(tp_scheduler *s); /* accepts NULL */
 

@@ -1323,6 +1323,31 @@ START_TEST(prefix_caching_waits_for_a_prefix_in_flight)
 }
 END_TEST
 
+START_TEST(prefix_count)
+{
+    tp_prefix_count *c = NULL;
+    ck_assert_int_eq(tp_prefix_count_create(0, 8, &c), TP_ERR_INVALID_ARG);
+    ck_assert_int_eq(tp_prefix_count_create(4, 8, &c), TP_OK);
+    int32_t a[13], b[13];
+    for (int i = 0; i < 13; i++) a[i] = b[i] = 50 + i;
+    b[6] = 1; /* b shares a's first block only */
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 13, 1), 0);  /* 3 blocks, none seen */
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 13, 1), 3);  /* all 3 (the 13th token computed) */
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 12, 1), 2);  /* 12 tokens: its third block holds its last */
+    ck_assert_int_eq(tp_prefix_count_add(c, b, 13, 1), 1);
+    ck_assert_int_eq(tp_prefix_count_add(c, b, 13, 3), 3 + 2 * 3); /* seen whole, and two more copies */
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 4, 2), 0);   /* one block with its last token: nothing */
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 13, 0), 0);
+    tp_prefix_count_destroy(c);
+    /* room for 2 prefixes: a third is not remembered */
+    ck_assert_int_eq(tp_prefix_count_create(4, 2, &c), TP_OK);
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 13, 1), 0);
+    ck_assert_int_eq(tp_prefix_count_add(c, a, 13, 1), 2);
+    tp_prefix_count_destroy(c);
+    tp_prefix_count_destroy(NULL);
+}
+END_TEST
+
 START_TEST(stress)
 {
     const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
@@ -1368,6 +1393,7 @@ int main(void)
     tcase_add_test(tc, prefix_caching_shared_prompts);
     tcase_add_test(tc, prefix_caching_first_admission_counts);
     tcase_add_test(tc, prefix_caching_waits_for_a_prefix_in_flight);
+    tcase_add_test(tc, prefix_count);
     tcase_add_test(tc, single_sequence);
     tcase_add_test(tc, one_token_prompt_one_new_token);
     tcase_add_test(tc, many_random_sequences);
