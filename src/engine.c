@@ -1867,6 +1867,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
                             (long long)a->keys[i], (long long)a->id);
         if (ends || q->end_id == a->id) {
             q->dead = 1;
+            if (!q->end_id) note_cached(e, e->S[0], a->keys[i]); /* ended here, popped only below */
             if (e->is_sampler) TP_CHECK(end_sequence(e, q));
         }
     }
@@ -2252,8 +2253,9 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                      e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
                      preempted);
         if (cached > 0)
-            tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed (%.1f%%)",
-                         cached, e.prompt_tokens > 0 ? 100.0 * (double)cached / (double)e.prompt_tokens : 0.0);
+            tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed "
+                         "(of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",
+                         cached, e.prompt_tokens);
                 /* what the loop spends outside forward steps (scheduling, sampling, output) is time
          * the GPU waits: per step, so a change to the host path shows in any run */
         if (e.forward_steps > 0 && dt > 0)

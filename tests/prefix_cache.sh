@@ -93,6 +93,16 @@ want = sum(r["response"]["body"]["usage"]["prompt_tokens_details"]["cached_token
 got = json.load(open(sys.argv[1]))["usage"]["input_tokens_details"]["cached_tokens"]
 assert got == want > 0, (got, want)
 PY
+# requests ended by a stop string on the path that enqueues steps ahead (no prompt logprobs
+# in the run): their lines count what they read, as with TPINFER_OVERLAP=0
+grep -v '"id": "e"' "$TMP/in.jsonl" | sed 's/"max_tokens"/"stop": ["the", "a"], "max_tokens"/' >"$TMP/stop.jsonl"
+run stop-ahead "$TMP/stop.jsonl" "$TPINFER" --max-num-seqs 1
+TPINFER_OVERLAP=0 run stop-plain "$TMP/stop.jsonl" "$TPINFER" --max-num-seqs 1
+"$PYTHON3" - "$TMP/stop-ahead.jsonl" "$TMP/stop-plain.jsonl" <<'PY' || fail "cached_tokens of requests ended by a stop"
+import json, sys
+got = [{r["id"]: r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in map(json.loads, open(f))} for f in sys.argv[1:]]
+assert got[0] == got[1] and sum(got[0].values()) > 0, got
+PY
 # a dump holds every prompt token's logits: no cache
 TPINFER_WARMUP=0 "$TPINFER" --model "$m" --backend "$backend" $flags --input "$TMP/in.jsonl" --output "$TMP/dump.jsonl" \
     --max-num-seqs 2 --dump-logits "$TMP/dump" 2>"$TMP/dump.err" || { cat "$TMP/dump.err"; fail "dump"; }
