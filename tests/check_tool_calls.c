@@ -205,7 +205,7 @@ static json_t *line_of(tp_endpoint endpoint, tp_tool_parser parser, int single, 
         ch[j].stop_token = -1;
         ch[j].out = (tp_ids){out_ids, 2, 2};
     }
-    tp_completion c = {&rq, 3, 2, prompt, ch, n_choices, NULL, 0, "m", 1700000000, parser};
+    tp_completion c = {&rq, 3, 2, prompt, ch, n_choices, NULL, 0, "m", 1700000000, parser, 0};
     char *line = NULL;
     size_t len = 0;
     ck_assert_int_eq(tp_completion_format(&c, NULL, &line, &len), TP_OK);
