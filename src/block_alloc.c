@@ -33,7 +33,7 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static uint64_t prefix_hash(uint64_t parent, const int32_t *tokens, int32_t n)
+uint64_t tp_block_prefix_hash(uint64_t parent, const int32_t *tokens, int32_t n)
 {
     uint64_t h = mix(parent + 0x9e3779b97f4a7c15ull);
     for (int32_t i = 0; i < n; i++) h = mix(h ^ (uint32_t)tokens[i]) + (uint64_t)i;
@@ -168,7 +168,7 @@ static int32_t find(const tp_block_alloc *a, uint64_t h, uint64_t parent, const 
 int32_t tp_block_alloc_lookup(const tp_block_alloc *a, uint64_t parent, const int32_t *tokens, uint64_t *id)
 {
     if (!a->id) return -1;
-    int32_t b = find(a, prefix_hash(parent, tokens, a->block_size), parent, tokens);
+    int32_t b = find(a, tp_block_prefix_hash(parent, tokens, a->block_size), parent, tokens);
     if (b >= 0 && id) *id = a->id[b];
     return b;
 }
@@ -181,7 +181,7 @@ void tp_block_alloc_hold(tp_block_alloc *a, int32_t block)
 
 uint64_t tp_block_alloc_register(tp_block_alloc *a, int32_t block, uint64_t parent, const int32_t *tokens)
 {
-    const uint64_t h = prefix_hash(parent, tokens, a->block_size);
+    const uint64_t h = tp_block_prefix_hash(parent, tokens, a->block_size);
     const int32_t other = find(a, h, parent, tokens);
     if (other >= 0) return a->id[other];
     a->id[block] = ++a->next_id;

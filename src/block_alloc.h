@@ -45,6 +45,10 @@ int32_t tp_block_alloc_n_blocks(const tp_block_alloc *a);
 
 /* ---- prefix caching (an allocator created with block_size > 0) ---- */
 
+/* The hash of n tokens after the prefix named parent (an id, or another such hash): the
+ * table's key, and the scheduler's for blocks in flight and for sizing. */
+uint64_t tp_block_prefix_hash(uint64_t parent, const int32_t *tokens, int32_t n);
+
 /* The registered block holding tokens[0 .. block_size) after the prefix named parent, and
  * its id in *id; -1 when there is none. Takes no hold: tp_block_alloc_hold does. */
 int32_t tp_block_alloc_lookup(const tp_block_alloc *a, uint64_t parent, const int32_t *tokens, uint64_t *id);

@@ -253,8 +253,6 @@ int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, 
     return fit < lo ? lo : fit > hi ? hi : (int32_t)fit;
 }
 
-static uint64_t block_key(uint64_t chain, const int32_t *tokens, int32_t n);
-
 struct tp_prefix_count {
     int32_t block_size;
     uint64_t *set; /* open addressing; 0 is empty (a hash of 0 is taken as 1) */
@@ -295,7 +293,7 @@ int64_t tp_prefix_count_add(tp_prefix_count *c, const int32_t *prompt, int32_t n
     int64_t shared = 0;
     uint64_t h = 0;
     for (int32_t j = 0; j < limit; j++) {
-        h = block_key(h, prompt + (size_t)j * (size_t)bs, bs);
+        h = tp_block_prefix_hash(h, prompt + (size_t)j * (size_t)bs, bs);
         const uint64_t k = h ? h : 1;
         size_t i = (size_t)k & (c->cap - 1);
         while (c->set[i] && c->set[i] != k) i = (i + 1) & (c->cap - 1);
@@ -458,13 +456,6 @@ static int32_t take_cached_prefix(tp_scheduler *s, seq *sq)
     return m;
 }
 
-static uint64_t block_key(uint64_t chain, const int32_t *tokens, int32_t n)
-{
-    uint64_t h = key_hash((int64_t)chain);
-    for (int32_t i = 0; i < n; i++) h = key_hash((int64_t)(h ^ (uint32_t)tokens[i]));
-    return h;
-}
-
 /* sq, in this step for len tokens: the first prompt block it completes, if any, is in flight */
 static int note_inflight(tp_scheduler *s, const seq *sq, int32_t len)
 {
@@ -472,7 +463,7 @@ static int note_inflight(tp_scheduler *s, const seq *sq, int32_t len)
     if (!s->cfg.prefix_caching || (int64_t)(sq->n_chain + 1) * bs > min32(sq->n_computed + len, sq->n_prompt)) return 1;
     GROW(s->inflight, s->cap_inflight, s->n_inflight + 1, oom);
     const int32_t *t = sq->tokens + (size_t)sq->n_chain * (size_t)bs;
-    s->inflight[s->n_inflight++] = (struct inflight){block_key(sq->chain, t, bs), sq->chain, t};
+    s->inflight[s->n_inflight++] = (struct inflight){tp_block_prefix_hash(sq->chain, t, bs), sq->chain, t};
     return 1;
 oom:
     return 0;
@@ -485,7 +476,7 @@ static int waits_for_inflight(const tp_scheduler *s, const seq *sq)
     const int32_t bs = s->cfg.block_size;
     if (!s->n_inflight || sq->no_hits || sq->n_chain >= (min32(sq->n_prompt, sq->len) - 1) / bs) return 0;
     const int32_t *t = sq->tokens + (size_t)sq->n_chain * (size_t)bs;
-    const uint64_t h = block_key(sq->chain, t, bs);
+    const uint64_t h = tp_block_prefix_hash(sq->chain, t, bs);
     for (size_t i = 0; i < s->n_inflight; i++)
         if (s->inflight[i].hash == h && s->inflight[i].chain == sq->chain &&
             !memcmp(s->inflight[i].tokens, t, (size_t)bs * sizeof *t))

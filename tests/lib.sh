@@ -31,15 +31,16 @@ mpi() {
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tpinfer-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-# completions FILE [tokens]: an output file's lines without their creation times, sorted (two
-# runs' lines compare whatever order they finished in); with "tokens" also without logprob
-# values (runs whose sums may round differently: GPU products of other algorithms)
+# completions FILE [tokens]: an output file's lines without their creation times and prefix-cache
+# counts (which follow the scheduling: --max-num-seqs, overlap, resume), sorted (two runs' lines
+# compare whatever order they finished in); with "tokens" also without logprob values (runs whose
+# sums may round differently: GPU products of other algorithms)
 completions() {
     if [ "${2:-}" = tokens ]; then
         sed -e 's/"created":[0-9]*,//' -e 's/"logprob":[^,}]*//g' "$1"
     else
-        sed 's/"created":[0-9]*,//' "$1"
-    fi | sort
+        cat "$1"
+    fi | sed -e 's/"created":[0-9]*,//' -e 's/,"prompt_tokens_details":{"cached_tokens":[0-9]*}//' | sort
 }
 
 # ab_backend BACKEND: for a test of a knob's two settings, the backend (cpu, or cuda in float32
