@@ -50,7 +50,7 @@ typedef struct cuda_ctx {
     size_t small_cap;          /* SMALL_UPLOAD_BYTES, grown up to SMALL_UPLOAD_MAX */
     cudaEvent_t small_done[2]; /* recorded after the copy out of each */
     int small_next;
-    unsigned int *sample_flags; /* sample(): one zeroed flag word per column per block */
+    unsigned int *sample_flags; /* sample(): per block a zeroed flag word per column, then a bias per column */
     size_t sample_flags_words;
     void *dl[2];               /* pinned: download_start()'s slots */
     size_t dl_cap[2], dl_bytes[2];
@@ -112,12 +112,12 @@ static tp_status report_fault_in(cuda_ctx *ctx, tp_cuda_fault *seen)
         return tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d %s", f.index,
                         f.code == TP_CUDA_FAULT_SAMPLE_NAN ? "NaN" : "+Inf", f.value, later);
     case TP_CUDA_FAULT_SAMPLE_TOKEN:
-        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a penalty or banned token %d outside the "
+        return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a penalty, banned, allowed or logit_bias token %d outside the "
                         "vocabulary [0, %d) %s", f.index, f.value, f.limit, later);
     case TP_CUDA_FAULT_SAMPLE_PARAM:
         return tp_error(TP_ERR_INVALID_ARG, "sample: row %d has a sampling parameter outside its range (see "
-                        "tp_sampling_params_validate), n_logprobs outside [0, %d] or a negative token offset or "
-                        "count %s", f.index, TP_SAMPLE_MAX_LOGPROBS, later);
+                        "tp_sampling_params_validate), n_logprobs outside [0, %d], a negative token offset or "
+                        "count, or a logit bias that is not finite %s", f.index, TP_SAMPLE_MAX_LOGPROBS, later);
     case TP_CUDA_FAULT_TAKE_IDS:
         return tp_error(TP_ERR_INVALID_ARG, "take_ids: take[%d] is %d, outside the %d ids of the step before %s",
                         f.index, f.value, f.limit, later);
@@ -492,7 +492,7 @@ static tp_status cuda_sample(tp_backend *b, const tp_tensor *logits, int32_t L, 
                         (long long)logits->cols, TP_CUDA_SAMPLE_MAX_VOCAB);
     cuda_ctx *ctx = ctx_of(b);
     const int blocks = ctx->attn.sm_count > 0 ? ctx->attn.sm_count : 1;
-    const size_t words = (size_t)blocks * (size_t)logits->cols;
+    const size_t words = (size_t)blocks * 2 * (size_t)logits->cols; /* per block: flags, then biases */
     if (ctx->sample_flags_words < words) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         TP_CUDA_CHECK(cudaStreamIsCapturing(ctx->stream, &cs));

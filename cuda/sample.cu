@@ -7,11 +7,12 @@
  * Per row, with every selection a prefix of the rank order (penalized value v descending,
  * id ascending), so a set of candidates is a boundary (key T, id c): key > T, or key == T
  * and id <= c, where key is an order-preserving 64-bit image of the double v (-0 as +0):
- *   0. the row's penalty and banned ids go into the block's flag array in device memory
- *      (banned bit, seen bit, output count), cleared again at the end of the row;
+ *   0. the row's penalty ids and edits go into the block's flag array in device memory
+ *      (banned, allowed, biased and seen bits, output count; the biases into the block's
+ *      float array beside it), cleared again at the end of the row;
  *   1. one pass: NaN/+Inf (the lowest column is a fault, reported at synchronize()),
- *      log-sum-exp of the raw logits in double (banned ids' too, as vLLM's raw logprobs;
- *      a banned id's v is -inf), the argmax of v (lowest id on ties: the
+ *      log-sum-exp of the raw logits in double (excluded ids' too, as vLLM's raw logprobs;
+ *      an excluded id's v is -inf), the argmax of v (lowest id on ties: the
  *      greedy answer and rank 1) and the number of live (v != -inf) candidates;
  *   2. top-N raw logprobs: a radix select of the N-th by (raw desc, id asc), then the N
  *      gathered into shared memory and sorted;
@@ -59,7 +60,9 @@
 
 #define F_BANNED 0x80000000u
 #define F_SEEN 0x40000000u
-#define F_COUNT 0x3fffffffu
+#define F_ALLOWED 0x20000000u
+#define F_BIAS 0x10000000u /* the column's bias is in the block's bias array */
+#define F_COUNT 0x0fffffffu
 
 typedef unsigned long long u64;
 
@@ -199,9 +202,10 @@ struct sample_smem {
 
 struct row_ctx {
     const float *x;
-    const unsigned int *flags; /* NULL when the row has no penalty and no banned id */
+    const unsigned int *flags; /* NULL when the row has no penalty and no edits */
+    const float *bias;         /* [V] where F_BIAS is set */
     int32_t V;
-    bool pen;
+    bool pen, allow_list;
     double rep, freq, pres, temperature, best;
 };
 
@@ -224,21 +228,28 @@ __device__ __forceinline__ double penalize(double x, const row_ctx &r, unsigned 
     return v;
 }
 
-/* Column i's raw logit, as the logprobs count it (a banned id's too, as vLLM's raw logprobs
- * come before its min-tokens processor; a banned NaN/+Inf counts as -inf), and its flags */
+/* Never drawn: banned, or not among the allowed ids (when the row lists some) */
+__device__ __forceinline__ bool excluded(const row_ctx &r, unsigned int f)
+{
+    return (f & F_BANNED) || (r.allow_list && !(f & F_ALLOWED));
+}
+
+/* Column i's raw logit, as the logprobs count it (an excluded id's too, as vLLM's raw
+ * logprobs come before its edits; an excluded NaN/+Inf counts as -inf), and its flags */
 __device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned int &f)
 {
     float x = __ldg(r.x + i);
     f = r.flags ? r.flags[i] : 0u;
-    if ((f & F_BANNED) && (isnan(x) || x == INFINITY)) x = -INFINITY;
+    if (excluded(r, f) && (isnan(x) || x == INFINITY)) x = -INFINITY;
     return x;
 }
 
-/* The value the draw ranks: penalized, a banned id -inf */
-__device__ __forceinline__ double value_at(const row_ctx &r, float x, unsigned int f)
+/* The value the draw ranks: biased, then penalized; an excluded id -inf */
+__device__ __forceinline__ double value_at(const row_ctx &r, int32_t i, float x, unsigned int f)
 {
-    if (f & F_BANNED) return -INFINITY;
-    return r.pen && (f & F_SEEN) ? penalize((double)x, r, f & F_COUNT) : (double)x;
+    if (excluded(r, f)) return -INFINITY;
+    const double b = (f & F_BIAS) ? __dadd_rn((double)x, (double)r.bias[i]) : (double)x;
+    return r.pen && (f & F_SEEN) ? penalize(b, r, f & F_COUNT) : b;
 }
 
 __device__ __forceinline__ double weight_of(const row_ctx &r, double v)
@@ -252,7 +263,7 @@ __device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_
 {
     unsigned int f;
     const float x = raw_at(r, i, f);
-    const double v = s.raw ? (double)x : value_at(r, x, f);
+    const double v = s.raw ? (double)x : value_at(r, i, x, f);
     key = key_of(v);
     if (!(key > s.T || (key == s.T && i <= s.c)) || (key & mask) != P) return false;
     w = 0.0;
@@ -586,25 +597,43 @@ __device__ __forceinline__ bool row_valid(const tp_sample_row &R, const int32_t 
                     isfinite(R.repetition_penalty) && R.presence_penalty >= -2.0 && R.presence_penalty <= 2.0 &&
                     R.frequency_penalty >= -2.0 && R.frequency_penalty <= 2.0 && R.n_logprobs >= 0 &&
                     R.n_logprobs <= TP_SAMPLE_MAX_LOGPROBS && R.tokens >= 0 && R.n_prompt >= 0 &&
-                    R.n_output >= 0 && R.n_output <= (int32_t)F_COUNT && R.banned >= 0 && R.n_banned >= 0;
-    return ok && (tokens || ((int64_t)R.n_prompt + R.n_output == 0 && R.n_banned == 0));
+                    R.n_output >= 0 && R.n_output <= (int32_t)F_COUNT && R.banned >= 0 && R.n_banned >= 0 && R.allowed >= 0 &&
+                    R.n_allowed >= 0 && R.bias >= 0 && R.n_bias >= 0;
+    return ok && (tokens || ((int64_t)R.n_prompt + R.n_output == 0 && R.n_banned == 0 && R.n_allowed == 0 &&
+                             R.n_bias == 0));
 }
 
-/* Mark (on) or clear the row's penalty and banned ids in the flags; on: a token outside
- * [0, V) is a fault (and skipped). Returns, to every thread, whether one was. */
-__device__ bool row_flags(unsigned int *fl, const tp_sample_row &R, const int32_t *tokens, bool pen, int32_t V,
-                          bool on, int32_t row, tp_cuda_fault *fault)
+/* Mark (on) or clear the row's penalty ids and edits in the flags (on: the biases into fb);
+ * on: a token outside [0, V) or a bias that is not finite is a fault (and skipped). Returns,
+ * to every thread, whether one was. */
+__device__ bool row_flags(unsigned int *fl, float *fb, const tp_sample_row &R, const int32_t *tokens, bool pen,
+                          int32_t V, bool on, int32_t row, tp_cuda_fault *fault)
 {
     int bad = 0;
     const int32_t n_pen = pen ? R.n_prompt + R.n_output : 0;
-    for (int32_t k = threadIdx.x; k < n_pen + R.n_banned; k += blockDim.x) {
-        const int32_t t = k < n_pen ? tokens[R.tokens + k] : tokens[R.banned + (k - n_pen)];
+    const int32_t e_ban = n_pen + R.n_banned, e_allow = e_ban + R.n_allowed, e_bias = e_allow + R.n_bias;
+    for (int32_t k = threadIdx.x; k < e_bias; k += blockDim.x) {
+        const int32_t t = k < n_pen     ? tokens[R.tokens + k]
+                          : k < e_ban   ? tokens[R.banned + (k - n_pen)]
+                          : k < e_allow ? tokens[R.allowed + (k - e_ban)]
+                                        : tokens[R.bias + (k - e_allow)];
         if (t < 0 || t >= V) {
             if (on) fault_record(fault, TP_CUDA_FAULT_SAMPLE_TOKEN, row, t, V);
             bad = 1;
             continue;
         }
         if (!on) fl[t] = 0u;
+        else if (k >= e_allow) {
+            const float b = __int_as_float(tokens[R.bias + R.n_bias + (k - e_allow)]);
+            if (!isfinite(b)) {
+                fault_record(fault, TP_CUDA_FAULT_SAMPLE_PARAM, row, t, V);
+                bad = 1;
+                continue;
+            }
+            fb[t] = b; /* ids are distinct: one writer a column */
+            atomicOr(&fl[t], F_BIAS);
+        }
+        else if (k >= e_ban) atomicOr(&fl[t], F_ALLOWED);
         else if (k >= n_pen) atomicOr(&fl[t], F_BANNED);
         else if (k >= R.n_prompt) {
             atomicAdd(&fl[t], 1u); /* the count never reaches the flag bits: n_output <= F_COUNT */
@@ -629,7 +658,8 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
     __shared__ sample_smem sm;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
     const int32_t V = (int32_t)logits.cols;
-    unsigned int *fl = flags + (size_t)blockIdx.x * (size_t)V;
+    unsigned int *fl = flags + (size_t)blockIdx.x * 2 * (size_t)V; /* V flags, then V biases */
+    float *fb = reinterpret_cast<float *>(fl + V);
     for (int32_t row = blockIdx.x; row < L; row += gridDim.x) {
         __syncthreads(); /* the previous row's shared memory and flags are done with */
         const tp_sample_row R = rows[row];
@@ -641,15 +671,17 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             continue;
         }
         const bool pen = R.repetition_penalty != 1.0 || R.frequency_penalty != 0.0 || R.presence_penalty != 0.0;
-        const bool use_flags = pen || R.n_banned > 0;
-        if (use_flags && row_flags(fl, R, tokens, pen, V, true, row, fault)) {
-            row_flags(fl, R, tokens, pen, V, false, row, fault);
+        const bool use_flags = pen || R.n_banned > 0 || R.n_allowed > 0 || R.n_bias > 0;
+        if (use_flags && row_flags(fl, fb, R, tokens, pen, V, true, row, fault)) {
+            row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
             if (threadIdx.x == 0) write_failed(out + row, -1);
             continue;
         }
         row_ctx rc;
         rc.x = row_of<const float>(logits, row);
         rc.flags = use_flags ? fl : NULL;
+        rc.bias = fb;
+        rc.allow_list = R.n_allowed > 0;
         rc.V = V;
         rc.pen = pen;
         rc.rep = R.repetition_penalty;
@@ -675,7 +707,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             } else if (rr != -INFINITY) {
                 s += exp(rr - m);
             }
-            const double v = value_at(rc, x, f);
+            const double v = value_at(rc, i, x, f);
             if (v > best) {
                 best = v;
                 arg = i;
@@ -733,7 +765,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 fault_record(fault, isnan(x) ? TP_CUDA_FAULT_SAMPLE_NAN : TP_CUDA_FAULT_SAMPLE_INF, row, sm.bad, V);
                 write_failed(out + row, sm.bad);
             }
-            if (use_flags) row_flags(fl, R, tokens, pen, V, false, row, fault);
+            if (use_flags) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
             continue;
         }
         rc.best = sm.best;
@@ -824,7 +856,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 o->top_logprob[k] = (float)(none_live ? uniform : (double)sm.top_x[k] - lse);
             }
         }
-        if (use_flags) row_flags(fl, R, tokens, pen, V, false, row, fault);
+        if (use_flags) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
     }
 }
 

@@ -100,11 +100,15 @@ typedef struct tp_sample_row {
      * after the prompt); read only when a penalty is on */
     int32_t tokens, n_prompt, n_output;
     int32_t banned, n_banned; /* tokens[banned .. +n_banned): ids never drawn, whose raw logits still count in the logprobs (min_tokens' end tokens) */
+    int32_t allowed, n_allowed; /* tokens[allowed .. +n_allowed): when n_allowed > 0, the only ids drawn (allowed_token_ids) */
+    int32_t bias, n_bias;       /* tokens[bias .. +n_bias): distinct ids, then tokens[bias + n_bias ..
+                                 * +n_bias): the bits of their finite float biases, added to the
+                                 * logits before the penalties (logit_bias) */
 } tp_sample_row;
 
 typedef struct tp_sample_out {
     int32_t token;
-    float logprob; /* chosen token's log-softmax of the raw logits (banned ids included), as tp_sampler_sample_banned */
+    float logprob; /* chosen token's log-softmax of the raw logits (excluded ids included), as tp_sampler_sample_edited */
     int32_t n_top;
     int32_t top_id[TP_SAMPLE_MAX_LOGPROBS];
     float top_logprob[TP_SAMPLE_MAX_LOGPROBS];
@@ -170,11 +174,11 @@ struct tp_backend_ops {
     tp_status (*argmax)(tp_backend *b, const tp_tensor *logits, int32_t *ids, float *logprob, float *value);
     /* Sampling on the device, so that a step returns L results instead of L x V logits: per
      * row r of logits [L, V] (f32, stride honoured) the rule rows[r] (backend memory), with
-     * tokens (backend memory, int32) holding the rows' penalty and banned ids; results into
-     * out [L] (backend memory). Exactly tp_sampler_sample_banned's rule (penalties,
-     * temperature, top-k, top-p, min-p, the counter-based draw, greedy when temperature < 1e-5
-     * or top_k == 1), the row's banned ids never drawn. A row with NaN/+Inf logits (not
-     * counting banned ids): the op fails with TP_ERR_NUMERIC, a parameter out of range or a
+     * tokens (backend memory, int32) holding the rows' penalty ids and edits; results into
+     * out [L] (backend memory). Exactly tp_sampler_sample_edited's rule (allowed ids, banned
+     * ids and biases, penalties, temperature, top-k, top-p, min-p, the counter-based draw,
+     * greedy when temperature < 1e-5 or top_k == 1). A row with NaN/+Inf logits (not
+     * counting excluded ids): the op fails with TP_ERR_NUMERIC, a parameter out of range or a
      * token outside [0, V) with TP_ERR_INVALID_ARG, naming the row (on a GPU at the next
      * synchronize(), through the fault word as argmax); such a row gets token -1 (the bad column for NaN/+Inf), logprob
      * NaN and n_top 0, the other rows their results. NULL in a backend that lacks it. */

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "backend_check.h"
 #include "sampler.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -917,15 +918,48 @@ static tp_status sample_row_error(tp_status st, int32_t r)
     return tp_error(st, "sample: row %d: %s", (int)r, msg);
 }
 
-static int is_banned(const int32_t *tokens, const tp_sample_row *row, int32_t j)
+/* Whether column j is never drawn: banned, or not among the allowed (when some are). */
+static int is_excluded(const int32_t *tokens, const tp_sample_row *row, int32_t j)
 {
     for (int32_t k = 0; k < row->n_banned; k++)
         if (tokens[row->banned + k] == j) return 1;
-    return 0;
+    if (row->n_allowed == 0) return 0;
+    for (int32_t k = 0; k < row->n_allowed; k++)
+        if (tokens[row->allowed + k] == j) return 0;
+    return 1;
 }
 
-/* One row: the row's checks, then tp_sampler_sample_banned. When the failure is NaN/+Inf
- * logits, *bad is its column (banned columns do not count: the sampler never draws them);
+/* The row's edits as the sampler takes them; the biases' bits copied into bias. */
+static tp_status row_edits(const tp_sample_row *row, const int32_t *tokens, int32_t V, float *bias,
+                           tp_logit_edits *e)
+{
+    const struct {
+        const char *what;
+        int32_t at, n;
+    } lists[] = {{"banned", row->banned, row->n_banned}, {"allowed", row->allowed, row->n_allowed},
+                 {"logit_bias", row->bias, row->n_bias}};
+    for (size_t l = 0; l < TP_ARRAY_LEN(lists); l++)
+        for (int32_t k = 0; k < lists[l].n; k++) {
+            const int32_t t = tokens[lists[l].at + k];
+            if (t < 0 || t >= V)
+                return tp_error(TP_ERR_INVALID_ARG, "%s token %d at position %d is outside the vocabulary "
+                                "[0, %d)", lists[l].what, (int)t, (int)k, (int)V);
+        }
+    for (int32_t k = 0; k < row->n_bias; k++) {
+        memcpy(&bias[k], &tokens[row->bias + row->n_bias + k], sizeof(float));
+        if (!isfinite(bias[k]))
+            return tp_error(TP_ERR_INVALID_ARG, "the logit_bias of token %d is not finite",
+                            (int)tokens[row->bias + k]);
+    }
+    *e = (tp_logit_edits){0};
+    if (row->n_banned) e->banned = tokens + row->banned, e->n_banned = row->n_banned;
+    if (row->n_allowed) e->allowed = tokens + row->allowed, e->n_allowed = row->n_allowed;
+    if (row->n_bias) e->bias_ids = tokens + row->bias, e->bias = bias, e->n_bias = row->n_bias;
+    return TP_OK;
+}
+
+/* One row: the row's checks, then tp_sampler_sample_edited. When the failure is NaN/+Inf
+ * logits, *bad is its column (excluded columns do not count: the sampler never draws them);
  * else -1. */
 static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sample_row *row,
                             const int32_t *tokens, tp_sample_out *o, int32_t *bad)
@@ -934,17 +968,24 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     if (row->n_logprobs < 0 || row->n_logprobs > TP_SAMPLE_MAX_LOGPROBS)
         return tp_error(TP_ERR_INVALID_ARG, "n_logprobs %d is outside [0, %d]", (int)row->n_logprobs,
                         TP_SAMPLE_MAX_LOGPROBS);
-    if (row->tokens < 0 || row->n_prompt < 0 || row->n_output < 0 || row->banned < 0 || row->n_banned < 0)
+    if (row->tokens < 0 || row->n_prompt < 0 || row->n_output < 0 || row->banned < 0 || row->n_banned < 0 ||
+        row->allowed < 0 || row->n_allowed < 0 || row->bias < 0 || row->n_bias < 0)
         return tp_error(TP_ERR_INVALID_ARG, "token offsets or counts are negative (tokens %d, n_prompt %d, "
-                        "n_output %d, banned %d, n_banned %d)", (int)row->tokens, (int)row->n_prompt,
-                        (int)row->n_output, (int)row->banned, (int)row->n_banned);
-    if ((row->n_prompt + (int64_t)row->n_output > 0 || row->n_banned > 0) && !tokens)
+                        "n_output %d, banned %d, n_banned %d, allowed %d, n_allowed %d, bias %d, n_bias %d)",
+                        (int)row->tokens, (int)row->n_prompt, (int)row->n_output, (int)row->banned,
+                        (int)row->n_banned, (int)row->allowed, (int)row->n_allowed, (int)row->bias,
+                        (int)row->n_bias);
+    if ((row->n_prompt + (int64_t)row->n_output > 0 || row->n_banned > 0 || row->n_allowed > 0 || row->n_bias > 0) &&
+        !tokens)
         return tp_error(TP_ERR_INVALID_ARG, "the row has tokens but the tokens array is NULL");
-    for (int32_t k = 0; k < row->n_banned; k++) {
-        const int32_t t = tokens[row->banned + k];
-        if (t < 0 || t >= V)
-            return tp_error(TP_ERR_INVALID_ARG, "banned token %d at position %d is outside the vocabulary "
-                            "[0, %d)", (int)t, (int)k, (int)V);
+    float *bias = NULL;
+    if (row->n_bias > 0 && !(bias = malloc((size_t)row->n_bias * sizeof *bias)))
+        return tp_error(TP_ERR_OOM, "out of memory for a row's %d logit biases", (int)row->n_bias);
+    tp_logit_edits edits;
+    tp_status est = row_edits(row, tokens, V, bias, &edits);
+    if (est != TP_OK) {
+        free(bias);
+        return est;
     }
     tp_sampling_params p;
     tp_sampling_params_default(&p);
@@ -960,9 +1001,9 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
     tp_sample_result res = {0, 0.0f, 0, top};
     const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
-    tp_status st = tp_sampler_sample_banned(ctx->sampler, &p, row->step, x, row->n_banned ? tokens + row->banned : NULL,
-                                            row->n_banned, prompt, row->n_prompt,
+    tp_status st = tp_sampler_sample_edited(ctx->sampler, &p, row->step, x, &edits, prompt, row->n_prompt,
                                             prompt ? prompt + row->n_prompt : NULL, row->n_output, &res);
+    free(bias);
     if (st != TP_OK) {
         /* The sampler checks the parameters, then (penalized) the tokens, then the logits;
          * its message may be dropped (an earlier row's is kept), so the cause is found here. */
@@ -973,7 +1014,7 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
         /* (a message is recorded already, so validate's own is dropped) */
         if (tokens_ok && tp_sampling_params_validate(&p) == TP_OK)
             for (int32_t j = 0; j < V && *bad < 0; j++)
-                if ((isnan(x[j]) || x[j] == INFINITY) && !is_banned(tokens, row, j)) *bad = j;
+                if ((isnan(x[j]) || x[j] == INFINITY) && !is_excluded(tokens, row, j)) *bad = j;
         return st;
     }
     o->token = res.token;

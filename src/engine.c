@@ -1212,13 +1212,16 @@ static int has_penalties(const tp_sampling_params *p)
     return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
 }
 
-/* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties or
- * min_tokens. */
+/* logit_bias or allowed_token_ids: the rule edits the logits first */
+static int has_logit_edits(const req *r) { return r->in->p.n_bias > 0 || r->in->p.n_allowed_token_ids > 0; }
+
+/* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties,
+ * min_tokens or logit edits. */
 static int plain_greedy(const req *r)
 {
     const tp_sampling_params *p = &r->sp;
     int greedy = p->temperature < 1e-5 || p->top_k == 1;
-    return greedy && !r->in->p.has_logprobs && !r->min_tokens && !has_penalties(p);
+    return greedy && !r->in->p.has_logprobs && !r->min_tokens && !has_penalties(p) && !has_logit_edits(r);
 }
 
 /* A step whose every sampling row is plain greedy (and no prompt rows or dumps) chooses its
@@ -1324,6 +1327,22 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             w->n_banned = end_tokens(e, r, e->stokens + used);
             used += (size_t)w->n_banned;
         }
+        const tp_request_params *rp = &r->in->p;
+        if (rp->n_allowed_token_ids) {
+            TP_CHECK(stokens_reserve(e, used, (size_t)rp->n_allowed_token_ids));
+            w->allowed = (int32_t)used;
+            w->n_allowed = rp->n_allowed_token_ids;
+            memcpy(e->stokens + used, rp->allowed_token_ids, (size_t)w->n_allowed * sizeof(int32_t));
+            used += (size_t)w->n_allowed;
+        }
+        if (rp->n_bias) { /* the ids, then their biases' bits */
+            TP_CHECK(stokens_reserve(e, used, 2 * (size_t)rp->n_bias));
+            w->bias = (int32_t)used;
+            w->n_bias = rp->n_bias;
+            memcpy(e->stokens + used, rp->bias_ids, (size_t)w->n_bias * sizeof(int32_t));
+            memcpy(e->stokens + used + w->n_bias, rp->bias, (size_t)w->n_bias * sizeof(float));
+            used += 2 * (size_t)w->n_bias;
+        }
     }
     if (used > INT32_MAX) return tp_error(TP_ERR_UNSUPPORTED, "a step's sampling tokens exceed 2^31");
     rq->rows = e->srows;
@@ -1400,8 +1419,11 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     if (lg) {
         tp_sampling_params sp = r->sp;
         sp.seed = choice_seed(r, q->choice);
-        TP_CHECK(tp_sampler_sample_banned(e->sampler, &sp, (uint64_t)n_out, lg, e->ban, n_banned, r->prompt,
-                                          r->n_prompt, c->out.v, n_out, &res));
+        const tp_request_params *rp = &r->in->p;
+        const tp_logit_edits edits = {rp->allowed_token_ids, rp->n_allowed_token_ids, e->ban, n_banned,
+                                      rp->bias_ids, rp->bias, rp->n_bias};
+        TP_CHECK(tp_sampler_sample_edited(e->sampler, &sp, (uint64_t)n_out, lg, &edits, r->prompt, r->n_prompt,
+                                          c->out.v, n_out, &res));
         TP_CHECK(tp_choice_keep_logprobs(c, &res));
     } else if (dev) {
         res.token = dev->token;

@@ -77,6 +77,9 @@ static void params_free(tp_request_params *p)
     for (int32_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->stop);
     free(p->stop_token_ids);
+    free(p->allowed_token_ids);
+    free(p->bias_ids);
+    free(p->bias);
     memset(p, 0, sizeof *p);
 }
 
@@ -658,6 +661,93 @@ static int read_stop(line_ctx *c, const json_t *o)
     return OK;
 }
 
+typedef struct bias_entry {
+    int32_t id;
+    float bias;
+    int32_t order; /* the key's place in the object: the last of equal ids wins, as a Python dict */
+} bias_entry;
+
+static int bias_entry_cmp(const void *a, const void *b)
+{
+    const bias_entry *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+/* "logit_bias": {"token id": bias, ...} as OpenAI gives it; each bias clamped to [-100, 100]
+ * as vLLM does (OpenAI's range); keys naming one id twice ("7", "07"): the last wins. */
+static int read_logit_bias(line_ctx *c, const json_t *o)
+{
+    tp_request_params *p = &c->r->p;
+    char b[QUOTE_CAP];
+    json_t *v = get(o, "logit_bias");
+    if (!v) return OK;
+    if (!json_is_object(v))
+        return fail(c, E_REQUEST, "\"%slogit_bias\" must be an object mapping token ids to biases, not %s",
+                    c->prefix, repr(b, v));
+    const size_t k = json_object_size(v);
+    if (k == 0) return OK;
+    bias_entry *e = malloc(k * sizeof *e);
+    if (!e) return OOM;
+    size_t n = 0;
+    const char *key;
+    json_t *val;
+    int rc = OK;
+    json_object_foreach(v, key, val)
+    {
+        const size_t len = strlen(key);
+        int digits = len > 0;
+        long long id = 0;
+        for (size_t i = 0; digits && i < len; i++) {
+            digits = key[i] >= '0' && key[i] <= '9';
+            if (id <= c->vocab) id = 10 * id + (key[i] - '0'); /* past the vocabulary: stays past it */
+        }
+        if (!digits) {
+            rc = fail(c, E_REQUEST, "\"%slogit_bias\" key %s is not a token id (a non-negative decimal integer)",
+                      c->prefix, quote(b, key, len));
+            break;
+        }
+        if (id >= c->vocab) {
+            rc = fail(c, E_REQUEST, "\"%slogit_bias\" key %s is outside [0, %lld) (the vocabulary)",
+                      c->prefix, quote(b, key, len), (long long)c->vocab);
+            break;
+        }
+        if (!json_is_number(val)) {
+            rc = fail(c, E_REQUEST, "\"%slogit_bias\" of token %lld must be a number in [-100, 100], not %s",
+                      c->prefix, id, repr(b, val));
+            break;
+        }
+        const double d = json_number_value(val);
+        e[n].id = (int32_t)id;
+        e[n].bias = (float)(d < -100.0 ? -100.0 : d > 100.0 ? 100.0 : d);
+        e[n].order = (int32_t)n;
+        n++;
+    }
+    if (rc != OK) {
+        free(e);
+        return rc;
+    }
+    qsort(e, n, sizeof *e, bias_entry_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0 && e[m - 1].id == e[i].id) m--; /* a later key for the same id replaces it */
+        e[m++] = e[i];
+    }
+    p->bias_ids = malloc(m * sizeof *p->bias_ids);
+    p->bias = malloc(m * sizeof *p->bias);
+    if (!p->bias_ids || !p->bias) {
+        free(e);
+        return OOM;
+    }
+    for (size_t i = 0; i < m; i++) {
+        p->bias_ids[i] = e[i].id;
+        p->bias[i] = e[i].bias;
+    }
+    p->n_bias = (int32_t)m;
+    free(e);
+    return OK;
+}
+
 /* "logprobs": an integer in [0, 20], or (chat style) true/false with "top_logprobs". */
 static int read_logprobs(line_ctx *c, const json_t *o)
 {
@@ -757,6 +847,10 @@ static int read_params(line_ctx *c, const json_t *o)
     TRY(read_stop(c, o));
     json_t *v = get(o, "stop_token_ids");
     if (v) TRY(read_token_ids(c, v, "stop_token_ids", 1, &p->stop_token_ids, &p->n_stop_token_ids));
+    /* vLLM refuses an empty list, which would leave nothing to draw */
+    if ((v = get(o, "allowed_token_ids")))
+        TRY(read_token_ids(c, v, "allowed_token_ids", 0, &p->allowed_token_ids, &p->n_allowed_token_ids));
+    TRY(read_logit_bias(c, o));
     return OK;
 }
 
@@ -786,7 +880,7 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
-                                         "stop_token_ids", NULL};
+                                         "stop_token_ids", "allowed_token_ids", "logit_bias", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
@@ -798,7 +892,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
                                           "media_paths", NULL};
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
-static const char *const unsupported_keys[] = {"logit_bias", "response_format", "functions", "function_call", "echo", "suffix",
+static const char *const unsupported_keys[] = {"response_format", "functions", "function_call", "echo", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
 static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -855,15 +949,13 @@ static void note_unknown(line_ctx *c, const json_t *o, const char *const *known,
 }
 
 /* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
- * an error record. Their neutral values pass (an empty logit_bias, a "text" format, no
+ * an error record. Their neutral values pass (a "text" format, no
  * tools, echo false, best_of 1 or n, no logits processors). */
 static int refuse_unsupported(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
     const char *p = c->prefix;
     json_t *v;
-    if ((v = get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        return fail(c, E_REQUEST, "\"%slogit_bias\" is not supported: tpinfer does not bias logits; remove it", p);
     if ((v = get(o, "response_format"))) {
         json_t *t = json_is_object(v) ? get(v, "type") : NULL;
         if (!(json_is_string(t) && !strcmp(json_string_value(t), "text")))

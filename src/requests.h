@@ -60,6 +60,9 @@ typedef struct tp_request_params {
     int has_include_stop_str_in_output; int include_stop_str_in_output;
     char **stop;               int32_t n_stop;            /* stop strings (a string or an array of at most 16 non-empty strings) */
     int32_t *stop_token_ids;   int32_t n_stop_token_ids;  /* each in [0, vocab) */
+    int32_t *allowed_token_ids; int32_t n_allowed_token_ids; /* vLLM's: the only ids drawn; 0: all */
+    int32_t *bias_ids;         float *bias; int32_t n_bias;  /* logit_bias: distinct ids in [0, vocab), in
+                                                              * increasing order, each bias in [-100, 100] */
 } tp_request_params;
 
 typedef struct tp_request {

@@ -27,7 +27,8 @@ struct tp_sampler {
     int32_t *tmp;   /* [vocab] where candidates are regrouped by weight bucket */
     int32_t *count; /* [vocab] occurrences in the output; all zero between calls */
     uint8_t *seen;  /* [vocab] 1 if in prompt or output; all zero between calls */
-    uint8_t *ban;   /* [vocab] 1 if banned this call (min_tokens' end tokens); all zero between calls */
+    uint8_t *ban;   /* [vocab] EDIT_* bits of this call's edits; all zero between calls */
+    float *bias;    /* [vocab] logit_bias of this call where EDIT_BIAS is set */
 };
 
 /* ---- parameters ---------------------------------------------------------------------- */
@@ -149,7 +150,8 @@ tp_status tp_sampler_create(int32_t vocab_size, tp_sampler **out)
     s->count = calloc(n, sizeof *s->count);
     s->seen = calloc(n, sizeof *s->seen);
     s->ban = calloc(n, sizeof *s->ban);
-    if (!s->val || !s->w || !s->idx || !s->tmp || !s->count || !s->seen || !s->ban) {
+    s->bias = malloc(n * sizeof *s->bias);
+    if (!s->val || !s->w || !s->idx || !s->tmp || !s->count || !s->seen || !s->ban || !s->bias) {
         tp_sampler_destroy(s);
         return tp_error(TP_ERR_OOM, "out of memory creating a sampler for %d tokens",
                         (int)vocab_size);
@@ -168,6 +170,7 @@ void tp_sampler_destroy(tp_sampler *s)
     free(s->count);
     free(s->seen);
     free(s->ban);
+    free(s->bias);
     free(s);
 }
 
@@ -521,13 +524,39 @@ tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uin
                             const float *logits, const int32_t *prompt, int32_t n_prompt,
                             const int32_t *output, int32_t n_output, tp_sample_result *result)
 {
-    return tp_sampler_sample_banned(s, params, step, logits, NULL, 0, prompt, n_prompt, output, n_output, result);
+    return tp_sampler_sample_edited(s, params, step, logits, NULL, prompt, n_prompt, output, n_output, result);
 }
 
-tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
-                                   const float *logits, const int32_t *banned, int32_t n_banned,
-                                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
-                                   int32_t n_output, tp_sample_result *result)
+enum { EDIT_BANNED = 1, EDIT_ALLOWED = 2, EDIT_BIAS = 4 };
+
+/* Mark (on) or clear the edits' ids in s->ban and s->bias. */
+static void mark_edits(tp_sampler *s, const tp_logit_edits *e, int on)
+{
+    for (int32_t i = 0; i < e->n_allowed; i++) s->ban[e->allowed[i]] = on ? (uint8_t)(s->ban[e->allowed[i]] | EDIT_ALLOWED) : 0;
+    for (int32_t i = 0; i < e->n_banned; i++) s->ban[e->banned[i]] = on ? (uint8_t)(s->ban[e->banned[i]] | EDIT_BANNED) : 0;
+    for (int32_t i = 0; i < e->n_bias; i++) {
+        s->ban[e->bias_ids[i]] = on ? (uint8_t)(s->ban[e->bias_ids[i]] | EDIT_BIAS) : 0;
+        s->bias[e->bias_ids[i]] = e->bias[i];
+    }
+}
+
+static tp_status check_edits(const tp_logit_edits *e, int32_t vocab)
+{
+    TP_CHECK(check_tokens("allowed", e->allowed, e->n_allowed, vocab));
+    TP_CHECK(check_tokens("banned", e->banned, e->n_banned, vocab));
+    TP_CHECK(check_tokens("logit_bias", e->bias_ids, e->n_bias, vocab));
+    if (e->n_bias > 0 && !e->bias)
+        return tp_error(TP_ERR_INVALID_ARG, "logit_bias has %d ids but no values", (int)e->n_bias);
+    for (int32_t i = 0; i < e->n_bias; i++)
+        if (!isfinite(e->bias[i]))
+            return tp_error(TP_ERR_INVALID_ARG, "logit_bias of token %d is not finite", (int)e->bias_ids[i]);
+    return TP_OK;
+}
+
+tp_status tp_sampler_sample_edited(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
+                                   const float *logits, const tp_logit_edits *edits, const int32_t *prompt,
+                                   int32_t n_prompt, const int32_t *output, int32_t n_output,
+                                   tp_sample_result *result)
 {
     if (!s || !logits || !result)
         return tp_error(TP_ERR_INVALID_ARG,
@@ -537,31 +566,29 @@ tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *para
         return tp_error(TP_ERR_INVALID_ARG, "logprobs %d requested but result->top is NULL",
                         (int)params->logprobs);
     const int32_t vocab = s->vocab;
+    const tp_logit_edits none = {0};
+    const tp_logit_edits *ed = edits ? edits : &none;
+    const int edited = ed->n_allowed > 0 || ed->n_banned > 0 || ed->n_bias > 0;
     const int penalized = params->repetition_penalty != 1.0 || params->frequency_penalty != 0.0 ||
                           params->presence_penalty != 0.0;
     const int greedy = params->temperature < GREEDY_TEMPERATURE || params->top_k == 1;
-    /* At temperature 1, without penalties or top-k, the weights exp(raw - max) are the very
-     * terms of the logprob normalizer: compute them once (exp dominates the cost). */
-    const int shared_exp = !greedy && !penalized && n_banned == 0 && params->temperature == 1.0 &&
+    /* At temperature 1, without penalties, edits or top-k, the weights exp(raw - max) are the
+     * very terms of the logprob normalizer: compute them once (exp dominates the cost). */
+    const int shared_exp = !greedy && !penalized && !edited && params->temperature == 1.0 &&
                            !(params->top_k > 0 && params->top_k < vocab);
+    if (edited) TP_CHECK(check_edits(ed, vocab));
     if (penalized) {
         /* The token lists are read only when a penalty is on, so they are checked only then. */
         TP_CHECK(check_tokens("prompt", prompt, n_prompt, vocab));
         TP_CHECK(check_tokens("output", output, n_output, vocab));
         mark_tokens(s, prompt, n_prompt, output, n_output, 1);
     }
-    if (n_banned > 0) {
-        const tp_status st = check_tokens("banned", banned, n_banned, vocab);
-        if (st != TP_OK) {
-            if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
-            return st;
-        }
-        for (int32_t i = 0; i < n_banned; i++) s->ban[banned[i]] = 1;
-    }
+    if (edited) mark_edits(s, ed, 1);
+    const int allow_list = ed->n_allowed > 0;
 
-    /* One pass: reject NaN/+Inf; online log-sum-exp and top-N of the raw logits (banned ids
-     * included, as vLLM's raw logprobs come before its min-tokens processor); penalized
-     * logits with the banned at -inf, their argmax (the greedy answer, lowest id on ties)
+    /* One pass: reject NaN/+Inf; online log-sum-exp and top-N of the raw logits (excluded ids
+     * included, as vLLM's raw logprobs come before its edits); biased, then penalized logits
+     * with the excluded at -inf, their argmax (the greedy answer, lowest id on ties)
      * and the live candidates. */
     const int32_t n_top = params->logprobs < vocab ? params->logprobs : vocab;
     tp_token_logprob *top = result->top; /* holds raw logits until the end */
@@ -569,13 +596,14 @@ tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *para
     double m = -INFINITY, sum = 0.0, best = -INFINITY;
     for (int32_t i = 0; i < vocab; i++) {
         float x = logits[i];
-        const int is_banned = n_banned > 0 && s->ban[i];
+        const int f = edited ? s->ban[i] : 0;
+        const int excluded = (f & EDIT_BANNED) || (allow_list && !(f & EDIT_ALLOWED));
         if (isnan(x) || x == INFINITY) {
-            if (!is_banned) {
+            if (!excluded) {
                 bad = i;
                 break;
             }
-            x = -INFINITY; /* a banned column's NaN/+Inf is neither drawn nor counted */
+            x = -INFINITY; /* an excluded column's NaN/+Inf is neither drawn nor counted */
         }
         const double r = x;
         if (shared_exp) {
@@ -588,7 +616,8 @@ tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *para
         }
         if (n_top > 0 && (n_have < n_top || x > top[n_top - 1].logprob))
             insert_top(top, &n_have, n_top, i, x);
-        const double v = is_banned ? -INFINITY : penalized && s->seen[i] ? penalize(r, params, s->count[i]) : r;
+        const double b = f & EDIT_BIAS ? r + (double)s->bias[i] : r;
+        const double v = excluded ? -INFINITY : penalized && s->seen[i] ? penalize(b, params, s->count[i]) : b;
         if (v > best) {
             best = v;
             arg = i;
@@ -599,7 +628,7 @@ tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *para
         }
     }
     if (penalized) mark_tokens(s, prompt, n_prompt, output, n_output, 0);
-    for (int32_t i = 0; i < n_banned; i++) s->ban[banned[i]] = 0;
+    if (edited) mark_edits(s, ed, 0);
     if (bad >= 0)
         return tp_error(TP_ERR_NUMERIC, "logits contain %s at token %d",
                         isnan(logits[bad]) ? "NaN" : "+Inf", (int)bad);

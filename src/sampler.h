@@ -65,13 +65,26 @@ void tp_sampler_destroy(tp_sampler *s); /* accepts NULL */
 tp_status tp_sampler_sample(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
                             const float *logits, const int32_t *prompt, int32_t n_prompt,
                             const int32_t *output, int32_t n_output, tp_sample_result *result);
-/* The same with banned ids (min_tokens' end tokens): never drawn, yet their raw logits
- * count in the logprobs reported (vLLM's raw logprobs come before its min-tokens processor);
- * a banned column may hold NaN/+Inf (then it counts as -inf). */
-tp_status tp_sampler_sample_banned(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
-                                   const float *logits, const int32_t *banned, int32_t n_banned,
-                                   const int32_t *prompt, int32_t n_prompt, const int32_t *output,
-                                   int32_t n_output, tp_sample_result *result);
+/* What a row's rule changes in the logits before its penalties, in vLLM's order: only the
+ * allowed ids stay (allowed_token_ids; none listed: all), the banned are never drawn
+ * (min_tokens' end tokens), then each bias is added (logit_bias). The logprobs reported
+ * stay those of the raw logits (vLLM's default raw logprobs come before all three), and an
+ * excluded (banned or not allowed) column may hold NaN/+Inf (it counts as -inf). */
+typedef struct tp_logit_edits {
+    const int32_t *allowed;
+    int32_t n_allowed;
+    const int32_t *banned;
+    int32_t n_banned;
+    const int32_t *bias_ids; /* distinct ids */
+    const float *bias;       /* [n_bias], finite */
+    int32_t n_bias;
+} tp_logit_edits;
+
+/* tp_sampler_sample with the row's edits (NULL: none). */
+tp_status tp_sampler_sample_edited(tp_sampler *s, const tp_sampling_params *params, uint64_t step,
+                                   const float *logits, const tp_logit_edits *edits, const int32_t *prompt,
+                                   int32_t n_prompt, const int32_t *output, int32_t n_output,
+                                   tp_sample_result *result);
 
 #ifdef __cplusplus
 }

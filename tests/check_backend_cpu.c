@@ -1228,7 +1228,7 @@ START_TEST(argmax_merge_over_slices)
 }
 END_TEST
 
-/* ---- sampling: the op is tp_sampler_sample_banned row by row ------------------------------ */
+/* ---- sampling: the op is tp_sampler_sample_edited row by row ------------------------------ */
 
 /* Row r's rule: a mix of greedy, temperature, top-k, top-p, min-p, penalties, banned ids and
  * logprobs; its tokens (prompt, output, banned) appended to toks. */
@@ -1253,6 +1253,17 @@ static tp_sample_row sample_rule(int r, int32_t V, int32_t *toks, int32_t *n_tok
     row.banned = *n_toks;
     row.n_banned = r % 3 == 2 ? 2 : 0;
     for (int32_t k = 0; k < row.n_banned; k++) toks[(*n_toks)++] = rand_int(4); /* among the likely winners */
+    row.allowed = *n_toks;
+    row.n_allowed = r % 5 == 3 ? 12 : 0;
+    for (int32_t k = 0; k < row.n_allowed; k++) toks[(*n_toks)++] = rand_int(V);
+    row.bias = *n_toks; /* distinct ids, then the bits of their biases */
+    row.n_bias = r % 4 == 1 ? 3 : 0;
+    for (int32_t k = 0; k < row.n_bias; k++) {
+        const float b = (float[]){9.0f, -100.0f, 2.5f}[k];
+        toks[row.bias + k] = (r * 11 + k * 5) % V;
+        memcpy(&toks[row.bias + row.n_bias + k], &b, sizeof b);
+    }
+    *n_toks += 2 * row.n_bias;
     return row;
 }
 
@@ -1294,9 +1305,12 @@ START_TEST(sample_matches_sampler)
         p.logprobs = w->n_logprobs;
         tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
         tp_sample_result res = {0, 0.0f, 0, top};
-        ck_assert_int_eq(tp_sampler_sample_banned(smp, &p, w->step, x + (size_t)r * stride, toks + w->banned,
-                                                  w->n_banned, toks + w->tokens, w->n_prompt,
-                                                  toks + w->tokens + w->n_prompt, w->n_output, &res),
+        float bias[3];
+        memcpy(bias, toks + w->bias + w->n_bias, (size_t)w->n_bias * sizeof(float));
+        const tp_logit_edits ed = {toks + w->allowed, w->n_allowed, toks + w->banned, w->n_banned,
+                                   toks + w->bias, bias, w->n_bias};
+        ck_assert_int_eq(tp_sampler_sample_edited(smp, &p, w->step, x + (size_t)r * stride, &ed, toks + w->tokens,
+                                                  w->n_prompt, toks + w->tokens + w->n_prompt, w->n_output, &res),
                          TP_OK);
         ck_assert_msg(out[r].token == res.token, "row %d: op %d, sampler %d", r, out[r].token, res.token);
         ck_assert(memcmp(&out[r].logprob, &res.logprob, sizeof(float)) == 0);
@@ -1308,6 +1322,11 @@ START_TEST(sample_matches_sampler)
         for (int32_t k = 0; k < w->n_banned; k++)
             if (x[(size_t)r * stride + 8] != -INFINITY) /* a live row never draws a banned id */
                 ck_assert_int_ne(out[r].token, toks[w->banned + k]);
+        if (w->n_allowed && r != 8) { /* nor one it does not allow */
+            int allowed = 0;
+            for (int32_t k = 0; k < w->n_allowed; k++) allowed |= out[r].token == toks[w->allowed + k];
+            ck_assert_msg(allowed, "row %d drew %d, which it does not allow", r, out[r].token);
+        }
         drew += w->temperature > 0.0 && w->top_k != 1;
     }
     ck_assert_int_gt(drew, 10);
@@ -1318,7 +1337,8 @@ START_TEST(sample_matches_sampler)
     /* a different vocabulary remakes the op's sampler */
     tp_tensor narrow = {x, TP_DTYPE_F32, 2, 40, stride};
     tp_sample_row plain[2] = {rows[0], rows[1]};
-    for (int i = 0; i < 2; i++) plain[i].n_prompt = plain[i].n_output = plain[i].n_banned = 0;
+    for (int i = 0; i < 2; i++)
+        plain[i].n_prompt = plain[i].n_output = plain[i].n_banned = plain[i].n_allowed = plain[i].n_bias = 0;
     ck_assert_int_eq(be->ops->sample(be, &narrow, 2, plain, NULL, out), TP_OK);
     ck_assert(out[0].token >= 0 && out[0].token < 40 && out[1].token >= 0 && out[1].token < 40);
     ck_assert_int_eq(be->ops->sample(be, &narrow, 0, NULL, NULL, NULL), TP_OK);

@@ -1885,6 +1885,17 @@ static tp_sample_row sample_rule_of(int r, int32_t V, int32_t *toks, int32_t *n_
     row.banned = *n_toks;
     row.n_banned = r % 4 == 3 ? 3 : 0;
     for (int32_t k = 0; k < row.n_banned; k++) toks[(*n_toks)++] = rand_int(V);
+    row.allowed = *n_toks; /* repeats allowed, as a request's list may hold them */
+    row.n_allowed = r % 7 == 5 ? 40 : r % 13 == 8 ? 1 : 0;
+    for (int32_t k = 0; k < row.n_allowed; k++) toks[(*n_toks)++] = rand_int(V);
+    row.bias = *n_toks; /* distinct ids, then their biases' bits: some lift a token to the top */
+    row.n_bias = r % 5 == 1 ? (V < 6 ? V : 6) : 0;
+    for (int32_t k = 0; k < row.n_bias; k++) toks[row.bias + k] = (int32_t)(((int64_t)r * 131 + (int64_t)k * 7) % V);
+    for (int32_t k = 0; k < row.n_bias; k++) {
+        const float b = k == 0 ? 100.0f : k == 1 ? -100.0f : uniform(-12.0f, 12.0f);
+        memcpy(&toks[row.bias + row.n_bias + k], &b, sizeof b);
+    }
+    *n_toks += 2 * row.n_bias;
     return row;
 }
 
@@ -1935,9 +1946,9 @@ static void sample_compare(const char *shape, int32_t L, const tp_sample_out *hc
     if (bad >= 0) {
         const tp_sample_row *w = &rows[bad];
         ck_abort_msg("sample [%s] row %d (T %g, top_k %d, top_p %g, min_p %g, rep %g, pres %g, freq %g, n_logprobs %d, "
-                     "banned %d): cuda token %d (n_top %d, logprob %.9g), cpu %d (n_top %d, logprob %.9g)",
+                     "banned %d, allowed %d, biased %d): cuda token %d (n_top %d, logprob %.9g), cpu %d (n_top %d, logprob %.9g)",
                      shape, bad, w->temperature, w->top_k, w->top_p, w->min_p, w->repetition_penalty,
-                     w->presence_penalty, w->frequency_penalty, w->n_logprobs, w->n_banned, hg[bad].token,
+                     w->presence_penalty, w->frequency_penalty, w->n_logprobs, w->n_banned, w->n_allowed, w->n_bias, hg[bad].token,
                      hg[bad].n_top, (double)hg[bad].logprob, hc[bad].token, hc[bad].n_top, (double)hc[bad].logprob);
     }
 }
@@ -1964,7 +1975,7 @@ static void sample_case(int32_t L, int32_t V, int32_t pad, int kind, int rule0)
         }
     }
     pt x = pt_from(TP_DTYPE_F32, ACT, L, V, pad, v);
-    int32_t *toks = host_alloc((size_t)L * 40 * sizeof(int32_t) + 4), n_toks = 0;
+    int32_t *toks = host_alloc((size_t)L * 96 * sizeof(int32_t) + 4), n_toks = 0;
     tp_sample_row *rows = host_alloc((size_t)L * sizeof *rows);
     for (int32_t r = 0; r < L; r++) rows[r] = sample_rule_of(r + rule0, V, toks, &n_toks);
     sample_io io;
@@ -2100,7 +2111,7 @@ START_TEST(sample_draw_frequencies)
 END_TEST
 
 /* Faults: NaN in row 1 (lowest at column 9), a banned NaN that does not count, +Inf, a
- * penalty token outside the vocabulary, a parameter out of range; each names its row at
+ * penalty token outside the vocabulary, a parameter out of range, a NaN bias; each names its row at
  * synchronize, once, and the other rows are the CPU's. */
 START_TEST(sample_faults)
 {
@@ -2117,7 +2128,7 @@ START_TEST(sample_faults)
         rows[r] = sample_row_plain((uint64_t)r);
         rows[r].n_logprobs = 3;
     }
-    int32_t toks[4] = {4, 7, 7, 5000};
+    int32_t toks[6] = {4, 7, 7, 5000, 3, 0x7fc00000 /* a NaN bias for token 3 */};
     rows[1].banned = 0;
     rows[1].n_banned = 1;
     rows[2].repetition_penalty = 1.5;
@@ -2127,9 +2138,10 @@ START_TEST(sample_faults)
         int what;
         const char *needle;
     } cases[] = {{0, "sample: row 1 of logits has NaN at column 9"},
-                 {1, "sample: row 2 has a penalty or banned token 5000 outside the vocabulary [0, 2000)"},
+                 {1, "sample: row 2 has a penalty, banned, allowed or logit_bias token 5000 outside the vocabulary [0, 2000)"},
                  {2, "sample: row 0 has a sampling parameter outside its range"},
-                 {3, "sample: row 1 of logits has +Inf at column 1500"}};
+                 {3, "sample: row 1 of logits has +Inf at column 1500"},
+                 {4, "sample: row 0 has a sampling parameter outside its range"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tp_sample_row rr[L];
         memcpy(rr, rows, sizeof rr);
@@ -2139,15 +2151,21 @@ START_TEST(sample_faults)
         }
         if (cases[c].what == 2) rr[0].top_p = 1.5;
         if (cases[c].what == 3) lv[V + 1500] = INFINITY;
+        if (cases[c].what == 4) {
+            lv[V + 1500] = 0.0f;
+            rr[0].bias = 4;
+            rr[0].n_bias = 1;
+        }
         pt l2 = pt_from(TP_DTYPE_F32, ACT, L, V, 0, lv);
         sample_io io;
         const tp_sample_row *rc, *rg;
         const int32_t *tc, *tg;
-        sample_upload(&io, L, rr, toks, 4, &rc, &rg, &tc, &tg);
+        sample_upload(&io, L, rr, toks, 6, &rc, &rg, &tc, &tg);
         /* NaN/+Inf logits: the model's numbers, not an argument (TP_ERR_NUMERIC) */
         const tp_status want = cases[c].what == 0 || cases[c].what == 3 ? TP_ERR_NUMERIC : TP_ERR_INVALID_ARG;
         EXPECT_STATUS(cpu->ops->sample(cpu, &l2.c, L, rc, tc, io.oc), want, cases[c].what == 1 ? "sample: row 2: prompt token 5000" :
-                      cases[c].what == 2 ? "sample: row 0: top_p 1.5" : cases[c].needle);
+                      cases[c].what == 2 ? "sample: row 0: top_p 1.5" :
+                      cases[c].what == 4 ? "sample: row 0: the logit_bias of token 3 is not finite" : cases[c].needle);
         ck_assert_int_eq(gb->ops->sample(gb, &l2.g, L, rg, tg, io.og), TP_OK);
         tp_error_clear();
         ck_assert_int_eq(gb->ops->synchronize(gb), want);

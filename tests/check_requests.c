@@ -744,7 +744,6 @@ START_TEST(unknown_fields_ignored)
     /* fields that would change the output, which tpinfer does not do: an error record each;
      * their neutral values run */
     static const char *const refused[][2] = {
-        {"\"logit_bias\":{\"1\":5}", "\"logit_bias\" is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"}", "\"response_format\" \"json_object\" is not supported"},
         {"\"tools\":[{\"type\":\"function\"}]", "\"tools\" needs a chat request"},
         {"\"echo\":true", "\"echo\" is not supported"},
@@ -765,9 +764,9 @@ START_TEST(unknown_fields_ignored)
         ck_assert_int_eq(L.unknown_lines, 0);
     }
     in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
-         "\"logit_bias\":{\"7\":-100}}}\n";
+         "\"echo\":true}}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
-    ck_assert(strstr(L.v[0].error_message, "\"body.logit_bias\" is not supported"));
+    ck_assert(strstr(L.v[0].error_message, "\"body.echo\" is not supported"));
     in = "{\"id\":\"n\",\"prompt\":\"x\",\"logit_bias\":{},\"tools\":[],\"echo\":false,\"best_of\":1,"
          "\"suffix\":\"\",\"use_beam_search\":false,\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\","
          "\"logits_processors\":[]}\n{\"id\":\"n2\",\"prompt\":\"x\",\"n\":2,\"best_of\":2}\n";
@@ -783,6 +782,69 @@ START_TEST(unknown_fields_ignored)
     ck_assert_int_eq(parse(deep, TP_INPUT_AUTO), TP_OK);
     ck_assert_str_eq(L.v[0].error_code, "invalid_request");
     ck_assert(strstr(L.v[0].error_message, "is nested more than 64 deep"));
+}
+END_TEST
+
+/* "logit_bias" (OpenAI: token id strings to biases) and vLLM's "allowed_token_ids": read into
+ * sorted, distinct ids; biases clamped to [-100, 100] as vLLM does; bad keys, ids and values
+ * are an error record naming the field. */
+START_TEST(logit_bias_and_allowed_ids)
+{
+    const char *in =
+        "{\"id\":\"a\",\"prompt\":\"x\",\"logit_bias\":{\"9\":-3.5,\"2\":100,\"5\":1e9,\"07\":-1000,\"7\":2}}\n"
+        "{\"id\":\"c\",\"prompt\":\"x\",\"logit_bias\":{},\"allowed_token_ids\":null}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    const tp_request_params *a = &L.v[0].p;
+    ck_assert_int_eq(a->n_bias, 4); /* "07" and "7" are one id: the later key wins */
+    const int32_t ids[4] = {2, 5, 7, 9};
+    const float bias[4] = {100.0f, 100.0f, 2.0f, -3.5f};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(a->bias_ids[i], ids[i]);
+        ck_assert_float_eq(a->bias[i], bias[i]);
+    }
+    ck_assert_int_eq(a->n_allowed_token_ids, 0);
+    ck_assert_int_eq(L.v[1].p.n_bias, 0);
+    ck_assert_int_eq(L.v[1].p.n_allowed_token_ids, 0);
+    in = "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":"
+         "[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"0\":-100},\"allowed_token_ids\":[3,1,3]}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    const tp_request_params *b = &L.v[0].p;
+    ck_assert_int_eq(b->n_bias, 1);
+    ck_assert_int_eq(b->bias_ids[0], 0);
+    ck_assert_float_eq(b->bias[0], -100.0f);
+    ck_assert_int_eq(b->n_allowed_token_ids, 3);
+    ck_assert_int_eq(b->allowed_token_ids[1], 1);
+    ck_assert_int_eq(L.unknown_lines, 0);
+    static const char *const bad[][2] = {
+        {"\"logit_bias\":[1]", "\"logit_bias\" must be an object mapping token ids to biases, not an array"},
+        {"\"logit_bias\":\"5\"", "\"logit_bias\" must be an object"},
+        {"\"logit_bias\":{\"a\":1}", "\"logit_bias\" key \"a\" is not a token id"},
+        {"\"logit_bias\":{\"-1\":1}", "\"logit_bias\" key \"-1\" is not a token id"},
+        {"\"logit_bias\":{\" 1\":1}", "is not a token id"},
+        {"\"logit_bias\":{\"\":1}", "\"logit_bias\" key \"\" is not a token id"},
+        {"\"logit_bias\":{\"1000\":1}", "\"logit_bias\" key \"1000\" is outside [0, 1000) (the vocabulary)"},
+        {"\"logit_bias\":{\"99999999999999999999999\":1}", "is outside [0, 1000)"},
+        {"\"logit_bias\":{\"3\":\"1\"}", "\"logit_bias\" of token 3 must be a number in [-100, 100], not \"1\""},
+        {"\"logit_bias\":{\"3\":null}", "\"logit_bias\" of token 3 must be a number"},
+        {"\"allowed_token_ids\":[]", "\"allowed_token_ids\" is an empty array"},
+        {"\"allowed_token_ids\":[1,1000]", "\"allowed_token_ids\"[1] 1000 is outside [0, 1000)"},
+        {"\"allowed_token_ids\":5", "\"allowed_token_ids\" must be an array of token ids"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad[i][0]);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, bad[i][1]), "%s: %s", line, L.v[0].error_message);
+        ck_assert_int_eq(L.v[0].p.n_bias, 0); /* an error record carries nothing to run */
+    }
+    /* OpenAI bodies name the field with its prefix */
+    in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
+         "\"logit_bias\":{\"x\":1}}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
+    ck_assert(strstr(L.v[0].error_message, "\"body.logit_bias\" key \"x\" is not a token id"));
 }
 END_TEST
 
@@ -1433,6 +1495,7 @@ int main(void)
     tcase_add_loop_test(tc, auto_detect, 0, (int)TP_ARRAY_LEN(detect_cases));
     tcase_add_test(tc, edge_values_accepted);
     tcase_add_test(tc, unknown_fields_ignored);
+    tcase_add_test(tc, logit_bias_and_allowed_ids);
     tcase_add_test(tc, tools_with_tool_choice_none);
     tcase_add_test(tc, ids_exact);
     tcase_add_test(tc, jsonl_crlf_and_blank_lines);

@@ -888,11 +888,12 @@ START_TEST(banned_ids_stay_in_raw_logprobs)
     ps[2].top_p = 0.9;
     ps[2].repetition_penalty = 1.2;
     const int32_t prompt[2] = {1, 2};
+    const tp_logit_edits edits = {.banned = banned, .n_banned = 3};
     int drawn[V] = {0};
     for (int c = 0; c < 3; c++) {
         ps[c].logprobs = 3;
         for (uint64_t k = 0; k < 300; k++) {
-            ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[c], k, logits, banned, 3, prompt, 2, NULL, 0, &res), TP_OK);
+            ck_assert_int_eq(tp_sampler_sample_edited(s, &ps[c], k, logits, &edits, prompt, 2, NULL, 0, &res), TP_OK);
             ck_assert_msg(res.token == 1 || res.token == 2 || res.token == 4, "drew banned or dead id %d", res.token);
             drawn[res.token]++;
             ck_assert_double_eq_tol(res.logprob, (double)logits[res.token] - lse, 1e-6);
@@ -906,14 +907,156 @@ START_TEST(banned_ids_stay_in_raw_logprobs)
     ck_assert_int_eq(drawn[1] + drawn[2] + drawn[4], 900);
     ck_assert_int_gt(drawn[2], 0); /* sampled, not only greedy */
     /* an unbanned NaN is still refused */
-    ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[1], 0, logits, banned, 1, NULL, 0, NULL, 0, &res),
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &ps[1], 0, logits, &(tp_logit_edits){.banned = banned, .n_banned = 1}, NULL, 0, NULL, 0, &res),
                      TP_ERR_NUMERIC);
     tp_error_clear();
     /* a banned id outside the vocabulary is refused */
     const int32_t outside[1] = {V};
-    ck_assert_int_eq(tp_sampler_sample_banned(s, &ps[1], 0, logits, outside, 1, NULL, 0, NULL, 0, &res),
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &ps[1], 0, logits, &(tp_logit_edits){.banned = outside, .n_banned = 1}, NULL, 0, NULL, 0, &res),
                      TP_ERR_INVALID_ARG);
     tp_error_clear();
+    tp_sampler_destroy(s);
+}
+END_TEST
+
+/* logit_bias: added to the raw logits before the penalties (vLLM's order), steering greedy
+ * and sampled draws alike, while the logprobs stay the raw distribution's. */
+START_TEST(logit_bias_rule)
+{
+    enum { V = 5 };
+    const float logits[V] = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f};
+    double lse = 0.0;
+    for (int i = 0; i < V; i++) lse += exp((double)logits[i]);
+    lse = log(lse);
+    tp_sampler *s = make_sampler(V);
+    tp_token_logprob top[2];
+    tp_sample_result res = {.top = top};
+    tp_sampling_params g = params_t(0.0);
+    g.logprobs = 2;
+    const int32_t up_ids[1] = {3}, down_ids[1] = {0};
+    const float up[1] = {2.5f}, down[1] = {-1.5f};
+    const tp_logit_edits lift = {.bias_ids = up_ids, .bias = up, .n_bias = 1};
+    const tp_logit_edits sink = {.bias_ids = down_ids, .bias = down, .n_bias = 1};
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &lift, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 3); /* 0 + 2.5 > 2 */
+    ck_assert_double_eq_tol(res.logprob, 0.0 - lse, 1e-6); /* raw */
+    ck_assert_int_eq(top[0].id, 0);
+    ck_assert_int_eq(top[1].id, 1);
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &sink, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 1); /* 2 - 1.5 < 1 */
+    ck_assert_double_eq_tol(res.logprob, 1.0 - lse, 1e-6);
+    /* nothing left over: the same sampler without edits is back to the plain argmax */
+    ck_assert_int_eq(tp_sampler_sample(s, &g, 0, logits, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 0);
+
+    /* the bias comes before the repetition penalty: (2 + 1) / 1.5 = 2 < 2.1 picks token 1,
+     * where penalizing first would give 2 / 1.5 + 1 = 2.33 and token 0 */
+    const float pair[2] = {2.0f, 2.1f};
+    tp_sampler *s2 = make_sampler(2);
+    tp_sampling_params rp = params_t(0.0);
+    rp.repetition_penalty = 1.5;
+    const int32_t zero[1] = {0};
+    const float one[1] = {1.0f};
+    const tp_logit_edits b0 = {.bias_ids = zero, .bias = one, .n_bias = 1};
+    ck_assert_int_eq(tp_sampler_sample_edited(s2, &rp, 0, pair, &b0, zero, 1, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 1);
+    rp.repetition_penalty = 1.0; /* without the penalty the bias wins: 3 > 2.1 */
+    ck_assert_int_eq(tp_sampler_sample_edited(s2, &rp, 0, pair, &b0, zero, 1, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 0);
+    tp_sampler_destroy(s2);
+
+    /* sampled at temperature 1: the draws follow softmax(logits + bias) */
+    tp_sampling_params t1 = params_t(1.0);
+    const int32_t ids2[2] = {1, 4};
+    const float b2[2] = {1.0f, 3.0f};
+    const tp_logit_edits two = {.bias_ids = ids2, .bias = b2, .n_bias = 2};
+    const double biased[V] = {2.0, 2.0, 0.5, 0.0, 2.0};
+    double z = 0.0;
+    for (int i = 0; i < V; i++) z += exp(biased[i]);
+    int count[V] = {0};
+    enum { N = 40000 };
+    for (uint64_t k = 0; k < N; k++) {
+        ck_assert_int_eq(tp_sampler_sample_edited(s, &t1, k, logits, &two, NULL, 0, NULL, 0, &res), TP_OK);
+        count[res.token]++;
+        ck_assert_double_eq_tol(res.logprob, (double)logits[res.token] - lse, 1e-6);
+    }
+    for (int i = 0; i < V; i++) {
+        const double p = exp(biased[i]) / z, sd = sqrt(p * (1.0 - p) / N);
+        ck_assert_msg(fabs(count[i] / (double)N - p) < 5.0 * sd, "token %d drawn %d of %d, expected p %.4f", i,
+                      count[i], (int)N, p);
+    }
+    tp_sampler_destroy(s);
+}
+END_TEST
+
+/* allowed_token_ids: only they are drawn; the logprobs stay raw; a NaN/+Inf elsewhere is no
+ * error, one among them is. */
+START_TEST(allowed_ids_rule)
+{
+    enum { V = 6 };
+    float logits[V] = {3.0f, 1.0f, 0.5f, NAN, -1.0f, INFINITY};
+    const double lse = log(exp(3.0) + exp(1.0) + exp(0.5) + exp(-1.0));
+    tp_sampler *s = make_sampler(V);
+    tp_token_logprob top[1];
+    tp_sample_result res = {.top = top};
+    const int32_t allowed[2] = {4, 2};
+    const tp_logit_edits only = {.allowed = allowed, .n_allowed = 2};
+    tp_sampling_params g = params_t(0.0);
+    g.logprobs = 1;
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &only, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 2);
+    ck_assert_double_eq_tol(res.logprob, 0.5 - lse, 1e-6);
+    ck_assert_int_eq(top[0].id, 0); /* raw: the disallowed leader still leads */
+    tp_sampling_params t1 = params_t(1.0);
+    int count[V] = {0};
+    enum { N = 20000 };
+    for (uint64_t k = 0; k < N; k++) {
+        ck_assert_int_eq(tp_sampler_sample_edited(s, &t1, k, logits, &only, NULL, 0, NULL, 0, &res), TP_OK);
+        count[res.token]++;
+    }
+    ck_assert_int_eq(count[2] + count[4], N);
+    const double p4 = exp(-1.0) / (exp(-1.0) + exp(0.5)), sd = sqrt(p4 * (1.0 - p4) / N);
+    ck_assert_msg(fabs(count[4] / (double)N - p4) < 5.0 * sd, "token 4 drawn %d of %d", count[4], (int)N);
+    /* with a bias on an allowed id, both apply */
+    const int32_t bid[2] = {4, 0};
+    const float bval[2] = {2.0f, 50.0f};
+    const tp_logit_edits both = {.allowed = allowed, .n_allowed = 2, .bias_ids = bid, .bias = bval, .n_bias = 2};
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &both, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 4); /* -1 + 2 > 0.5; token 0's +50 cannot bring it back */
+    /* a NaN among the allowed is the model's fault still */
+    const int32_t with_nan[2] = {3, 2};
+    const tp_logit_edits bad = {.allowed = with_nan, .n_allowed = 2};
+    ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &bad, NULL, 0, NULL, 0, &res), TP_ERR_NUMERIC);
+    tp_error_clear();
+    tp_sampler_destroy(s);
+}
+END_TEST
+
+/* Edits that name ids outside the vocabulary, or a bias that is not finite, are refused,
+ * and leave nothing behind for the next call. */
+START_TEST(bad_edits_refused)
+{
+    enum { V = 4 };
+    const float logits[V] = {1.0f, 2.0f, 0.0f, -1.0f};
+    tp_sampler *s = make_sampler(V);
+    tp_sample_result res = {0};
+    tp_sampling_params g = params_t(0.0);
+    const int32_t outside[1] = {V}, ok_id[1] = {2};
+    const float big[1] = {10.0f}, nan_bias[1] = {NAN};
+    const tp_logit_edits cases[] = {{.allowed = outside, .n_allowed = 1},
+                                    {.bias_ids = outside, .bias = big, .n_bias = 1},
+                                    {.bias_ids = ok_id, .bias = nan_bias, .n_bias = 1},
+                                    {.bias_ids = ok_id, .bias = NULL, .n_bias = 1}};
+    const char *needles[] = {"allowed token 4", "logit_bias token 4", "not finite", "no values"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tp_error_clear();
+        ck_assert_int_eq(tp_sampler_sample_edited(s, &g, 0, logits, &cases[c], NULL, 0, NULL, 0, &res),
+                         TP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(tp_error_message(), needles[c]), "case %zu: \"%s\"", c, tp_error_message());
+    }
+    tp_error_clear();
+    ck_assert_int_eq(tp_sampler_sample(s, &g, 0, logits, NULL, 0, NULL, 0, &res), TP_OK);
+    ck_assert_int_eq(res.token, 1);
     tp_sampler_destroy(s);
 }
 END_TEST
@@ -1152,6 +1295,9 @@ int main(void)
     tcase_add_test(tc, penalties_shape_the_sampled_distribution);
     tcase_add_test(tc, logprobs_are_raw_log_softmax);
     tcase_add_test(tc, banned_ids_stay_in_raw_logprobs);
+    tcase_add_test(tc, logit_bias_rule);
+    tcase_add_test(tc, allowed_ids_rule);
+    tcase_add_test(tc, bad_edits_refused);
     tcase_add_test(tc, logprobs_stable_for_large_logits);
     tcase_add_test(tc, vocab_of_one);
     tcase_add_test(tc, negative_infinity_logits);
