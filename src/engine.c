@@ -30,6 +30,7 @@
 #include "chat_template.h"
 #include "collect.h"
 #include "completion.h"
+#include "guided.h"
 #include "log.h"
 #include "model.h"
 #include "model_config.h"
@@ -169,6 +170,8 @@ typedef struct engine {
     size_t stokens_cap;
     int64_t steps_by_path[3]; /* sampler rank: steps chosen by device argmax, device sample op, host sampler */
     tp_sampler *sampler;
+    tp_guide *guide;        /* sampler rank: guided_choice's token pieces, made at its first use */
+    int32_t *guided;        /* [tp_guide_max_allowed]: the ids a guided row may draw next */
     float *logits_host;
     int32_t *ban;           /* [n_eos + the most stop_token_ids of a request]: min_tokens' end tokens, host sampling */
     int32_t max_rows;
@@ -438,6 +441,13 @@ static tp_status prepare_request(engine *e, req *r)
                  "line %lld: max_tokens %d + %d prompt tokens exceed the context of %d tokens (--max-model-len)",
                  (long long)in->line, want, r->n_prompt, e->max_model_len);
         set_request_error(r, "context_length_exceeded");
+        return TP_OK;
+    }
+    if (in->p.n_choices && e->n_eos == 0) {
+        tp_error(TP_ERR_INVALID_ARG, "line %lld: guided_choice needs the model's end-of-sequence token to end a "
+                 "choice, and %s names none (config.json, generation_config.json)", (long long)in->line,
+                 e->model_name);
+        set_request_error(r, "invalid_request");
         return TP_OK;
     }
     r->max_new = want < room ? want : room;
@@ -1212,8 +1222,29 @@ static int has_penalties(const tp_sampling_params *p)
     return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
 }
 
-/* logit_bias or allowed_token_ids: the rule edits the logits first */
-static int has_logit_edits(const req *r) { return r->in->p.n_bias > 0 || r->in->p.n_allowed_token_ids > 0; }
+/* logit_bias, allowed_token_ids or guided_choice: the rule edits the logits first */
+static int has_logit_edits(const req *r)
+{
+    return r->in->p.n_bias > 0 || r->in->p.n_allowed_token_ids > 0 || r->in->p.n_choices > 0;
+}
+
+/* guided_choice: the ids that may follow the n_out tokens of out, into e->guided; where none
+ * may (the completion is a choice and the ids that end it are its only way on), the end
+ * tokens. Made on first use: the tokenizer's pieces take a while. */
+static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int32_t *n)
+{
+    if (!e->guide) {
+        TP_CHECK(tp_guide_create(e->tok, (int32_t)e->cfg.vocab_size, e->eos, e->n_eos, &e->guide));
+        e->guided = malloc((size_t)tp_guide_max_allowed(e->guide) * sizeof *e->guided);
+        if (!e->guided) return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
+    }
+    TP_CHECK(tp_guide_allowed(e->guide, r->in->p.choices, r->in->p.n_choices, out, n_out, e->guided, n));
+    if (*n == 0) {
+        memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
+        *n = e->n_eos;
+    }
+    return TP_OK;
+}
 
 /* A request whose tokens the device's argmax can choose: greedy, no logprobs, penalties,
  * min_tokens or logit edits. */
@@ -1328,12 +1359,18 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             used += (size_t)w->n_banned;
         }
         const tp_request_params *rp = &r->in->p;
-        if (rp->n_allowed_token_ids) {
-            TP_CHECK(stokens_reserve(e, used, (size_t)rp->n_allowed_token_ids));
+        const int32_t *allowed = rp->allowed_token_ids;
+        int32_t n_allowed = rp->n_allowed_token_ids;
+        if (rp->n_choices) { /* no step ahead has guided rows: n_out is c's */
+            TP_CHECK(guided_ids(e, r, c->out.v, n_out, &n_allowed));
+            allowed = e->guided;
+        }
+        if (n_allowed) {
+            TP_CHECK(stokens_reserve(e, used, (size_t)n_allowed));
             w->allowed = (int32_t)used;
-            w->n_allowed = rp->n_allowed_token_ids;
-            memcpy(e->stokens + used, rp->allowed_token_ids, (size_t)w->n_allowed * sizeof(int32_t));
-            used += (size_t)w->n_allowed;
+            w->n_allowed = n_allowed;
+            memcpy(e->stokens + used, allowed, (size_t)n_allowed * sizeof(int32_t));
+            used += (size_t)n_allowed;
         }
         if (rp->n_bias) { /* the ids, then their biases' bits */
             TP_CHECK(stokens_reserve(e, used, 2 * (size_t)rp->n_bias));
@@ -1420,8 +1457,12 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
         tp_sampling_params sp = r->sp;
         sp.seed = choice_seed(r, q->choice);
         const tp_request_params *rp = &r->in->p;
-        const tp_logit_edits edits = {rp->allowed_token_ids, rp->n_allowed_token_ids, e->ban, n_banned,
-                                      rp->bias_ids, rp->bias, rp->n_bias};
+        tp_logit_edits edits = {rp->allowed_token_ids, rp->n_allowed_token_ids, e->ban, n_banned,
+                                rp->bias_ids, rp->bias, rp->n_bias};
+        if (rp->n_choices) {
+            TP_CHECK(guided_ids(e, r, c->out.v, n_out, &edits.n_allowed));
+            edits.allowed = e->guided;
+        }
         TP_CHECK(tp_sampler_sample_edited(e->sampler, &sp, (uint64_t)n_out, lg, &edits, r->prompt, r->n_prompt,
                                           c->out.v, n_out, &res));
         TP_CHECK(tp_choice_keep_logprobs(c, &res));
@@ -1789,7 +1830,8 @@ static int ahead_wanted(const engine *e)
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
         if (wants_prompt_rows(e, r, e->S_[k].choice) ||
-            (!plain_greedy(r) && (e->g->tp > 1 || has_penalties(&r->sp) || !device_sample(e))))
+            (!plain_greedy(r) &&
+             (e->g->tp > 1 || has_penalties(&r->sp) || r->in->p.n_choices || !device_sample(e))))
             return 0;
     }
     return 1;
@@ -2020,6 +2062,8 @@ static void engine_free(engine *e)
     tp_chat_template_destroy(e->tpl);
     tp_tokenizer_destroy(e->tok);
     tp_sampler_destroy(e->sampler);
+    tp_guide_destroy(e->guide);
+    free(e->guided);
     tp_collector_destroy(e->collector);
     free(e->logits_host);
     free(e->srows);

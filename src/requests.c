@@ -80,6 +80,8 @@ static void params_free(tp_request_params *p)
     free(p->allowed_token_ids);
     free(p->bias_ids);
     free(p->bias);
+    for (int32_t i = 0; i < p->n_choices; i++) free(p->choices[i]);
+    free(p->choices);
     memset(p, 0, sizeof *p);
 }
 
@@ -748,6 +750,68 @@ static int read_logit_bias(line_ctx *c, const json_t *o)
     return OK;
 }
 
+#define MAX_CHOICES 4096
+
+/* vLLM's guided_choice (or "structured_outputs": {"choice": [...]}): a non-empty array of
+ * non-empty strings the text must be one of. Refused beside allowed_token_ids (both would
+ * say which tokens may come), min_tokens (a choice may end sooner) and ignore_eos (a
+ * choice ends at the end token). */
+static int read_choices(line_ctx *c, const json_t *o)
+{
+    tp_request_params *p = &c->r->p;
+    char b[QUOTE_CAP];
+    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice");
+    const char *key = "guided_choice";
+    if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
+                             c->prefix, c->prefix);
+    if (so) {
+        if (!json_is_object(so))
+            return fail(c, E_REQUEST, "\"%sstructured_outputs\" must be an object, not %s", c->prefix, repr(b, so));
+        const char *k;
+        json_t *x;
+        json_object_foreach(so, k, x)
+        {
+            if (strcmp(k, "choice") != 0 && !json_is_null(x))
+                return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\" is "
+                            "not supported", c->prefix, quote(b, k, strlen(k)));
+        }
+        v = get(so, "choice");
+        key = "structured_outputs.choice";
+    }
+    if (!v) return OK;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
+                    json_is_array(v) ? "an empty array" : repr(b, v));
+    const size_t k = json_array_size(v);
+    if (k > MAX_CHOICES)
+        return fail(c, E_REQUEST, "\"%s%s\" holds %zu choices, more than %d", c->prefix, key, k, MAX_CHOICES);
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_string(e) || json_string_length(e) == 0)
+            return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a non-empty string, not %s", c->prefix, key, i, repr(b, e));
+        if (memchr(json_string_value(e), '\0', json_string_length(e)))
+            return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
+    }
+    if (p->n_allowed_token_ids)
+        return fail(c, E_REQUEST, "\"%s%s\" and \"%sallowed_token_ids\" both say which tokens may come: give one",
+                    c->prefix, key, c->prefix);
+    if (p->has_min_tokens && p->min_tokens > 0)
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%smin_tokens\" %d: a choice may end sooner", c->prefix, key,
+                    c->prefix, p->min_tokens);
+    if (p->has_ignore_eos && p->ignore_eos)
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%signore_eos\": true: a choice ends at the end token", c->prefix,
+                    key, c->prefix);
+    p->choices = calloc(k, sizeof *p->choices);
+    if (!p->choices) return OOM;
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        p->choices[i] = dup_n(json_string_value(e), json_string_length(e));
+        if (!p->choices[i]) return OOM;
+        p->n_choices = (int32_t)(i + 1);
+    }
+    return OK;
+}
+
 /* "logprobs": an integer in [0, 20], or (chat style) true/false with "top_logprobs". */
 static int read_logprobs(line_ctx *c, const json_t *o)
 {
@@ -851,6 +915,7 @@ static int read_params(line_ctx *c, const json_t *o)
     if ((v = get(o, "allowed_token_ids")))
         TRY(read_token_ids(c, v, "allowed_token_ids", 0, &p->allowed_token_ids, &p->n_allowed_token_ids));
     TRY(read_logit_bias(c, o));
+    TRY(read_choices(c, o));
     return OK;
 }
 
@@ -880,7 +945,8 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
-                                         "stop_token_ids", "allowed_token_ids", "logit_bias", NULL};
+                                         "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
+                                         "structured_outputs", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
@@ -895,8 +961,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
 static const char *const unsupported_keys[] = {"response_format", "functions", "function_call", "echo", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
-static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                                          "structured_outputs", NULL};
+static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_grammar", NULL};
 
 static int in_list(const char *const *list, const char *k)
 {

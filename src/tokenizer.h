@@ -46,6 +46,11 @@ tp_status tp_tokenizer_encode(tp_tokenizer *tok, const char *text, size_t len,
 tp_status tp_tokenizer_decode(const tp_tokenizer *tok, const int32_t *ids, size_t n,
                               int skip_special_tokens, char **text, size_t *len);
 
+/* The bytes ids decode to, where tp_tokenizer_decode would put U+FFFD for bytes that are
+ * not valid UTF-8 on their own (a character split over tokens): what guided decoding
+ * matches token by token. Special tokens are decoded too. */
+tp_status tp_tokenizer_decode_raw(const tp_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len);
+
 /* Number of ids in use (largest token id + 1, added tokens included). */
 size_t tp_tokenizer_vocab_size(const tp_tokenizer *tok);
 /* The token string of id (NULL if none); *len gets its length. */

@@ -162,11 +162,12 @@ static int byte_token(const char *t, size_t n)
     return digits ? v : -1;
 }
 
-static tp_status flush_bytes(toklist *out, tk_buf *bytes)
+/* raw: the bytes as they are, valid UTF-8 or not (tp_tokenizer_decode_raw) */
+static tp_status flush_bytes(toklist *out, tk_buf *bytes, int raw)
 {
     if (bytes->len == 0) return TP_OK;
     tp_status st;
-    if (tp_utf8_valid(bytes->s, bytes->len, NULL)) {
+    if (raw || tp_utf8_valid(bytes->s, bytes->len, NULL)) {
         st = toklist_push(out, bytes->s, bytes->len);
     } else {
         /* HF: one U+FFFD per byte when the run is not valid UTF-8 as a whole. */
@@ -197,7 +198,7 @@ static tp_status strip_token(const tk_decoder *d, const tk_buf *t, toklist *out)
     return toklist_push(out, t->s + a, b - a);
 }
 
-static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out)
+static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out, int raw)
 {
     tk_buf tmp = {0};
     tp_status st = TP_OK;
@@ -205,7 +206,7 @@ static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out)
     case TK_DEC_SEQUENCE:
         for (size_t i = 0; i < d->n_kids; i++) {
             toklist next = {0};
-            st = decode_chain(&d->kids[i], in, &next);
+            st = decode_chain(&d->kids[i], in, &next, raw);
             toklist_free(in);
             *in = next;
             if (st != TP_OK) return st;
@@ -235,7 +236,9 @@ static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out)
                 st = tk_buf_put(&tmp, t->s, t->len);
             }
         }
-        if (st == TP_OK) {
+        if (st == TP_OK && raw) {
+            st = toklist_push(out, tmp.s ? tmp.s : "", tmp.len);
+        } else if (st == TP_OK) {
             char *lossy;
             size_t n;
             st = tp_utf8_lossy(tmp.s ? tmp.s : "", tmp.len, &lossy, &n);
@@ -259,10 +262,10 @@ static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out)
                 st = tk_buf_put(&tmp, &c, 1);
                 continue;
             }
-            st = flush_bytes(out, &tmp);
+            st = flush_bytes(out, &tmp, raw);
             if (st == TP_OK) st = toklist_push(out, in->v[i].s, in->v[i].len);
         }
-        if (st == TP_OK) st = flush_bytes(out, &tmp);
+        if (st == TP_OK) st = flush_bytes(out, &tmp, raw);
         break;
     case TK_DEC_FUSE:
         st = tk_buf_put(&tmp, "", 0);
@@ -299,8 +302,22 @@ static tp_status decode_chain(const tk_decoder *d, toklist *in, toklist *out)
 // ----------------------------------------------------------------------------
 // decode
 
+static tp_status decode_ids(const tp_tokenizer *tok, const int32_t *ids, size_t n, int skip_special_tokens, int raw,
+                            char **text, size_t *len);
+
 tp_status tp_tokenizer_decode(const tp_tokenizer *tok, const int32_t *ids, size_t n, int skip_special_tokens,
                               char **text, size_t *len)
+{
+    return decode_ids(tok, ids, n, skip_special_tokens, 0, text, len);
+}
+
+tp_status tp_tokenizer_decode_raw(const tp_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len)
+{
+    return decode_ids(tok, ids, n, 0, 1, text, len);
+}
+
+static tp_status decode_ids(const tp_tokenizer *tok, const int32_t *ids, size_t n, int skip_special_tokens, int raw,
+                            char **text, size_t *len)
 {
     toklist in = {0}, out = {0};
     tk_buf res = {0};
@@ -312,7 +329,7 @@ tp_status tp_tokenizer_decode(const tp_tokenizer *tok, const int32_t *ids, size_
         st = toklist_push(&in, t, tl);
     }
     if (st == TP_OK && tok->decoder) {
-        st = decode_chain(tok->decoder, &in, &out);
+        st = decode_chain(tok->decoder, &in, &out, raw);
         for (size_t i = 0; i < out.n && st == TP_OK; i++) st = tk_buf_put(&res, out.v[i].s, out.v[i].len);
     } else {
         /* No decoder: HF joins the tokens with spaces. */

@@ -751,7 +751,8 @@ START_TEST(unknown_fields_ignored)
         {"\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"use_beam_search\":true", "beam search"},
         {"\"guided_json\":{}", "\"guided_json\": guided decoding"},
-        {"\"guided_choice\":[\"a\"]", "\"guided_choice\": guided decoding"},
+        {"\"guided_regex\":\"a+\"", "\"guided_regex\": guided decoding"},
+        {"\"structured_outputs\":{\"regex\":\"a+\"}", "guided decoding other than \"choice\" is not supported"},
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
     };
@@ -786,8 +787,9 @@ START_TEST(unknown_fields_ignored)
 END_TEST
 
 /* "logit_bias" (OpenAI: token id strings to biases) and vLLM's "allowed_token_ids": read into
- * sorted, distinct ids; biases clamped to [-100, 100] as vLLM does; bad keys, ids and values
- * are an error record naming the field. */
+ * sorted, distinct ids; biases clamped to [-100, 100] as vLLM does; "guided_choice" (or
+ * "structured_outputs": {"choice"}) into its strings; bad keys, ids and values are an error
+ * record naming the field. */
 START_TEST(logit_bias_and_allowed_ids)
 {
     const char *in =
@@ -840,6 +842,39 @@ START_TEST(logit_bias_and_allowed_ids)
         ck_assert_msg(strstr(L.v[0].error_message, bad[i][1]), "%s: %s", line, L.v[0].error_message);
         ck_assert_int_eq(L.v[0].p.n_bias, 0); /* an error record carries nothing to run */
     }
+    /* guided_choice, or structured_outputs.choice: the strings kept as they are */
+    in = "{\"id\":\"g\",\"prompt\":\"x\",\"guided_choice\":[\"yes\",\"no \\u2713\"]}\n"
+         "{\"id\":\"h\",\"prompt\":\"x\",\"structured_outputs\":{\"choice\":[\"a\"],\"json\":null}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    ck_assert_int_eq(L.v[0].p.n_choices, 2);
+    ck_assert_str_eq(L.v[0].p.choices[1], "no \xe2\x9c\x93");
+    ck_assert_int_eq(L.v[1].p.n_choices, 1);
+    ck_assert_str_eq(L.v[1].p.choices[0], "a");
+    static const char *const bad_choice[][2] = {
+        {"\"guided_choice\":\"yes\"", "\"guided_choice\" must be a non-empty array of strings, not \"yes\""},
+        {"\"guided_choice\":[]", "not an empty array"},
+        {"\"guided_choice\":[\"\"]", "\"guided_choice\"[0] must be a non-empty string, not \"\""},
+        {"\"guided_choice\":[\"a\\u0000b\"]", "\"guided_choice\"[0] holds a NUL character"},
+        {"\"structured_outputs\":[\"a\"]", "\"structured_outputs\" must be an object"},
+        {"\"structured_outputs\":{\"choice\":[1]}", "\"structured_outputs.choice\"[0] must be a non-empty string"},
+        {"\"guided_choice\":[\"a\"],\"allowed_token_ids\":[1]", "both say which tokens may come"},
+        {"\"guided_choice\":[\"a\"],\"min_tokens\":1", "a choice may end sooner"},
+        {"\"guided_choice\":[\"a\"],\"ignore_eos\":true", "a choice ends at the end token"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad_choice); i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad_choice[i][0]);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, bad_choice[i][1]), "%s: %s", line, L.v[0].error_message);
+        ck_assert_int_eq(L.v[0].p.n_choices, 0);
+    }
+    char many[80000] = "{\"id\":\"m\",\"prompt\":\"x\",\"guided_choice\":[\"c\"";
+    for (int i = 0; i < 4096; i++) strcat(many, ",\"c\"");
+    strcat(many, "]}\n");
+    ck_assert_int_eq(parse(many, TP_INPUT_JSONL), TP_OK);
+    ck_assert_msg(strstr(L.v[0].error_message, "holds 4097 choices, more than 4096"), "%s", L.v[0].error_message);
     /* OpenAI bodies name the field with its prefix */
     in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
          "\"logit_bias\":{\"x\":1}}}\n";

@@ -1,0 +1,35 @@
+/*
+ * guided.h: guided_choice, vLLM's decoding constrained to one of a list of strings. At each
+ * step only the tokens that keep the completion's bytes a prefix of some choice may be
+ * drawn, and the end-of-sequence tokens once the bytes equal one; so the text is one of the
+ * choices, spelt by whatever tokens the model prefers. A token is matched by the bytes it
+ * adds to the completion (tp_tokenizer_decode_raw: the first token's alone, a later one's
+ * after another token), so a choice holding a character split over byte tokens matches too.
+ */
+#ifndef TP_GUIDED_H
+#define TP_GUIDED_H
+
+#include <stdint.h>
+
+#include "status.h"
+#include "tokenizer.h"
+
+typedef struct tp_guide tp_guide;
+
+/* The byte pieces of every token of the model's vocabulary (special tokens and ids the
+ * tokenizer lacks never match a choice); eos: the ids that end a completion. */
+tp_status tp_guide_create(const tp_tokenizer *tok, int32_t vocab, const int32_t *eos, int32_t n_eos,
+                          tp_guide **out);
+void tp_guide_destroy(tp_guide *g); /* accepts NULL */
+
+/* The most ids tp_guide_allowed returns. */
+int32_t tp_guide_max_allowed(const tp_guide *g);
+
+/* The ids that may follow out[0 .. n_out) (the completion so far) under choices[0 ..
+ * n_choices) (NUL-terminated), each once, into dst (room for tp_guide_max_allowed); *n is
+ * their count, 0 when none may (the completion left every choice, or is one and the model
+ * has no end tokens). */
+tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices, const int32_t *out, int32_t n_out,
+                           int32_t *dst, int32_t *n);
+
+#endif

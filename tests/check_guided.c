@@ -1,0 +1,231 @@
+/*
+ * check_guided.c: guided_choice's token sets (src/guided.c) against the tokenizer's own
+ * decoder, on real tokenizers (byte-level BPE: gpt2, tiny-llama3; SentencePiece with byte
+ * fallback: mistral-7b-v0.1, stories260K, tiny-mistral; from $TPINFER_SHARED, default
+ * ../shared) and on a hand-made one that needs nothing:
+ *   - every allowed token keeps the decoded bytes a prefix of a choice (random walks);
+ *   - every token that would is allowed (all ids, the first steps);
+ *   - the end tokens exactly when the text is a choice, and the text a walk ends with is one;
+ *   - each choice's own encoding is a path the guide allows.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "guided.h"
+#include "tiny_tokenizer.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static const char *shared_dir(void)
+{
+    const char *s = getenv("TPINFER_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static char *const CHOICES[] = {"Positive", "Negative", "Neutral \xe2\x9c\x93 \xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",
+                                " leading space", "yes", "yes!", "a"};
+enum { N_CHOICES = sizeof CHOICES / sizeof CHOICES[0] };
+
+static uint64_t rng = 88172645463325252ULL;
+static uint32_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static int is_eos(const int32_t *eos, int32_t n_eos, int32_t id)
+{
+    for (int32_t i = 0; i < n_eos; i++)
+        if (eos[i] == id) return 1;
+    return 0;
+}
+
+/* Whether s[0, n) is a prefix of a choice (exact: equal to one, when exact). */
+static int on_path(const char *s, size_t n, int exact, char *const *choices, int32_t n_choices)
+{
+    for (int32_t c = 0; c < n_choices; c++) {
+        const size_t cl = strlen(choices[c]);
+        if ((exact ? cl == n : cl >= n) && memcmp(choices[c], s, n) == 0) return 1;
+    }
+    return 0;
+}
+
+static char *decode_raw(const tp_tokenizer *tok, const int32_t *ids, int32_t n, size_t *len)
+{
+    char *s = NULL;
+    ck_assert_int_eq(tp_tokenizer_decode_raw(tok, ids, (size_t)n, &s, len), TP_OK);
+    return s;
+}
+
+/* Whether token t may follow out[0, n) by the decoder itself: it adds bytes, and they stay
+ * on a choice's path. */
+static int may_follow(const tp_tokenizer *tok, int32_t *out, int32_t n, int32_t t, size_t before, char *const *choices,
+                      int32_t n_choices)
+{
+    out[n] = t;
+    size_t len;
+    char *s = decode_raw(tok, out, n + 1, &len);
+    /* only the first token may add nothing (SentencePiece's lone "▁") */
+    const int ok = (len > before || n == 0) && on_path(s, len, 0, choices, n_choices);
+    free(s);
+    return ok;
+}
+
+static void check_tokenizer_guide(const tp_tokenizer *tok, const char *name, const int32_t *eos, int32_t n_eos,
+                                  char *const *choices, int32_t n_choices, int full_steps)
+{
+    const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
+    tp_guide *g = NULL;
+    const clock_t t0 = clock();
+    tp_status st = tp_guide_create(tok, vocab, eos, n_eos, &g);
+    ck_assert_msg(st == TP_OK, "%s: %s", name, tp_error_message());
+    printf("check_guided: %s: %d tokens, guide made in %.0f ms\n", name, (int)vocab,
+           1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC);
+    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed);
+    int32_t out[256];
+    uint8_t *in_set = calloc((size_t)vocab, 1);
+    ck_assert(allowed && in_set);
+    int ended[N_CHOICES + 8] = {0};
+    for (int walk = 0; walk < 60; walk++) {
+        int32_t n_out = 0;
+        for (;;) {
+            int32_t n = 0;
+            ck_assert_int_eq(tp_guide_allowed(g, choices, n_choices, out, n_out, allowed, &n), TP_OK);
+            size_t len;
+            char *text = decode_raw(tok, out, n_out, &len);
+            const int complete = on_path(text, len, 1, choices, n_choices);
+            int n_end = 0;
+            for (int32_t i = 0; i < n; i++) {
+                if (is_eos(eos, n_eos, allowed[i])) {
+                    n_end++;
+                    continue;
+                }
+                ck_assert_msg(may_follow(tok, out, n_out, allowed[i], len, choices, n_choices),
+                              "%s: token %d after %d tokens (\"%.*s\") leaves every choice", name, allowed[i], n_out,
+                              (int)len, text);
+            }
+            ck_assert_msg(n_end == (complete ? n_eos : 0), "%s: %d end tokens allowed after \"%.*s\"", name, n_end,
+                          (int)len, text);
+            if (walk < 2 && n_out < full_steps) { /* every id the decoder would keep on a path is there */
+                for (int32_t i = 0; i < n; i++) in_set[allowed[i]] = 1;
+                for (int32_t t = 0; t < vocab; t++) {
+                    size_t tl;
+                    if (in_set[t] || !tp_tokenizer_id_to_token(tok, t, &tl) || tp_tokenizer_is_special(tok, t)) continue;
+                    ck_assert_msg(!may_follow(tok, out, n_out, t, len, choices, n_choices),
+                                  "%s: token %d would follow \"%.*s\" on a choice, and is not allowed", name, t,
+                                  (int)len, text);
+                }
+                for (int32_t i = 0; i < n; i++) in_set[allowed[i]] = 0;
+            }
+            free(text);
+            ck_assert_msg(n > 0, "%s: nothing allowed after %d tokens", name, n_out);
+            ck_assert_int_lt(n_out, 255);
+            const int32_t pick = allowed[next_rand() % (uint32_t)n];
+            if (is_eos(eos, n_eos, pick)) break;
+            out[n_out++] = pick;
+        }
+        /* the text as the output shows it (tp_tokenizer_decode) is one of the choices */
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(tp_tokenizer_decode(tok, out, (size_t)n_out, 0, &text, &len), TP_OK);
+        int which = -1;
+        for (int32_t c = 0; c < n_choices; c++)
+            if (strlen(choices[c]) == len && memcmp(choices[c], text, len) == 0) which = c;
+        ck_assert_msg(which >= 0, "%s: the walk ended on \"%.*s\", no choice", name, (int)len, text);
+        ended[which]++;
+        free(text);
+    }
+    int distinct = 0;
+    for (int32_t c = 0; c < n_choices; c++) distinct += ended[c] > 0;
+    ck_assert_msg(distinct >= 2, "%s: every walk ended on one choice", name);
+    /* each choice's own encoding is a path */
+    for (int32_t c = 0; c < n_choices; c++) {
+        tp_ids ids = {0};
+        tp_tokenizer *mut = (tp_tokenizer *)tok; /* encode caches; the guide does not mind */
+        ck_assert_int_eq(tp_tokenizer_encode(mut, choices[c], strlen(choices[c]), 0, &ids), TP_OK);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(tp_tokenizer_decode(tok, ids.v, ids.n, 0, &text, &len), TP_OK);
+        const int round_trip = len == strlen(choices[c]) && memcmp(text, choices[c], len) == 0;
+        free(text);
+        if (!round_trip) { /* e.g. SentencePiece's dropped leading space: not a spelling of it */
+            tp_ids_free(&ids);
+            continue;
+        }
+        for (size_t k = 0; k <= ids.n; k++) {
+            int32_t n = 0;
+            ck_assert_int_eq(tp_guide_allowed(g, choices, n_choices, ids.v, (int32_t)k, allowed, &n), TP_OK);
+            int found = 0;
+            for (int32_t i = 0; i < n; i++)
+                found |= k < ids.n ? allowed[i] == ids.v[k] : is_eos(eos, n_eos, allowed[i]);
+            ck_assert_msg(found, "%s: choice %d's own token %zu (%d) is not allowed", name, (int)c, k,
+                          k < ids.n ? ids.v[k] : -1);
+        }
+        tp_ids_free(&ids);
+    }
+    /* off every path: nothing */
+    const int32_t eos0 = eos[0];
+    int32_t n = 5;
+    ck_assert_int_eq(tp_guide_allowed(g, choices, n_choices, &eos0, 1, allowed, &n), TP_OK);
+    ck_assert_int_eq(n, 0);
+    free(in_set);
+    free(allowed);
+    tp_guide_destroy(g);
+}
+
+START_TEST(tiny_tokenizer_guide)
+{
+    tp_tokenizer *tok = NULL;
+    ck_assert_int_eq(tp_tokenizer_load_json(TINY_TOKENIZER_JSON, strlen(TINY_TOKENIZER_JSON), NULL, 0, &tok), TP_OK);
+    char *const choices[] = {"abc", "ab ab", "c", "cab"};
+    const int32_t eos[1] = {6};
+    check_tokenizer_guide(tok, "tiny", eos, 1, choices, 4, 4);
+    tp_tokenizer_destroy(tok);
+}
+END_TEST
+
+static void shared_case(const char *sub, int full_steps)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", shared_dir(), sub);
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        printf("check_guided: SKIP %s: no %s (set TPINFER_SHARED)\n", sub, dir);
+        return;
+    }
+    tp_tokenizer *tok = NULL;
+    ck_assert_msg(tp_tokenizer_load(dir, &tok) == TP_OK, "%s: %s", dir, tp_error_message());
+    int32_t eos = tp_tokenizer_eos_id(tok);
+    if (eos < 0) eos = 0;
+    check_tokenizer_guide(tok, sub, &eos, 1, CHOICES, N_CHOICES, full_steps);
+    tp_tokenizer_destroy(tok);
+}
+
+START_TEST(shared_tokenizers_guide)
+{
+    static const char *const subs[] = {"tokenizers/gpt2", "tokenizers/mistral-7b-v0.1", "models/stories260K-hf",
+                                       "models/tiny-llama3", "models/tiny-mistral"};
+    shared_case(subs[_i], 2);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("guided");
+    TCase *tc = tcase_create("guided");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, tiny_tokenizer_guide);
+    tcase_add_loop_test(tc, shared_tokenizers_guide, 0, 5);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
