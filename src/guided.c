@@ -244,6 +244,7 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
             break;
         }
         const size_t l = (size_t)t->len[id];
+        if (l == 0) continue; /* an empty first piece */
         if (len + l > g->text_cap) {
             size_t cap = 2 * (len + l) + 64;
             char *p = realloc(g->text, cap);
@@ -261,7 +262,7 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
     int complete = 0;
     for (int32_t c = 0; c < n_choices; c++) {
         const size_t cl = strlen(choices[c]);
-        if (cl < len || memcmp(choices[c], g->text, len) != 0) continue;
+        if (cl < len || (len && memcmp(choices[c], g->text, len) != 0)) continue;
         const char *rest = choices[c] + len;
         const size_t rl = cl - len;
         if (rl == 0) complete = 1;
