@@ -72,6 +72,8 @@ typedef struct req {
     int32_t n_dump_gen, dump_cap; /* rows kept in dump_gen, and its room */
     int32_t n_finished;
     int32_t n_cached;       /* prompt tokens its first choice read from the prefix cache */
+    int32_t *bad_ids, *bad_len, n_bad; /* bad_words as token sequences (bad_words_of), one after another */
+    int bad_ready;
 } req;
 
 typedef struct seq {
@@ -173,7 +175,8 @@ typedef struct engine {
     tp_guide *guide;        /* sampler rank: guided_choice's token pieces, made at its first use */
     int32_t *guided;        /* [tp_guide_max_allowed]: the ids a guided row may draw next */
     float *logits_host;
-    int32_t *ban;           /* [n_eos + the most stop_token_ids of a request]: min_tokens' end tokens, host sampling */
+    int32_t *ban;           /* a row's banned ids: min_tokens' end tokens, bad_words' last tokens */
+    size_t ban_cap;
     int32_t max_rows;
     tp_token_logprob *top;
     int32_t *slot, *block_table, *rows, *extra_seq, *sync, *take;
@@ -1222,10 +1225,11 @@ static int has_penalties(const tp_sampling_params *p)
     return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
 }
 
-/* logit_bias, allowed_token_ids or guided_choice: the rule edits the logits first */
+/* logit_bias, allowed_token_ids, guided_choice or bad_words: the rule edits the logits first */
 static int has_logit_edits(const req *r)
 {
-    return r->in->p.n_bias > 0 || r->in->p.n_allowed_token_ids > 0 || r->in->p.n_choices > 0;
+    const tp_request_params *p = &r->in->p;
+    return p->n_bias > 0 || p->n_allowed_token_ids > 0 || p->n_choices > 0 || p->n_bad_words > 0;
 }
 
 /* guided_choice: the ids that may follow the n_out tokens of out, into e->guided; where none
@@ -1304,6 +1308,82 @@ static int32_t end_tokens(const engine *e, const req *r, int32_t *dst)
     return n_end_tokens(e, r);
 }
 
+/* bad_words as vLLM tokenizes them: each word without its leading white space, and with one
+ * space before it where that spells it with another first token in as many tokens (the
+ * word in mid-text); made on first use. */
+static tp_status bad_words_of(engine *e, req *r)
+{
+    if (r->bad_ready) return TP_OK;
+    const tp_request_params *p = &r->in->p;
+    tp_ids all = {0}, one = {0};
+    int32_t *len = malloc(2 * (size_t)p->n_bad_words * sizeof *len);
+    tp_status st = len ? TP_OK : tp_error(TP_ERR_OOM, "out of memory for bad_words");
+    int32_t n = 0;
+    for (int32_t w = 0; st == TP_OK && w < p->n_bad_words; w++) {
+        const char *word = p->bad_words[w];
+        while (*word && strchr(" \t\n\r\f\v", *word)) word++;
+        int32_t first = -1, first_len = 0;
+        for (int space = 0; space < 2 && st == TP_OK; space++) {
+            char *text = malloc(strlen(word) + 2);
+            if (!text) {
+                st = tp_error(TP_ERR_OOM, "out of memory for bad_words");
+                break;
+            }
+            strcpy(text, space ? " " : "");
+            strcat(text, word);
+            one.n = 0;
+            st = tp_tokenizer_encode(e->tok, text, strlen(text), 0, &one);
+            free(text);
+            if (st != TP_OK || one.n == 0) break;
+            if (space && (one.v[0] == first || (int32_t)one.n != first_len)) break;
+            if (!space) {
+                first = one.v[0];
+                first_len = (int32_t)one.n;
+            }
+            for (size_t i = 0; i < one.n && st == TP_OK; i++) st = tp_ids_push(&all, one.v[i]);
+            len[n++] = (int32_t)one.n;
+        }
+    }
+    tp_ids_free(&one);
+    if (st != TP_OK) {
+        free(len);
+        tp_ids_free(&all);
+        return st;
+    }
+    r->bad_ids = all.v;
+    r->bad_len = len;
+    r->n_bad = n;
+    r->bad_ready = 1;
+    return TP_OK;
+}
+
+/* The ids a row may not draw after out[0 .. n_out): min_tokens' end tokens before it, and
+ * the last token of each bad word whose other tokens end the output (vLLM: output tokens
+ * only), into e->ban. */
+static tp_status banned_ids(engine *e, req *r, const int32_t *out, int32_t n_out, int32_t *n)
+{
+    *n = 0;
+    const int ends = bans_end_tokens(e, r, n_out);
+    if (!ends && !r->in->p.n_bad_words) return TP_OK;
+    if (r->in->p.n_bad_words) TP_CHECK(bad_words_of(e, r));
+    const size_t most = (size_t)n_end_tokens(e, r) + (size_t)r->n_bad;
+    if (most > e->ban_cap) {
+        int32_t *b = realloc(e->ban, most * sizeof *b);
+        if (!b) return tp_error(TP_ERR_OOM, "out of memory for a row's banned ids");
+        e->ban = b;
+        e->ban_cap = most;
+    }
+    if (ends) *n = end_tokens(e, r, e->ban);
+    const int32_t *w = r->bad_ids;
+    for (int32_t k = 0; k < r->n_bad; w += r->bad_len[k], k++) {
+        const int32_t L = r->bad_len[k];
+        if (L - 1 > n_out || (L > 1 && memcmp(out + n_out - (L - 1), w, (size_t)(L - 1) * sizeof *w) != 0))
+            continue;
+        e->ban[(*n)++] = w[L - 1];
+    }
+    return TP_OK;
+}
+
 /* Room for n more ids in e->stokens. */
 static tp_status stokens_reserve(engine *e, size_t used, size_t n)
 {
@@ -1352,11 +1432,14 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             if (n_out) memcpy(e->stokens + used + r->n_prompt, c->out.v, (size_t)n_out * sizeof(int32_t));
             used += (size_t)r->n_prompt + (size_t)n_out;
         }
-        if (bans_end_tokens(e, r, n_out)) {
-            TP_CHECK(stokens_reserve(e, used, (size_t)n_end_tokens(e, r)));
+        int32_t n_banned;
+        TP_CHECK(banned_ids(e, r, c->out.v, n_out, &n_banned)); /* no step ahead reads bad_words */
+        if (n_banned) {
+            TP_CHECK(stokens_reserve(e, used, (size_t)n_banned));
             w->banned = (int32_t)used;
-            w->n_banned = end_tokens(e, r, e->stokens + used);
-            used += (size_t)w->n_banned;
+            w->n_banned = n_banned;
+            memcpy(e->stokens + used, e->ban, (size_t)n_banned * sizeof(int32_t));
+            used += (size_t)n_banned;
         }
         const tp_request_params *rp = &r->in->p;
         const int32_t *allowed = rp->allowed_token_ids;
@@ -1444,13 +1527,8 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     TP_CHECK(choice_of(e, r, q->choice, &c));
     const int64_t V = e->cfg.vocab_size;
     int32_t n_out = (int32_t)c->out.n;
-    int32_t n_banned = 0; /* min_tokens' end tokens: never drawn, yet in the raw logprobs */
-    if (lg && bans_end_tokens(e, r, n_out)) {
-        int32_t *ban = realloc(e->ban, (size_t)n_end_tokens(e, r) * sizeof *ban);
-        if (!ban) return tp_error(TP_ERR_OOM, "out of memory");
-        e->ban = ban;
-        n_banned = end_tokens(e, r, e->ban);
-    }
+    int32_t n_banned = 0; /* never drawn, yet in the raw logprobs */
+    if (lg) TP_CHECK(banned_ids(e, r, c->out.v, n_out, &n_banned));
     tp_sample_result res = {0};
     res.top = e->top;
     if (lg) {
@@ -1831,7 +1909,8 @@ static int ahead_wanted(const engine *e)
         const req *r = &e->R[e->S_[k].req];
         if (wants_prompt_rows(e, r, e->S_[k].choice) ||
             (!plain_greedy(r) &&
-             (e->g->tp > 1 || has_penalties(&r->sp) || r->in->p.n_choices || !device_sample(e))))
+             (e->g->tp > 1 || has_penalties(&r->sp) || r->in->p.n_choices || r->in->p.n_bad_words ||
+              !device_sample(e))))
             return 0;
     }
     return 1;
@@ -2053,6 +2132,8 @@ static void engine_free(engine *e)
         free(r->plp_top);
         free(r->dump_prompt);
         free(r->dump_gen);
+        free(r->bad_ids);
+        free(r->bad_len);
     }
     free(e->R);
     free(e->S_);

@@ -80,6 +80,8 @@ static void params_free(tp_request_params *p)
     free(p->allowed_token_ids);
     free(p->bias_ids);
     free(p->bias);
+    for (int32_t i = 0; i < p->n_bad_words; i++) free(p->bad_words[i]);
+    free(p->bad_words);
     for (int32_t i = 0; i < p->n_choices; i++) free(p->choices[i]);
     free(p->choices);
     memset(p, 0, sizeof *p);
@@ -752,6 +754,42 @@ static int read_logit_bias(line_ctx *c, const json_t *o)
 
 #define MAX_CHOICES 4096
 
+/* An array of strings, each with something besides white space and no NUL, at most max:
+ * into *out (NULL when absent or null). */
+static int read_strings(line_ctx *c, const json_t *v, const char *key, int32_t max, char ***out, int32_t *n_out)
+{
+    char b[QUOTE_CAP];
+    if (!v) return OK;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
+                    json_is_array(v) ? "an empty array" : repr(b, v));
+    const size_t k = json_array_size(v);
+    if (k > (size_t)max)
+        return fail(c, E_REQUEST, "\"%s%s\" holds %zu strings, more than %d", c->prefix, key, k, (int)max);
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        const char *s = json_is_string(e) ? json_string_value(e) : NULL;
+        const size_t n = s ? json_string_length(e) : 0;
+        size_t blank = 0;
+        while (blank < n && strchr(" \t\n\r\f\v", s[blank])) blank++;
+        if (!s || blank == n)
+            return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a string with more than white space, not %s", c->prefix,
+                        key, i, repr(b, e));
+        if (memchr(s, '\0', n))
+            return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
+    }
+    char **a = calloc(k, sizeof *a);
+    if (!a) return OOM;
+    *out = a;
+    for (size_t i = 0; i < k; i++) {
+        json_t *e = json_array_get(v, i);
+        a[i] = dup_n(json_string_value(e), json_string_length(e));
+        if (!a[i]) return OOM;
+        *n_out = (int32_t)(i + 1);
+    }
+    return OK;
+}
+
 /* vLLM's guided_choice (or "structured_outputs": {"choice": [...]}): a non-empty array of
  * non-empty strings the text must be one of. Refused beside allowed_token_ids (both would
  * say which tokens may come), min_tokens (a choice may end sooner) and ignore_eos (a
@@ -916,6 +954,7 @@ static int read_params(line_ctx *c, const json_t *o)
         TRY(read_token_ids(c, v, "allowed_token_ids", 0, &p->allowed_token_ids, &p->n_allowed_token_ids));
     TRY(read_logit_bias(c, o));
     TRY(read_choices(c, o));
+    TRY(read_strings(c, get(o, "bad_words"), "bad_words", MAX_CHOICES, &p->bad_words, &p->n_bad_words));
     return OK;
 }
 
@@ -946,7 +985,7 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
                                          "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
-                                         "structured_outputs", NULL};
+                                         "structured_outputs", "bad_words", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};

@@ -63,6 +63,7 @@ typedef struct tp_request_params {
     int32_t *allowed_token_ids; int32_t n_allowed_token_ids; /* vLLM's: the only ids drawn; 0: all */
     int32_t *bias_ids;         float *bias; int32_t n_bias;  /* logit_bias: distinct ids in [0, vocab), in
                                                               * increasing order, each bias in [-100, 100] */
+    char **bad_words;          int32_t n_bad_words;       /* vLLM's: never generated (non-empty, without NUL) */
     char **choices;            int32_t n_choices;         /* guided_choice: the text is one of these
                                                            * (non-empty, without NUL, at most 4096) */
 } tp_request_params;

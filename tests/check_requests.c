@@ -870,6 +870,27 @@ START_TEST(logit_bias_and_allowed_ids)
         ck_assert_msg(strstr(L.v[0].error_message, bad_choice[i][1]), "%s: %s", line, L.v[0].error_message);
         ck_assert_int_eq(L.v[0].p.n_choices, 0);
     }
+    /* bad_words: strings kept as given (the engine tokenizes them) */
+    in = "{\"id\":\"w\",\"prompt\":\"x\",\"bad_words\":[\" big\",\"red ball\"]}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_int_eq(L.v[0].p.n_bad_words, 2);
+    ck_assert_str_eq(L.v[0].p.bad_words[0], " big");
+    ck_assert_int_eq(L.unknown_lines, 0);
+    static const char *const bad_words[][2] = {
+        {"\"bad_words\":\"big\"", "\"bad_words\" must be a non-empty array of strings, not \"big\""},
+        {"\"bad_words\":[]", "not an empty array"},
+        {"\"bad_words\":[\"a\",\" \\n\"]", "\"bad_words\"[1] must be a string with more than white space"},
+        {"\"bad_words\":[1]", "\"bad_words\"[0] must be a string with more than white space, not 1"},
+        {"\"bad_words\":[\"a\\u0000\"]", "\"bad_words\"[0] holds a NUL character"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad_words); i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad_words[i][0]);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, bad_words[i][1]), "%s: %s", line, L.v[0].error_message);
+        ck_assert_int_eq(L.v[0].p.n_bad_words, 0);
+    }
     char many[80000] = "{\"id\":\"m\",\"prompt\":\"x\",\"guided_choice\":[\"c\"";
     for (int i = 0; i < 4096; i++) strcat(many, ",\"c\"");
     strcat(many, "]}\n");

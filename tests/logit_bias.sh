@@ -4,7 +4,8 @@
 # stories260K: a -100 bias on greedy's first choice picks the runner-up that a run without it
 # ranked second, with the raw logprob that run reported for it; +100 makes every token that
 # one, greedy or sampled; allowed ids are the only ones drawn; an OpenAI chat body's fields
-# work as a plain line's; a bad bias is an error record and the lines beside it run.
+# work as a plain line's; a bad bias is an error record and the lines beside it run. And
+# bad_words (vLLM's): a word's tokens never come out in a row.
 # tests/sample_paths.sh checks the device's sample op against the host sampler on such rows.
 . "$top_srcdir/tests/lib.sh"
 need_shared
@@ -16,6 +17,7 @@ gen() { # gen NAME LINE...: run the lines, output in $TMP/NAME.jsonl
     "$TPINFER" --model "$m" --backend cpu --input "$TMP/$name.in" --output "$TMP/$name.jsonl" 2>"$TMP/$name.err" ||
         { cat "$TMP/$name.err"; fail "run $name"; }
 }
+py_ids() { python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.stdin.read())[int(sys.argv[1]):int(sys.argv[2])])))' "$@"; }
 field() { # field FILE ID EXPR: a Python expression over the output line d of request ID
     python3 -c 'import json,sys
 for l in open(sys.argv[1]):
@@ -71,4 +73,35 @@ grep -q '"id":"bad".*\\"logit_bias\\" key \\"512\\" is outside \[0, 512) (the vo
 grep -q '"id":"bad2".*\\"allowed_token_ids\\" is an empty array' "$TMP/bad.jsonl" ||
     fail "no error record for the empty allowed_token_ids: $(cat "$TMP/bad.jsonl")"
 [ "$(grep -c '"finish_reason"' "$TMP/bad.jsonl")" -eq 2 ] || fail "the lines beside the bad ones did not run"
+
+# 6. bad_words (vLLM's): a word's tokens never come out in a row; the run is the plain one up
+# to where that one had the word. Words from the plain run's own tokens: 2 (one token, given
+# with white space before it, which vLLM strips) and 4-5 (two tokens).
+gen plain12 '{"id": "p", "prompt": "The dog", "max_tokens": 12, "temperature": 0}'
+plain=$(field "$TMP/plain12.jsonl" p 'd["token_ids"]')
+printf '{"ids": [%s]}\n{"ids": [%s]}\n' "$(echo "$plain" | py_ids 2 3)" "$(echo "$plain" | py_ids 4 6)" >"$TMP/words.in"
+"$TPINFER" --detokenize --model "$m" --input "$TMP/words.in" --output "$TMP/words.jsonl" 2>"$TMP/words.err" || { cat "$TMP/words.err"; fail "detokenize"; }
+one=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[0])["text"].strip())' "$TMP/words.jsonl")
+two=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[1])["text"].strip())' "$TMP/words.jsonl")
+printf '{"text": "%s", "add_special_tokens": false}\n' "$two" >"$TMP/two.in"
+"$TPINFER" --tokenize --model "$m" --input "$TMP/two.in" --output "$TMP/two.jsonl" 2>"$TMP/two.err" || { cat "$TMP/two.err"; fail "tokenize"; }
+[ "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["ids"])' "$TMP/two.jsonl")" = "[$(echo "$plain" | py_ids 4 6 | sed 's/,/, /g')]" ] ||
+    fail "test setup: '$two' does not encode to plain's tokens 4-5 ($plain)"
+gen bad1 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"  $one\"]}"
+gen bad2 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"$two\"]}"
+python3 - "$plain" "$(field "$TMP/bad1.jsonl" b 'd["token_ids"]')" "$(field "$TMP/bad2.jsonl" b 'd["token_ids"]')" <<'PY' || fail "bad_words"
+import json, sys
+plain, bad1, bad2 = (json.loads(a) for a in sys.argv[1:4])
+# the one-token word banned: it (plain's third) never comes, the run is plain's before it
+assert bad1[:2] == plain[:2] and bad1[2] != plain[2] and plain[2] not in bad1, (plain, bad1)
+# plain's tokens 4-5 as a word banned: they never come in a row; each alone may
+assert bad2[:5] == plain[:5] and bad2[5] != plain[5], (plain, bad2)
+assert all(bad2[i:i + 2] != plain[4:6] for i in range(len(bad2) - 1)), (plain, bad2)
+PY
+# a bad word of only white space is an error record
+printf '%s\n' '{"id": "w", "prompt": "Lily", "max_tokens": 2, "bad_words": [" \t"]}' >"$TMP/ws.in"
+rc=0
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/ws.in" --output "$TMP/ws.jsonl" 2>/dev/null || rc=$?
+[ $rc -eq 1 ] && grep -q '\\"bad_words\\"\[0\] must be a string with more than white space' "$TMP/ws.jsonl" ||
+    fail "a blank bad word: exit $rc, $(cat "$TMP/ws.jsonl")"
 echo "PASS"
