@@ -52,6 +52,7 @@ typedef struct cuda_ctx {
     int small_next;
     unsigned int *sample_flags; /* sample(): per block a zeroed flag word per column, then a bias per column */
     size_t sample_flags_words;
+    int64_t sample_cols;        /* the V the scratch was last zeroed for */
     void *dl[2];               /* pinned: download_start()'s slots */
     size_t dl_cap[2], dl_bytes[2];
     tp_cuda_fault *dl_fault;   /* pinned [2]: the fault word as each slot's copy left it */
@@ -493,19 +494,24 @@ static tp_status cuda_sample(tp_backend *b, const tp_tensor *logits, int32_t L, 
     cuda_ctx *ctx = ctx_of(b);
     const int blocks = ctx->attn.sm_count > 0 ? ctx->attn.sm_count : 1;
     const size_t words = (size_t)blocks * 2 * (size_t)logits->cols; /* per block: flags, then biases */
-    if (ctx->sample_flags_words < words) {
+    /* per block V flags, then V biases: another V moves the blocks' regions over words the
+     * last calls left non-zero (biases are never cleared), so the scratch is zeroed again */
+    if (ctx->sample_flags_words < words || ctx->sample_cols != logits->cols) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         TP_CUDA_CHECK(cudaStreamIsCapturing(ctx->stream, &cs));
         if (cs != cudaStreamCaptureStatusNone)
             return tp_error(TP_ERR_UNSUPPORTED, "sample: its scratch is allocated at the first call, which must "
                             "not be inside graph capture (call sample in an eager step first)");
-        TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* no kernel still uses the old scratch */
-        if (ctx->sample_flags) TP_CUDA_CHECK(cudaFree(ctx->sample_flags));
-        ctx->sample_flags = NULL;
-        ctx->sample_flags_words = 0;
-        TP_CHECK(cuda_alloc(b, words * sizeof(unsigned int), (void **)&ctx->sample_flags));
-        TP_CUDA_CHECK(cudaMemsetAsync(ctx->sample_flags, 0, words * sizeof(unsigned int), ctx->stream));
-        ctx->sample_flags_words = words;
+        if (ctx->sample_flags_words < words) {
+            TP_CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* no kernel still uses the old scratch */
+            if (ctx->sample_flags) TP_CUDA_CHECK(cudaFree(ctx->sample_flags));
+            ctx->sample_flags = NULL;
+            ctx->sample_flags_words = 0;
+            TP_CHECK(cuda_alloc(b, words * sizeof(unsigned int), (void **)&ctx->sample_flags));
+            ctx->sample_flags_words = words;
+        }
+        TP_CUDA_CHECK(cudaMemsetAsync(ctx->sample_flags, 0, ctx->sample_flags_words * sizeof(unsigned int), ctx->stream));
+        ctx->sample_cols = logits->cols;
     }
     return tp_cuda_sample(*logits, L, rows, tokens, out, ctx->sample_flags, blocks, ctx->fault_dev, ctx->stream);
 }

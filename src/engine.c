@@ -446,6 +446,12 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "context_length_exceeded");
         return TP_OK;
     }
+    if (in->p.n_choices && r->ignore_eos) { /* the line's own ignore_eos is refused as it is read */
+        tp_error(TP_ERR_INVALID_ARG, "line %lld: guided_choice with --ignore-eos: a choice ends at the end token; "
+                 "give the line \"ignore_eos\": false", (long long)in->line);
+        set_request_error(r, "invalid_request");
+        return TP_OK;
+    }
     if (in->p.n_choices && e->n_eos == 0) {
         tp_error(TP_ERR_INVALID_ARG, "line %lld: guided_choice needs the model's end-of-sequence token to end a "
                  "choice, and %s names none (config.json, generation_config.json)", (long long)in->line,
@@ -1238,9 +1244,14 @@ static int has_logit_edits(const req *r)
 static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int32_t *n)
 {
     if (!e->guide) {
-        TP_CHECK(tp_guide_create(e->tok, (int32_t)e->cfg.vocab_size, e->eos, e->n_eos, &e->guide));
-        e->guided = malloc((size_t)tp_guide_max_allowed(e->guide) * sizeof *e->guided);
-        if (!e->guided) return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
+        tp_guide *g;
+        TP_CHECK(tp_guide_create(e->tok, (int32_t)e->cfg.vocab_size, e->eos, e->n_eos, &g));
+        e->guided = malloc((size_t)tp_guide_max_allowed(g) * sizeof *e->guided);
+        if (!e->guided) {
+            tp_guide_destroy(g);
+            return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
+        }
+        e->guide = g;
     }
     TP_CHECK(tp_guide_allowed(e->guide, r->in->p.choices, r->in->p.n_choices, out, n_out, e->guided, n));
     if (*n == 0) {
@@ -1335,6 +1346,9 @@ static tp_status bad_words_of(engine *e, req *r)
             st = tp_tokenizer_encode(e->tok, text, strlen(text), 0, &one);
             free(text);
             if (st != TP_OK || one.n == 0) break;
+            int outside = 0; /* an id the model cannot generate: nothing to ban */
+            for (size_t i = 0; i < one.n; i++) outside |= one.v[i] >= e->cfg.vocab_size;
+            if (outside) break;
             if (space && (one.v[0] == first || (int32_t)one.n != first_len)) break;
             if (!space) {
                 first = one.v[0];

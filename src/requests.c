@@ -839,6 +839,9 @@ static int read_choices(line_ctx *c, const json_t *o)
     if (p->has_ignore_eos && p->ignore_eos)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%signore_eos\": true: a choice ends at the end token", c->prefix,
                     key, c->prefix);
+    if (get(o, "bad_words"))
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": the choices alone say what may come; give one",
+                    c->prefix, key, c->prefix);
     p->choices = calloc(k, sizeof *p->choices);
     if (!p->choices) return OOM;
     for (size_t i = 0; i < k; i++) {

@@ -88,4 +88,19 @@ done
 [ "$(grep -c '"finish_reason":"stop"' "$TMP/bad.jsonl")" -eq 2 ] || fail "the good lines beside the bad ones: $(grep -v '"code"' "$TMP/bad.jsonl")"
 grep -q '"id":"ok","text":"a b"' "$TMP/bad.jsonl" && grep -q '"id":"ok2","text":"b c"' "$TMP/bad.jsonl" ||
     fail "a one-choice line did not give its choice"
+# --ignore-eos would let a choice run on past its end token: an error record, unless the line
+# says "ignore_eos": false; bad_words beside guided_choice are refused as the line is read
+printf '%s\n' '{"id": "i1", "prompt": "Lily", "max_tokens": 8, "guided_choice": ["yes", "no"]}' \
+    '{"id": "i2", "prompt": "Lily", "max_tokens": 8, "guided_choice": ["yes", "no"], "ignore_eos": false}' \
+    '{"id": "i3", "prompt": "Lily", "max_tokens": 8, "guided_choice": ["yes"], "bad_words": ["no"]}' >"$TMP/ie.in"
+rc=0
+"$TPINFER" --model "$m" --backend cpu --ignore-eos --input "$TMP/ie.in" --output "$TMP/ie.jsonl" 2>"$TMP/ie.err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/ie.err"; fail "guided_choice under --ignore-eos: exit $rc, wanted 1"; }
+grep -q '"id":"i1".*guided_choice with --ignore-eos' "$TMP/ie.jsonl" || fail "no error record under --ignore-eos: $(cat "$TMP/ie.jsonl")"
+grep -q '"id":"i3".*the choices alone say what may come' "$TMP/ie.jsonl" || fail "bad_words beside guided_choice: $(cat "$TMP/ie.jsonl")"
+py 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d["id"] == "i2": assert d["text"] in ("yes", "no") and d["finish_reason"] == "stop", d; break
+else: raise SystemExit("no i2")' "$TMP/ie.jsonl" || fail "ignore_eos false under --ignore-eos: $(cat "$TMP/ie.jsonl")"
 echo PASS
