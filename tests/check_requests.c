@@ -701,6 +701,22 @@ START_TEST(edge_values_accepted)
 }
 END_TEST
 
+/* Each {fields, message}: a JSONL line with those fields is an invalid_request error record
+ * whose message holds the text, carrying nothing to run, and every field is a known one. */
+static void expect_refused(const char *const (*cases)[2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", cases[i][0]);
+        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
+        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
+        ck_assert_msg(strstr(L.v[0].error_message, cases[i][1]), "%s: %s", line, L.v[0].error_message);
+        const tp_request_params *p = &L.v[0].p;
+        ck_assert_int_eq(p->n_bias + p->n_allowed_token_ids + p->n_choices + p->n_bad_words, 0);
+        ck_assert_int_eq(L.unknown_lines, 0);
+    }
+}
+
 /* P15: unknown fields are ignored, in every dialect. */
 START_TEST(unknown_fields_ignored)
 {
@@ -756,14 +772,7 @@ START_TEST(unknown_fields_ignored)
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
     };
-    for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
-        char line[256];
-        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", refused[i][0]);
-        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
-        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
-        ck_assert_msg(strstr(L.v[0].error_message, refused[i][1]), "%s: %s", line, L.v[0].error_message);
-        ck_assert_int_eq(L.unknown_lines, 0);
-    }
+    expect_refused(refused, TP_ARRAY_LEN(refused));
     in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
          "\"echo\":true}}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
@@ -834,14 +843,7 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"allowed_token_ids\":[1,1000]", "\"allowed_token_ids\"[1] 1000 is outside [0, 1000)"},
         {"\"allowed_token_ids\":5", "\"allowed_token_ids\" must be an array of token ids"},
     };
-    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
-        char line[256];
-        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad[i][0]);
-        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
-        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
-        ck_assert_msg(strstr(L.v[0].error_message, bad[i][1]), "%s: %s", line, L.v[0].error_message);
-        ck_assert_int_eq(L.v[0].p.n_bias, 0); /* an error record carries nothing to run */
-    }
+    expect_refused(bad, TP_ARRAY_LEN(bad));
     /* guided_choice, or structured_outputs.choice: the strings kept as they are */
     in = "{\"id\":\"g\",\"prompt\":\"x\",\"guided_choice\":[\"yes\",\"no \\u2713\"]}\n"
          "{\"id\":\"h\",\"prompt\":\"x\",\"structured_outputs\":{\"choice\":[\"a\"],\"json\":null}}\n";
@@ -862,14 +864,7 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"guided_choice\":[\"a\"],\"min_tokens\":1", "a choice may end sooner"},
         {"\"guided_choice\":[\"a\"],\"ignore_eos\":true", "a choice ends at the end token"},
     };
-    for (size_t i = 0; i < TP_ARRAY_LEN(bad_choice); i++) {
-        char line[256];
-        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad_choice[i][0]);
-        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
-        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
-        ck_assert_msg(strstr(L.v[0].error_message, bad_choice[i][1]), "%s: %s", line, L.v[0].error_message);
-        ck_assert_int_eq(L.v[0].p.n_choices, 0);
-    }
+    expect_refused(bad_choice, TP_ARRAY_LEN(bad_choice));
     /* bad_words: strings kept as given (the engine tokenizes them) */
     in = "{\"id\":\"w\",\"prompt\":\"x\",\"bad_words\":[\" big\",\"red ball\"]}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
@@ -883,14 +878,7 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"bad_words\":[1]", "\"bad_words\"[0] must be a string with more than white space, not 1"},
         {"\"bad_words\":[\"a\\u0000\"]", "\"bad_words\"[0] holds a NUL character"},
     };
-    for (size_t i = 0; i < TP_ARRAY_LEN(bad_words); i++) {
-        char line[256];
-        snprintf(line, sizeof line, "{\"id\":\"r\",\"prompt\":\"x\",%s}\n", bad_words[i][0]);
-        ck_assert_int_eq(parse(line, TP_INPUT_JSONL), TP_OK);
-        ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
-        ck_assert_msg(strstr(L.v[0].error_message, bad_words[i][1]), "%s: %s", line, L.v[0].error_message);
-        ck_assert_int_eq(L.v[0].p.n_bad_words, 0);
-    }
+    expect_refused(bad_words, TP_ARRAY_LEN(bad_words));
     char many[80000] = "{\"id\":\"m\",\"prompt\":\"x\",\"guided_choice\":[\"c\"";
     for (int i = 0; i < 4096; i++) strcat(many, ",\"c\"");
     strcat(many, "]}\n");

@@ -10,20 +10,14 @@
 need_shared
 export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
-gen() { # gen NAME LINE...: run the lines, output in $TMP/NAME.jsonl
-    name=$1; shift
-    printf '%s\n' "$@" >"$TMP/$name.in"
-    "$TPINFER" --model "$m" --backend cpu --input "$TMP/$name.in" --output "$TMP/$name.jsonl" 2>"$TMP/$name.err" ||
-        { cat "$TMP/$name.err"; fail "run $name"; }
-}
 py() { python3 -c "$@"; }
 
 # 1. the model's own greedy start as a choice: followed token for token, then the end
-gen plain '{"id": "p", "prompt": "The dog", "max_tokens": 3, "temperature": 0}'
+run_lines plain '{"id": "p", "prompt": "The dog", "max_tokens": 3, "temperature": 0}'
 start=$(py 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["text"])' "$TMP/plain.jsonl")
 ids=$(py 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["token_ids"])' "$TMP/plain.jsonl")
 [ -n "$start" ] || fail "no greedy text"
-gen follow "{\"id\": \"f\", \"prompt\": \"The dog\", \"max_tokens\": 10, \"temperature\": 0, \"guided_choice\": [\"Xylophone zebra\", \"$start\"]}"
+run_lines follow "{\"id\": \"f\", \"prompt\": \"The dog\", \"max_tokens\": 10, \"temperature\": 0, \"guided_choice\": [\"Xylophone zebra\", \"$start\"]}"
 py 'import json,sys
 d = json.loads(open(sys.argv[1]).readline())
 want = json.loads(sys.argv[3])
@@ -33,10 +27,10 @@ assert d["finish_reason"] == "stop", d' "$TMP/follow.jsonl" "$start" "$ids" || f
 
 # 2. every completion is a choice: greedy, sampled, n = 3, both spellings, an OpenAI body
 choices='["yes", "no", "maybe so", "Positive \u2713", "The end."]'
-gen many "{\"id\": \"g\", \"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"guided_choice\": $choices}" \
+run_lines many "{\"id\": \"g\", \"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"guided_choice\": $choices}" \
     "{\"id\": \"s\", \"prompt\": \"Lily\", \"max_tokens\": 20, \"temperature\": 1.2, \"seed\": 9, \"n\": 3, \"guided_choice\": $choices, \"logprobs\": 1}" \
     "{\"id\": \"o\", \"prompt\": \"Tom\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": 1, \"structured_outputs\": {\"choice\": $choices}}"
-gen openai "{\"custom_id\": \"c\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"Lily\", \"max_tokens\": 20, \"temperature\": 1.2, \"seed\": 9, \"n\": 3, \"guided_choice\": $choices}}"
+run_lines openai "{\"custom_id\": \"c\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"Lily\", \"max_tokens\": 20, \"temperature\": 1.2, \"seed\": 9, \"n\": 3, \"guided_choice\": $choices}}"
 py 'import json,sys
 choices = json.loads(sys.argv[2])
 seen = set()
@@ -57,7 +51,7 @@ for l in open(sys.argv[1]):
     if d["id"] == "s": print([c["text"] for c in d["choices"]])' "$TMP/many.jsonl")" ] || fail "the OpenAI body and the plain line differ"
 
 # 3. max_tokens cuts a choice short: a prefix of it, finish_reason length
-gen cut '{"id": "t", "prompt": "Lily", "max_tokens": 2, "temperature": 0, "guided_choice": ["Xylophone orchestra"]}'
+run_lines cut '{"id": "t", "prompt": "Lily", "max_tokens": 2, "temperature": 0, "guided_choice": ["Xylophone orchestra"]}'
 py 'import json,sys
 d = json.loads(open(sys.argv[1]).readline())
 assert d["finish_reason"] == "length" and "Xylophone orchestra".startswith(d["text"]) and d["text"], d' "$TMP/cut.jsonl" ||

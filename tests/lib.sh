@@ -50,6 +50,15 @@ completions() {
 ab_backend() { backend=$1; flags=; [ "$backend" = cpu ] || flags="--dtype float32"; }
 ab_output() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
 
+# run_lines NAME LINE...: tpinfer on the model $m (CPU backend) over the JSONL lines, its
+# output in $TMP/NAME.jsonl; a failed run fails the test
+run_lines() {
+    local rl_name=$1; shift
+    printf '%s\n' "$@" >"$TMP/$rl_name.in"
+    "$TPINFER" --model "$m" --backend cpu --input "$TMP/$rl_name.in" --output "$TMP/$rl_name.jsonl" 2>"$TMP/$rl_name.err" ||
+        { cat "$TMP/$rl_name.err"; fail "run $rl_name"; }
+}
+
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
 expect_fail() {
     local code=$1 needle=$2; shift 2

@@ -11,12 +11,6 @@
 need_shared
 export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
-gen() { # gen NAME LINE...: run the lines, output in $TMP/NAME.jsonl
-    name=$1; shift
-    printf '%s\n' "$@" >"$TMP/$name.in"
-    "$TPINFER" --model "$m" --backend cpu --input "$TMP/$name.in" --output "$TMP/$name.jsonl" 2>"$TMP/$name.err" ||
-        { cat "$TMP/$name.err"; fail "run $name"; }
-}
 py_ids() { python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.stdin.read())[int(sys.argv[1]):int(sys.argv[2])])))' "$@"; }
 field() { # field FILE ID EXPR: a Python expression over the output line d of request ID
     python3 -c 'import json,sys
@@ -26,12 +20,12 @@ for l in open(sys.argv[1]):
 }
 
 # 1. greedy's first token sunk by -100: the runner-up, with its raw logprob
-gen plain '{"id": "p", "prompt": "The dog", "max_tokens": 4, "temperature": 0, "logprobs": 3}'
+run_lines plain '{"id": "p", "prompt": "The dog", "max_tokens": 4, "temperature": 0, "logprobs": 3}'
 first=$(field "$TMP/plain.jsonl" p 'd["logprobs"][0]["top_logprobs"][0]["id"]')
 second=$(field "$TMP/plain.jsonl" p 'd["logprobs"][0]["top_logprobs"][1]["id"]')
 second_lp=$(field "$TMP/plain.jsonl" p 'd["logprobs"][0]["top_logprobs"][1]["logprob"]')
 [ -n "$first" ] && [ "$first" != "$second" ] || fail "no top logprobs to steer by"
-gen sunk "{\"id\": \"s\", \"prompt\": \"The dog\", \"max_tokens\": 4, \"temperature\": 0, \"logprobs\": 3, \"logit_bias\": {\"$first\": -100}}"
+run_lines sunk "{\"id\": \"s\", \"prompt\": \"The dog\", \"max_tokens\": 4, \"temperature\": 0, \"logprobs\": 3, \"logit_bias\": {\"$first\": -100}}"
 [ "$(field "$TMP/sunk.jsonl" s 'd["token_ids"][0]')" = "$second" ] ||
     fail "-100 on token $first: first token $(field "$TMP/sunk.jsonl" s 'd["token_ids"][0]'), wanted the runner-up $second"
 [ "$(field "$TMP/sunk.jsonl" s 'd["logprobs"][0]["logprob"]')" = "$second_lp" ] ||
@@ -41,7 +35,7 @@ gen sunk "{\"id\": \"s\", \"prompt\": \"The dog\", \"max_tokens\": 4, \"temperat
 field "$TMP/sunk.jsonl" s 'd["token_ids"]' | grep -qw "$first" && fail "token $first was drawn under a -100 bias"
 
 # 2. +100 (and 1e9, clamped to 100) on one token: every token it, greedy and sampled
-gen lifted '{"id": "g", "prompt": "Lily", "max_tokens": 6, "temperature": 0, "logit_bias": {"300": 100}}' \
+run_lines lifted '{"id": "g", "prompt": "Lily", "max_tokens": 6, "temperature": 0, "logit_bias": {"300": 100}}' \
     '{"id": "t", "prompt": "Lily", "max_tokens": 6, "temperature": 1.0, "seed": 4, "logit_bias": {"300": 1e9}}'
 for id in g t; do
     [ "$(field "$TMP/lifted.jsonl" $id 'sorted(set(d["token_ids"]))')" = "[300]" ] ||
@@ -50,13 +44,13 @@ done
 
 # 3. allowed_token_ids: sampled at temperature 1.5, only they come out
 allowed="[261, 268, 286, 337, 346, 370, 397, 432]"
-gen allowed "{\"id\": \"a\", \"prompt\": \"The dog\", \"max_tokens\": 30, \"temperature\": 1.5, \"seed\": 8, \"ignore_eos\": true, \"allowed_token_ids\": $allowed}"
+run_lines allowed "{\"id\": \"a\", \"prompt\": \"The dog\", \"max_tokens\": 30, \"temperature\": 1.5, \"seed\": 8, \"ignore_eos\": true, \"allowed_token_ids\": $allowed}"
 field "$TMP/allowed.jsonl" a "all(t in $allowed for t in d['token_ids']) and len(d['token_ids']) == 30" | grep -qx True ||
     fail "allowed_token_ids: drew $(field "$TMP/allowed.jsonl" a 'd["token_ids"]')"
 field "$TMP/allowed.jsonl" a "len(set(d['token_ids'])) > 2" | grep -qx True || fail "allowed_token_ids: no variety at temperature 1.5"
 
 # 4. the same fields in an OpenAI batch body: the same completion as the plain line's
-gen openai '{"custom_id": "g", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Lily", "max_tokens": 6, "temperature": 0, "logit_bias": {"300": 100}}}'
+run_lines openai '{"custom_id": "g", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Lily", "max_tokens": 6, "temperature": 0, "logit_bias": {"300": 100}}}'
 [ "$(field "$TMP/openai.jsonl" g 'd["response"]["body"]["choices"][0]["text"]')" = "$(field "$TMP/lifted.jsonl" g 'd["text"]')" ] ||
     fail "openai body: $(cat "$TMP/openai.jsonl")"
 
@@ -77,7 +71,7 @@ grep -q '"id":"bad2".*\\"allowed_token_ids\\" is an empty array' "$TMP/bad.jsonl
 # 6. bad_words (vLLM's): a word's tokens never come out in a row; the run is the plain one up
 # to where that one had the word. Words from the plain run's own tokens: 2 (one token, given
 # with white space before it, which vLLM strips) and 4-5 (two tokens).
-gen plain12 '{"id": "p", "prompt": "The dog", "max_tokens": 12, "temperature": 0}'
+run_lines plain12 '{"id": "p", "prompt": "The dog", "max_tokens": 12, "temperature": 0}'
 plain=$(field "$TMP/plain12.jsonl" p 'd["token_ids"]')
 printf '{"ids": [%s]}\n{"ids": [%s]}\n' "$(echo "$plain" | py_ids 2 3)" "$(echo "$plain" | py_ids 4 6)" >"$TMP/words.in"
 "$TPINFER" --detokenize --model "$m" --input "$TMP/words.in" --output "$TMP/words.jsonl" 2>"$TMP/words.err" || { cat "$TMP/words.err"; fail "detokenize"; }
@@ -87,8 +81,8 @@ printf '{"text": "%s", "add_special_tokens": false}\n' "$two" >"$TMP/two.in"
 "$TPINFER" --tokenize --model "$m" --input "$TMP/two.in" --output "$TMP/two.jsonl" 2>"$TMP/two.err" || { cat "$TMP/two.err"; fail "tokenize"; }
 [ "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["ids"])' "$TMP/two.jsonl")" = "[$(echo "$plain" | py_ids 4 6 | sed 's/,/, /g')]" ] ||
     fail "test setup: '$two' does not encode to plain's tokens 4-5 ($plain)"
-gen bad1 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"  $one\"]}"
-gen bad2 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"$two\"]}"
+run_lines bad1 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"  $one\"]}"
+run_lines bad2 "{\"id\": \"b\", \"prompt\": \"The dog\", \"max_tokens\": 12, \"temperature\": 0, \"bad_words\": [\"$two\"]}"
 python3 - "$plain" "$(field "$TMP/bad1.jsonl" b 'd["token_ids"]')" "$(field "$TMP/bad2.jsonl" b 'd["token_ids"]')" <<'PY' || fail "bad_words"
 import json, sys
 plain, bad1, bad2 = (json.loads(a) for a in sys.argv[1:4])
