@@ -50,14 +50,18 @@ completions() {
 ab_backend() { backend=$1; flags=; [ "$backend" = cpu ] || flags="--dtype float32"; }
 ab_output() { if [ "$backend" = cpu ]; then completions "$1"; else completions "$1" tokens; fi; }
 
-# run_lines NAME LINE...: tpinfer on the model $m (CPU backend) over the JSONL lines, its
-# output in $TMP/NAME.jsonl; a failed run fails the test
-run_lines() {
-    local rl_name=$1; shift
+# run_lines NAME LINE...: tpinfer on the model $m (CPU backend, plus $lines_flags) over the
+# JSONL lines, its output in $TMP/NAME.jsonl; a failed run fails the test. run_lines_with_errors
+# wants the exit status 1 instead: some lines are error records, the others ran.
+run_lines_exit() {
+    local rl_want=$1 rl_name=$2 rl_rc=0; shift 2
     printf '%s\n' "$@" >"$TMP/$rl_name.in"
-    "$TPINFER" --model "$m" --backend cpu --input "$TMP/$rl_name.in" --output "$TMP/$rl_name.jsonl" 2>"$TMP/$rl_name.err" ||
-        { cat "$TMP/$rl_name.err"; fail "run $rl_name"; }
+    "$TPINFER" --model "$m" --backend cpu ${lines_flags:-} --input "$TMP/$rl_name.in" --output "$TMP/$rl_name.jsonl" \
+        2>"$TMP/$rl_name.err" || rl_rc=$?
+    [ "$rl_rc" -eq "$rl_want" ] || { cat "$TMP/$rl_name.err"; fail "run $rl_name: exit $rl_rc, wanted $rl_want"; }
 }
+run_lines() { run_lines_exit 0 "$@"; }
+run_lines_with_errors() { run_lines_exit 1 "$@"; }
 
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
 expect_fail() {
