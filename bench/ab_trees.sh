@@ -51,7 +51,7 @@ for r in $(seq 1 "${AB_ROUNDS:-2}"); do
         OUT=$o BENCH_TPINFER=$(cd "$d" && pwd)/build/tpinfer BENCH_RUNS=${BENCH_RUNS:-b128} BENCH_HF=0 BENCH_OPS=0 \
             BENCH_SWEEP= BENCH_RUNS_OTHER= TPINFER_LOG=${TPINFER_LOG:-debug} \
             BENCH_BACKEND=${AB_BACKEND:-cuda} bash bench/gpu_decode.sh 1 1 1 >"$o/stdout.log" 2>&1
-        for log in "$o"/*-b*.log "$o"/*-o*.log; do
+        for log in "$o"/*-b*.log "$o"/*-o*.log "$o"/*-s*.log; do
             [ -f "$log" ] || continue
             tps=$(grep -o '[0-9.]* generated tok/s' "$log" | tail -1 | awk '{print $1}')
             itl=$(grep -o 'inter-token latency [0-9.]*' "$log" | awk '{print $3}')
