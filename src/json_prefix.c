@@ -1,0 +1,313 @@
+/*
+ * json_prefix.c: a byte-at-a-time JSON recognizer (json_prefix.h). A pushdown automaton: the
+ * stack is one bit per open container (object or array), the rest a mode and its part.
+ */
+#include "json_prefix.h"
+
+#include <string.h>
+
+enum mode {
+    M_VALUE,          /* a value: the text's start, after ':' or after ',' in an array */
+    M_VALUE_OR_CLOSE, /* after '[': a value or ']' */
+    M_KEY_OR_CLOSE,   /* after '{': a key or '}' */
+    M_KEY,            /* after ',' in an object */
+    M_COLON,          /* after a key */
+    M_AFTER,          /* after a value in a container: ',' or its closing bracket */
+    M_DONE,           /* the text is whole: whitespace only */
+    M_STRING,
+    M_LITERAL,        /* true, false, null: sub = literal * 8 + bytes matched */
+    M_NUMBER,         /* sub: enum number_part */
+};
+
+enum number_part { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXP_SIGN, N_EXP_DIGITS };
+
+/* a string's sub: 0 plain, S_ESCAPE after '\', S_HEX + k after k digits of \u, then
+ * S_LOW_SLASH and S_LOW_U: the '\' and 'u' of the low surrogate a high one needs */
+enum { S_PLAIN = 0, S_ESCAPE = 1, S_HEX = 2, S_LOW_SLASH = 7, S_LOW_U = 8 };
+
+enum { F_KEY = 1, F_LOW_DUE = 2, F_OBJECT_ONLY = 4 };
+
+static const char *const literals[] = {"true", "false", "null"};
+
+static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static void end_value(tp_json_prefix *s)
+{
+    s->mode = s->depth ? M_AFTER : M_DONE;
+    s->sub = 0;
+}
+
+static int open_container(tp_json_prefix *s, int object)
+{
+    if (s->depth >= TP_JSON_MAX_DEPTH) return 0;
+    if (object) s->objects |= (uint64_t)1 << s->depth;
+    else s->objects &= ~((uint64_t)1 << s->depth);
+    s->depth++;
+    s->mode = object ? M_KEY_OR_CLOSE : M_VALUE_OR_CLOSE;
+    return 1;
+}
+
+static int top_is_object(const tp_json_prefix *s) { return s->depth && (s->objects >> (s->depth - 1) & 1); }
+
+static int close_container(tp_json_prefix *s, unsigned char c)
+{
+    if (!s->depth || c != (top_is_object(s) ? '}' : ']')) return 0;
+    s->depth--;
+    s->objects &= ~((uint64_t)1 << s->depth);
+    end_value(s);
+    return 1;
+}
+
+static int start_value(tp_json_prefix *s, unsigned char c)
+{
+    if (c == '{') return open_container(s, 1);
+    if (s->depth == 0 && (s->flags & F_OBJECT_ONLY)) return 0;
+    if (c == '[') return open_container(s, 0);
+    s->sub = 0;
+    if (c == '"') {
+        s->mode = M_STRING;
+        s->flags &= (uint8_t)~F_KEY;
+        return 1;
+    }
+    for (int l = 0; l < 3; l++)
+        if (c == (unsigned char)literals[l][0]) {
+            s->mode = M_LITERAL;
+            s->sub = (uint8_t)(l * 8 + 1);
+            return 1;
+        }
+    s->mode = M_NUMBER;
+    if (c == '-') s->sub = N_MINUS;
+    else if (c == '0') s->sub = N_ZERO;
+    else if (c >= '1' && c <= '9') s->sub = N_INT;
+    else return 0;
+    return 1;
+}
+
+/* A string's byte after a lead byte of UTF-8: the continuation bytes it needs and the range
+ * of the first (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static int utf8_lead(tp_json_prefix *s, unsigned char c)
+{
+    s->utf8_lo = 0x80;
+    s->utf8_hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) s->utf8_need = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+        s->utf8_need = 2;
+        if (c == 0xe0) s->utf8_lo = 0xa0;
+        if (c == 0xed) s->utf8_hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        s->utf8_need = 3;
+        if (c == 0xf0) s->utf8_lo = 0x90;
+        if (c == 0xf4) s->utf8_hi = 0x8f;
+    } else
+        return 0;
+    return 1;
+}
+
+static int string_byte(tp_json_prefix *s, unsigned char c)
+{
+    if (s->utf8_need) {
+        if (c < s->utf8_lo || c > s->utf8_hi) return 0;
+        s->utf8_need--;
+        s->utf8_lo = 0x80;
+        s->utf8_hi = 0xbf;
+        return 1;
+    }
+    switch (s->sub) {
+    case S_PLAIN:
+        if (c == '"') {
+            if (s->flags & F_KEY) {
+                s->flags &= (uint8_t)~F_KEY;
+                s->mode = M_COLON;
+                s->sub = 0;
+            } else
+                end_value(s);
+            return 1;
+        }
+        if (c == '\\') {
+            s->sub = S_ESCAPE;
+            return 1;
+        }
+        if (c < 0x20) return 0; /* control characters are escaped in JSON */
+        return c < 0x80 || utf8_lead(s, c);
+    case S_ESCAPE:
+        if (c == 'u') {
+            s->sub = S_HEX;
+            s->code = 0;
+            return 1;
+        }
+        if (!strchr("\"\\/bfnrt", c) || c == 0) return 0;
+        s->sub = S_PLAIN;
+        return 1;
+    case S_LOW_SLASH:
+        if (c != '\\') return 0;
+        s->sub = S_LOW_U;
+        return 1;
+    case S_LOW_U:
+        if (c != 'u') return 0;
+        s->sub = S_HEX;
+        s->code = 0;
+        return 1;
+    default: { /* S_HEX + digits read */
+        const int v = hex_value(c);
+        if (v < 0) return 0;
+        s->code = (uint16_t)(s->code * 16 + v);
+        if (++s->sub < S_HEX + 4) return 1;
+        const int high = s->code >= 0xd800 && s->code <= 0xdbff, low = s->code >= 0xdc00 && s->code <= 0xdfff;
+        if (s->flags & F_LOW_DUE) {
+            if (!low) return 0;
+            s->flags &= (uint8_t)~F_LOW_DUE;
+            s->sub = S_PLAIN;
+        } else if (high) {
+            s->flags |= F_LOW_DUE;
+            s->sub = S_LOW_SLASH;
+        } else if (low)
+            return 0;
+        else
+            s->sub = S_PLAIN;
+        s->code = 0;
+        return 1;
+    }
+    }
+}
+
+static int number_done(const tp_json_prefix *s)
+{
+    return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP_DIGITS;
+}
+
+static int step(tp_json_prefix *s, unsigned char c);
+
+static int number_byte(tp_json_prefix *s, unsigned char c)
+{
+    const int d = is_digit(c), e = c == 'e' || c == 'E';
+    switch (s->sub) {
+    case N_MINUS:
+        if (!d) return 0;
+        s->sub = c == '0' ? N_ZERO : N_INT;
+        return 1;
+    case N_ZERO:
+    case N_INT:
+        if (d && s->sub == N_INT) return 1;
+        if (c == '.') s->sub = N_DOT;
+        else if (e) s->sub = N_EXP;
+        else break;
+        return 1;
+    case N_DOT:
+        if (!d) return 0;
+        s->sub = N_FRAC;
+        return 1;
+    case N_FRAC:
+        if (d) return 1;
+        if (!e) break;
+        s->sub = N_EXP;
+        return 1;
+    case N_EXP:
+        if (c == '+' || c == '-') s->sub = N_EXP_SIGN;
+        else if (d) s->sub = N_EXP_DIGITS;
+        else return 0;
+        return 1;
+    case N_EXP_SIGN:
+        if (!d) return 0;
+        s->sub = N_EXP_DIGITS;
+        return 1;
+    case N_EXP_DIGITS:
+        if (d) return 1;
+        break;
+    default:
+        return 0;
+    }
+    /* c does not go on with the number: it ends here, if it may, and c comes after it */
+    end_value(s);
+    return step(s, c);
+}
+
+static int step(tp_json_prefix *s, unsigned char c)
+{
+    switch (s->mode) {
+    case M_STRING:
+        return string_byte(s, c);
+    case M_NUMBER:
+        return number_byte(s, c);
+    case M_LITERAL: {
+        const char *w = literals[s->sub >> 3];
+        const int pos = s->sub & 7;
+        if (c != (unsigned char)w[pos]) return 0;
+        if (w[pos + 1] == 0) end_value(s);
+        else s->sub++;
+        return 1;
+    }
+    default:
+        break;
+    }
+    if (is_space(c)) {
+        if (s->space >= TP_JSON_MAX_SPACE) return 0;
+        s->space++;
+        return 1;
+    }
+    s->space = 0;
+    switch (s->mode) {
+    case M_VALUE:
+        return start_value(s, c);
+    case M_VALUE_OR_CLOSE:
+        return c == ']' ? close_container(s, c) : start_value(s, c);
+    case M_KEY_OR_CLOSE:
+        if (c == '}') return close_container(s, c);
+        /* fall through */
+    case M_KEY:
+        if (c != '"') return 0;
+        s->mode = M_STRING;
+        s->sub = S_PLAIN;
+        s->flags |= F_KEY;
+        return 1;
+    case M_COLON:
+        if (c != ':') return 0;
+        s->mode = M_VALUE;
+        return 1;
+    case M_AFTER:
+        if (c == ',') {
+            s->mode = top_is_object(s) ? M_KEY : M_VALUE;
+            return 1;
+        }
+        return close_container(s, c);
+    default: /* M_DONE */
+        return 0;
+    }
+}
+
+void tp_json_prefix_init(tp_json_prefix *s, int object_only)
+{
+    memset(s, 0, sizeof *s);
+    s->mode = M_VALUE;
+    s->utf8_lo = 0x80;
+    s->utf8_hi = 0xbf;
+    if (object_only) s->flags = F_OBJECT_ONLY;
+}
+
+int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c)
+{
+    tp_json_prefix t = *s;
+    if (!step(&t, c)) return 0;
+    *s = t;
+    return 1;
+}
+
+size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!tp_json_prefix_feed(s, (unsigned char)bytes[i])) return i;
+    return n;
+}
+
+int tp_json_prefix_complete(const tp_json_prefix *s)
+{
+    return s->mode == M_DONE || (s->mode == M_NUMBER && s->depth == 0 && number_done(s));
+}

@@ -1,0 +1,47 @@
+/*
+ * json_prefix.h: whether bytes are the start of a JSON text (RFC 8259), one byte at a time:
+ * the recognizer behind response_format {"type": "json_object"}. The state is a small value
+ * (copied freely, compared with memcmp), so guided decoding can try every token's bytes from
+ * the same point. Beyond RFC 8259 it bounds what a model could otherwise repeat forever:
+ * containers nest at most TP_JSON_MAX_DEPTH deep and a run of whitespace between tokens is
+ * at most TP_JSON_MAX_SPACE bytes. Strings must be valid UTF-8, and a \u escape of a high
+ * surrogate must be followed by one of a low surrogate (what strict parsers, jansson's
+ * among them, require).
+ */
+#ifndef TP_JSON_PREFIX_H
+#define TP_JSON_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TP_JSON_MAX_DEPTH 64
+#define TP_JSON_MAX_SPACE 32
+
+/* No padding: every byte is a field, so equal states are equal bytes. */
+typedef struct tp_json_prefix {
+    uint64_t objects;  /* bit d: container d is an object (1) or an array (0) */
+    uint16_t code;     /* a \u escape's value so far; the high surrogate while a low one is due */
+    uint8_t depth;     /* containers open */
+    uint8_t mode;      /* what may come next (json_prefix.c's enum) */
+    uint8_t sub;       /* the part within mode: a literal's position, a number's part, an escape's */
+    uint8_t utf8_need; /* continuation bytes a string's character still needs */
+    uint8_t utf8_lo, utf8_hi; /* the next continuation byte's range */
+    uint8_t space;     /* whitespace bytes in the current run */
+    uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top */
+    uint8_t pad_[6];
+} tp_json_prefix;
+_Static_assert(sizeof(tp_json_prefix) == 24, "tp_json_prefix has no padding");
+
+/* The state before any byte: the text must be an object (object_only) or any JSON value. */
+void tp_json_prefix_init(tp_json_prefix *s, int object_only);
+
+/* Whether byte c may follow: 1 and s advanced, or 0 and s unchanged. */
+int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c);
+
+/* tp_json_prefix_feed for n bytes: the count taken before one could not follow (n when all did). */
+size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n);
+
+/* Whether the bytes so far are a whole JSON text (so the text may end here). */
+int tp_json_prefix_complete(const tp_json_prefix *s);
+
+#endif
