@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_prefix.h"
+
+/* JSON states whose allowed ids are kept: a completion revisits few (inside a string, after
+ * a value, ...), and a state's ids take a walk over the whole vocabulary */
+enum { JSON_CACHE = 16 };
+
+typedef struct json_cached {
+    tp_json_prefix state;
+    int first;     /* the first token's pieces (no token yet) */
+    int32_t *ids;  /* NULL: the entry is free */
+    int32_t n;
+    uint64_t used; /* when last read: the least recent goes first */
+} json_cached;
+
 typedef struct piece_table {
     int32_t *ids;   /* [n] sorted by their pieces' bytes */
     int32_t n;
@@ -30,6 +44,9 @@ struct tp_guide {
     uint8_t *mark; /* [vocab] ids already in the answer; all zero between calls */
     char *text;    /* the completion's bytes so far */
     size_t text_cap;
+    tp_json_prefix *walk; /* [max_len + 1]: the JSON state after each byte of a piece */
+    json_cached json[JSON_CACHE];
+    uint64_t json_clock;
 };
 
 static const piece_table *sort_ctx; /* qsort has no context argument in C11 */
@@ -196,6 +213,8 @@ void tp_guide_destroy(tp_guide *g)
     free(g->mark);
     free(g->empty_first);
     free(g->text);
+    free(g->walk);
+    for (int i = 0; i < JSON_CACHE; i++) free(g->json[i].ids);
     free(g);
 }
 
@@ -272,5 +291,93 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
         for (int32_t i = 0; i < g->n_eos; i++)
             if (g->eos[i] >= 0 && g->eos[i] < g->vocab) add_id(g, g->eos[i], dst, n);
     for (int32_t i = 0; i < *n; i++) g->mark[dst[i]] = 0;
+    return TP_OK;
+}
+
+/* The ids of table t whose pieces the JSON text may go on with from state start. The pieces
+ * are sorted, so each shares a prefix with the one before: its walk starts where that
+ * prefix's did, and a piece that shares the byte the one before was refused at is refused. */
+static void json_walk(tp_guide *g, const piece_table *t, const tp_json_prefix *start, int32_t *dst, int32_t *n)
+{
+    tp_json_prefix *st = g->walk;
+    st[0] = *start;
+    const char *prev = NULL;
+    size_t prev_len = 0, valid = 0; /* the bytes of prev taken */
+    for (int32_t i = 0; i < t->n; i++) {
+        const int32_t id = t->ids[i];
+        const char *p = g->bytes + t->off[id];
+        const size_t l = (size_t)t->len[id], m = l < prev_len ? l : prev_len;
+        size_t same = 0;
+        while (same < m && p[same] == prev[same]) same++;
+        prev = p;
+        prev_len = l;
+        if (same > valid) continue;
+        size_t d = same;
+        for (; d < l; d++) {
+            st[d + 1] = st[d];
+            if (!tp_json_prefix_feed(&st[d + 1], (unsigned char)p[d])) break;
+        }
+        valid = d;
+        if (d == l) add_id(g, id, dst, n);
+    }
+}
+
+/* The cached ids of (state, first), or the least recently read entry (its ids freed) */
+static json_cached *json_lookup(tp_guide *g, const tp_json_prefix *state, int first, int *hit)
+{
+    json_cached *old = &g->json[0];
+    for (int i = 0; i < JSON_CACHE; i++) {
+        json_cached *c = &g->json[i];
+        if (c->ids && c->first == first && memcmp(&c->state, state, sizeof *state) == 0) {
+            c->used = ++g->json_clock;
+            *hit = 1;
+            return c;
+        }
+        if (!c->ids || (old->ids && c->used < old->used)) old = c;
+    }
+    free(old->ids);
+    old->ids = NULL;
+    *hit = 0;
+    return old;
+}
+
+tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n)
+{
+    *n = 0;
+    tp_json_prefix state;
+    tp_json_prefix_init(&state, 1);
+    for (int32_t i = 0; i < n_out; i++) { /* the text so far; a token with no piece leaves JSON */
+        const piece_table *t = i ? &g->later : &g->first;
+        const int32_t id = out[i];
+        if (id < 0 || id >= g->vocab || t->len[id] < 0) return TP_OK;
+        const size_t l = (size_t)t->len[id];
+        if (tp_json_prefix_feed_n(&state, g->bytes + t->off[id], l) != l) return TP_OK;
+    }
+    int hit;
+    json_cached *c = json_lookup(g, &state, n_out == 0, &hit);
+    if (hit) {
+        memcpy(dst, c->ids, (size_t)c->n * sizeof *dst);
+        *n = c->n;
+        return TP_OK;
+    }
+    if (!g->walk) {
+        g->walk = malloc(((size_t)g->max_len + 1) * sizeof *g->walk);
+        if (!g->walk) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+    }
+    json_walk(g, n_out ? &g->later : &g->first, &state, dst, n);
+    if (n_out == 0) /* an empty first piece leaves the state as it is */
+        for (int32_t i = 0; i < g->n_empty_first; i++) add_id(g, g->empty_first[i], dst, n);
+    if (tp_json_prefix_complete(&state))
+        for (int32_t i = 0; i < g->n_eos; i++)
+            if (g->eos[i] >= 0 && g->eos[i] < g->vocab) add_id(g, g->eos[i], dst, n);
+    for (int32_t i = 0; i < *n; i++) g->mark[dst[i]] = 0;
+    c->ids = malloc(((size_t)*n + 1) * sizeof *c->ids);
+    if (c->ids) { /* not kept when memory is short: computed again */
+        memcpy(c->ids, dst, (size_t)*n * sizeof *dst);
+        c->n = *n;
+        c->state = state;
+        c->first = n_out == 0;
+        c->used = ++g->json_clock;
+    }
     return TP_OK;
 }

@@ -1,5 +1,6 @@
 /*
- * guided.h: guided_choice, vLLM's decoding constrained to one of a list of strings. At each
+ * guided.h: guided_choice, vLLM's decoding constrained to one of a list of strings (and
+ * response_format's JSON object, below). At each
  * step only the tokens that keep the completion's bytes a prefix of some choice may be
  * drawn, and the end-of-sequence tokens once the bytes equal one; so the text is one of the
  * choices, spelt by whatever tokens the model prefers. A token is matched by the bytes it
@@ -31,5 +32,11 @@ int32_t tp_guide_max_allowed(const tp_guide *g);
  * has no end tokens). */
 tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices, const int32_t *out, int32_t n_out,
                            int32_t *dst, int32_t *n);
+
+/* response_format {"type": "json_object"}: the ids that keep out[0 .. n_out) (the completion
+ * so far) the start of a JSON object (json_prefix.h), each once, into dst (room for
+ * tp_guide_max_allowed); the end tokens once the object is whole. *n is 0 when none may (a
+ * token left JSON, or the object is whole and the model has no end tokens). */
+tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n);
 
 #endif

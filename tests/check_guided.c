@@ -6,9 +6,14 @@
  *   - every allowed token keeps the decoded bytes a prefix of a choice (random walks);
  *   - every token that would is allowed (all ids, the first steps);
  *   - the end tokens exactly when the text is a choice, and the text a walk ends with is one;
- *   - each choice's own encoding is a path the guide allows.
+ *   - each choice's own encoding is a path the guide allows;
+ * and response_format's JSON object (tp_guide_allowed_json) the same way: every allowed token
+ * keeps the decoded text the start of a JSON object (src/json_prefix.c), every token that
+ * would is allowed (all ids, some steps), the end tokens exactly when the object is whole,
+ * walks that end parse as objects (jansson), and real JSON texts' own encodings are paths.
  */
 #include <check.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +21,7 @@
 #include <time.h>
 
 #include "guided.h"
+#include "json_prefix.h"
 #include "tiny_tokenizer.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -179,6 +185,151 @@ static void check_tokenizer_guide(const tp_tokenizer *tok, const char *name, con
     tp_guide_destroy(g);
 }
 
+/* Whether text[0, len) is the start of a JSON object (whole, when *whole is set). */
+static int json_start(const char *text, size_t len, int *whole)
+{
+    tp_json_prefix p;
+    tp_json_prefix_init(&p, 1);
+    const int ok = tp_json_prefix_feed_n(&p, text, len) == len;
+    *whole = ok && tp_json_prefix_complete(&p);
+    return ok;
+}
+
+/* Whether token t may follow out[0, n) in a JSON object by the decoder itself. */
+static int json_may_follow(const tp_tokenizer *tok, int32_t *out, int32_t n, int32_t t, size_t before)
+{
+    out[n] = t;
+    size_t len;
+    int whole;
+    char *s = decode_raw(tok, out, n + 1, &len);
+    const int ok = (len > before || n == 0) && json_start(s, len, &whole);
+    free(s);
+    return ok;
+}
+
+static const char *const JSON_TEXTS[] = {
+    "{\"name\": \"Ana\", \"age\": 31, \"tags\": [\"a\", \"b\"], \"ok\": true, \"x\": null}",
+    "{\n  \"nested\": {\"list\": [1, 2.5, -3e2, {}], \"s\": \"caf\xc3\xa9 \\\"quoted\\\" \\u00e9\"}\n}",
+    "{\"\xe6\x97\xa5\xe6\x9c\xac\": \"\xe8\xaa\x9e\", \"emoji\": \"\xf0\x9f\x98\x80\"}",
+};
+
+static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, const int32_t *eos, int32_t n_eos)
+{
+    const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
+    tp_guide *g = NULL;
+    ck_assert_msg(tp_guide_create(tok, vocab, eos, n_eos, &g) == TP_OK, "%s: %s", name, tp_error_message());
+    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed);
+    uint8_t *in_set = calloc((size_t)vocab, 1);
+    /* tokens that end strings, values and containers: walks pick them often, so they end */
+    int32_t *structural = malloc((size_t)vocab * sizeof *structural), n_structural = 0;
+    ck_assert(allowed && in_set && structural);
+    for (int32_t t = 0; t < vocab; t++) {
+        size_t tl, len;
+        if (!tp_tokenizer_id_to_token(tok, t, &tl) || tp_tokenizer_is_special(tok, t)) continue;
+        char *sp = decode_raw(tok, &t, 1, &len);
+        if (len >= 1 && len <= 2 && strchr("{}[]\":,0123456789", sp[len - 1])) structural[n_structural++] = t;
+        free(sp);
+    }
+    ck_assert_int_gt(n_structural, 0);
+    int32_t out[512];
+    int ended = 0;
+    double miss_ms = 0.0;
+    int misses = 0;
+    for (int walk = 0; walk < 24; walk++) {
+        int32_t n_out = 0;
+        int done = 0;
+        while (!done && n_out < 400) {
+            int32_t n = 0;
+            const clock_t t0 = clock();
+            ck_assert_int_eq(tp_guide_allowed_json(g, out, n_out, allowed, &n), TP_OK);
+            const double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+            if (ms > 0.5) {
+                miss_ms += ms;
+                misses++;
+            }
+            size_t len;
+            int whole;
+            char *text = decode_raw(tok, out, n_out, &len);
+            ck_assert_msg(json_start(text, len, &whole), "%s: the walk left JSON: \"%.*s\"", name, (int)len, text);
+            int n_end = 0;
+            for (int32_t i = 0; i < n; i++) {
+                in_set[allowed[i]] = 1;
+                if (is_eos(eos, n_eos, allowed[i])) n_end++;
+            }
+            ck_assert_msg(n_end == (whole ? n_eos : 0), "%s: %d end tokens allowed after \"%.*s\"", name, n_end,
+                          (int)len, text);
+            /* a sample of the allowed tokens (all of them where few), by the decoder */
+            for (int32_t k = 0; k < (n < 64 ? n : 64); k++) {
+                const int32_t t = allowed[n < 64 ? k : (int32_t)(next_rand() % (uint32_t)n)];
+                if (is_eos(eos, n_eos, t)) continue;
+                ck_assert_msg(json_may_follow(tok, out, n_out, t, len), "%s: token %d after \"%.*s\" leaves JSON",
+                              name, t, (int)len, text);
+            }
+            if (walk == 0 && (n_out <= 1 || n_out == 4 || n_out == 9)) /* every token that would is there */
+                for (int32_t t = 0; t < vocab; t++) {
+                    size_t tl;
+                    if (in_set[t] || !tp_tokenizer_id_to_token(tok, t, &tl) || tp_tokenizer_is_special(tok, t)) continue;
+                    ck_assert_msg(!json_may_follow(tok, out, n_out, t, len),
+                                  "%s: token %d would follow \"%.*s\" in JSON, and is not allowed", name, t, (int)len,
+                                  text);
+                }
+            free(text);
+            ck_assert_msg(n > 0, "%s: nothing allowed after %d tokens", name, n_out);
+            int32_t pick = -1;
+            if (n_end && next_rand() % 2) pick = eos[0];
+            for (int tries = 0; pick < 0 && tries < 200 && next_rand() % 8 < 5; tries++) {
+                const int32_t t = structural[next_rand() % (uint32_t)n_structural];
+                if (in_set[t]) pick = t;
+            }
+            if (pick < 0) pick = allowed[next_rand() % (uint32_t)n];
+            for (int32_t i = 0; i < n; i++) in_set[allowed[i]] = 0;
+            if (is_eos(eos, n_eos, pick)) done = 1;
+            else out[n_out++] = pick;
+        }
+        if (!done) continue;
+        ended++;
+        char *text = NULL; /* the text as the output shows it */
+        size_t len = 0;
+        ck_assert_int_eq(tp_tokenizer_decode(tok, out, (size_t)n_out, 0, &text, &len), TP_OK);
+        json_error_t err;
+        json_t *v = json_loadb(text, len, JSON_ALLOW_NUL, &err);
+        /* 1e999 is JSON that jansson does not hold in a double; it stops there */
+        ck_assert_msg((v && json_is_object(v)) || json_error_code(&err) == json_error_numeric_overflow,
+                      "%s: the walk ended on \"%.*s\": %s", name, (int)len, text, err.text);
+        json_decref(v);
+        free(text);
+    }
+    ck_assert_msg(ended >= 4, "%s: %d of 24 walks ended", name, ended);
+    printf("check_guided: %s: JSON, %d of 24 walks ended; %d walks over the vocabulary, %.1f ms each\n", name, ended,
+           misses, misses ? miss_ms / misses : 0.0);
+    /* real texts' own encodings are paths; the end only at their end */
+    for (size_t j = 0; j < sizeof JSON_TEXTS / sizeof JSON_TEXTS[0]; j++) {
+        tp_ids ids = {0};
+        ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
+        for (size_t k = 0; k <= ids.n; k++) {
+            int32_t n = 0;
+            ck_assert_int_eq(tp_guide_allowed_json(g, ids.v, (int32_t)k, allowed, &n), TP_OK);
+            int found = 0, ends = 0;
+            for (int32_t i = 0; i < n; i++) {
+                found |= k < ids.n && allowed[i] == ids.v[k];
+                ends |= is_eos(eos, n_eos, allowed[i]);
+            }
+            ck_assert_msg(k == ids.n ? ends : found && !ends, "%s: JSON text %zu, token %zu (%d): allowed %d, end %d",
+                          name, j, k, k < ids.n ? ids.v[k] : -1, found, ends);
+        }
+        tp_ids_free(&ids);
+    }
+    /* off JSON: nothing */
+    int32_t n = 5;
+    const int32_t eos0 = eos[0];
+    ck_assert_int_eq(tp_guide_allowed_json(g, &eos0, 1, allowed, &n), TP_OK);
+    ck_assert_int_eq(n, 0);
+    free(structural);
+    free(in_set);
+    free(allowed);
+    tp_guide_destroy(g);
+}
+
 START_TEST(tiny_tokenizer_guide)
 {
     tp_tokenizer *tok = NULL;
@@ -204,6 +355,13 @@ static void shared_case(const char *sub, int full_steps)
     int32_t eos = tp_tokenizer_eos_id(tok);
     if (eos < 0) eos = 0;
     check_tokenizer_guide(tok, sub, &eos, 1, CHOICES, N_CHOICES, full_steps);
+    /* JSON needs an end token that spells nothing (gpt2's tokenizer.json names none: its
+     * first special token, <|endoftext|>) */
+    int32_t end = tp_tokenizer_eos_id(tok);
+    for (int32_t t = 0; end < 0 && t < (int32_t)tp_tokenizer_vocab_size(tok); t++)
+        if (tp_tokenizer_is_special(tok, t)) end = t;
+    ck_assert_msg(end >= 0, "%s: no special token to end JSON with", sub);
+    check_tokenizer_json(tok, sub, &end, 1);
     tp_tokenizer_destroy(tok);
 }
 
