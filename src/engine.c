@@ -172,8 +172,10 @@ typedef struct engine {
     size_t stokens_cap;
     int64_t steps_by_path[3]; /* sampler rank: steps chosen by device argmax, device sample op, host sampler */
     tp_sampler *sampler;
-    tp_guide *guide;        /* sampler rank: guided_choice's token pieces, made at its first use */
+    tp_guide *guide;        /* sampler rank: guided decoding's token pieces, made at its first use */
     int32_t *guided;        /* [tp_guide_max_allowed]: the ids a guided row may draw next */
+    int32_t *guided_not;    /* [vocab]: those it may not, where they are fewer */
+    uint8_t *guided_mark;   /* [vocab]: zero between calls */
     float *logits_host;
     int32_t *ban;           /* a row's banned ids: min_tokens' end tokens, bad_words' last tokens */
     size_t ban_cap;
@@ -446,15 +448,16 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "context_length_exceeded");
         return TP_OK;
     }
-    if (in->p.n_choices && r->ignore_eos) { /* the line's own ignore_eos is refused as it is read */
-        tp_error(TP_ERR_INVALID_ARG, "line %lld: guided_choice with --ignore-eos: a choice ends at the end token; "
-                 "give the line \"ignore_eos\": false", (long long)in->line);
+    const char *guided = in->p.n_choices ? "guided_choice" : in->p.json_object ? "a JSON object (response_format)" : NULL;
+    if (guided && r->ignore_eos) { /* the line's own ignore_eos is refused as it is read */
+        tp_error(TP_ERR_INVALID_ARG, "line %lld: %s with --ignore-eos: the text ends at the end token; "
+                 "give the line \"ignore_eos\": false", (long long)in->line, guided);
         set_request_error(r, "invalid_request");
         return TP_OK;
     }
-    if (in->p.n_choices && e->n_eos == 0) {
-        tp_error(TP_ERR_INVALID_ARG, "line %lld: guided_choice needs the model's end-of-sequence token to end a "
-                 "choice, and %s names none (config.json, generation_config.json)", (long long)in->line,
+    if (guided && e->n_eos == 0) {
+        tp_error(TP_ERR_INVALID_ARG, "line %lld: %s needs the model's end-of-sequence token to end the "
+                 "text, and %s names none (config.json, generation_config.json)", (long long)in->line, guided,
                  e->model_name);
         set_request_error(r, "invalid_request");
         return TP_OK;
@@ -1231,33 +1234,60 @@ static int has_penalties(const tp_sampling_params *p)
     return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 || p->frequency_penalty != 0.0;
 }
 
-/* logit_bias, allowed_token_ids, guided_choice or bad_words: the rule edits the logits first */
+/* guided_choice or a JSON object: which tokens may come depends on the text so far */
+static int is_guided(const req *r) { return r->in->p.n_choices > 0 || r->in->p.json_object; }
+
+/* logit_bias, allowed_token_ids, guided decoding or bad_words: the rule edits the logits first */
 static int has_logit_edits(const req *r)
 {
     const tp_request_params *p = &r->in->p;
-    return p->n_bias > 0 || p->n_allowed_token_ids > 0 || p->n_choices > 0 || p->n_bad_words > 0;
+    return p->n_bias > 0 || p->n_allowed_token_ids > 0 || is_guided(r) || p->n_bad_words > 0;
 }
 
-/* guided_choice: the ids that may follow the n_out tokens of out, into e->guided; where none
- * may (the completion is a choice and the ids that end it are its only way on), the end
- * tokens. Made on first use: the tokenizer's pieces take a while. */
-static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int32_t *n)
+/* Guided decoding: the ids that may follow the n_out tokens of out (*ids, *n); where none may
+ * (the text is whole and the ids that end it are its only way on, or it left the rule), the
+ * end tokens. Where more than half the vocabulary may and negate allows, the ids that may
+ * not instead (*negated): a JSON string's are a few thousand against a hundred thousand.
+ * Made on first use: the tokenizer's pieces take a while. */
+static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int negate,
+                            const int32_t **ids, int32_t *n, int *negated)
 {
+    const int32_t V = (int32_t)e->cfg.vocab_size;
     if (!e->guide) {
         tp_guide *g;
-        TP_CHECK(tp_guide_create(e->tok, (int32_t)e->cfg.vocab_size, e->eos, e->n_eos, &g));
+        TP_CHECK(tp_guide_create(e->tok, V, e->eos, e->n_eos, &g));
         e->guided = malloc((size_t)tp_guide_max_allowed(g) * sizeof *e->guided);
-        if (!e->guided) {
+        e->guided_not = malloc((size_t)V * sizeof *e->guided_not);
+        e->guided_mark = calloc((size_t)V, 1);
+        if (!e->guided || !e->guided_not || !e->guided_mark) {
             tp_guide_destroy(g);
+            free(e->guided);
+            free(e->guided_not);
+            free(e->guided_mark);
+            e->guided = e->guided_not = NULL;
+            e->guided_mark = NULL;
             return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
         }
         e->guide = g;
     }
-    TP_CHECK(tp_guide_allowed(e->guide, r->in->p.choices, r->in->p.n_choices, out, n_out, e->guided, n));
+    const tp_request_params *p = &r->in->p;
+    if (p->json_object) TP_CHECK(tp_guide_allowed_json(e->guide, out, n_out, e->guided, n));
+    else TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
+    *ids = e->guided;
+    *negated = 0;
     if (*n == 0) {
         memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
         *n = e->n_eos;
     }
+    if (!negate || *n <= V / 2) return TP_OK;
+    for (int32_t i = 0; i < *n; i++) e->guided_mark[e->guided[i]] = 1;
+    int32_t k = 0;
+    for (int32_t t = 0; t < V; t++)
+        if (e->guided_mark[t]) e->guided_mark[t] = 0;
+        else e->guided_not[k++] = t;
+    *ids = e->guided_not;
+    *n = k;
+    *negated = 1;
     return TP_OK;
 }
 
@@ -1448,19 +1478,29 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
         }
         int32_t n_banned;
         TP_CHECK(banned_ids(e, r, c->out.v, n_out, &n_banned)); /* no step ahead reads bad_words */
+        const int32_t *banned = e->ban;
+        const tp_request_params *rp = &r->in->p;
+        const int32_t *allowed = rp->allowed_token_ids;
+        int32_t n_allowed = rp->n_allowed_token_ids;
+        if (is_guided(r)) { /* no step ahead has guided rows: n_out is c's */
+            const int32_t *ids;
+            int32_t n;
+            int negated;
+            TP_CHECK(guided_ids(e, r, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
+            if (negated) {
+                banned = ids;
+                n_banned = n;
+            } else {
+                allowed = ids;
+                n_allowed = n;
+            }
+        }
         if (n_banned) {
             TP_CHECK(stokens_reserve(e, used, (size_t)n_banned));
             w->banned = (int32_t)used;
             w->n_banned = n_banned;
-            memcpy(e->stokens + used, e->ban, (size_t)n_banned * sizeof(int32_t));
+            memcpy(e->stokens + used, banned, (size_t)n_banned * sizeof(int32_t));
             used += (size_t)n_banned;
-        }
-        const tp_request_params *rp = &r->in->p;
-        const int32_t *allowed = rp->allowed_token_ids;
-        int32_t n_allowed = rp->n_allowed_token_ids;
-        if (rp->n_choices) { /* no step ahead has guided rows: n_out is c's */
-            TP_CHECK(guided_ids(e, r, c->out.v, n_out, &n_allowed));
-            allowed = e->guided;
         }
         if (n_allowed) {
             TP_CHECK(stokens_reserve(e, used, (size_t)n_allowed));
@@ -1551,9 +1591,18 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
         const tp_request_params *rp = &r->in->p;
         tp_logit_edits edits = {rp->allowed_token_ids, rp->n_allowed_token_ids, e->ban, n_banned,
                                 rp->bias_ids, rp->bias, rp->n_bias};
-        if (rp->n_choices) {
-            TP_CHECK(guided_ids(e, r, c->out.v, n_out, &edits.n_allowed));
-            edits.allowed = e->guided;
+        if (is_guided(r)) {
+            const int32_t *ids;
+            int32_t n;
+            int negated;
+            TP_CHECK(guided_ids(e, r, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
+            if (negated) {
+                edits.banned = ids;
+                edits.n_banned = n;
+            } else {
+                edits.allowed = ids;
+                edits.n_allowed = n;
+            }
         }
         TP_CHECK(tp_sampler_sample_edited(e->sampler, &sp, (uint64_t)n_out, lg, &edits, r->prompt, r->n_prompt,
                                           c->out.v, n_out, &res));
@@ -1923,7 +1972,7 @@ static int ahead_wanted(const engine *e)
         const req *r = &e->R[e->S_[k].req];
         if (wants_prompt_rows(e, r, e->S_[k].choice) ||
             (!plain_greedy(r) &&
-             (e->g->tp > 1 || has_penalties(&r->sp) || r->in->p.n_choices || r->in->p.n_bad_words ||
+             (e->g->tp > 1 || has_penalties(&r->sp) || is_guided(r) || r->in->p.n_bad_words ||
               !device_sample(e))))
             return 0;
     }
@@ -2159,6 +2208,8 @@ static void engine_free(engine *e)
     tp_sampler_destroy(e->sampler);
     tp_guide_destroy(e->guide);
     free(e->guided);
+    free(e->guided_not);
+    free(e->guided_mark);
     tp_collector_destroy(e->collector);
     free(e->logits_host);
     free(e->srows);

@@ -248,9 +248,10 @@ static int step(tp_json_prefix *s, unsigned char c)
     default:
         break;
     }
-    if (is_space(c)) {
-        if (s->space >= TP_JSON_MAX_SPACE) return 0;
-        s->space++;
+    if (is_space(c)) { /* llama.cpp's json.gbnf: ws ::= | " " | "\n" [ \t]{0,20} */
+        if (s->space == 0 && (c == ' ' || c == '\n')) s->space = c == ' ' ? 1 : 2;
+        else if (s->space >= 2 && s->space < 2 + TP_JSON_MAX_INDENT && (c == ' ' || c == '\t')) s->space++;
+        else return 0;
         return 1;
     }
     s->space = 0;

@@ -3,10 +3,11 @@
  * the recognizer behind response_format {"type": "json_object"}. The state is a small value
  * (copied freely, compared with memcmp), so guided decoding can try every token's bytes from
  * the same point. Beyond RFC 8259 it bounds what a model could otherwise repeat forever:
- * containers nest at most TP_JSON_MAX_DEPTH deep and a run of whitespace between tokens is
- * at most TP_JSON_MAX_SPACE bytes. Strings must be valid UTF-8, and a \u escape of a high
- * surrogate must be followed by one of a low surrogate (what strict parsers, jansson's
- * among them, require).
+ * containers nest at most TP_JSON_MAX_DEPTH deep, and whitespace between tokens is as
+ * llama.cpp's JSON grammar has it: none, one space, or a newline and at most
+ * TP_JSON_MAX_INDENT spaces or tabs (a small model asked for JSON otherwise spends its tokens
+ * on blank lines). Strings must be valid UTF-8, and a \u escape of a high surrogate must be
+ * followed by one of a low surrogate (what strict parsers, jansson's among them, require).
  */
 #ifndef TP_JSON_PREFIX_H
 #define TP_JSON_PREFIX_H
@@ -15,7 +16,7 @@
 #include <stdint.h>
 
 #define TP_JSON_MAX_DEPTH 64
-#define TP_JSON_MAX_SPACE 32
+#define TP_JSON_MAX_INDENT 20
 
 /* No padding: every byte is a field, so equal states are equal bytes. */
 typedef struct tp_json_prefix {
@@ -26,7 +27,7 @@ typedef struct tp_json_prefix {
     uint8_t sub;       /* the part within mode: a literal's position, a number's part, an escape's */
     uint8_t utf8_need; /* continuation bytes a string's character still needs */
     uint8_t utf8_lo, utf8_hi; /* the next continuation byte's range */
-    uint8_t space;     /* whitespace bytes in the current run */
+    uint8_t space;     /* the whitespace run: 0 none, 1 one space, 2 + k a newline and k indents */
     uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top */
     uint8_t pad_[6];
 } tp_json_prefix;

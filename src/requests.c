@@ -790,58 +790,110 @@ static int read_strings(line_ctx *c, const json_t *v, const char *key, int32_t m
     return OK;
 }
 
-/* vLLM's guided_choice (or "structured_outputs": {"choice": [...]}): a non-empty array of
- * non-empty strings the text must be one of. Refused beside allowed_token_ids (both would
- * say which tokens may come), min_tokens (a choice may end sooner) and ignore_eos (a
- * choice ends at the end token). */
-static int read_choices(line_ctx *c, const json_t *o)
+/* response_format (OpenAI's): {"type": "text"}, nothing; {"type": "json_object"}, a JSON
+ * object; a schema is refused (tpinfer holds the text to JSON, not to a schema). */
+static int read_response_format(line_ctx *c, const json_t *v, int *json)
+{
+    char b[QUOTE_CAP];
+    json_t *t = json_is_object(v) ? get(v, "type") : NULL;
+    const char *type = json_is_string(t) ? json_string_value(t) : NULL;
+    if (type && !strcmp(type, "text")) return OK;
+    if (type && !strcmp(type, "json_object")) {
+        *json = 1;
+        return OK;
+    }
+    if (type && !strcmp(type, "json_schema"))
+        return fail(c, E_REQUEST, "\"%sresponse_format\" \"json_schema\" is not supported: tpinfer holds the text to "
+                    "JSON ({\"type\": \"json_object\"}), not to a schema", c->prefix);
+    return fail(c, E_REQUEST, "\"%sresponse_format\" must be {\"type\": \"text\"} or {\"type\": \"json_object\"}, "
+                "not %s", c->prefix, t ? repr(b, t) : repr(b, v));
+}
+
+/* vLLM's "structured_outputs": {"choice": [...]} or {"json_object": true}; *choices its
+ * choice array, or NULL */
+static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json)
+{
+    char b[QUOTE_CAP];
+    if (!json_is_object(so))
+        return fail(c, E_REQUEST, "\"%sstructured_outputs\" must be an object, not %s", c->prefix, repr(b, so));
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)so, k, x)
+    {
+        if (json_is_null(x) || !strcmp(k, "choice")) continue;
+        if (!strcmp(k, "json_object")) {
+            if (!json_is_boolean(x))
+                return fail(c, E_REQUEST, "\"%sstructured_outputs\".json_object must be true or false, not %s",
+                            c->prefix, repr(b, x));
+            *json |= json_is_true(x);
+            continue;
+        }
+        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\" and "
+                    "\"json_object\" is not supported", c->prefix, quote(b, k, strlen(k)));
+    }
+    *choices = get(so, "choice");
+    return OK;
+}
+
+/* Guided decoding: vLLM's guided_choice (or "structured_outputs": {"choice": [...]}), a
+ * non-empty array of non-empty strings the text must be one of; or a JSON object
+ * (response_format {"type": "json_object"}, "structured_outputs": {"json_object": true}).
+ * One of them, and refused beside allowed_token_ids (both would say which tokens may come),
+ * min_tokens (the text may be whole sooner), ignore_eos (it ends at the end token) and
+ * bad_words. */
+static int read_guided(line_ctx *c, const json_t *o)
 {
     tp_request_params *p = &c->r->p;
     char b[QUOTE_CAP];
-    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice");
+    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice"), *rf = get(o, "response_format");
     const char *key = "guided_choice";
+    int json = 0, so_json = 0;
     if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
                              c->prefix, c->prefix);
+    if (rf) TRY(read_response_format(c, rf, &json));
     if (so) {
-        if (!json_is_object(so))
-            return fail(c, E_REQUEST, "\"%sstructured_outputs\" must be an object, not %s", c->prefix, repr(b, so));
-        const char *k;
-        json_t *x;
-        json_object_foreach(so, k, x)
-        {
-            if (strcmp(k, "choice") != 0 && !json_is_null(x))
-                return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\" is "
-                            "not supported", c->prefix, quote(b, k, strlen(k)));
-        }
-        v = get(so, "choice");
+        TRY(read_structured_outputs(c, so, &v, &so_json));
         key = "structured_outputs.choice";
     }
-    if (!v) return OK;
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
-                    json_is_array(v) ? "an empty array" : repr(b, v));
-    const size_t k = json_array_size(v);
-    if (k > MAX_CHOICES)
-        return fail(c, E_REQUEST, "\"%s%s\" holds %zu choices, more than %d", c->prefix, key, k, MAX_CHOICES);
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_array_get(v, i);
-        if (!json_is_string(e) || json_string_length(e) == 0)
-            return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a non-empty string, not %s", c->prefix, key, i, repr(b, e));
-        if (memchr(json_string_value(e), '\0', json_string_length(e)))
-            return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
+    const char *what = json ? "response_format" : so_json ? "structured_outputs.json_object" : key;
+    json |= so_json;
+    if (json && v)
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, key, c->prefix, what);
+    const char *why_min = json ? "the object may be whole sooner" : "a choice may end sooner";
+    if (!v && !json) return OK;
+    if (v) {
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
+                        json_is_array(v) ? "an empty array" : repr(b, v));
+        const size_t k = json_array_size(v);
+        if (k > MAX_CHOICES)
+            return fail(c, E_REQUEST, "\"%s%s\" holds %zu choices, more than %d", c->prefix, key, k, MAX_CHOICES);
+        for (size_t i = 0; i < k; i++) {
+            json_t *e = json_array_get(v, i);
+            if (!json_is_string(e) || json_string_length(e) == 0)
+                return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a non-empty string, not %s", c->prefix, key, i,
+                            repr(b, e));
+            if (memchr(json_string_value(e), '\0', json_string_length(e)))
+                return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
+        }
     }
     if (p->n_allowed_token_ids)
         return fail(c, E_REQUEST, "\"%s%s\" and \"%sallowed_token_ids\" both say which tokens may come: give one",
-                    c->prefix, key, c->prefix);
+                    c->prefix, what, c->prefix);
     if (p->has_min_tokens && p->min_tokens > 0)
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%smin_tokens\" %d: a choice may end sooner", c->prefix, key,
-                    c->prefix, p->min_tokens);
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%smin_tokens\" %d: %s", c->prefix, what, c->prefix, p->min_tokens,
+                    why_min);
     if (p->has_ignore_eos && p->ignore_eos)
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%signore_eos\": true: a choice ends at the end token", c->prefix,
-                    key, c->prefix);
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%signore_eos\": true: %s ends at the end token", c->prefix, what,
+                    c->prefix, json ? "the object" : "a choice");
     if (get(o, "bad_words"))
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": the choices alone say what may come; give one",
-                    c->prefix, key, c->prefix);
+        return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
+                    json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
+    if (json) {
+        p->json_object = 1;
+        return OK;
+    }
+    const size_t k = json_array_size(v);
     p->choices = calloc(k, sizeof *p->choices);
     if (!p->choices) return OOM;
     for (size_t i = 0; i < k; i++) {
@@ -956,7 +1008,7 @@ static int read_params(line_ctx *c, const json_t *o)
     if ((v = get(o, "allowed_token_ids")))
         TRY(read_token_ids(c, v, "allowed_token_ids", 0, &p->allowed_token_ids, &p->n_allowed_token_ids));
     TRY(read_logit_bias(c, o));
-    TRY(read_choices(c, o));
+    TRY(read_guided(c, o));
     TRY(read_strings(c, get(o, "bad_words"), "bad_words", MAX_CHOICES, &p->bad_words, &p->n_bad_words));
     return OK;
 }
@@ -988,7 +1040,7 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
                                          "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
-                                         "structured_outputs", "bad_words", NULL};
+                                         "structured_outputs", "bad_words", "response_format", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
@@ -1000,7 +1052,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
                                           "media_paths", NULL};
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
-static const char *const unsupported_keys[] = {"response_format", "functions", "function_call", "echo", "suffix",
+static const char *const unsupported_keys[] = {"functions", "function_call", "echo", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
 static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_grammar", NULL};
@@ -1056,19 +1108,13 @@ static void note_unknown(line_ctx *c, const json_t *o, const char *const *known,
 }
 
 /* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
- * an error record. Their neutral values pass (a "text" format, no
+ * an error record. Their neutral values pass (no
  * tools, echo false, best_of 1 or n, no logits processors). */
 static int refuse_unsupported(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
     const char *p = c->prefix;
     json_t *v;
-    if ((v = get(o, "response_format"))) {
-        json_t *t = json_is_object(v) ? get(v, "type") : NULL;
-        if (!(json_is_string(t) && !strcmp(json_string_value(t), "text")))
-            return fail(c, E_REQUEST, "\"%sresponse_format\" %s is not supported: tpinfer has no structured (JSON) "
-                        "output; remove it or give {\"type\": \"text\"}", p, t ? repr(b, t) : repr(b, v));
-    }
     if ((v = get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         return fail(c, E_REQUEST, "\"%sfunctions\" (OpenAI's older function calling) is not supported: give \"tools\" "
                     "with \"tool_choice\": \"none\" to have them in the prompt", p);

@@ -66,6 +66,8 @@ typedef struct tp_request_params {
     char **bad_words;          int32_t n_bad_words;       /* vLLM's: never generated (non-empty, without NUL) */
     char **choices;            int32_t n_choices;         /* guided_choice: the text is one of these
                                                            * (non-empty, without NUL, at most 4096) */
+    int json_object;                                      /* response_format json_object: the text is a JSON
+                                                           * object (never with choices) */
 } tp_request_params;
 
 typedef struct tp_request {

@@ -4,7 +4,9 @@
  *   - random JSON values (jansson's dumps, with whitespace, escapes, UTF-8 and surrogate
  *     pairs): every byte taken, whole at the end;
  *   - one-byte edits of them: the recognizer takes the text whole exactly when jansson parses
- *     it (the texts stay within TP_JSON_MAX_DEPTH and TP_JSON_MAX_SPACE).
+ *     it and its whitespace keeps llama.cpp's rule (none, a space, or a newline and at most
+ *     TP_JSON_MAX_INDENT spaces or tabs; ws_conforms below); the texts nest less than
+ *     TP_JSON_MAX_DEPTH.
  */
 #include <check.h>
 #include <jansson.h>
@@ -22,6 +24,29 @@ static size_t taken(const char *s, size_t n, int object_only, int *whole)
     const size_t k = tp_json_prefix_feed_n(&p, s, n);
     *whole = k == n && tp_json_prefix_complete(&p);
     return k;
+}
+
+/* Whether every run of whitespace outside strings is none, " ", or "\n" and at most
+ * TP_JSON_MAX_INDENT spaces or tabs. */
+static int ws_conforms(const char *s, size_t n)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_string) {
+            if (s[i] == '\\') i++;
+            else if (s[i] == '"') in_string = 0;
+            continue;
+        }
+        if (s[i] == '"') in_string = 1;
+        if (!strchr(" \t\n\r", s[i]) || s[i] == 0) continue;
+        size_t j = i;
+        while (j < n && s[j] && strchr(" \t\n\r", s[j])) j++;
+        if (s[i] == ' ' ? j - i > 1 : s[i] != '\n' || j - i > 1 + TP_JSON_MAX_INDENT) return 0;
+        for (size_t k = i + 1; k < j; k++)
+            if (s[k] != ' ' && s[k] != '\t') return 0;
+        i = j - 1;
+    }
+    return 1;
 }
 
 /* 1 or 0; -1 where jansson cannot tell */
@@ -43,7 +68,14 @@ static const struct {
     int whole;
 } CASES[] = {
     {"{}", 1, -1, 1},
-    {" \n\t{ \"a\" : [1, -2.5e+3, 0, true, false, null, \"x\"] }\r\n", 1, -1, 1},
+    {" {\n\t\"a\" : [1, -2.5e+3, 0, true, false, null, \"x\"] }\n", 1, -1, 1},
+    {"{\n                    \"a\": 1}", 1, -1, 1},    /* a newline and 20 spaces */
+    {"{\n                     \"a\": 1}", 1, 22, 0},   /* and 21 */
+    {"{  \"a\": 1}", 1, 2, 0},  /* two spaces */
+    {"{\n\n\"a\": 1}", 1, 2, 0}, /* two newlines */
+    {"{\t\"a\": 1}", 1, 1, 0}, /* a tab, no newline */
+    {"{\r\n}", 1, 1, 0},
+    {"{} ", 1, -1, 1},
     {"{\"k\": {\"n\": [[], {}, [[1]]]}}", 1, -1, 1},
     {"{\"esc\": \"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\ud83d\\ude00\"}", 1, -1, 1},
     {"{\"utf8\": \"\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80\"}", 1, -1, 1},
@@ -92,7 +124,8 @@ START_TEST(hand_picked)
         const long want = CASES[i].refused < 0 ? (long)n : CASES[i].refused;
         ck_assert_msg((long)k == want, "case %zu %s: %zu bytes taken, want %ld", i, t, k, want);
         ck_assert_msg(whole == CASES[i].whole, "case %zu %s: whole %d, want %d", i, t, whole, CASES[i].whole);
-        ck_assert_msg(whole == jansson_parses(t, n, CASES[i].object_only), "case %zu %s: jansson disagrees", i, t);
+        if (ws_conforms(t, n))
+            ck_assert_msg(whole == jansson_parses(t, n, CASES[i].object_only), "case %zu %s: jansson disagrees", i, t);
     }
 }
 END_TEST
@@ -110,12 +143,16 @@ START_TEST(limits)
     n = 0;
     for (int i = 0; i <= TP_JSON_MAX_DEPTH; i++) buf[n++] = '[';
     ck_assert_uint_eq(taken(buf, n, 0, &whole), TP_JSON_MAX_DEPTH);
-    /* TP_JSON_MAX_SPACE whitespace bytes in a run, one more is refused; a token resets the run */
+    /* a newline and TP_JSON_MAX_INDENT indents in a run, one more is refused; a token ends the run */
     n = 0;
     buf[n++] = '{';
-    for (int i = 0; i < TP_JSON_MAX_SPACE; i++) buf[n++] = i % 2 ? ' ' : '\n';
-    buf[n++] = '}';
-    for (int i = 0; i < TP_JSON_MAX_SPACE; i++) buf[n++] = ' ';
+    for (int k = 0; k < 2; k++) {
+        buf[n++] = '\n';
+        for (int i = 0; i < TP_JSON_MAX_INDENT; i++) buf[n++] = i % 3 ? ' ' : '\t';
+        buf[n++] = k ? '}' : '"';
+        if (!k) memcpy(buf + n, "a\": 1", 5), n += 5;
+    }
+    buf[n++] = ' ';
     ck_assert_uint_eq(taken(buf, n, 1, &whole), n);
     ck_assert(whole);
     buf[n++] = ' ';
@@ -213,6 +250,11 @@ START_TEST(random_texts)
                 m += n - rest;
             }
             taken(buf, m, object_only, &whole);
+            if (!ws_conforms(buf, m)) {
+                ck_assert_msg(!whole, "edited text (%d at %zu) breaks the whitespace rule, and is taken: %.*s", kind, at,
+                              (int)m, buf);
+                continue;
+            }
             const int parses = jansson_parses(buf, m, object_only);
             if (parses < 0) continue;
             ck_assert_msg(whole == parses, "edited text (%d at %zu): recognizer %d, jansson %d: %.*s", kind, at, whole,

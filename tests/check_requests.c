@@ -712,7 +712,7 @@ static void expect_refused(const char *const (*cases)[2], size_t n)
         ck_assert_msg(L.v[0].error_code && !strcmp(L.v[0].error_code, "invalid_request"), "%s ran", line);
         ck_assert_msg(strstr(L.v[0].error_message, cases[i][1]), "%s: %s", line, L.v[0].error_message);
         const tp_request_params *p = &L.v[0].p;
-        ck_assert_int_eq(p->n_bias + p->n_allowed_token_ids + p->n_choices + p->n_bad_words, 0);
+        ck_assert_int_eq(p->n_bias + p->n_allowed_token_ids + p->n_choices + p->n_bad_words + p->json_object, 0);
         ck_assert_int_eq(L.unknown_lines, 0);
     }
 }
@@ -760,7 +760,10 @@ START_TEST(unknown_fields_ignored)
     /* fields that would change the output, which tpinfer does not do: an error record each;
      * their neutral values run */
     static const char *const refused[][2] = {
-        {"\"response_format\":{\"type\":\"json_object\"}", "\"response_format\" \"json_object\" is not supported"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{}}}",
+         "\"response_format\" \"json_schema\" is not supported"},
+        {"\"response_format\":{\"type\":\"xml\"}", "\"response_format\" must be {\"type\": \"text\"} or"},
+        {"\"response_format\":\"json\"", "or {\"type\": \"json_object\"}, not \"json\""},
         {"\"tools\":[{\"type\":\"function\"}]", "\"tools\" needs a chat request"},
         {"\"echo\":true", "\"echo\" is not supported"},
         {"\"suffix\":\"end\"", "fill-in-the-middle"},
@@ -768,7 +771,7 @@ START_TEST(unknown_fields_ignored)
         {"\"use_beam_search\":true", "beam search"},
         {"\"guided_json\":{}", "\"guided_json\": guided decoding"},
         {"\"guided_regex\":\"a+\"", "\"guided_regex\": guided decoding"},
-        {"\"structured_outputs\":{\"regex\":\"a+\"}", "guided decoding other than \"choice\" is not supported"},
+        {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "\"structured_outputs\".\"grammar\": guided decoding other than"},
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
     };
@@ -865,6 +868,30 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"guided_choice\":[\"a\"],\"ignore_eos\":true", "a choice ends at the end token"},
     };
     expect_refused(bad_choice, TP_ARRAY_LEN(bad_choice));
+    /* a JSON object: response_format json_object, or structured_outputs.json_object */
+    in = "{\"id\":\"j\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}\n"
+         "{\"id\":\"k\",\"prompt\":\"x\",\"structured_outputs\":{\"json_object\":true,\"choice\":null}}\n"
+         "{\"id\":\"l\",\"prompt\":\"x\",\"structured_outputs\":{\"json_object\":false}}\n"
+         "{\"id\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    ck_assert_int_eq(L.unknown_lines, 0);
+    ck_assert(L.v[0].p.json_object && L.v[1].p.json_object && !L.v[2].p.json_object && !L.v[3].p.json_object);
+    ck_assert_int_eq(L.v[0].p.n_choices + L.v[1].p.n_choices, 0);
+    static const char *const bad_json[][2] = {
+        {"\"response_format\":{\"type\":\"json_object\"},\"guided_choice\":[\"a\"]",
+         "\"guided_choice\" with \"response_format\": give one"},
+        {"\"structured_outputs\":{\"json_object\":true,\"choice\":[\"a\"]}",
+         "\"structured_outputs.choice\" with \"structured_outputs.json_object\": give one"},
+        {"\"structured_outputs\":{\"json_object\":1}", "\"structured_outputs\".json_object must be true or false, not 1"},
+        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\" and \"json_object\" is not supported"},
+        {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
+        {"\"response_format\":{\"type\":\"json_object\"},\"min_tokens\":1", "the object may be whole sooner"},
+        {"\"response_format\":{\"type\":\"json_object\"},\"ignore_eos\":true", "the object ends at the end token"},
+        {"\"structured_outputs\":{\"json_object\":true},\"bad_words\":[\"a\"]",
+         "\"structured_outputs.json_object\" with \"bad_words\""},
+    };
+    expect_refused(bad_json, TP_ARRAY_LEN(bad_json));
     /* bad_words: strings kept as given (the engine tokenizes them) */
     in = "{\"id\":\"w\",\"prompt\":\"x\",\"bad_words\":[\" big\",\"red ball\"]}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);

@@ -72,7 +72,7 @@ for want in 'e1.*\\"guided_choice\\" must be a non-empty array of strings, not a
     'e2.*\\"guided_choice\\"\[1\] must be a non-empty string, not 5' \
     'e3.*both say which tokens may come' 'e4.*\\"min_tokens\\" 2: a choice may end sooner' \
     'e5.*\\"ignore_eos\\": true: a choice ends at the end token' \
-    'e6.*\\"structured_outputs\\".\\"json\\": guided decoding other than \\"choice\\" is not supported' \
+    'e6.*\\"structured_outputs\\".\\"json\\": guided decoding other than \\"choice\\" and \\"json_object\\" is not supported' \
     'e7.*\\"guided_json\\": guided decoding is not supported' 'e8.*give one of'; do
     grep -q "\"id\":\"$want" "$TMP/bad.jsonl" || fail "no error record matching $want: $(cat "$TMP/bad.jsonl")"
 done
