@@ -1,11 +1,11 @@
 /*
- * guided.h: guided_choice, vLLM's decoding constrained to one of a list of strings (and
- * response_format's JSON object, below). At each
- * step only the tokens that keep the completion's bytes a prefix of some choice may be
- * drawn, and the end-of-sequence tokens once the bytes equal one; so the text is one of the
- * choices, spelt by whatever tokens the model prefers. A token is matched by the bytes it
- * adds to the completion (tp_tokenizer_decode_raw: the first token's alone, a later one's
- * after another token), so a choice holding a character split over byte tokens matches too.
+ * guided.h: guided_choice, vLLM's decoding constrained to one of a list of strings, and
+ * response_format's JSON object. At each step only the tokens that keep the completion's
+ * bytes a prefix of some choice (of a JSON object) may be drawn, and the end-of-sequence
+ * tokens once the bytes equal one (the object is whole); so the text is one of the choices
+ * (an object), spelt by whatever tokens the model prefers. A token is matched by the bytes
+ * it adds to the completion (tp_tokenizer_decode_raw: the first token's alone, a later
+ * one's after another token), so a character split over byte tokens matches too.
  */
 #ifndef TP_GUIDED_H
 #define TP_GUIDED_H

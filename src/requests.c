@@ -1108,8 +1108,8 @@ static void note_unknown(line_ctx *c, const json_t *o, const char *const *known,
 }
 
 /* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
- * an error record. Their neutral values pass (no
- * tools, echo false, best_of 1 or n, no logits processors). */
+ * an error record. Their neutral values pass (no tools, echo false, best_of 1 or n, no
+ * logits processors). */
 static int refuse_unsupported(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
