@@ -1271,10 +1271,24 @@ static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t
         e->guide = g;
     }
     const tp_request_params *p = &r->in->p;
-    if (p->json_object) TP_CHECK(tp_guide_allowed_json(e->guide, out, n_out, e->guided, n));
-    else TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
     *ids = e->guided;
     *negated = 0;
+    if (p->json_object) {
+        TP_CHECK(tp_guide_json_ids(e->guide, out, n_out, ids, n, negated));
+        if (*negated && negate) return TP_OK;
+        if (*negated) { /* the ids that may come, from those that may not */
+            for (int32_t i = 0; i < *n; i++) e->guided_mark[(*ids)[i]] = 1;
+            int32_t k = 0;
+            for (int32_t t = 0; t < V; t++)
+                if (e->guided_mark[t]) e->guided_mark[t] = 0;
+                else e->guided[k++] = t;
+            *n = k;
+            *negated = 0;
+        } else if (*n)
+            memcpy(e->guided, *ids, (size_t)*n * sizeof *e->guided);
+        *ids = e->guided;
+    } else
+        TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
     if (*n == 0) {
         memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
         *n = e->n_eos;

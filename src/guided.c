@@ -19,6 +19,7 @@ enum { JSON_CACHE = 16 };
 typedef struct json_cached {
     tp_json_prefix state;
     int first;     /* the first token's pieces (no token yet) */
+    int negated;   /* ids are those that may not come */
     int32_t *ids;  /* NULL: the entry is free */
     int32_t n;
     uint64_t used; /* when last read: the least recent goes first */
@@ -45,6 +46,7 @@ struct tp_guide {
     char *text;    /* the completion's bytes so far */
     size_t text_cap;
     tp_json_prefix *walk; /* [max_len + 1]: the JSON state after each byte of a piece */
+    int32_t *json_ids;    /* [vocab + n_eos]: a walk's ids */
     json_cached json[JSON_CACHE];
     uint64_t json_clock;
 };
@@ -214,6 +216,7 @@ void tp_guide_destroy(tp_guide *g)
     free(g->empty_first);
     free(g->text);
     free(g->walk);
+    free(g->json_ids);
     for (int i = 0; i < JSON_CACHE; i++) free(g->json[i].ids);
     free(g);
 }
@@ -341,9 +344,12 @@ static json_cached *json_lookup(tp_guide *g, const tp_json_prefix *state, int fi
     return old;
 }
 
-tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n)
+tp_status tp_guide_json_ids(tp_guide *g, const int32_t *out, int32_t n_out, const int32_t **ids, int32_t *n,
+                            int *negated)
 {
+    *ids = NULL;
     *n = 0;
+    *negated = 0;
     tp_json_prefix state;
     tp_json_prefix_init(&state, 1);
     for (int32_t i = 0; i < n_out; i++) { /* the text so far; a token with no piece leaves JSON */
@@ -355,29 +361,62 @@ tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, 
     }
     int hit;
     json_cached *c = json_lookup(g, &state, n_out == 0, &hit);
-    if (hit) {
-        memcpy(dst, c->ids, (size_t)c->n * sizeof *dst);
-        *n = c->n;
+    if (!hit) {
+        if (!g->walk) g->walk = malloc(((size_t)g->max_len + 1) * sizeof *g->walk);
+        if (!g->json_ids) g->json_ids = malloc(((size_t)g->vocab + (size_t)g->n_eos) * sizeof *g->json_ids);
+        if (!g->walk || !g->json_ids) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+        int32_t *dst = g->json_ids, k = 0;
+        json_walk(g, n_out ? &g->later : &g->first, &state, dst, &k);
+        if (n_out == 0) /* an empty first piece leaves the state as it is */
+            for (int32_t i = 0; i < g->n_empty_first; i++) add_id(g, g->empty_first[i], dst, &k);
+        if (tp_json_prefix_complete(&state))
+            for (int32_t i = 0; i < g->n_eos; i++)
+                if (g->eos[i] >= 0 && g->eos[i] < g->vocab) add_id(g, g->eos[i], dst, &k);
+        /* kept as the ids that may come, or (most of the vocabulary: inside a string) as
+         * those that may not; g->mark holds the set until then */
+        const int neg = k > g->vocab / 2;
+        const int32_t kept = neg ? g->vocab - k : k;
+        c->ids = malloc(((size_t)kept + 1) * sizeof *c->ids);
+        if (c->ids) {
+            if (neg)
+                for (int32_t t = 0, j = 0; t < g->vocab; t++) {
+                    if (!g->mark[t]) c->ids[j++] = t;
+                }
+            else
+                memcpy(c->ids, dst, (size_t)k * sizeof *dst);
+            c->n = kept;
+            c->negated = neg;
+            c->state = state;
+            c->first = n_out == 0;
+            c->used = ++g->json_clock;
+        }
+        for (int32_t i = 0; i < k; i++) g->mark[dst[i]] = 0;
+        if (!c->ids) { /* not kept when memory is short: the ids that may come, as they are */
+            *ids = dst;
+            *n = k;
+            return TP_OK;
+        }
+    }
+    *ids = c->ids;
+    *n = c->n;
+    *negated = c->negated;
+    return TP_OK;
+}
+
+tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n)
+{
+    const int32_t *ids;
+    int negated;
+    TP_CHECK(tp_guide_json_ids(g, out, n_out, &ids, n, &negated));
+    if (!negated) {
+        if (*n) memcpy(dst, ids, (size_t)*n * sizeof *dst);
         return TP_OK;
     }
-    if (!g->walk) {
-        g->walk = malloc(((size_t)g->max_len + 1) * sizeof *g->walk);
-        if (!g->walk) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
-    }
-    json_walk(g, n_out ? &g->later : &g->first, &state, dst, n);
-    if (n_out == 0) /* an empty first piece leaves the state as it is */
-        for (int32_t i = 0; i < g->n_empty_first; i++) add_id(g, g->empty_first[i], dst, n);
-    if (tp_json_prefix_complete(&state))
-        for (int32_t i = 0; i < g->n_eos; i++)
-            if (g->eos[i] >= 0 && g->eos[i] < g->vocab) add_id(g, g->eos[i], dst, n);
-    for (int32_t i = 0; i < *n; i++) g->mark[dst[i]] = 0;
-    c->ids = malloc(((size_t)*n + 1) * sizeof *c->ids);
-    if (c->ids) { /* not kept when memory is short: computed again */
-        memcpy(c->ids, dst, (size_t)*n * sizeof *dst);
-        c->n = *n;
-        c->state = state;
-        c->first = n_out == 0;
-        c->used = ++g->json_clock;
-    }
+    for (int32_t i = 0; i < *n; i++) g->mark[ids[i]] = 1;
+    int32_t k = 0;
+    for (int32_t t = 0; t < g->vocab; t++)
+        if (g->mark[t]) g->mark[t] = 0;
+        else dst[k++] = t;
+    *n = k;
     return TP_OK;
 }

@@ -39,4 +39,10 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
  * token left JSON, or the object is whole and the model has no end tokens). */
 tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n);
 
+/* The same set as it is kept, without a copy: *ids[0 .. *n) are the ids that may come, or
+ * (*negated, where they are most of the vocabulary) those that may not. Valid until the
+ * next call. */
+tp_status tp_guide_json_ids(tp_guide *g, const int32_t *out, int32_t n_out, const int32_t **ids, int32_t *n,
+                            int *negated);
+
 #endif
