@@ -196,15 +196,70 @@ static size_t code_points(const char *s)
     return n;
 }
 
-/* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} */
-static json_t *completions_logprobs(const tp_choice *c, const tp_tokenizer *tok)
+static int echo_skip_special(const tp_completion *c)
+{
+    const tp_request_params *rp = &c->req->p;
+    return rp->has_skip_special_tokens ? rp->skip_special_tokens : 1;
+}
+
+/* echo's text_offset: where each token of the prompt and then of choice x starts in the
+ * echoed text, in characters, as a detokenizer reading them all in a row writes it */
+static void echo_offsets(const tp_completion *c, const tp_tokenizer *tok, const tp_choice *x, json_t *offs)
+{
+    tp_detok_stream *ds = NULL;
+    const int ok = tp_detok_stream_create(tok, echo_skip_special(c), &ds) == TP_OK;
+    size_t off = 0;
+    for (size_t i = 0; i < (size_t)c->n_prompt + x->out.n; i++) {
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        const int32_t id = i < (size_t)c->n_prompt ? c->prompt[i] : x->out.v[i - (size_t)c->n_prompt];
+        const char *t;
+        size_t n;
+        if (ok && tp_detok_stream_push(ds, id, &t, &n) == TP_OK)
+            for (size_t k = 0; k < n; k++) off += ((unsigned char)t[k] & 0xc0) != 0x80;
+    }
+    if (!ok) tp_error_clear();
+    tp_detok_stream_destroy(ds);
+}
+
+/* echo: the prompt's entries first, the first token's logprobs null (vLLM's echo) */
+static void echo_logprobs(const tp_completion *cp, const tp_tokenizer *tok, json_t *tokens, json_t *lps,
+                          json_t *tops)
+{
+    for (int32_t i = 0; i < cp->n_prompt; i++) {
+        const int32_t id = cp->prompt[i];
+        char *p = piece_of(tok, id);
+        json_array_append_new(tokens, json_string(p ? p : ""));
+        const tp_prompt_logprob *e = cp->prompt_lp && i > 0 ? &cp->prompt_lp[i] : NULL;
+        json_array_append_new(lps, e ? num(e->logprob) : json_null());
+        json_t *top = e ? json_object() : json_null();
+        if (e) json_object_set_new(top, p ? p : "", num(e->logprob));
+        free(p);
+        for (int32_t k = 0; e && k < cp->n_prompt_lp_top; k++) {
+            const tp_token_logprob *t = &e->top[k];
+            if (t->id < 0) continue;
+            char *q = piece_of(tok, t->id);
+            if (!json_object_get(top, q ? q : "")) json_object_set_new(top, q ? q : "", num(t->logprob));
+            free(q);
+        }
+        json_array_append_new(tops, top);
+    }
+}
+
+/* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset},
+ * after the prompt's with echo */
+static json_t *completions_logprobs(const tp_completion *cp, const tp_choice *c, const tp_tokenizer *tok)
 {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    const int echo = cp->req->p.echo;
+    if (echo) {
+        echo_logprobs(cp, tok, tokens, lps, tops);
+        echo_offsets(cp, tok, c, offs);
+    }
     size_t off = 0;
     for (size_t i = 0; i < c->out.n; i++) {
         char *p = piece_of(tok, c->out.v[i]);
         json_array_append_new(tokens, json_string(p ? p : ""));
-        json_array_append_new(offs, json_integer((json_int_t)off));
+        if (!echo) json_array_append_new(offs, json_integer((json_int_t)off));
         off += code_points(p);
         json_array_append_new(lps, num(c->lp[i]));
         /* the sampled token always, then the top N (up to N + 1 entries, as OpenAI and vLLM) */
@@ -338,6 +393,60 @@ static json_t *tool_calls_json(const tp_completion *c, int32_t j, const tp_tool_
     return a;
 }
 
+/* echo: the prompt's text before the completion's, as its tokens decode (special tokens as
+ * the request says); NULL where it cannot be decoded (out of memory) */
+static json_t *echo_text(const tp_completion *c, const tp_tokenizer *tok, const tp_choice *x)
+{
+    const int skip = echo_skip_special(c);
+    tp_detok_stream *ds = NULL;
+    char *s = NULL, *alone = NULL;
+    size_t n = 0, cap = 0, n_alone = 0;
+    json_t *j = NULL;
+    if (tp_detok_stream_create(tok, skip, &ds) != TP_OK) goto out;
+    for (int32_t i = 0; i <= c->n_prompt; i++) { /* the prompt, then the first token after it */
+        const char *t;
+        size_t k;
+        if (i == c->n_prompt && (x->len == 0 || x->out.n == 0)) break;
+        const int32_t id = i < c->n_prompt ? c->prompt[i] : x->out.v[0];
+        const size_t before = n;
+        if (tp_detok_stream_push(ds, id, &t, &k) != TP_OK) goto out;
+        if (n + k + x->len + 1 > cap) {
+            cap = 2 * (n + k + x->len + 1);
+            char *p = realloc(s, cap);
+            if (!p) goto out;
+            s = p;
+        }
+        memcpy(s + n, t, k);
+        n += k;
+        if (i < c->n_prompt) continue;
+        /* the completion's text reads its first token alone, and SentencePiece drops a
+         * leading space there; after the prompt the space is the text's */
+        if (tp_tokenizer_decode(tok, &x->out.v[0], 1, skip, &alone, &n_alone) != TP_OK) goto out;
+        const size_t in_ctx = n - before;
+        if (n_alone <= x->len && memcmp(x->text, alone, n_alone) == 0 && in_ctx >= n_alone &&
+            memcmp(s + n - n_alone, alone, n_alone) == 0) {
+            memcpy(s + n, x->text + n_alone, x->len - n_alone); /* the rest as the completion has it */
+            n += x->len - n_alone;
+            j = json_stringn(s, n);
+            goto out;
+        }
+        n = before; /* the token spelt otherwise in context: the completion's text as it is */
+    }
+    if (n + x->len + 1 > cap) {
+        char *p = realloc(s, n + x->len + 1);
+        if (!p) goto out;
+        s = p;
+    }
+    if (x->len) memcpy(s + n, x->text, x->len);
+    j = json_stringn(s ? s : "", n + x->len);
+out:
+    if (!j) tp_error_clear();
+    tp_detok_stream_destroy(ds);
+    free(s);
+    free(alone);
+    return j;
+}
+
 /* The choice's text: as generated, or as the parser left it (called: the content before the
  * calls, none as empty_as; else the text, mistral's without its tag) */
 static json_t *text_of(const tp_choice *x, const choice_calls *p, json_t *(*empty_as)(void))
@@ -369,11 +478,13 @@ static json_t *with_calls(json_t *o, const tp_completion *c, int32_t j, const ch
 
 /* Choice j's fields of a compact line, after key (and its value): text, token_ids,
  * finish_reason, stop_reason, and tool_calls where the parser called tools. NULL: memory. */
-static json_t *compact_choice(const tp_completion *c, int32_t j, json_t *key_value, const char *key)
+static json_t *compact_choice(const tp_completion *c, const tp_tokenizer *tok, int32_t j, json_t *key_value,
+                              const char *key)
 {
     const tp_choice *x = &c->choices[j];
     choice_calls p = parse_calls(c, x);
-    json_t *e = p.ok ? json_pack("{s:o, s:o, s:o, s:s, s:o}", key, key_value, "text", text_of(x, &p, empty_string),
+    json_t *e = p.ok ? json_pack("{s:o, s:o, s:o, s:s, s:o}", key, key_value, "text",
+                                 c->req->p.echo ? echo_text(c, tok, x) : text_of(x, &p, empty_string),
                                  "token_ids", token_ids(x), "finish_reason", finish_of(x, &p), "stop_reason",
                                  stop_reason(c, x))
                      : (json_decref(key_value), NULL);
@@ -385,13 +496,13 @@ static json_t *compact_choice(const tp_completion *c, int32_t j, json_t *key_val
 static json_t *compact_line(const tp_completion *c, const tp_tokenizer *tok, int64_t completion_tokens)
 {
     const tp_choice *ch = &c->choices[0];
-    json_t *o = compact_choice(c, 0, json_string(c->req->id), "id");
+    json_t *o = compact_choice(c, tok, 0, json_string(c->req->id), "id");
     if (!o) return NULL;
     if (c->n_choices > 1) { /* n > 1: every choice in "choices" */
         json_t *all = json_array();
         for (int32_t j = 0; j < c->n_choices; j++) {
             const tp_choice *x = &c->choices[j];
-            json_t *e = compact_choice(c, j, json_integer(j), "index");
+            json_t *e = compact_choice(c, tok, j, json_integer(j), "index");
             if (!e) {
                 json_decref(all);
                 json_decref(o);
@@ -426,8 +537,9 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
             if (msg) e = json_pack("{s:i, s:o, s:s}", "index", j, "message", msg, "finish_reason", finish_of(x, &p));
             tp_tool_calls_free(&p.t);
         } else {
-            e = json_pack("{s:i, s:s%, s:s}", "index", j, "text", x->text ? x->text : "", x->len, "finish_reason",
-                          reason_name(x->finish));
+            e = json_pack("{s:i, s:o, s:s}", "index", j, "text",
+                          c->req->p.echo ? echo_text(c, tok, x) : json_stringn(x->text ? x->text : "", x->len),
+                          "finish_reason", reason_name(x->finish));
         }
         if (!e) {
             json_decref(choices);
@@ -437,7 +549,7 @@ static json_t *openai_body(const tp_completion *c, const tp_tokenizer *tok, int6
         json_object_set_new(e, "logprobs",
                             !x->want_logprobs ? json_null()
                             : chat            ? chat_logprobs(x, tok)
-                                              : completions_logprobs(x, tok));
+                                              : completions_logprobs(c, x, tok));
         /* vLLM: a completion's prompt logprobs are its choices', a chat's the body's */
         if (c->prompt_lp && !chat) json_object_set_new(e, "prompt_logprobs", prompt_logprobs_json(c, tok));
         json_array_append_new(choices, e);
@@ -475,11 +587,29 @@ static json_t *openai_envelope(const tp_request *r, int64_t index, int status, j
 
 tp_status tp_completion_format(const tp_completion *c, const tp_tokenizer *tok, char **line, size_t *len)
 {
+    tp_completion view;
+    tp_choice *shown = NULL;
+    if (c->req->p.echo_only) { /* the prompt alone: the token drawn (max_tokens 1) is not shown */
+        shown = malloc((size_t)(c->n_choices > 0 ? c->n_choices : 1) * sizeof *shown);
+        if (!shown) return tp_error(TP_ERR_OOM, "out of memory building an output line");
+        for (int32_t j = 0; j < c->n_choices; j++) {
+            shown[j] = c->choices[j];
+            shown[j].out.n = 0;
+            shown[j].len = 0;
+            shown[j].finish = TP_FINISH_LENGTH;
+            shown[j].stop_str = 0;
+            shown[j].stop_token = -1;
+        }
+        view = *c;
+        view.choices = shown;
+        c = &view;
+    }
     int64_t completion_tokens = 0;
     for (int32_t j = 0; j < c->n_choices; j++) completion_tokens += (int64_t)c->choices[j].out.n;
     json_t *o = c->req->endpoint == TP_ENDPOINT_NONE
                     ? compact_line(c, tok, completion_tokens)
                     : openai_envelope(c->req, c->index, 200, openai_body(c, tok, completion_tokens));
+    free(shown);
     return dump_line(o, line, len);
 }
 

@@ -272,6 +272,8 @@ static void apply_params(engine *e, req *r)
     r->min_tokens = p->has_min_tokens ? p->min_tokens : 0;
     r->n = p->has_n ? p->n : 1;
     r->prompt_lp = p->has_prompt_logprobs ? p->prompt_logprobs : -1;
+    /* echo with logprobs: the prompt's tokens' logprobs come first in the output (vLLM) */
+    if (p->echo && p->has_logprobs && p->logprobs > r->prompt_lp) r->prompt_lp = p->logprobs;
 }
 
 static tp_status render_chat(engine *e, req *r, tp_ids *ids)

@@ -966,14 +966,23 @@ static const pfield pfields[] = {
     PF_B("ignore_eos", ignore_eos),
     PF_B("skip_special_tokens", skip_special_tokens),
     PF_B("include_stop_str_in_output", include_stop_str_in_output),
+    PF_B("echo", echo),
 };
 
 /* The per-request settings of o (a JSONL line, or an OpenAI body). */
 static int read_params(line_ctx *c, const json_t *o)
 {
     tp_request_params *p = &c->r->p;
+    /* echo with max_tokens 0: the prompt alone (vLLM draws one token and drops it) */
+    json_t *mt = get(o, "max_tokens");
+    if (json_is_integer(mt) && json_integer_value(mt) == 0 && json_is_true(get(o, "echo"))) {
+        p->echo_only = 1;
+        p->has_max_tokens = 1;
+        p->max_tokens = 1;
+    }
     for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++) {
         const pfield *f = &pfields[i];
+        if (p->echo_only && !strcmp(f->key, "max_tokens")) continue;
         int *has = (int *)((char *)p + f->has_off);
         void *val = (char *)p + f->val_off;
         int64_t x;
@@ -1000,6 +1009,12 @@ static int read_params(line_ctx *c, const json_t *o)
     if (p->has_min_tokens && p->has_max_tokens && p->min_tokens > p->max_tokens)
         return fail(c, E_REQUEST, "\"%smin_tokens\" %d is more than \"%smax_tokens\" %d", c->prefix,
                     p->min_tokens, c->prefix, p->max_tokens);
+    if (p->echo && (c->r->endpoint == TP_ENDPOINT_CHAT || c->r->messages_json))
+        return fail(c, E_REQUEST, "\"%secho\" is for completions (the prompt before the text); a chat request "
+                    "cannot echo its messages", c->prefix);
+    if (p->echo_only && get(o, "max_completion_tokens"))
+        return fail(c, E_REQUEST, "\"%smax_tokens\" 0 (the prompt alone) with \"%smax_completion_tokens\": give one",
+                    c->prefix, c->prefix);
     TRY(read_logprobs(c, o));
     TRY(read_stop(c, o));
     json_t *v = get(o, "stop_token_ids");
@@ -1052,7 +1067,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
                                           "media_paths", NULL};
 /* they change what a request produces, and tpinfer does not do them: an error record, not
  * an output other than the one asked for (checked by refuse_unsupported) */
-static const char *const unsupported_keys[] = {"functions", "function_call", "echo", "suffix",
+static const char *const unsupported_keys[] = {"functions", "function_call", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
 static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_grammar", NULL};
@@ -1108,8 +1123,8 @@ static void note_unknown(line_ctx *c, const json_t *o, const char *const *known,
 }
 
 /* The unsupported fields of o (the line, or an OpenAI body) where they ask for something:
- * an error record. Their neutral values pass (no tools, echo false, best_of 1 or n, no
- * logits processors). */
+ * an error record. Their neutral values pass (no tools, best_of 1 or n, no logits
+ * processors). */
 static int refuse_unsupported(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
@@ -1121,8 +1136,6 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
     if ((v = get(o, "function_call")) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
         return fail(c, E_REQUEST, "\"%sfunction_call\" %s is not supported: tpinfer does not parse function calls", p,
                     repr(b, v));
-    if ((v = get(o, "echo")) && !json_is_false(v))
-        return fail(c, E_REQUEST, "\"%secho\" is not supported: the output holds the completion only", p);
     if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return fail(c, E_REQUEST, "\"%ssuffix\" (fill-in-the-middle) is not supported", p);
     json_t *n = get(o, "n"); /* best_of == n (vLLM's default) changes nothing */

@@ -58,6 +58,8 @@ typedef struct tp_request_params {
     int has_ignore_eos;        int ignore_eos;
     int has_skip_special_tokens; int skip_special_tokens;
     int has_include_stop_str_in_output; int include_stop_str_in_output;
+    int has_echo;              int echo;                  /* completions: the output text starts with the prompt */
+    int echo_only;             /* echo with max_tokens 0: the prompt alone (one token is drawn and dropped, as vLLM) */
     char **stop;               int32_t n_stop;            /* stop strings (a string or an array of at most 16 non-empty strings) */
     int32_t *stop_token_ids;   int32_t n_stop_token_ids;  /* each in [0, vocab) */
     int32_t *allowed_token_ids; int32_t n_allowed_token_ids; /* vLLM's: the only ids drawn; 0: all */

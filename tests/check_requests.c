@@ -765,7 +765,7 @@ START_TEST(unknown_fields_ignored)
         {"\"response_format\":{\"type\":\"xml\"}", "\"response_format\" must be {\"type\": \"text\"} or"},
         {"\"response_format\":\"json\"", "or {\"type\": \"json_object\"}, not \"json\""},
         {"\"tools\":[{\"type\":\"function\"}]", "\"tools\" needs a chat request"},
-        {"\"echo\":true", "\"echo\" is not supported"},
+        {"\"echo\":1", "\"echo\" must be"},
         {"\"suffix\":\"end\"", "fill-in-the-middle"},
         {"\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"use_beam_search\":true", "beam search"},
@@ -776,10 +776,16 @@ START_TEST(unknown_fields_ignored)
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
     };
     expect_refused(refused, TP_ARRAY_LEN(refused));
-    in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
-         "\"echo\":true}}\n";
+    in = "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":"
+         "[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_AUTO), TP_OK);
-    ck_assert(strstr(L.v[0].error_message, "\"body.echo\" is not supported"));
+    ck_assert(strstr(L.v[0].error_message, "\"body.echo\" is for completions"));
+    /* echo on completions: the prompt first; with max_tokens 0 the prompt alone (one token drawn) */
+    in = "{\"id\":\"e\",\"prompt\":\"x\",\"echo\":true}\n{\"id\":\"f\",\"prompt\":\"x\",\"echo\":true,\"max_tokens\":0}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    ck_assert(L.v[0].p.echo && !L.v[0].p.echo_only && !L.v[0].p.has_max_tokens);
+    ck_assert(L.v[1].p.echo && L.v[1].p.echo_only && L.v[1].p.has_max_tokens && L.v[1].p.max_tokens == 1);
     in = "{\"id\":\"n\",\"prompt\":\"x\",\"logit_bias\":{},\"tools\":[],\"echo\":false,\"best_of\":1,"
          "\"suffix\":\"\",\"use_beam_search\":false,\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\","
          "\"logits_processors\":[]}\n{\"id\":\"n2\",\"prompt\":\"x\",\"n\":2,\"best_of\":2}\n";

@@ -297,17 +297,17 @@ rc=0
 grep -q '"code":"invalid_request"' "$TMP/m.err" && grep -q '"line":2' "$TMP/m.err" || fail "error record: $(cat "$TMP/m.err")"
 
 # 4b. a misspelt field runs as if absent with a warning naming it and its first line; a field
-# asking for what tpinfer does not do (echo) is an error record, its neighbours run
+# asking for what tpinfer does not do (suffix) is an error record, its neighbours run
 printf '%s\n' '{"id": "t1", "prompt": "Once", "max_token": 2, "model": "m"}' \
-    '{"id": "t2", "prompt": "Once", "max_tokens": 2, "echo": true}' \
+    '{"id": "t2", "prompt": "Once", "max_tokens": 2, "suffix": "end"}' \
     '{"id": "t3", "prompt": "Once", "max_tokens": 2, "max_token": 9}' >"$TMP/typo.jsonl"
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/typo.jsonl" --output "$TMP/typo.out" 2>"$TMP/typo.err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/typo.err"; fail "a line with echo: exit $rc, wanted 1"; }
+[ $rc -eq 1 ] || { cat "$TMP/typo.err"; fail "a line with suffix: exit $rc, wanted 1"; }
 grep -q 'typo.jsonl: 2 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (2 lines, first line 1); check their spelling' \
     "$TMP/typo.err" || { cat "$TMP/typo.err"; fail "no warning naming the misspelt field"; }
 grep -q '"model"' "$TMP/typo.err" && fail "the warning names \"model\", which means nothing in a batch"
-grep -q '"id":"t2".*"echo\\" is not supported' "$TMP/typo.out" || fail "no error record for echo: $(cat "$TMP/typo.out")"
+grep -q '"id":"t2".*"suffix\\" (fill-in-the-middle) is not supported' "$TMP/typo.out" || fail "no error record for suffix: $(cat "$TMP/typo.out")"
 [ "$(grep -c '"finish_reason"' "$TMP/typo.out")" -eq 2 ] || fail "the lines beside the refused one did not run"
 # a resumed batch's exit status counts the error records an earlier run wrote (as that run's did)
 grep -v '"id":"t3"' "$TMP/typo.out" >"$TMP/typo.cut" && cat "$TMP/typo.cut" >"$TMP/typo.out"
