@@ -398,52 +398,39 @@ static json_t *tool_calls_json(const tp_completion *c, int32_t j, const tp_tool_
 static json_t *echo_text(const tp_completion *c, const tp_tokenizer *tok, const tp_choice *x)
 {
     const int skip = echo_skip_special(c);
-    tp_detok_stream *ds = NULL;
-    char *s = NULL, *alone = NULL;
-    size_t n = 0, cap = 0, n_alone = 0;
+    const size_t np = (size_t)c->n_prompt;
+    char *prompt = NULL, *both = NULL, *alone = NULL, *s = NULL;
+    size_t n_prompt = 0, n_both = 0, n_alone = 0, head = 0; /* head: the completion's bytes replaced */
+    int32_t *ids = malloc((np + 1) * sizeof *ids);
     json_t *j = NULL;
-    if (tp_detok_stream_create(tok, skip, &ds) != TP_OK) goto out;
-    for (int32_t i = 0; i <= c->n_prompt; i++) { /* the prompt, then the first token after it */
-        const char *t;
-        size_t k;
-        if (i == c->n_prompt && (x->len == 0 || x->out.n == 0)) break;
-        const int32_t id = i < c->n_prompt ? c->prompt[i] : x->out.v[0];
-        const size_t before = n;
-        if (tp_detok_stream_push(ds, id, &t, &k) != TP_OK) goto out;
-        if (n + k + x->len + 1 > cap) {
-            cap = 2 * (n + k + x->len + 1);
-            char *p = realloc(s, cap);
-            if (!p) goto out;
-            s = p;
-        }
-        memcpy(s + n, t, k);
-        n += k;
-        if (i < c->n_prompt) continue;
-        /* the completion's text reads its first token alone, and SentencePiece drops a
-         * leading space there; after the prompt the space is the text's */
-        if (tp_tokenizer_decode(tok, &x->out.v[0], 1, skip, &alone, &n_alone) != TP_OK) goto out;
-        const size_t in_ctx = n - before;
-        if (n_alone <= x->len && memcmp(x->text, alone, n_alone) == 0 && in_ctx >= n_alone &&
-            memcmp(s + n - n_alone, alone, n_alone) == 0) {
-            memcpy(s + n, x->text + n_alone, x->len - n_alone); /* the rest as the completion has it */
-            n += x->len - n_alone;
-            j = json_stringn(s, n);
+    if (!ids || tp_tokenizer_decode(tok, c->prompt, np, skip, &prompt, &n_prompt) != TP_OK) goto out;
+    /* the completion's text reads its first token alone, and SentencePiece drops a leading
+     * space there; read after the prompt, the space is the text's */
+    if (x->len && x->out.n) {
+        memcpy(ids, c->prompt, np * sizeof *ids);
+        ids[np] = x->out.v[0];
+        if (tp_tokenizer_decode(tok, ids, np + 1, skip, &both, &n_both) != TP_OK ||
+            tp_tokenizer_decode(tok, &x->out.v[0], 1, skip, &alone, &n_alone) != TP_OK)
             goto out;
-        }
-        n = before; /* the token spelt otherwise in context: the completion's text as it is */
-    }
-    if (n + x->len + 1 > cap) {
-        char *p = realloc(s, n + x->len + 1);
-        if (!p) goto out;
-        s = p;
-    }
-    if (x->len) memcpy(s + n, x->text, x->len);
-    j = json_stringn(s ? s : "", n + x->len);
+        if (n_both >= n_prompt + n_alone && memcmp(both, prompt, n_prompt) == 0 && n_alone <= x->len &&
+            memcmp(x->text, alone, n_alone) == 0 && memcmp(both + n_both - n_alone, alone, n_alone) == 0)
+            head = n_alone;
+        else
+            n_both = n_prompt; /* spelt otherwise in context: the completion's text as it is */
+    } else
+        n_both = n_prompt;
+    s = malloc(n_both + x->len - head + 1);
+    if (!s) goto out;
+    memcpy(s, n_both > n_prompt ? both : prompt, n_both);
+    if (x->len > head) memcpy(s + n_both, x->text + head, x->len - head);
+    j = json_stringn(s, n_both + x->len - head);
 out:
     if (!j) tp_error_clear();
-    tp_detok_stream_destroy(ds);
-    free(s);
+    free(ids);
+    free(prompt);
+    free(both);
     free(alone);
+    free(s);
     return j;
 }
 

@@ -174,8 +174,6 @@ typedef struct engine {
     tp_sampler *sampler;
     tp_guide *guide;        /* sampler rank: guided decoding's token pieces, made at its first use */
     int32_t *guided;        /* [tp_guide_max_allowed]: the ids a guided row may draw next */
-    int32_t *guided_not;    /* [vocab]: those it may not, where they are fewer */
-    uint8_t *guided_mark;   /* [vocab]: zero between calls */
     float *logits_host;
     int32_t *ban;           /* a row's banned ids: min_tokens' end tokens, bad_words' last tokens */
     size_t ban_cap;
@@ -1248,9 +1246,10 @@ static int has_logit_edits(const req *r)
 
 /* Guided decoding: the ids that may follow the n_out tokens of out (*ids, *n); where none may
  * (the text is whole and the ids that end it are its only way on, or it left the rule), the
- * end tokens. Where more than half the vocabulary may and negate allows, the ids that may
- * not instead (*negated): a JSON string's are a few thousand against a hundred thousand.
- * Made on first use: the tokenizer's pieces take a while. */
+ * end tokens. A JSON object's set comes as the guide keeps it: where most of the vocabulary
+ * may come (inside a string), the few ids that may not (*negated), which is what the sampler
+ * is sent, unless the row bans ids of its own (negate 0). Made on first use: the tokenizer's
+ * pieces take a while. */
 static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int negate,
                             const int32_t **ids, int32_t *n, int *negated)
 {
@@ -1259,15 +1258,8 @@ static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t
         tp_guide *g;
         TP_CHECK(tp_guide_create(e->tok, V, e->eos, e->n_eos, &g));
         e->guided = malloc((size_t)tp_guide_max_allowed(g) * sizeof *e->guided);
-        e->guided_not = malloc((size_t)V * sizeof *e->guided_not);
-        e->guided_mark = calloc((size_t)V, 1);
-        if (!e->guided || !e->guided_not || !e->guided_mark) {
+        if (!e->guided) {
             tp_guide_destroy(g);
-            free(e->guided);
-            free(e->guided_not);
-            free(e->guided_mark);
-            e->guided = e->guided_not = NULL;
-            e->guided_mark = NULL;
             return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
         }
         e->guide = g;
@@ -1278,32 +1270,19 @@ static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t
     if (p->json_object) {
         TP_CHECK(tp_guide_json_ids(e->guide, out, n_out, ids, n, negated));
         if (*negated && negate) return TP_OK;
-        if (*negated) { /* the ids that may come, from those that may not */
-            for (int32_t i = 0; i < *n; i++) e->guided_mark[(*ids)[i]] = 1;
-            int32_t k = 0;
-            for (int32_t t = 0; t < V; t++)
-                if (e->guided_mark[t]) e->guided_mark[t] = 0;
-                else e->guided[k++] = t;
-            *n = k;
+        if (*negated) {
+            TP_CHECK(tp_guide_allowed_json(e->guide, out, n_out, e->guided, n));
+            *ids = e->guided;
             *negated = 0;
-        } else if (*n)
-            memcpy(e->guided, *ids, (size_t)*n * sizeof *e->guided);
-        *ids = e->guided;
-    } else
+        }
+    } else {
         TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
+    }
     if (*n == 0) {
         memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
+        *ids = e->guided;
         *n = e->n_eos;
     }
-    if (!negate || *n <= V / 2) return TP_OK;
-    for (int32_t i = 0; i < *n; i++) e->guided_mark[e->guided[i]] = 1;
-    int32_t k = 0;
-    for (int32_t t = 0; t < V; t++)
-        if (e->guided_mark[t]) e->guided_mark[t] = 0;
-        else e->guided_not[k++] = t;
-    *ids = e->guided_not;
-    *n = k;
-    *negated = 1;
     return TP_OK;
 }
 
@@ -2224,8 +2203,6 @@ static void engine_free(engine *e)
     tp_sampler_destroy(e->sampler);
     tp_guide_destroy(e->guide);
     free(e->guided);
-    free(e->guided_not);
-    free(e->guided_mark);
     tp_collector_destroy(e->collector);
     free(e->logits_host);
     free(e->srows);
