@@ -3,7 +3,7 @@
 # true}): the completion is a JSON object, on stories260K (SentencePiece with byte tokens:
 # inside a string most of its 512 tokens may come, so the engine sends the few that may not)
 # and tiny-llama3 (byte-level BPE): greedy, sampled, n = 3, logit_bias toward closing, in
-# plain and OpenAI batch lines. Every text keeps llama.cpp's whitespace rule; one that ends
+# plain and OpenAI batch lines (completions and chat). Every text keeps llama.cpp's whitespace rule; one that ends
 # ("stop") parses as an object (Python's json), one that max_tokens cuts ("length") is the
 # start of one (tests/json_prefix_check.py finds an ending that parses). The host sampler
 # and the backend's sample op draw the same; what cannot run is an error record.
@@ -72,6 +72,10 @@ run_lines llama "{\"id\": \"s\", \"prompt\": \"Hello\", \"max_tokens\": 40, \"te
     "{\"id\": \"b\", \"prompt\": \"Hello\", \"max_tokens\": 60, \"temperature\": 0.7, \"seed\": 8, \"logit_bias\": {\"92\": 8, \"1\": 4}, \"response_format\": {\"type\": \"json_object\"}}"
 ended=$(check_json "$TMP/llama.jsonl") || fail "a tiny-llama3 completion is not JSON: $(cat "$TMP/llama.jsonl")"
 [ "$ended" -ge 1 ] || fail "no tiny-llama3 completion ended: $(cat "$TMP/llama.jsonl")"
+# a chat request (the model's chat template), its message content held to an object
+run_lines chat "{\"custom_id\": \"c\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"Reply in JSON\"}], \"max_tokens\": 40, \"temperature\": 0.8, \"seed\": 2, \"n\": 2, \"logit_bias\": {\"92\": 6, \"1\": 3}, \"response_format\": {\"type\": \"json_object\"}}}"
+grep -q '"object":"chat.completion"' "$TMP/chat.jsonl" || fail "the chat line did not run: $(cat "$TMP/chat.jsonl")"
+check_json "$TMP/chat.jsonl" >/dev/null || fail "a chat message is not JSON: $(cat "$TMP/chat.jsonl")"
 
 # what cannot run: an error record each, naming the field; the lines beside them run
 m="$MODELS/stories260K-hf"
