@@ -1,0 +1,118 @@
+/*
+ * guided_bench.c: the host's cost of response_format json_object per decode step. ROWS rows
+ * (default 128) each write a JSON record (names, numbers, nested objects and arrays, prose in
+ * strings), tokenized by the tokenizer itself; at every step each row asks the guide for its
+ * next set (tp_guide_json_ids, as the engine does), so the cost is what a batch of JSON rows
+ * adds to a step on the sampler rank. Prints the guide's making, ms per step for all rows,
+ * and the walks over the vocabulary (the cache's misses).
+ * Usage: guided_bench [--rows N] TOKENIZER_DIR... (default: ../shared/tokenizers/gpt2)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "guided.h"
+#include "tokenizer.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Record r: a JSON object as a model asked for one might write it */
+static int make_record(int r, char *buf, size_t cap)
+{
+    static const char *const names[] = {"Ana Lima", "Bob", "Chen Wei", "Dana O'Neil", "Émile Zola", "Farah"};
+    static const char *const notes[] = {
+        "Prefers email; call after 5pm.", "Renewal due in March, see ticket #4411.",
+        "Asked about the \\\"premium\\\" plan twice.", "No notes.", "Moved to Lisbon in 2021 — update the address."};
+    return snprintf(buf, cap,
+                    "{\n  \"id\": %d,\n  \"name\": \"%s\",\n  \"age\": %d,\n  \"score\": %d.%02d,\n"
+                    "  \"active\": %s,\n  \"tags\": [\"t%d\", \"group-%d\"],\n"
+                    "  \"address\": {\"city\": \"City %d\", \"zip\": \"%05d\"},\n  \"note\": \"%s\"\n}",
+                    1000 + r, names[r % 6], 20 + r % 50, r % 100, (r * 37) % 100, r % 3 ? "true" : "false", r % 7,
+                    r % 4, r % 13, (r * 7919) % 100000, notes[r % 5]);
+}
+
+static int bench(const char *dir, int rows)
+{
+    tp_tokenizer *tok = NULL;
+    if (tp_tokenizer_load(dir, &tok) != TP_OK) {
+        fprintf(stderr, "guided_bench: %s: %s\n", dir, tp_error_message());
+        return 1;
+    }
+    const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
+    int32_t eos = tp_tokenizer_eos_id(tok);
+    for (int32_t t = 0; eos < 0 && t < vocab; t++)
+        if (tp_tokenizer_is_special(tok, t)) eos = t;
+    double t0 = now();
+    tp_guide *g = NULL;
+    if (tp_guide_create(tok, vocab, &eos, eos >= 0, &g) != TP_OK) {
+        fprintf(stderr, "guided_bench: %s: %s\n", dir, tp_error_message());
+        tp_tokenizer_destroy(tok);
+        return 1;
+    }
+    const double made_ms = 1e3 * (now() - t0);
+    tp_ids *ids = calloc((size_t)rows, sizeof *ids);
+    size_t longest = 0, total = 0;
+    char buf[1024];
+    for (int r = 0; r < rows; r++) {
+        const int n = make_record(r, buf, sizeof buf);
+        if (tp_tokenizer_encode(tok, buf, (size_t)n, 0, &ids[r]) != TP_OK) return 1;
+        if (ids[r].n > longest) longest = ids[r].n;
+        total += ids[r].n;
+    }
+    /* step k: every row still writing asks for the set after its first k tokens */
+    int64_t calls = 0, walks = 0, rejected = 0;
+    double worst = 0.0;
+    t0 = now();
+    for (size_t k = 0; k <= longest; k++) {
+        const double s0 = now();
+        for (int r = 0; r < rows; r++) {
+            if (k > ids[r].n) continue;
+            const int32_t *set;
+            int32_t n;
+            int negated;
+            const double c0 = now();
+            if (tp_guide_json_ids(g, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
+            walks += now() - c0 > 2e-4; /* a cache hit is microseconds; a walk over the vocabulary, a millisecond */
+            calls++;
+            if (k < ids[r].n) { /* the record's own next token must be in the set */
+                int in = negated;
+                for (int32_t i = 0; i < n; i++)
+                    if (set[i] == ids[r].v[k]) in = !negated;
+                rejected += !in;
+            }
+        }
+        const double step = now() - s0;
+        if (step > worst) worst = step;
+    }
+    const double all = now() - t0;
+    printf("| %s | %d | %d | %.0f | %zu | %.3f | %.2f | %lld / %lld | %lld |\n", dir, (int)vocab, rows, made_ms,
+           total / (size_t)rows, 1e3 * all / (double)(longest + 1), 1e3 * worst, (long long)walks,
+           (long long)calls, (long long)rejected);
+    for (int r = 0; r < rows; r++) tp_ids_free(&ids[r]);
+    free(ids);
+    tp_guide_destroy(g);
+    tp_tokenizer_destroy(tok);
+    return rejected ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rows = 128, rc = 0, first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--rows")) {
+        rows = atoi(argv[2]);
+        first = 3;
+    }
+    if (rows < 1) rows = 1;
+    printf("| tokenizer | vocabulary | JSON rows | guide made, ms | tokens a row | ms a step (all rows) | "
+           "worst step, ms | walks / sets asked | own tokens refused |\n| --- | ---: | ---: | ---: | ---: | ---: "
+           "| ---: | ---: | ---: |\n");
+    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows);
+    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows);
+    return rc;
+}
