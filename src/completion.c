@@ -221,59 +221,51 @@ static void echo_offsets(const tp_completion *c, const tp_tokenizer *tok, const 
     tp_detok_stream_destroy(ds);
 }
 
-/* echo: the prompt's entries first, the first token's logprobs null (vLLM's echo) */
-static void echo_logprobs(const tp_completion *cp, const tp_tokenizer *tok, json_t *tokens, json_t *lps,
-                          json_t *tops)
+/* One token's entries of a completions body's logprobs: its piece, its logprob, and
+ * {piece: logprob} of the token itself and then the top N (up to N + 1 entries, as OpenAI
+ * and vLLM); lp NULL: the prompt's first token, which has none */
+static void completions_entry(const tp_tokenizer *tok, int32_t id, const float *lp, const tp_token_logprob *top,
+                              int32_t n_top, json_t *tokens, json_t *lps, json_t *tops)
 {
-    for (int32_t i = 0; i < cp->n_prompt; i++) {
-        const int32_t id = cp->prompt[i];
-        char *p = piece_of(tok, id);
-        json_array_append_new(tokens, json_string(p ? p : ""));
-        const tp_prompt_logprob *e = cp->prompt_lp && i > 0 ? &cp->prompt_lp[i] : NULL;
-        json_array_append_new(lps, e ? num(e->logprob) : json_null());
-        json_t *top = e ? json_object() : json_null();
-        if (e) json_object_set_new(top, p ? p : "", num(e->logprob));
-        free(p);
-        for (int32_t k = 0; e && k < cp->n_prompt_lp_top; k++) {
-            const tp_token_logprob *t = &e->top[k];
-            if (t->id < 0) continue;
-            char *q = piece_of(tok, t->id);
-            if (!json_object_get(top, q ? q : "")) json_object_set_new(top, q ? q : "", num(t->logprob));
-            free(q);
-        }
-        json_array_append_new(tops, top);
+    char *p = piece_of(tok, id);
+    json_array_append_new(tokens, json_string(p ? p : ""));
+    json_array_append_new(lps, lp ? num(*lp) : json_null());
+    json_t *o = lp ? json_object() : json_null();
+    if (lp) json_object_set_new(o, p ? p : "", num(*lp));
+    free(p);
+    for (int32_t k = 0; lp && k < n_top; k++) {
+        if (top[k].id < 0) continue;
+        char *q = piece_of(tok, top[k].id);
+        if (!json_object_get(o, q ? q : "")) json_object_set_new(o, q ? q : "", num(top[k].logprob));
+        free(q);
     }
+    json_array_append_new(tops, o);
 }
 
-/* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset},
- * after the prompt's with echo */
+/* OpenAI /v1/completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset};
+ * with echo the prompt's tokens first (vLLM's echo) */
 static json_t *completions_logprobs(const tp_completion *cp, const tp_choice *c, const tp_tokenizer *tok)
 {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     const int echo = cp->req->p.echo;
     if (echo) {
-        echo_logprobs(cp, tok, tokens, lps, tops);
+        for (int32_t i = 0; i < cp->n_prompt; i++) {
+            const tp_prompt_logprob *e = cp->prompt_lp && i > 0 ? &cp->prompt_lp[i] : NULL;
+            completions_entry(tok, cp->prompt[i], e ? &e->logprob : NULL, e ? e->top : NULL, cp->n_prompt_lp_top,
+                              tokens, lps, tops);
+        }
         echo_offsets(cp, tok, c, offs);
     }
     size_t off = 0;
     for (size_t i = 0; i < c->out.n; i++) {
-        char *p = piece_of(tok, c->out.v[i]);
-        json_array_append_new(tokens, json_string(p ? p : ""));
-        if (!echo) json_array_append_new(offs, json_integer((json_int_t)off));
-        off += code_points(p);
-        json_array_append_new(lps, num(c->lp[i]));
-        /* the sampled token always, then the top N (up to N + 1 entries, as OpenAI and vLLM) */
-        json_t *top = json_object();
-        json_object_set_new(top, p ? p : "", num(c->lp[i]));
-        free(p);
-        for (int32_t k = 0; k < c->n_logprobs; k++) {
-            const tp_token_logprob *t = &c->top[i * (size_t)c->n_logprobs + (size_t)k];
-            if (t->id < 0) continue;
-            char *q = piece_of(tok, t->id);
-            if (!json_object_get(top, q ? q : "")) json_object_set_new(top, q ? q : "", num(t->logprob));
-            free(q);
+        if (!echo) {
+            char *p = piece_of(tok, c->out.v[i]);
+            json_array_append_new(offs, json_integer((json_int_t)off));
+            off += code_points(p);
+            free(p);
         }
-        json_array_append_new(tops, top);
+        const tp_token_logprob *top = c->n_logprobs ? &c->top[i * (size_t)c->n_logprobs] : NULL;
+        completions_entry(tok, c->out.v[i], &c->lp[i], top, c->n_logprobs, tokens, lps, tops);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
