@@ -344,14 +344,15 @@ static json_cached *json_lookup(tp_guide *g, const tp_json_prefix *state, int fi
     return old;
 }
 
-tp_status tp_guide_json_ids(tp_guide *g, const int32_t *out, int32_t n_out, const int32_t **ids, int32_t *n,
-                            int *negated)
+tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
+                            const int32_t **ids, int32_t *n, int *negated)
 {
     *ids = NULL;
     *n = 0;
     *negated = 0;
     tp_json_prefix state;
-    tp_json_prefix_init(&state, 1);
+    if (schema) tp_json_prefix_init_schema(&state, schema);
+    else tp_json_prefix_init(&state, 1);
     for (int32_t i = 0; i < n_out; i++) { /* the text so far; a token with no piece leaves JSON */
         const piece_table *t = i ? &g->later : &g->first;
         const int32_t id = out[i];
@@ -403,11 +404,12 @@ tp_status tp_guide_json_ids(tp_guide *g, const int32_t *out, int32_t n_out, cons
     return TP_OK;
 }
 
-tp_status tp_guide_allowed_json(tp_guide *g, const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n)
+tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
+                                int32_t *dst, int32_t *n)
 {
     const int32_t *ids;
     int negated;
-    TP_CHECK(tp_guide_json_ids(g, out, n_out, &ids, n, &negated));
+    TP_CHECK(tp_guide_json_ids(g, schema, out, n_out, &ids, n, &negated));
     if (!negated) {
         if (*n) memcpy(dst, ids, (size_t)*n * sizeof *dst);
         return TP_OK;

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "json_schema.h"
+
 enum mode {
     M_VALUE,          /* a value: the text's start, after ':' or after ',' in an array */
     M_VALUE_OR_CLOSE, /* after '[': a value or ']' */
@@ -40,15 +42,76 @@ static int hex_value(unsigned char c)
     return -1;
 }
 
+/* ---- under a schema (s->schema): the node each value and container is held to */
+
+static const tp_schema_node *node_of(const tp_json_prefix *s, int32_t n) { return &s->schema->nodes[n]; }
+
+/* the open container's node, under a schema and inside one */
+static const tp_schema_node *top_node(const tp_json_prefix *s)
+{
+    return s->schema && s->depth ? node_of(s, s->frame_node[s->depth - 1]) : NULL;
+}
+
+/* an object whose properties are written in order (not a free one, not any value's) */
+static int fixed_object(const tp_schema_node *d) { return d && d->kind == TP_SCHEMA_OBJECT && d->count >= 0; }
+
+/* the node of a value that starts now */
+static int32_t value_node(const tp_json_prefix *s)
+{
+    const tp_schema_node *p = top_node(s);
+    if (!p) return s->schema->root;
+    if (fixed_object(p)) return s->schema->entries[p->first + s->frame_pos[s->depth - 1]].node;
+    if (p->kind == TP_SCHEMA_OBJECT || p->kind == TP_SCHEMA_ARRAY) return p->items;
+    return 0; /* inside any value: any value */
+}
+
+/* an enum's value: whether byte c goes on with one that the bytes so far begin (s->lit
+ * becomes it) */
+static int enum_byte(tp_json_prefix *s, unsigned char c)
+{
+    const tp_schema_node *d = node_of(s, s->node);
+    const tp_schema_entry *e = s->schema->entries + d->first, *cur = &e[s->lit];
+    for (int32_t j = 0; j < d->count; j++)
+        if (e[j].len > s->lit_off && (unsigned char)e[j].text[s->lit_off] == c &&
+            memcmp(e[j].text, cur->text, s->lit_off) == 0) {
+            s->lit = (uint16_t)j;
+            s->lit_off++;
+            return 1;
+        }
+    return 0;
+}
+
+/* a scalar may end here: not an enum, or the bytes are one of its values */
+static int scalar_ok(const tp_json_prefix *s)
+{
+    if (!s->schema || node_of(s, s->node)->kind != TP_SCHEMA_ENUM) return 1;
+    const tp_schema_node *d = node_of(s, s->node);
+    const tp_schema_entry *e = s->schema->entries + d->first;
+    for (int32_t j = 0; j < d->count; j++)
+        if (e[j].len == s->lit_off && memcmp(e[j].text, e[s->lit].text, s->lit_off) == 0) return 1;
+    return 0;
+}
+
+static int is_enum(const tp_json_prefix *s) { return s->schema && node_of(s, s->node)->kind == TP_SCHEMA_ENUM; }
+
+/* ---- */
+
 static void end_value(tp_json_prefix *s)
 {
     s->mode = s->depth ? M_AFTER : M_DONE;
     s->sub = 0;
+    s->node = s->lit = s->lit_off = 0;
+    if (s->schema && s->depth) s->frame_pos[s->depth - 1]++;
 }
 
 static int open_container(tp_json_prefix *s, int object)
 {
-    if (s->depth >= TP_JSON_MAX_DEPTH) return 0;
+    if (s->depth >= (s->schema ? TP_SCHEMA_MAX_DEPTH : TP_JSON_MAX_DEPTH)) return 0;
+    if (s->schema) {
+        s->frame_node[s->depth] = s->node;
+        s->frame_pos[s->depth] = 0;
+        s->node = 0;
+    }
     if (object) s->objects |= (uint64_t)1 << s->depth;
     else s->objects &= ~((uint64_t)1 << s->depth);
     s->depth++;
@@ -61,14 +124,36 @@ static int top_is_object(const tp_json_prefix *s) { return s->depth && (s->objec
 static int close_container(tp_json_prefix *s, unsigned char c)
 {
     if (!s->depth || c != (top_is_object(s) ? '}' : ']')) return 0;
+    const tp_schema_node *d = top_node(s);
+    const uint16_t done = d ? s->frame_pos[s->depth - 1] : 0;
+    if (fixed_object(d) && done != d->count) return 0; /* every property written */
+    if (d && d->kind == TP_SCHEMA_ARRAY && done < d->min_items) return 0;
     s->depth--;
     s->objects &= ~((uint64_t)1 << s->depth);
+    if (s->schema) s->frame_node[s->depth] = s->frame_pos[s->depth] = 0;
     end_value(s);
+    return 1;
+}
+
+/* under a schema: a value may start with c here (its node becomes s->node), or not */
+static int schema_start(tp_json_prefix *s, unsigned char c)
+{
+    const tp_schema_node *p = top_node(s);
+    if (p && p->kind == TP_SCHEMA_ARRAY && p->max_items >= 0 && s->frame_pos[s->depth - 1] >= p->max_items) return 0;
+    const int32_t n = tp_schema_start(s->schema, value_node(s), c);
+    if (n < 0) return 0;
+    s->node = (uint16_t)n;
+    if (node_of(s, n)->kind == TP_SCHEMA_ENUM) {
+        s->lit = 0;
+        s->lit_off = 0;
+        return enum_byte(s, c);
+    }
     return 1;
 }
 
 static int start_value(tp_json_prefix *s, unsigned char c)
 {
+    if (s->schema && !schema_start(s, c)) return 0;
     if (c == '{') return open_container(s, 1);
     if (s->depth == 0 && (s->flags & F_OBJECT_ONLY)) return 0;
     if (c == '[') return open_container(s, 0);
@@ -114,6 +199,12 @@ static int utf8_lead(tp_json_prefix *s, unsigned char c)
 
 static int string_byte(tp_json_prefix *s, unsigned char c)
 {
+    if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* the next property's key, byte for byte */
+        const tp_schema_entry *k = &s->schema->entries[top_node(s)->first + s->frame_pos[s->depth - 1]];
+        if (s->lit_off >= k->len || (unsigned char)k->text[s->lit_off] != c) return 0;
+        s->lit_off++;
+    } else if (is_enum(s) && !enum_byte(s, c))
+        return 0;
     if (s->utf8_need) {
         if (c < s->utf8_lo || c > s->utf8_hi) return 0;
         s->utf8_need--;
@@ -128,8 +219,11 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
                 s->flags &= (uint8_t)~F_KEY;
                 s->mode = M_COLON;
                 s->sub = 0;
-            } else
+                s->lit_off = 0;
+            } else {
+                if (!scalar_ok(s)) return 0;
                 end_value(s);
+            }
             return 1;
         }
         if (c == '\\') {
@@ -236,13 +330,25 @@ static int step(tp_json_prefix *s, unsigned char c)
     case M_STRING:
         return string_byte(s, c);
     case M_NUMBER:
+        if (is_enum(s)) {
+            if (enum_byte(s, c)) return number_byte(s, c);
+            if (strchr("0123456789.eE+-", c) || c == 0) return 0; /* a number no value of the enum is */
+            if (!number_done(s) || !scalar_ok(s)) return 0;
+            end_value(s);
+            return step(s, c);
+        }
+        if (s->schema && node_of(s, s->node)->kind == TP_SCHEMA_INTEGER && (c == '.' || c == 'e' || c == 'E'))
+            return 0;
         return number_byte(s, c);
     case M_LITERAL: {
         const char *w = literals[s->sub >> 3];
         const int pos = s->sub & 7;
-        if (c != (unsigned char)w[pos]) return 0;
-        if (w[pos + 1] == 0) end_value(s);
-        else s->sub++;
+        if (c != (unsigned char)w[pos] || (is_enum(s) && !enum_byte(s, c))) return 0;
+        if (w[pos + 1] == 0) {
+            if (!scalar_ok(s)) return 0;
+            end_value(s);
+        } else
+            s->sub++;
         return 1;
     }
     default:
@@ -265,6 +371,10 @@ static int step(tp_json_prefix *s, unsigned char c)
         /* fall through */
     case M_KEY:
         if (c != '"') return 0;
+        if (fixed_object(top_node(s))) { /* a property still to write; its key's quote matched */
+            if (s->frame_pos[s->depth - 1] >= top_node(s)->count) return 0;
+            s->lit_off = 1;
+        }
         s->mode = M_STRING;
         s->sub = S_PLAIN;
         s->flags |= F_KEY;
@@ -274,7 +384,11 @@ static int step(tp_json_prefix *s, unsigned char c)
         s->mode = M_VALUE;
         return 1;
     case M_AFTER:
-        if (c == ',') {
+        if (c == ',') { /* not past the last property, nor past maxItems: no way on from there */
+            const tp_schema_node *d = top_node(s);
+            if (fixed_object(d) && s->frame_pos[s->depth - 1] >= d->count) return 0;
+            if (d && d->kind == TP_SCHEMA_ARRAY && d->max_items >= 0 && s->frame_pos[s->depth - 1] >= d->max_items)
+                return 0;
             s->mode = top_is_object(s) ? M_KEY : M_VALUE;
             return 1;
         }
@@ -291,6 +405,12 @@ void tp_json_prefix_init(tp_json_prefix *s, int object_only)
     s->utf8_lo = 0x80;
     s->utf8_hi = 0xbf;
     if (object_only) s->flags = F_OBJECT_ONLY;
+}
+
+void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schema)
+{
+    tp_json_prefix_init(s, 0);
+    s->schema = schema;
 }
 
 int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c)
@@ -310,5 +430,5 @@ size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n)
 
 int tp_json_prefix_complete(const tp_json_prefix *s)
 {
-    return s->mode == M_DONE || (s->mode == M_NUMBER && s->depth == 0 && number_done(s));
+    return s->mode == M_DONE || (s->mode == M_NUMBER && s->depth == 0 && number_done(s) && scalar_ok(s));
 }

@@ -17,9 +17,19 @@
 
 #define TP_JSON_MAX_DEPTH 64
 #define TP_JSON_MAX_INDENT 20
+#define TP_SCHEMA_MAX_DEPTH 16 /* containers nest at most this deep under a schema */
+
+struct tp_schema;
 
 /* No padding: every byte is a field, so equal states are equal bytes. */
 typedef struct tp_json_prefix {
+    const struct tp_schema *schema; /* NULL: any JSON; else the text is held to it (json_schema.h) */
+    uint16_t frame_node[TP_SCHEMA_MAX_DEPTH]; /* under a schema: each open container's node */
+    uint16_t frame_pos[TP_SCHEMA_MAX_DEPTH];  /* and its properties or items written so far */
+    uint16_t node;     /* under a schema: the scalar being written's node (an enum's, an integer's) */
+    uint16_t lit;      /* an enum value the bytes so far begin; */
+    uint16_t lit_off;  /* the bytes of it (or of the key being written) matched */
+    uint16_t pad2_;
     uint64_t objects;  /* bit d: container d is an object (1) or an array (0) */
     uint16_t code;     /* a \u escape's value so far; the high surrogate while a low one is due */
     uint8_t depth;     /* containers open */
@@ -31,10 +41,13 @@ typedef struct tp_json_prefix {
     uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top */
     uint8_t pad_[6];
 } tp_json_prefix;
-_Static_assert(sizeof(tp_json_prefix) == 24, "tp_json_prefix has no padding");
+_Static_assert(sizeof(tp_json_prefix) == 104, "tp_json_prefix has no padding");
 
 /* The state before any byte: the text must be an object (object_only) or any JSON value. */
 void tp_json_prefix_init(tp_json_prefix *s, int object_only);
+
+/* The state before any byte of a text held to schema (kept by the caller while s is used). */
+void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schema);
 
 /* Whether byte c may follow: 1 and s advanced, or 0 and s unchanged. */
 int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c);

@@ -30,6 +30,7 @@
  * role or a stop string, which are C strings.
  */
 #include "requests.h"
+#include "json_schema.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -114,6 +115,9 @@ void tp_requests_free(tp_request_list *l)
 {
     if (!l) return;
     for (size_t i = 0; i < l->n; i++) request_free(&l->v[i]);
+    for (size_t i = 0; i < l->n_schemas; i++) tp_schema_free(l->schemas[i]);
+    free(l->schemas);
+    json_decref((json_t *)l->schema_index);
     free(l->v);
     free(l->id_text);
     free(l->id_at);
@@ -792,7 +796,7 @@ static int read_strings(line_ctx *c, const json_t *v, const char *key, int32_t m
 
 /* response_format (OpenAI's): {"type": "text"}, nothing; {"type": "json_object"}, a JSON
  * object; a schema is refused (tpinfer holds the text to JSON, not to a schema). */
-static int read_response_format(line_ctx *c, const json_t *v, int *json)
+static int read_response_format(line_ctx *c, const json_t *v, int *json, const json_t **schema)
 {
     char b[QUOTE_CAP];
     json_t *t = json_is_object(v) ? get(v, "type") : NULL;
@@ -802,16 +806,76 @@ static int read_response_format(line_ctx *c, const json_t *v, int *json)
         *json = 1;
         return OK;
     }
-    if (type && !strcmp(type, "json_schema"))
-        return fail(c, E_REQUEST, "\"%sresponse_format\" \"json_schema\" is not supported: tpinfer holds the text to "
-                    "JSON ({\"type\": \"json_object\"}), not to a schema", c->prefix);
-    return fail(c, E_REQUEST, "\"%sresponse_format\" must be {\"type\": \"text\"} or {\"type\": \"json_object\"}, "
-                "not %s", c->prefix, t ? repr(b, t) : repr(b, v));
+    if (type && !strcmp(type, "json_schema")) { /* {"json_schema": {"name", "schema", "strict"}} */
+        json_t *js = get(v, "json_schema");
+        *schema = json_is_object(js) ? get(js, "schema") : NULL;
+        if (!*schema)
+            return fail(c, E_REQUEST, "\"%sresponse_format\" \"json_schema\" needs \"json_schema\": {\"schema\": "
+                        "{...}}", c->prefix);
+        *json = 1;
+        return OK;
+    }
+    return fail(c, E_REQUEST, "\"%sresponse_format\" must be {\"type\": \"text\"}, {\"type\": \"json_object\"} "
+                "or {\"type\": \"json_schema\", ...}, not %s", c->prefix, t ? repr(b, t) : repr(b, v));
+}
+
+/* A schema (an object, true, or vLLM's JSON text of one) compiled, once per distinct
+ * schema in the list, into *out; one tpinfer does not take is the line's error. */
+static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
+{
+    char b[QUOTE_CAP];
+    json_t *parsed = NULL;
+    if (json_is_string(v)) { /* vLLM takes the schema as JSON text too */
+        json_error_t err;
+        parsed = json_loadb(json_string_value(v), json_string_length(v), JSON_DECODE_ANY, &err);
+        if (!parsed) return fail(c, E_REQUEST, "\"%s%s\" is not a JSON schema: %s", c->prefix, key, err.text);
+        v = parsed;
+    }
+    if (!json_is_object(v) && !json_is_true(v)) {
+        json_decref(parsed);
+        return fail(c, E_REQUEST, "\"%s%s\" must be a JSON schema (an object), not %s", c->prefix, key, repr(b, v));
+    }
+    tp_request_list *l = c->list;
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY); /* insertion order kept: it is the properties' */
+    if (!text || (!l->schema_index && !(l->schema_index = json_object()))) {
+        free(text);
+        json_decref(parsed);
+        return OOM;
+    }
+    json_t *at = json_object_get((json_t *)l->schema_index, text);
+    if (at) {
+        *out = l->schemas[json_integer_value(at)];
+        free(text);
+        json_decref(parsed);
+        return OK;
+    }
+    tp_schema *s = NULL;
+    const tp_status st = tp_schema_compile(v, &s);
+    json_decref(parsed);
+    if (st != TP_OK) {
+        free(text);
+        if (st == TP_ERR_OOM) return OOM;
+        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
+        tp_error_clear();
+        return rc;
+    }
+    tp_schema **grown = realloc(l->schemas, (l->n_schemas + 1) * sizeof *grown);
+    if (!grown || json_object_set_new((json_t *)l->schema_index, text, json_integer((json_int_t)l->n_schemas))) {
+        if (grown) l->schemas = grown;
+        tp_schema_free(s);
+        free(text);
+        return OOM;
+    }
+    l->schemas = grown;
+    l->schemas[l->n_schemas++] = s;
+    free(text);
+    *out = s;
+    return OK;
 }
 
 /* vLLM's "structured_outputs": {"choice": [...]} or {"json_object": true}; *choices its
  * choice array, or NULL */
-static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json)
+static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json, const json_t **schema)
 {
     char b[QUOTE_CAP];
     if (!json_is_object(so))
@@ -828,8 +892,13 @@ static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choic
             *json |= json_is_true(x);
             continue;
         }
-        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\" and "
-                    "\"json_object\" is not supported", c->prefix, quote(b, k, strlen(k)));
+        if (!strcmp(k, "json")) {
+            *schema = x;
+            *json = 1;
+            continue;
+        }
+        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\", \"json\" "
+                    "and \"json_object\" is not supported", c->prefix, quote(b, k, strlen(k)));
     }
     *choices = get(so, "choice");
     return OK;
@@ -845,18 +914,30 @@ static int read_guided(line_ctx *c, const json_t *o)
 {
     tp_request_params *p = &c->r->p;
     char b[QUOTE_CAP];
-    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice"), *rf = get(o, "response_format");
+    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice"), *rf = get(o, "response_format"),
+           *gj = get(o, "guided_json");
     const char *key = "guided_choice";
     int json = 0, so_json = 0;
+    const json_t *schema = NULL, *so_schema = NULL;
     if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
                              c->prefix, c->prefix);
-    if (rf) TRY(read_response_format(c, rf, &json));
+    if (rf) TRY(read_response_format(c, rf, &json, &schema));
     if (so) {
-        TRY(read_structured_outputs(c, so, &v, &so_json));
+        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema));
         key = "structured_outputs.choice";
     }
-    const char *what = json ? "response_format" : so_json ? "structured_outputs.json_object" : key;
+    const char *what = json ? "response_format" : so_schema ? "structured_outputs.json" : so_json ? "structured_outputs.json_object" : key;
+    if ((json || so_json) && gj)
+        return fail(c, E_REQUEST, "\"%sguided_json\" with \"%s%s\": give one", c->prefix, c->prefix, what);
+    if (json && so_json)
+        return fail(c, E_REQUEST, "\"%sresponse_format\" with \"%sstructured_outputs\": give one", c->prefix, c->prefix);
+    if (gj) {
+        json = 1;
+        schema = gj;
+        what = "guided_json";
+    }
     json |= so_json;
+    if (so_schema) schema = so_schema;
     if (json && v)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, key, c->prefix, what);
     const char *why_min = json ? "the object may be whole sooner" : "a choice may end sooner";
@@ -890,6 +971,7 @@ static int read_guided(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
                     json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
     if (json) {
+        if (schema) TRY(read_schema(c, schema, what, &p->schema));
         p->json_object = 1;
         return OK;
     }
@@ -1055,7 +1137,7 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
                                          "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
-                                         "structured_outputs", "bad_words", "response_format", NULL};
+                                         "structured_outputs", "bad_words", "response_format", "guided_json", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
@@ -1070,7 +1152,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
 static const char *const unsupported_keys[] = {"functions", "function_call", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
-static const char *const guided_keys[] = {"guided_json", "guided_regex", "guided_grammar", NULL};
+static const char *const guided_keys[] = {"guided_regex", "guided_grammar", NULL};
 
 static int in_list(const char *const *list, const char *k)
 {
@@ -1145,7 +1227,9 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
     if ((v = get(o, "use_beam_search")) && !json_is_false(v))
         return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
     for (const char *const *g = guided_keys; *g; g++)
-        if (get(o, *g)) return fail(c, E_REQUEST, "\"%s%s\": guided decoding is not supported", p, *g);
+        if (get(o, *g))
+            return fail(c, E_REQUEST, "\"%s%s\": guided decoding by a regular expression or a grammar is not supported "
+                        "(guided_choice, guided_json and response_format are)", p, *g);
     if ((v = get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
         return fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
     return OK;

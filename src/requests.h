@@ -70,6 +70,9 @@ typedef struct tp_request_params {
                                                            * (non-empty, without NUL, at most 4096) */
     int json_object;                                      /* response_format json_object: the text is a JSON
                                                            * object (never with choices) */
+    const struct tp_schema *schema;                       /* with json_object, a JSON schema (response_format
+                                                           * json_schema, guided_json): the text is a value it
+                                                           * holds to; the list's, compiled once per schema */
 } tp_request_params;
 
 typedef struct tp_request {
@@ -126,6 +129,9 @@ typedef struct tp_request_list {
     int n_unknown;          /* distinct such fields kept, the first TP_UNKNOWN_FIELDS_KEPT */
     int unknown_more;       /* more distinct fields than kept */
     tp_unknown_field unknown[TP_UNKNOWN_FIELDS_KEPT];
+    struct tp_schema **schemas; /* the JSON schemas the requests hold to, each compiled once */
+    size_t n_schemas;
+    void *schema_index;         /* a jansson object: a schema's compact text -> its index */
 } tp_request_list;
 
 /* Which requests a rank keeps whole: the one at pos where pos % parts == part (a

@@ -241,7 +241,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         while (!done && n_out < 400) {
             int32_t n = 0;
             const clock_t t0 = clock();
-            ck_assert_int_eq(tp_guide_allowed_json(g, out, n_out, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, out, n_out, allowed, &n), TP_OK);
             const double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
             if (ms > 0.5) {
                 miss_ms += ms;
@@ -308,7 +308,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
         for (size_t k = 0; k <= ids.n; k++) {
             int32_t n = 0;
-            ck_assert_int_eq(tp_guide_allowed_json(g, ids.v, (int32_t)k, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, ids.v, (int32_t)k, allowed, &n), TP_OK);
             int found = 0, ends = 0;
             for (int32_t i = 0; i < n; i++) {
                 found |= k < ids.n && allowed[i] == ids.v[k];
@@ -322,7 +322,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
     /* off JSON: nothing */
     int32_t n = 5;
     const int32_t eos0 = eos[0];
-    ck_assert_int_eq(tp_guide_allowed_json(g, &eos0, 1, allowed, &n), TP_OK);
+    ck_assert_int_eq(tp_guide_allowed_json(g, NULL, &eos0, 1, allowed, &n), TP_OK);
     ck_assert_int_eq(n, 0);
     free(structural);
     free(in_set);

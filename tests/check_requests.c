@@ -760,16 +760,19 @@ START_TEST(unknown_fields_ignored)
     /* fields that would change the output, which tpinfer does not do: an error record each;
      * their neutral values run */
     static const char *const refused[][2] = {
-        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{}}}",
-         "\"response_format\" \"json_schema\" is not supported"},
-        {"\"response_format\":{\"type\":\"xml\"}", "\"response_format\" must be {\"type\": \"text\"} or"},
-        {"\"response_format\":\"json\"", "or {\"type\": \"json_object\"}, not \"json\""},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"pattern\":\"a\"}}}",
+         "\"response_format\": the JSON schema at its root: pattern is not supported"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}",
+         "\"response_format\" \"json_schema\" needs \"json_schema\": {\"schema\""},
+        {"\"response_format\":{\"type\":\"xml\"}", "\"response_format\" must be {\"type\": \"text\"}, {\"type\""},
+        {"\"response_format\":\"json\"", "or {\"type\": \"json_schema\", ...}, not \"json\""},
         {"\"tools\":[{\"type\":\"function\"}]", "\"tools\" needs a chat request"},
         {"\"echo\":1", "\"echo\" must be"},
         {"\"suffix\":\"end\"", "fill-in-the-middle"},
         {"\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"use_beam_search\":true", "beam search"},
-        {"\"guided_json\":{}", "\"guided_json\": guided decoding"},
+        {"\"guided_json\":5", "\"guided_json\" must be a JSON schema (an object), not 5"},
+        {"\"guided_json\":\"{\\\"type\\\": \"", "\"guided_json\" is not a JSON schema"},
         {"\"guided_regex\":\"a+\"", "\"guided_regex\": guided decoding"},
         {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "\"structured_outputs\".\"grammar\": guided decoding other than"},
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
@@ -884,14 +887,32 @@ START_TEST(logit_bias_and_allowed_ids)
     ck_assert_int_eq(L.unknown_lines, 0);
     ck_assert(L.v[0].p.json_object && L.v[1].p.json_object && !L.v[2].p.json_object && !L.v[3].p.json_object);
     ck_assert_int_eq(L.v[0].p.n_choices + L.v[1].p.n_choices, 0);
+    /* a JSON schema: response_format json_schema, structured_outputs.json (an object or its
+     * text), vLLM's guided_json; compiled once per distinct schema */
+    in = "{\"id\":\"s1\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+         "\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}}\n"
+         "{\"id\":\"s2\",\"prompt\":\"x\",\"guided_json\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}\n"
+         "{\"id\":\"s3\",\"prompt\":\"x\",\"structured_outputs\":{\"json\":\"{\\\"enum\\\": [1, 2]}\"}}\n"
+         "{\"id\":\"s4\",\"prompt\":\"x\",\"guided_json\":{\"properties\":{\"a\":{\"type\":\"integer\"}},\"type\":\"object\",\"required\":[\"a\"]}}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    for (int i = 0; i < 4; i++) ck_assert(L.v[i].p.json_object && L.v[i].p.schema);
+    ck_assert_ptr_eq(L.v[0].p.schema, L.v[1].p.schema); /* the same schema: one compiled */
+    ck_assert_ptr_ne(L.v[0].p.schema, L.v[2].p.schema);
+    ck_assert_ptr_ne(L.v[0].p.schema, L.v[3].p.schema); /* properties in another order: another schema */
+    ck_assert_uint_eq(L.n_schemas, 3);
     static const char *const bad_json[][2] = {
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_choice\":[\"a\"]",
          "\"guided_choice\" with \"response_format\": give one"},
         {"\"structured_outputs\":{\"json_object\":true,\"choice\":[\"a\"]}",
          "\"structured_outputs.choice\" with \"structured_outputs.json_object\": give one"},
         {"\"structured_outputs\":{\"json_object\":1}", "\"structured_outputs\".json_object must be true or false, not 1"},
-        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\" and \"json_object\" is not supported"},
+        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
+        {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
+        {"\"guided_json\":{\"type\":\"string\",\"minLength\":3}", "\"guided_json\": the JSON schema at its root: minLength is not supported"},
+        {"\"structured_outputs\":{\"json\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",
+         "\"structured_outputs.json\": the JSON schema at its root: anyOf/oneOf/type with branches that can begin"},
         {"\"response_format\":{\"type\":\"json_object\"},\"min_tokens\":1", "the object may be whole sooner"},
         {"\"response_format\":{\"type\":\"json_object\"},\"ignore_eos\":true", "the object ends at the end token"},
         {"\"structured_outputs\":{\"json_object\":true},\"bad_words\":[\"a\"]",

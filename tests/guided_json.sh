@@ -80,15 +80,15 @@ check_json "$TMP/chat.jsonl" >/dev/null || fail "a chat message is not JSON: $(c
 # what cannot run: an error record each, naming the field; the lines beside them run
 m="$MODELS/stories260K-hf"
 run_lines_with_errors bad '{"id": "ok", "prompt": "Lily", "max_tokens": 8, "response_format": {"type": "json_object"}}' \
-    '{"id": "e1", "prompt": "Lily", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}' \
+    '{"id": "e1", "prompt": "Lily", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}}' \
     '{"id": "e2", "prompt": "Lily", "response_format": {"type": "json_object"}, "guided_choice": ["a"]}' \
     '{"id": "e3", "prompt": "Lily", "response_format": {"type": "json_object"}, "min_tokens": 3}' \
     '{"id": "e4", "prompt": "Lily", "structured_outputs": {"json_object": true}, "ignore_eos": true}' \
     '{"id": "e5", "prompt": "Lily", "response_format": {"type": "json_object"}, "bad_words": ["x"]}' \
     '{"id": "e6", "prompt": "Lily", "response_format": {"type": "yaml"}}'
-for want in 'e1.*\\"response_format\\" \\"json_schema\\" is not supported' 'e2.*give one' \
+for want in 'e1.*\\"response_format\\": the JSON schema at its root: pattern is not supported' 'e2.*give one' \
     'e3.*the object may be whole sooner' 'e4.*the object ends at the end token' 'e5.*\\"bad_words\\"' \
-    'e6.*must be {\\"type\\": \\"text\\"} or {\\"type\\": \\"json_object\\"}, not \\"yaml\\"'; do
+    'e6.*must be {\\"type\\": \\"text\\"}, {\\"type\\": \\"json_object\\"} or {\\"type\\": \\"json_schema\\", ...}, not \\"yaml\\"'; do
     grep -q "\"id\":\"$want" "$TMP/bad.jsonl" || fail "no error record matching $want: $(cat "$TMP/bad.jsonl")"
 done
 grep '"id":"ok"' "$TMP/bad.jsonl" > "$TMP/ok.jsonl" && check_json "$TMP/ok.jsonl" >/dev/null || fail "the good line: $(cat "$TMP/bad.jsonl")"

@@ -1,0 +1,55 @@
+#!/bin/sh
+# JSON schemas (response_format json_schema, vLLM's guided_json and structured_outputs.json):
+#   1. the recognizer against Python's jsonschema (tests/json_schema_check.py through
+#      tests/json_schema_driver): random instances taken whole, every edited text taken whole
+#      valid, texts and schemas it must refuse refused;
+#   2. end to end on stories260K: every completion that ends validates against its schema,
+#      one cut by max_tokens is the start of a JSON value; the sample op draws what the host
+#      sampler draws; an unsupported schema is an error record naming the keyword.
+. "$top_srcdir/tests/lib.sh"
+need_shared
+python3 -c "import jsonschema" 2>/dev/null || skip "python3 with the jsonschema package is needed (Debian: python3-jsonschema)"
+export OMP_NUM_THREADS=1
+python3 "$top_srcdir/tests/json_schema_check.py" "$top_builddir/tests/json_schema_driver" || fail "the recognizer against jsonschema"
+
+m="$MODELS/stories260K-hf"
+person='{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "mood": {"enum": ["happy", "sad"]}, "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 2}}, "required": ["name", "age", "mood", "pets"], "additionalProperties": false}'
+# "\"" is 436 in stories260K's vocabulary, "]" <0x5D> 94, "}" <0x7D> 128: biased up, the
+# strings and the object end within max_tokens
+bias='{"436": 6, "94": 8, "128": 8}'
+printf '%s\n' \
+  "{\"id\": \"a\", \"prompt\": \"Lily\", \"max_tokens\": 80, \"temperature\": 0.7, \"seed\": 1, \"n\": 3, \"logit_bias\": $bias, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}}" \
+  "{\"id\": \"b\", \"prompt\": \"Tom\", \"max_tokens\": 160, \"temperature\": 0, \"logit_bias\": $bias, \"guided_json\": $person}" \
+  "{\"id\": \"c\", \"prompt\": \"The cat\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": 4, \"structured_outputs\": {\"json\": {\"enum\": [\"yes\", \"no\", 42, null]}}}" \
+  "{\"id\": \"d\", \"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"guided_json\": $person}" \
+  '{"id": "e", "prompt": "Once", "guided_json": {"type": "string", "pattern": "^a"}}' \
+  > "$TMP/lines.in"
+for path in 0 1; do
+    rc=0
+    TPINFER_SAMPLE_ON_HOST=$path "$TPINFER" --model "$m" --backend cpu --input "$TMP/lines.in" --output "$TMP/out-$path.jsonl" \
+        2>"$TMP/err-$path" || rc=$?
+    [ $rc -eq 1 ] || { cat "$TMP/err-$path"; fail "exit $rc with one bad line (host sampler $path), wanted 1"; }
+done
+cmp -s "$TMP/out-0.jsonl" "$TMP/out-1.jsonl" || { diff "$TMP/out-0.jsonl" "$TMP/out-1.jsonl" | head -4; fail "the sample op and the host sampler differ"; }
+PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
+from json_prefix_check import completable
+person = json.loads(sys.argv[2])
+schemas = {"a": person, "b": person, "c": {"enum": ["yes", "no", 42, None]}, "d": person}
+ended = 0
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d["id"] == "e":
+        assert d["code"] == "invalid_request" and "pattern is not supported" in d["message"], d
+        continue
+    for c in d.get("choices", [d]):
+        t = c["text"]
+        if c["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(t), schemas[d["id"]])
+            ended += 1
+        else:
+            assert c["finish_reason"] == "length", c
+            assert d["id"] == "c" or completable(t), (d["id"], t)
+assert ended >= 3, ended
+print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.jsonl" "$person" ||
+    fail "a completion breaks its schema: $(cat "$TMP/out-0.jsonl")"
+echo "json_schema: PASS"

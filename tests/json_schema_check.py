@@ -1,0 +1,168 @@
+# tests/json_schema.sh: the JSON-schema recognizer (src/json_schema.c, src/json_prefix.c)
+# through tests/json_schema_driver, against Python's jsonschema.
+#   - random instances of each schema, dumped compact, spaced and indented: taken whole, and
+#     their cuts are prefixes;
+#   - one-byte edits of them: a text the recognizer takes whole parses and validates (what
+#     tpinfer writes under a schema is valid under it);
+#   - hand-made texts each schema must refuse, and schemas tpinfer must refuse by name.
+import json, random, subprocess, sys, tempfile, os
+import jsonschema
+
+DRIVER = sys.argv[1]
+rng = random.Random(7)
+
+ADDRESS = {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+           "required": ["city", "zip"], "additionalProperties": False}
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                       "score": {"type": "number"}, "ok": {"type": "boolean"}},
+     "required": ["name", "age", "score", "ok"], "additionalProperties": False},
+    {"type": "object", "properties": {
+        "id": {"type": "integer", "description": "the id"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "address": ADDRESS,
+        "color": {"enum": ["red", "green", "blue \u2713"]},
+        "level": {"enum": [1, 2, 10, -3.5, True, None]},
+        "nick": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "when": {"type": ["string", "null"], "format": "date-time"},
+        "kind": {"const": "person"}},
+     "required": ["id", "tags", "address", "color", "level", "nick", "when", "kind"]},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+                        "required": ["v", "kids"]}},
+     "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                       "any": {}, "list": {"type": "array"}}},
+    {"type": "array", "items": {"type": "number"}, "minItems": 2},
+    {"enum": ["a", "ab", "abc"]},
+]
+
+def gen(s, root, depth=0):
+    if "$ref" in s:
+        name = s["$ref"].split("/")[-1]
+        return gen(root["$defs"][name], root, depth + 1)
+    if "enum" in s: return rng.choice(s["enum"])
+    if "const" in s: return s["const"]
+    if "anyOf" in s: return gen(rng.choice(s["anyOf"]), root, depth)
+    t = s.get("type")
+    if isinstance(t, list): t = rng.choice(t)
+    if t is None and "properties" in s: t = "object"
+    if t is None: return rng.choice([1, "x", None, [1, {"a": True}], {"k": [2.5]}])
+    if t == "string": return rng.choice(["", "Ana", "caf\u00e9 \"q\" \\ /", "\u65e5\u672c", "line\nbreak", "emoji \U0001F600"])
+    if t == "integer": return rng.choice([0, 7, -12, 123456789])
+    if t == "number": return rng.choice([0, 1.5, -2.25e-3, 1e20, 42])
+    if t == "boolean": return rng.choice([True, False])
+    if t == "null": return None
+    if t == "array":
+        lo, hi = s.get("minItems", 0), s.get("maxItems", 4)
+        n = rng.randint(lo, max(lo, min(hi, 4 if depth < 3 else lo)))
+        return [gen(s.get("items", {}), root, depth + 1) for _ in range(n)]
+    if t == "object":
+        props = s.get("properties")
+        if props: return {k: gen(v, root, depth + 1) for k, v in props.items()}
+        add = s.get("additionalProperties", {})
+        return {"k%d" % i: gen(add if isinstance(add, dict) else {}, root, depth + 1) for i in range(rng.randint(0, 3))}
+    raise ValueError(t)
+
+def dumps(v, ascii_ok):
+    """ascii_ok: \\u escapes may spell non-ASCII characters (not where the schema's enum values
+    or keys hold them: those are matched as the schema spells them, in UTF-8)"""
+    style = rng.randrange(4)
+    esc = ascii_ok and rng.random() < 0.5
+    if style == 0: return json.dumps(v, separators=(",", ":"), ensure_ascii=esc)
+    if style == 1: return json.dumps(v, ensure_ascii=esc)
+    return json.dumps(v, indent=2 if style == 2 else "\t", ensure_ascii=False)
+
+def run(schema, texts):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(schema, f)
+    try:
+        p = subprocess.run([DRIVER, f.name], input="".join(json.dumps(t) + "\n" for t in texts),
+                           capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    return p.returncode, p.stdout.splitlines(), p.stderr
+
+def valid(schema, text):
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    try:
+        jsonschema.validate(v, schema)
+        return True
+    except jsonschema.ValidationError:
+        return False
+
+fails = []
+for si, schema in enumerate(SCHEMAS):
+    ascii_ok = all(ord(ch) < 128 for ch in json.dumps(schema, ensure_ascii=False))
+    texts = [dumps(gen(schema, schema), ascii_ok) for _ in range(150)]
+    rc, out, err = run(schema, texts)
+    assert rc == 0, (si, rc, out, err)
+    for t, o in zip(texts, out):
+        assert valid(schema, t), (si, t)
+        if o != "whole": fails.append((si, "a valid instance not taken whole", t, o))
+    cuts = [t[:rng.randrange(1, len(t))] for t in texts if len(t) > 1]
+    rc, out, _ = run(schema, cuts)
+    for t, o in zip(cuts, out):
+        if o not in ("prefix", "whole"): fails.append((si, "a cut of a valid instance refused", t, o))
+    edits = []
+    for t in texts:
+        for _ in range(20):
+            at, kind = rng.randrange(len(t) + 1), rng.randrange(3)
+            b = rng.choice('{}[]:," \n0123456789-.eEtrufalsn\\u/xabc')
+            edits.append(t[:at] + (b if kind != 1 else "") + t[at + (kind != 0):])
+    rc, out, _ = run(schema, edits)
+    n_whole = 0
+    for t, o in zip(edits, out):
+        if o == "whole":
+            n_whole += 1
+            if not valid(schema, t): fails.append((si, "an edited text taken whole is not valid", t, o))
+    print("schema %d: %d instances whole, %d edits of which %d taken whole (all valid)" % (si, len(texts), len(edits), n_whole))
+
+# texts each schema must refuse (the byte where, or at the end: not whole)
+REFUSE = [
+    (0, '{"age": 3, "name": "a", "score": 1, "ok": true}'),   # out of order
+    (0, '{"name": "a", "age": 3, "score": 1}'),               # a property missing
+    (0, '{"name": "a", "age": 3, "score": 1, "ok": true, "x": 1}'),  # one more
+    (0, '{"name": "a", "age": 3.5, "score": 1, "ok": true}'), # an integer with a fraction
+    (0, '{"name": "a", "age": 1e3, "score": 1, "ok": true}'),
+    (0, '{"name": 5, "age": 3, "score": 1, "ok": true}'),     # a wrong type
+    (0, '{"name": "a", "age": 3, "score": "1", "ok": true}'),
+    (0, '[1]'),
+    (1, '{"id": 1, "tags": [], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 1, "nick": null, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a","b","c","d"], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 1, "nick": null, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a"], "address": {"city": "c", "zip": "z"}, "color": "reds", "level": 1, "nick": null, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a"], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 3, "nick": null, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a"], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 10.0, "nick": null, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a"], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 1, "nick": 5, "when": null, "kind": "person"}'),
+    (1, '{"id": 1, "tags": ["a"], "address": {"city": "c", "zip": "z"}, "color": "red", "level": 1, "nick": null, "when": null, "kind": "robot"}'),
+    (2, '{"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3, "kids": []}, {"v": 4, "kids": []}]}'),
+    (2, '{"v": 1, "kids": [{"v": "x", "kids": []}]}'),
+    (3, '{"counts": {"a": 1.5}, "any": 1, "list": []}'),
+    (1, '{"id": 1, "tags": ["a", "b", "c",'),  # a comma past maxItems: no way on from there
+    (4, '[1]'),
+    (4, '[1, "2"]'),
+    (5, '"abcd"'),
+    (5, '"b"'),
+]
+for si in range(len(SCHEMAS)):
+    cases = [t for i, t in REFUSE if i == si]
+    rc, out, _ = run(SCHEMAS[si], cases)
+    for t, o in zip(cases, out):
+        if o in ("whole", "prefix") and not (o == "prefix" and t.endswith(("[1", "[1, \"2"))):
+            if o == "whole" or t.endswith(","): fails.append((si, "a text the schema must refuse taken", t, o))
+
+# schemas tpinfer refuses, naming the keyword
+BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "string", "minLength": 2}, "minLength"),
+       ({"type": "integer", "minimum": 0}, "minimum"), ({"anyOf": [{"type": "string"}, {"enum": ["a"]}]}, "same character"),
+       ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
+       ({"$ref": "#/$defs/missing"}, "$ref"), ({"type": "thing"}, "thing"), ({"allOf": [{}]}, "allOf"),
+       ({"enum": [[1]]}, "enum"), (False, "false")]
+for schema, word in BAD:
+    rc, out, err = run(schema, [])
+    if rc != 2 or not out or word not in out[0]: fails.append(("bad", "schema not refused by name", json.dumps(schema), out))
+for f in fails[:10]:
+    print("FAIL", f)
+sys.exit(1 if fails else 0)
