@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_NODES 65000 /* the recognizer keeps node indices in 16 bits */
+#define MAX_NODES 4096 /* compiling looks back over the nodes made (16 bits would hold 65535) */
 
 typedef struct compiler {
     tp_schema *s;
@@ -40,7 +40,7 @@ static tp_status refuse(compiler *c, const char *fmt, const char *what)
 static tp_status new_node(compiler *c, const json_t *from, tp_schema_kind kind, int32_t *out)
 {
     tp_schema *s = c->s;
-    if (s->n_nodes >= MAX_NODES) return refuse(c, " nodes: the schema is too large", "more than 65000");
+    if (s->n_nodes >= MAX_NODES) return refuse(c, " nodes: the schema is too large", "more than 4096");
     if (s->n_nodes == c->cap_nodes) {
         c->cap_nodes = 2 * c->cap_nodes + 16;
         tp_schema_node *n = realloc(s->nodes, (size_t)c->cap_nodes * sizeof *n);
