@@ -688,6 +688,10 @@ static tp_status reread_to_go(engine *e)
     tp_requests_free(&e->reqs);
     free(e->R); /* it pointed into the list just freed (and engine_free walks it by the new count) */
     e->R = NULL;
+    tp_guide_destroy(e->guide); /* its JSON sets name the freed list's schemas */
+    e->guide = NULL;
+    free(e->guided);
+    e->guided = NULL;
     e->reread = 1;
     e->n_kept_read = 0;
     const tp_request_share share = {1, 0, 0, take_kept, e, keep_to_go};
