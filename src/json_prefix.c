@@ -55,6 +55,23 @@ static const tp_schema_node *top_node(const tp_json_prefix *s)
 /* an object whose properties are written in order (not a free one, not any value's) */
 static int fixed_object(const tp_schema_node *d) { return d && d->kind == TP_SCHEMA_OBJECT && d->count >= 0; }
 
+/* a fixed object's properties that may come next, from position pos: up to and with the
+ * first required one (the others may be left out); *last is that index, -1 if none is left */
+static int32_t last_candidate(const tp_json_prefix *s, const tp_schema_node *d, int32_t pos)
+{
+    for (int32_t k = pos; k < d->count; k++)
+        if (s->schema->entries[d->first + k].required) return k;
+    return d->count - 1;
+}
+
+/* whether a required property is left from position pos */
+static int required_left(const tp_json_prefix *s, const tp_schema_node *d, int32_t pos)
+{
+    for (int32_t k = pos; k < d->count; k++)
+        if (s->schema->entries[d->first + k].required) return 1;
+    return 0;
+}
+
 /* the node of a value that starts now */
 static int32_t value_node(const tp_json_prefix *s)
 {
@@ -126,7 +143,7 @@ static int close_container(tp_json_prefix *s, unsigned char c)
     if (!s->depth || c != (top_is_object(s) ? '}' : ']')) return 0;
     const tp_schema_node *d = top_node(s);
     const uint16_t done = d ? s->frame_pos[s->depth - 1] : 0;
-    if (fixed_object(d) && done != d->count) return 0; /* every property written */
+    if (fixed_object(d) && required_left(s, d, done)) return 0; /* every required property written */
     if (d && d->kind == TP_SCHEMA_ARRAY && done < d->min_items) return 0;
     s->depth--;
     s->objects &= ~((uint64_t)1 << s->depth);
@@ -199,9 +216,17 @@ static int utf8_lead(tp_json_prefix *s, unsigned char c)
 
 static int string_byte(tp_json_prefix *s, unsigned char c)
 {
-    if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* the next property's key, byte for byte */
-        const tp_schema_entry *k = &s->schema->entries[top_node(s)->first + s->frame_pos[s->depth - 1]];
-        if (s->lit_off >= k->len || (unsigned char)k->text[s->lit_off] != c) return 0;
+    if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* a next property's key, byte for byte */
+        const tp_schema_node *d = top_node(s);
+        const tp_schema_entry *e = s->schema->entries + d->first, *cur = &e[s->lit];
+        const int32_t last = last_candidate(s, d, s->frame_pos[s->depth - 1]);
+        int32_t j = s->frame_pos[s->depth - 1];
+        for (; j <= last; j++)
+            if (e[j].len > s->lit_off && (unsigned char)e[j].text[s->lit_off] == c &&
+                memcmp(e[j].text, cur->text, s->lit_off) == 0)
+                break;
+        if (j > last) return 0;
+        s->lit = (uint16_t)j;
         s->lit_off++;
     } else if (is_enum(s) && !enum_byte(s, c))
         return 0;
@@ -219,7 +244,8 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
                 s->flags &= (uint8_t)~F_KEY;
                 s->mode = M_COLON;
                 s->sub = 0;
-                s->lit_off = 0;
+                if (fixed_object(top_node(s))) s->frame_pos[s->depth - 1] = s->lit; /* the property it named */
+                s->lit = s->lit_off = 0;
             } else {
                 if (!scalar_ok(s)) return 0;
                 end_value(s);
@@ -373,6 +399,7 @@ static int step(tp_json_prefix *s, unsigned char c)
         if (c != '"') return 0;
         if (fixed_object(top_node(s))) { /* a property still to write; its key's quote matched */
             if (s->frame_pos[s->depth - 1] >= top_node(s)->count) return 0;
+            s->lit = s->frame_pos[s->depth - 1];
             s->lit_off = 1;
         }
         s->mode = M_STRING;

@@ -225,6 +225,8 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
             int32_t child;
             IN_PATH(c, ".properties.%s", key, compile(c, p, &child));
             c->s->entries[e].node = child;
+            for (size_t r = 0; req && r < json_array_size(req); r++)
+                if (!strcmp(json_string_value(json_array_get(req, r)), key)) c->s->entries[e].required = 1;
         }
     } else
         return refuse(c, ": \"type\" must be string, number, integer, boolean, null, array or object", type);

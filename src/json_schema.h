@@ -2,8 +2,8 @@
  * json_schema.h: a JSON Schema compiled for guided decoding (response_format json_schema,
  * vLLM's guided_json): the nodes a byte-at-a-time recognizer (json_prefix.h) holds a text to.
  * What it holds is a subset of what the schema allows, so every text that ends is valid:
- * an object's properties are all written, in the schema's order (the required ones among
- * them; OpenAI's strict mode asks for all), and never others. It takes type (a name or a
+ * an object's properties are written in the schema's order, each required one, any other
+ * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
  * values' schema), items, minItems, maxItems, enum and const of strings, numbers, booleans
  * and null, anyOf and oneOf whose branches begin with different characters, $ref to "#",
@@ -43,6 +43,7 @@ typedef struct tp_schema_entry {
     char *text;   /* a property's key as JSON ("\"name\"") or an enum value as JSON; NULL for a branch */
     size_t len;
     int32_t node; /* the property's value or the branch */
+    int required; /* a property "required" names */
 } tp_schema_entry;
 
 typedef struct tp_schema {

@@ -35,6 +35,9 @@ SCHEMAS = [
                                        "any": {}, "list": {"type": "array"}}},
     {"type": "array", "items": {"type": "number"}, "minItems": 2},
     {"enum": ["a", "ab", "abc"]},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}, "b": {"type": "boolean"},
+                                       "c": {"type": "null"}, "d": {"type": "integer"}},
+     "required": ["b", "d"]},
 ]
 
 def gen(s, root, depth=0):
@@ -59,7 +62,9 @@ def gen(s, root, depth=0):
         return [gen(s.get("items", {}), root, depth + 1) for _ in range(n)]
     if t == "object":
         props = s.get("properties")
-        if props: return {k: gen(v, root, depth + 1) for k, v in props.items()}
+        if props: # the properties in order, a required one always, another or not
+            req = set(s.get("required", []))
+            return {k: gen(v, root, depth + 1) for k, v in props.items() if k in req or rng.random() < 0.6}
         add = s.get("additionalProperties", {})
         return {"k%d" % i: gen(add if isinstance(add, dict) else {}, root, depth + 1) for i in range(rng.randint(0, 3))}
     raise ValueError(t)
@@ -146,6 +151,11 @@ REFUSE = [
     (4, '[1, "2"]'),
     (5, '"abcd"'),
     (5, '"b"'),
+    (6, '{"a": 1, "ab": "x", "d": 2}'),   # the required b left out
+    (6, '{"b": true, "a": 1, "d": 2}'),   # out of order
+    (6, '{"b": true}'),                    # the required d left out
+    (6, '{"a": 1, "a": 2, "b": true, "d": 1}'),  # twice
+    (6, '{"ab": "x", "b": true, "c": null, "d": 1, "e": 1}'),
 ]
 for si in range(len(SCHEMAS)):
     cases = [t for i, t in REFUSE if i == si]
