@@ -82,13 +82,12 @@ static int32_t value_node(const tp_json_prefix *s)
     return 0; /* inside any value: any value */
 }
 
-/* an enum's value: whether byte c goes on with one that the bytes so far begin (s->lit
- * becomes it) */
-static int enum_byte(tp_json_prefix *s, unsigned char c)
+/* Literal texts e[lo, hi] (an enum's values, an object's keys), the bytes so far the first
+ * s->lit_off of e[s->lit]: whether byte c goes on with one of them (s->lit becomes it). */
+static int literal_byte(tp_json_prefix *s, const tp_schema_entry *e, int32_t lo, int32_t hi, unsigned char c)
 {
-    const tp_schema_node *d = node_of(s, s->node);
-    const tp_schema_entry *e = s->schema->entries + d->first, *cur = &e[s->lit];
-    for (int32_t j = 0; j < d->count; j++)
+    const tp_schema_entry *cur = &e[s->lit];
+    for (int32_t j = lo; j <= hi; j++)
         if (e[j].len > s->lit_off && (unsigned char)e[j].text[s->lit_off] == c &&
             memcmp(e[j].text, cur->text, s->lit_off) == 0) {
             s->lit = (uint16_t)j;
@@ -96,6 +95,12 @@ static int enum_byte(tp_json_prefix *s, unsigned char c)
             return 1;
         }
     return 0;
+}
+
+static int enum_byte(tp_json_prefix *s, unsigned char c)
+{
+    const tp_schema_node *d = node_of(s, s->node);
+    return literal_byte(s, s->schema->entries + d->first, 0, d->count - 1, c);
 }
 
 /* a scalar may end here: not an enum, or the bytes are one of its values */
@@ -218,16 +223,8 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
 {
     if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* a next property's key, byte for byte */
         const tp_schema_node *d = top_node(s);
-        const tp_schema_entry *e = s->schema->entries + d->first, *cur = &e[s->lit];
-        const int32_t last = last_candidate(s, d, s->frame_pos[s->depth - 1]);
-        int32_t j = s->frame_pos[s->depth - 1];
-        for (; j <= last; j++)
-            if (e[j].len > s->lit_off && (unsigned char)e[j].text[s->lit_off] == c &&
-                memcmp(e[j].text, cur->text, s->lit_off) == 0)
-                break;
-        if (j > last) return 0;
-        s->lit = (uint16_t)j;
-        s->lit_off++;
+        const int32_t pos = s->frame_pos[s->depth - 1];
+        if (!literal_byte(s, s->schema->entries + d->first, pos, last_candidate(s, d, pos), c)) return 0;
     } else if (is_enum(s) && !enum_byte(s, c))
         return 0;
     if (s->utf8_need) {
