@@ -354,6 +354,7 @@ static json_t *token_ids(const tp_choice *c)
 typedef struct choice_calls {
     tp_tool_calls t;
     int parsed; /* a parser read the text */
+    int forced; /* "tool_choice" named the function: the text is its arguments */
     int ok;     /* 0: out of memory */
 } choice_calls;
 
@@ -361,6 +362,21 @@ static choice_calls parse_calls(const tp_completion *c, const tp_choice *x)
 {
     choice_calls r;
     memset(&r, 0, sizeof r);
+    if (c->req->forced_tool) { /* one call, the text its arguments (vLLM's named tool choice) */
+        r.parsed = r.forced = r.t.called = 1;
+        r.t.v = calloc(1, sizeof *r.t.v);
+        if (r.t.v) {
+            r.t.n = 1;
+            r.t.v[0].name = strdup(c->req->forced_tool);
+            r.t.v[0].arguments = malloc(x->len + 1);
+            if (r.t.v[0].arguments) {
+                if (x->len) memcpy(r.t.v[0].arguments, x->text, x->len);
+                r.t.v[0].arguments[x->len] = 0;
+            }
+        }
+        r.ok = r.t.v && r.t.v[0].name && r.t.v[0].arguments;
+        return r;
+    }
     r.parsed = c->tool_parser != TP_TOOL_PARSER_NONE;
     r.ok = !r.parsed || tp_tool_calls_parse(c->tool_parser, x->text ? x->text : "", x->len, &r.t) == TP_OK;
     if (!r.ok) tp_error_clear(); /* the line's building fails: dump_line says so */
@@ -437,10 +453,11 @@ static json_t *text_of(const tp_choice *x, const choice_calls *p, json_t *(*empt
 
 static json_t *empty_string(void) { return json_string(""); }
 
-/* vLLM's finish reason: "tool_calls" wherever the parser called tools */
+/* vLLM's finish reason: "tool_calls" wherever the parser called tools (a named tool
+ * choice's call ends as its text did, as OpenAI's and vLLM's) */
 static const char *finish_of(const tp_choice *x, const choice_calls *p)
 {
-    return p->t.called ? "tool_calls" : reason_name(x->finish);
+    return p->t.called && !p->forced ? "tool_calls" : reason_name(x->finish);
 }
 
 /* o with its "tool_calls" where the parser called tools; NULL (o released) for memory */

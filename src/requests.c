@@ -95,6 +95,8 @@ static void payload_free(tp_request *r)
     free(r->prompt_ids);
     free(r->messages_json);
     free(r->tools_json);
+    free(r->forced_tool);
+    r->forced_tool = NULL;
     r->prompt = NULL;
     r->prompt_len = 0;
     r->prompt_ids = NULL;
@@ -581,9 +583,12 @@ static int holds_nul(const json_t *v)
  * the chat template renders into the prompt (transformers' apply_chat_template(tools=); an
  * empty list too). "tool_choice": "none": the completion is text, as vLLM's; "auto" (OpenAI's
  * default with tools): the engine parses tool calls out of the text (--tool-call-parser);
- * "required" and a named tool need guided decoding, which tpinfer does not do. A tool_choice
- * other than "none" without tools is an error, as OpenAI's and vLLM's.
+ * a named function: the text is its arguments, held to its "parameters" schema, and is
+ * written as one call to it (vLLM's way); "required" is refused. A tool_choice other than
+ * "none" without tools is an error, as OpenAI's and vLLM's.
  * "parallel_tool_calls": false keeps the first call. */
+static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out);
+
 static int read_tools(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
@@ -621,14 +626,32 @@ static int read_tools(line_ctx *c, const json_t *o)
         if (holds_nul(t)) return fail(c, E_REQUEST, "\"%stools\"[%zu] holds a NUL character (\\u0000)", p, i);
     }
     const int auto_ = !choice || (json_is_string(choice) && !strcmp(json_string_value(choice), "auto"));
-    if (!none && !auto_)
-        return fail(c, E_REQUEST, "\"%stool_choice\" %s forces a tool call, which needs guided decoding: tpinfer does "
-                    "not do it; give \"auto\" (the calls the model writes, parsed with --tool-call-parser) or \"none\"",
-                    p, repr(b, choice));
+    if (json_is_string(choice) && !none && !auto_)
+        return fail(c, E_REQUEST, "\"%stool_choice\" \"required\" is not supported: name the function "
+                    "({\"type\": \"function\", \"function\": {\"name\": ...}}), or give \"auto\" (the calls the model "
+                    "writes, parsed with --tool-call-parser)", p);
+    if (json_is_object(choice)) { /* a named function: its arguments, held to its parameters' schema */
+        json_t *want = get(get(choice, "function"), "name"), *fn = NULL;
+        for (size_t i = 0; json_is_string(want) && !fn && i < json_array_size(v); i++) {
+            json_t *f = get(json_array_get(v, i), "function");
+            if (json_equal(get(f, "name"), want)) fn = f;
+        }
+        if (!fn)
+            return fail(c, E_REQUEST, "\"%stool_choice\" names %s, which \"tools\" does not give", p,
+                        repr(b, want ? want : choice));
+        json_t *params = get(fn, "parameters");
+        json_t *any_object = params ? NULL : json_pack("{s:s}", "type", "object");
+        const int rc = read_schema(c, params ? params : any_object, "tool_choice", &c->r->p.schema);
+        json_decref(any_object);
+        TRY(rc);
+        c->r->p.json_object = 1;
+        c->r->forced_tool = strdup(json_string_value(want));
+        if (!c->r->forced_tool) return OOM;
+    }
     json_t *parallel = get(o, "parallel_tool_calls");
     if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
         return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
-    c->r->parse_tool_calls = auto_;
+    c->r->parse_tool_calls = auto_ && !c->r->forced_tool;
     c->r->single_tool_call = json_is_false(parallel);
     c->r->tools_json = json_dumps(v, JSON_COMPACT);
     return c->r->tools_json ? OK : OOM;
@@ -938,6 +961,13 @@ static int read_guided(line_ctx *c, const json_t *o)
     }
     json |= so_json;
     if (so_schema) schema = so_schema;
+    if (c->r->forced_tool) { /* tool_choice named a function: its parameters are the schema */
+        if (json || v)
+            return fail(c, E_REQUEST, "\"%stool_choice\" naming a function with \"%s%s\": give one", c->prefix,
+                        c->prefix, json ? what : key);
+        json = 1;
+        what = "tool_choice";
+    }
     if (json && v)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, key, c->prefix, what);
     const char *why_min = json ? "the object may be whole sooner" : "a choice may end sooner";
@@ -971,7 +1001,7 @@ static int read_guided(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
                     json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
     if (json) {
-        if (schema) TRY(read_schema(c, schema, what, &p->schema));
+        if (schema && !c->r->forced_tool) TRY(read_schema(c, schema, what, &p->schema));
         p->json_object = 1;
         return OK;
     }

@@ -90,6 +90,8 @@ typedef struct tp_request {
     char *tools_json;       /* chat with tools: the "tools" array as JSON text, or NULL */
     int parse_tool_calls;   /* "tool_choice": "auto" (the default with tools): calls parsed out of the text */
     int single_tool_call;   /* "parallel_tool_calls": false: the first call only */
+    char *forced_tool;      /* "tool_choice" naming a function: the text is its arguments (p.schema, its
+                             * parameters), written as one call to it; or NULL */
     int add_generation_prompt; /* chat: default 1 */
     tp_request_params p;
     const char *error_code; /* NULL, or "invalid_json", "invalid_request", "invalid_utf8": the line is not run */

@@ -15,6 +15,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+
+#include "json_schema.h"
 #include <time.h>
 #include <unistd.h>
 
@@ -948,9 +950,9 @@ END_TEST
 
 /* "tools" reach the chat template (as apply_chat_template(tools=)): with "tool_choice": "none"
  * the completion is text; with "auto" (the default) the engine parses calls out of it, and
- * "parallel_tool_calls": false keeps the first; "required" and a named tool need guided
- * decoding, which tpinfer does not do: an error record saying so. Malformed tools are
- * refused, and tools without messages. */
+ * "parallel_tool_calls": false keeps the first; a named tool is one call to it, its text held
+ * to the tool's parameters (their schema, or any object); "required" is an error record
+ * saying so. Malformed tools are refused, and tools without messages. */
 START_TEST(tools_with_tool_choice_none)
 {
     const char *tool = "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}";
@@ -999,11 +1001,29 @@ START_TEST(tools_with_tool_choice_none)
             ck_assert_int_eq(L.unknown_lines, 0);
         }
     }
+    /* a named function: its call forced, its arguments held to its parameters' schema */
+    for (int openai = 0; openai < 2; openai++) {
+        const char *named = "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}";
+        if (openai)
+            snprintf(line, sizeof line, "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+                     "\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[%s],%s}}\n", tool, named);
+        else
+            snprintf(line, sizeof line, "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}],%s}\n", named);
+        ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
+        ck_assert_msg(!L.v[0].error_code, "%s: %s", line, L.v[0].error_message ? L.v[0].error_message : "");
+        ck_assert_pstr_eq(L.v[0].forced_tool, "get_weather");
+        ck_assert(L.v[0].p.json_object && L.v[0].p.schema && !L.v[0].parse_tool_calls);
+        ck_assert_int_eq(L.v[0].p.schema->nodes[L.v[0].p.schema->root].kind, TP_SCHEMA_OBJECT);
+    }
     static const char *const refused[][2] = {
-        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"tool_choice\" \"required\" forces a tool call, which "
-                                                     "needs guided decoding"},
-        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
-         "forces a tool call"},
+        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"tool_choice\" \"required\" is not supported: name the function"},
+        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}",
+         "\"tool_choice\" names \"other\", which \"tools\" does not give"},
+        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+         "\"response_format\":{\"type\":\"json_object\"}", "\"tool_choice\" naming a function with \"response_format\": give one"},
+        {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},\"min_tokens\":2",
+         "the object may be whole sooner"},
         {"\"tools\":[T],\"parallel_tool_calls\":\"no\"", "\"parallel_tool_calls\" must be true or false, not \"no\""},
         {"\"tools\":{},\"tool_choice\":\"none\"", "\"tools\" must be an array of tools"},
         {"\"tools\":[1],\"tool_choice\":\"none\"", "\"tools\"[0] must be {\"type\": \"function\""},

@@ -268,7 +268,7 @@ assert out[0]["id"] == "t-none" and out[0]["usage"]["prompt_tokens"] == len(tok[
 assert out[0]["usage"]["prompt_tokens"] > out[2]["usage"]["prompt_tokens"], out
 assert out[1]["code"] == "invalid_request" and "no --tool-call-parser was given" in out[1]["message"] \
     and out[1]["message"].startswith("line 2: tools with"), out[1]
-assert out[3]["code"] == "invalid_request" and "needs guided decoding" in out[3]["message"], out[3]
+assert out[3]["code"] == "invalid_request" and "\"required\" is not supported: name the function" in out[3]["message"], out[3]
 PY
 # a template that writes hermes' marker: the error record names the parser to give
 printf '%s' "{% if false %}<tool_call>{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}" >"$TMP/hermes.jinja"

@@ -5,7 +5,9 @@
 #      valid, texts and schemas it must refuse refused;
 #   2. end to end on stories260K: every completion that ends validates against its schema,
 #      one cut by max_tokens is the start of a JSON value; the sample op draws what the host
-#      sampler draws; an unsupported schema is an error record naming the keyword.
+#      sampler draws; an unsupported schema is an error record naming the keyword;
+#   3. a named tool_choice on tiny-llama3 (OpenAI chat and plain lines): one call to the tool,
+#      content null (""), its arguments valid under the tool's parameters where they end.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 python3 -c "import jsonschema" 2>/dev/null || skip "python3 with the jsonschema package is needed (Debian: python3-jsonschema)"
@@ -52,4 +54,34 @@ for l in open(sys.argv[1]):
 assert ended >= 3, ended
 print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.jsonl" "$person" ||
     fail "a completion breaks its schema: $(cat "$TMP/out-0.jsonl")"
+# a named tool choice (tiny-llama3's chat template): one call to it, its arguments held to the
+# tool's parameters ("\"" is 1 and "}" 92 in its vocabulary: biased up, the object ends)
+m="$MODELS/tiny-llama3"
+params='{"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}, "required": ["city", "unit"]}'
+tools="[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": $params}}, {\"type\": \"function\", \"function\": {\"name\": \"other\"}}]"
+named='{"type": "function", "function": {"name": "get_weather"}}'
+run_lines tool "{\"custom_id\": \"w\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": $tools, \"tool_choice\": $named, \"max_tokens\": 80, \"temperature\": 0.8, \"seed\": 3, \"n\": 3, \"logit_bias\": {\"1\": 5, \"92\": 7}}}"
+run_lines tool_plain "{\"id\": \"p\", \"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], \"tools\": $tools, \"tool_choice\": $named, \"max_tokens\": 80, \"temperature\": 0, \"logit_bias\": {\"1\": 5, \"92\": 7}}"
+PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
+from json_prefix_check import completable
+params = json.loads(sys.argv[3])
+calls = []
+for c in json.loads(open(sys.argv[1]).readline())["response"]["body"]["choices"]:
+    assert c["message"]["content"] is None, c
+    calls.append((c["message"]["tool_calls"], c["finish_reason"]))
+p = json.loads(open(sys.argv[2]).readline())
+assert p["text"] == "", p
+calls.append((p["tool_calls"], p["finish_reason"]))
+ended = 0
+for tc, reason in calls:
+    assert len(tc) == 1 and tc[0]["type"] == "function" and tc[0]["function"]["name"] == "get_weather", tc
+    args = tc[0]["function"]["arguments"]
+    if reason == "stop":
+        jsonschema.validate(json.loads(args), params)
+        ended += 1
+    else:
+        assert reason == "length" and completable(args), (reason, args)
+assert ended >= 1, calls
+print("json_schema: a named tool: %d of %d calls ended, each valid" % (ended, len(calls)))' "$TMP/tool.jsonl" "$TMP/tool_plain.jsonl" "$params" ||
+    fail "a named tool call: $(cat "$TMP/tool.jsonl" "$TMP/tool_plain.jsonl")"
 echo "json_schema: PASS"
