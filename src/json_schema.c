@@ -337,6 +337,7 @@ tp_status tp_schema_compile(const json_t *schema, tp_schema **out)
     int32_t any;
     tp_status st = new_node(&c, NULL, TP_SCHEMA_ANY, &any); /* node 0: any value */
     if (st == TP_OK) st = compile(&c, schema, &c.s->root);
+    for (int32_t n = 0; st == TP_OK && n < c.s->n_nodes; n++) start_set(c.s, n, c.s->nodes[n].start, 0);
     free(c.seen);
     if (st != TP_OK) {
         tp_schema_free(c.s);
@@ -357,18 +358,17 @@ void tp_schema_free(tp_schema *s)
 
 int32_t tp_schema_start(const tp_schema *s, int32_t n, unsigned char c)
 {
+    const int bit = c % 8, byte = c / 8;
+    if (!(s->nodes[n].start[byte] >> bit & 1)) return -1;
     for (int depth = 0; depth < 64 && s->nodes[n].kind == TP_SCHEMA_UNION; depth++) {
         const tp_schema_node *d = &s->nodes[n];
-        int32_t next = -1;
+        int32_t next = -1; /* branches begin with different bytes: one holds c */
         for (int32_t i = 0; i < d->count && next < 0; i++) {
-            uint8_t set[32] = {0};
-            start_set(s, s->entries[d->first + i].node, set, 0);
-            if (set[c / 8] >> (c % 8) & 1) next = s->entries[d->first + i].node;
+            const int32_t b = s->entries[d->first + i].node;
+            if (s->nodes[b].start[byte] >> bit & 1) next = b;
         }
         if (next < 0) return -1;
         n = next;
     }
-    uint8_t set[32] = {0};
-    start_set(s, n, set, 0);
-    return set[c / 8] >> (c % 8) & 1 ? n : -1;
+    return n;
 }

@@ -37,6 +37,7 @@ typedef struct tp_schema_node {
     int32_t first, count;         /* OBJECT's properties, ENUM's values, UNION's branches: entries[first, first + count) */
     int32_t items;                /* ARRAY's items, a free OBJECT's values */
     int32_t min_items, max_items; /* ARRAY; max_items -1: no bound */
+    uint8_t start[32];            /* the bytes a value of it may begin with, a bit each (made once) */
 } tp_schema_node;
 
 typedef struct tp_schema_entry {
