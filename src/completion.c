@@ -354,7 +354,8 @@ static json_t *token_ids(const tp_choice *c)
 typedef struct choice_calls {
     tp_tool_calls t;
     int parsed; /* a parser read the text */
-    int forced; /* "tool_choice" named the function: the text is its arguments */
+    int forced;   /* "tool_choice" named the function: the text is its arguments */
+    int required; /* "tool_choice": "required": the text is a list of calls */
     int ok;     /* 0: out of memory */
 } choice_calls;
 
@@ -375,6 +376,12 @@ static choice_calls parse_calls(const tp_completion *c, const tp_choice *x)
             }
         }
         r.ok = r.t.v && r.t.v[0].name && r.t.v[0].arguments;
+        return r;
+    }
+    if (c->req->required_tools) { /* a list of calls (vLLM's "required") */
+        r.parsed = r.required = 1;
+        r.ok = tp_tool_calls_parse_list(x->text ? x->text : "", x->len, &r.t) == TP_OK;
+        if (!r.ok) tp_error_clear();
         return r;
     }
     r.parsed = c->tool_parser != TP_TOOL_PARSER_NONE;
@@ -454,9 +461,11 @@ static json_t *text_of(const tp_choice *x, const choice_calls *p, json_t *(*empt
 static json_t *empty_string(void) { return json_string(""); }
 
 /* vLLM's finish reason: "tool_calls" wherever the parser called tools (a named tool
- * choice's call ends as its text did, as OpenAI's and vLLM's) */
+ * choice's call ends as its text did, as OpenAI's and vLLM's; "required"'s list is
+ * "tool_calls" where it ended, as vLLM's) */
 static const char *finish_of(const tp_choice *x, const choice_calls *p)
 {
+    if (p->required) return x->finish == TP_FINISH_STOP ? "tool_calls" : reason_name(x->finish);
     return p->t.called && !p->forced ? "tool_calls" : reason_name(x->finish);
 }
 

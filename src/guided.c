@@ -17,7 +17,8 @@
 enum { JSON_CACHE = 16 };
 
 typedef struct json_cached {
-    tp_json_prefix state;
+    tp_json_prefix *paths; /* [n_paths]: the state, its readings sorted (json_prefix.h) */
+    int n_paths;
     int first;     /* the first token's pieces (no token yet) */
     int negated;   /* ids are those that may not come */
     int32_t *ids;  /* NULL: the entry is free */
@@ -45,8 +46,10 @@ struct tp_guide {
     uint8_t *mark; /* [vocab] ids already in the answer; all zero between calls */
     char *text;    /* the completion's bytes so far */
     size_t text_cap;
-    tp_json_prefix *walk; /* [max_len + 1]: the JSON state after each byte of a piece */
+    tp_json_prefix *walk; /* [max_len + 1][TP_JSON_MAX_PATHS]: the readings after each byte of a piece */
+    int *walk_n;          /* [max_len + 1]: how many */
     int32_t *json_ids;    /* [vocab + n_eos]: a walk's ids */
+    tp_json_paths *state; /* the text so far's readings */
     json_cached json[JSON_CACHE];
     uint64_t json_clock;
 };
@@ -216,8 +219,13 @@ void tp_guide_destroy(tp_guide *g)
     free(g->empty_first);
     free(g->text);
     free(g->walk);
+    free(g->walk_n);
+    free(g->state);
     free(g->json_ids);
-    for (int i = 0; i < JSON_CACHE; i++) free(g->json[i].ids);
+    for (int i = 0; i < JSON_CACHE; i++) {
+        free(g->json[i].ids);
+        free(g->json[i].paths);
+    }
     free(g);
 }
 
@@ -300,10 +308,12 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
 /* The ids of table t whose pieces the JSON text may go on with from state start. The pieces
  * are sorted, so each shares a prefix with the one before: its walk starts where that
  * prefix's did, and a piece that shares the byte the one before was refused at is refused. */
-static void json_walk(tp_guide *g, const piece_table *t, const tp_json_prefix *start, int32_t *dst, int32_t *n)
+static void json_walk(tp_guide *g, const piece_table *t, const tp_json_paths *start, int32_t *dst, int32_t *n)
 {
-    tp_json_prefix *st = g->walk;
-    st[0] = *start;
+    tp_json_prefix *st = g->walk; /* level d: st + d * TP_JSON_MAX_PATHS */
+    int *sn = g->walk_n;
+    memcpy(st, start->path, (size_t)start->n * sizeof *st);
+    sn[0] = start->n;
     const char *prev = NULL;
     size_t prev_len = 0, valid = 0; /* the bytes of prev taken */
     for (int32_t i = 0; i < t->n; i++) {
@@ -317,8 +327,9 @@ static void json_walk(tp_guide *g, const piece_table *t, const tp_json_prefix *s
         if (same > valid) continue;
         size_t d = same;
         for (; d < l; d++) {
-            st[d + 1] = st[d];
-            if (!tp_json_prefix_feed(&st[d + 1], (unsigned char)p[d])) break;
+            sn[d + 1] = tp_json_paths_next(st + d * TP_JSON_MAX_PATHS, sn[d], (unsigned char)p[d],
+                                           st + (d + 1) * TP_JSON_MAX_PATHS);
+            if (!sn[d + 1]) break;
         }
         valid = d;
         if (d == l) add_id(g, id, dst, n);
@@ -326,12 +337,13 @@ static void json_walk(tp_guide *g, const piece_table *t, const tp_json_prefix *s
 }
 
 /* The cached ids of (state, first), or the least recently read entry (its ids freed) */
-static json_cached *json_lookup(tp_guide *g, const tp_json_prefix *state, int first, int *hit)
+static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, int first, int *hit)
 {
     json_cached *old = &g->json[0];
     for (int i = 0; i < JSON_CACHE; i++) {
         json_cached *c = &g->json[i];
-        if (c->ids && c->first == first && memcmp(&c->state, state, sizeof *state) == 0) {
+        if (c->ids && c->first == first && c->n_paths == state->n &&
+            memcmp(c->paths, state->path, (size_t)state->n * sizeof *c->paths) == 0) {
             c->used = ++g->json_clock;
             *hit = 1;
             return c;
@@ -339,7 +351,9 @@ static json_cached *json_lookup(tp_guide *g, const tp_json_prefix *state, int fi
         if (!c->ids || (old->ids && c->used < old->used)) old = c;
     }
     free(old->ids);
+    free(old->paths);
     old->ids = NULL;
+    old->paths = NULL;
     *hit = 0;
     return old;
 }
@@ -350,27 +364,32 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
     *ids = NULL;
     *n = 0;
     *negated = 0;
-    tp_json_prefix state;
-    if (schema) tp_json_prefix_init_schema(&state, schema);
-    else tp_json_prefix_init(&state, 1);
+    tp_json_prefix start;
+    if (schema) tp_json_prefix_init_schema(&start, schema);
+    else tp_json_prefix_init(&start, 1);
+    if (!g->state) g->state = malloc(sizeof *g->state);
+    if (!g->state) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+    tp_json_paths *state = g->state;
+    tp_json_paths_init(state, &start);
     for (int32_t i = 0; i < n_out; i++) { /* the text so far; a token with no piece leaves JSON */
         const piece_table *t = i ? &g->later : &g->first;
         const int32_t id = out[i];
         if (id < 0 || id >= g->vocab || t->len[id] < 0) return TP_OK;
         const size_t l = (size_t)t->len[id];
-        if (tp_json_prefix_feed_n(&state, g->bytes + t->off[id], l) != l) return TP_OK;
+        if (tp_json_paths_feed_n(state, g->bytes + t->off[id], l) != l) return TP_OK;
     }
     int hit;
-    json_cached *c = json_lookup(g, &state, n_out == 0, &hit);
+    json_cached *c = json_lookup(g, state, n_out == 0, &hit);
     if (!hit) {
-        if (!g->walk) g->walk = malloc(((size_t)g->max_len + 1) * sizeof *g->walk);
+        if (!g->walk) g->walk = malloc(((size_t)g->max_len + 1) * TP_JSON_MAX_PATHS * sizeof *g->walk);
+        if (!g->walk_n) g->walk_n = malloc(((size_t)g->max_len + 1) * sizeof *g->walk_n);
         if (!g->json_ids) g->json_ids = malloc(((size_t)g->vocab + (size_t)g->n_eos) * sizeof *g->json_ids);
-        if (!g->walk || !g->json_ids) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+        if (!g->walk || !g->walk_n || !g->json_ids) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
         int32_t *dst = g->json_ids, k = 0;
-        json_walk(g, n_out ? &g->later : &g->first, &state, dst, &k);
+        json_walk(g, n_out ? &g->later : &g->first, state, dst, &k);
         if (n_out == 0) /* an empty first piece leaves the state as it is */
             for (int32_t i = 0; i < g->n_empty_first; i++) add_id(g, g->empty_first[i], dst, &k);
-        if (tp_json_prefix_complete(&state))
+        if (tp_json_paths_complete(state))
             for (int32_t i = 0; i < g->n_eos; i++)
                 if (g->eos[i] >= 0 && g->eos[i] < g->vocab) add_id(g, g->eos[i], dst, &k);
         /* kept as the ids that may come, or (most of the vocabulary: inside a string) as
@@ -378,6 +397,11 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
         const int neg = k > g->vocab / 2;
         const int32_t kept = neg ? g->vocab - k : k;
         c->ids = malloc(((size_t)kept + 1) * sizeof *c->ids);
+        c->paths = malloc((size_t)state->n * sizeof *c->paths);
+        if (!c->paths) {
+            free(c->ids);
+            c->ids = NULL;
+        }
         if (c->ids) {
             if (neg)
                 for (int32_t t = 0, j = 0; t < g->vocab; t++) {
@@ -387,7 +411,8 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
                 memcpy(c->ids, dst, (size_t)k * sizeof *dst);
             c->n = kept;
             c->negated = neg;
-            c->state = state;
+            memcpy(c->paths, state->path, (size_t)state->n * sizeof *c->paths);
+            c->n_paths = state->n;
             c->first = n_out == 0;
             c->used = ++g->json_clock;
         }

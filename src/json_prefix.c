@@ -157,13 +157,21 @@ static int close_container(tp_json_prefix *s, unsigned char c)
     return 1;
 }
 
+/* A byte's readings: where a value begins and several of an anyOf's branches may begin with
+ * the byte, n of them, and the one this reading takes. */
+typedef struct fork {
+    int pick, n;
+} fork;
+
 /* under a schema: a value may start with c here (its node becomes s->node), or not */
-static int schema_start(tp_json_prefix *s, unsigned char c)
+static int schema_start(tp_json_prefix *s, unsigned char c, fork *f)
 {
     const tp_schema_node *p = top_node(s);
     if (p && p->kind == TP_SCHEMA_ARRAY && p->max_items >= 0 && s->frame_pos[s->depth - 1] >= p->max_items) return 0;
-    const int32_t n = tp_schema_start(s->schema, value_node(s), c);
-    if (n < 0) return 0;
+    int32_t branch[TP_JSON_MAX_PATHS];
+    f->n = tp_schema_starts(s->schema, value_node(s), c, branch, TP_JSON_MAX_PATHS);
+    if (f->pick >= f->n) return 0;
+    const int32_t n = branch[f->pick];
     s->node = (uint16_t)n;
     if (node_of(s, n)->kind == TP_SCHEMA_ENUM) {
         s->lit = 0;
@@ -173,9 +181,9 @@ static int schema_start(tp_json_prefix *s, unsigned char c)
     return 1;
 }
 
-static int start_value(tp_json_prefix *s, unsigned char c)
+static int start_value(tp_json_prefix *s, unsigned char c, fork *f)
 {
-    if (s->schema && !schema_start(s, c)) return 0;
+    if (s->schema && !schema_start(s, c, f)) return 0;
     if (c == '{') return open_container(s, 1);
     if (s->depth == 0 && (s->flags & F_OBJECT_ONLY)) return 0;
     if (c == '[') return open_container(s, 0);
@@ -301,9 +309,9 @@ static int number_done(const tp_json_prefix *s)
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP_DIGITS;
 }
 
-static int step(tp_json_prefix *s, unsigned char c);
+static int step(tp_json_prefix *s, unsigned char c, fork *f);
 
-static int number_byte(tp_json_prefix *s, unsigned char c)
+static int number_byte(tp_json_prefix *s, unsigned char c, fork *f)
 {
     const int d = is_digit(c), e = c == 'e' || c == 'E';
     switch (s->sub) {
@@ -344,25 +352,25 @@ static int number_byte(tp_json_prefix *s, unsigned char c)
     }
     /* c does not go on with the number: it ends here, if it may, and c comes after it */
     end_value(s);
-    return step(s, c);
+    return step(s, c, f);
 }
 
-static int step(tp_json_prefix *s, unsigned char c)
+static int step(tp_json_prefix *s, unsigned char c, fork *f)
 {
     switch (s->mode) {
     case M_STRING:
         return string_byte(s, c);
     case M_NUMBER:
         if (is_enum(s)) {
-            if (enum_byte(s, c)) return number_byte(s, c);
+            if (enum_byte(s, c)) return number_byte(s, c, f);
             if (strchr("0123456789.eE+-", c) || c == 0) return 0; /* a number no value of the enum is */
             if (!number_done(s) || !scalar_ok(s)) return 0;
             end_value(s);
-            return step(s, c);
+            return step(s, c, f);
         }
         if (s->schema && node_of(s, s->node)->kind == TP_SCHEMA_INTEGER && (c == '.' || c == 'e' || c == 'E'))
             return 0;
-        return number_byte(s, c);
+        return number_byte(s, c, f);
     case M_LITERAL: {
         const char *w = literals[s->sub >> 3];
         const int pos = s->sub & 7;
@@ -386,9 +394,9 @@ static int step(tp_json_prefix *s, unsigned char c)
     s->space = 0;
     switch (s->mode) {
     case M_VALUE:
-        return start_value(s, c);
+        return start_value(s, c, f);
     case M_VALUE_OR_CLOSE:
-        return c == ']' ? close_container(s, c) : start_value(s, c);
+        return c == ']' ? close_container(s, c) : start_value(s, c, f);
     case M_KEY_OR_CLOSE:
         if (c == '}') return close_container(s, c);
         /* fall through */
@@ -437,10 +445,21 @@ void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schem
     s->schema = schema;
 }
 
+int tp_json_prefix_next(const tp_json_prefix *s, unsigned char c, tp_json_prefix *out, int room)
+{
+    int k = 0;
+    fork f = {0, 1}; /* the first reading finds how many there are */
+    for (; f.pick < f.n && k < room; f.pick++) {
+        out[k] = *s;
+        if (step(&out[k], c, &f)) k++;
+    }
+    return k;
+}
+
 int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c)
 {
-    tp_json_prefix t = *s;
-    if (!step(&t, c)) return 0;
+    tp_json_prefix t;
+    if (!tp_json_prefix_next(s, c, &t, 1)) return 0;
     *s = t;
     return 1;
 }
@@ -455,4 +474,74 @@ size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n)
 int tp_json_prefix_complete(const tp_json_prefix *s)
 {
     return s->mode == M_DONE || (s->mode == M_NUMBER && s->depth == 0 && number_done(s) && scalar_ok(s));
+}
+
+/* ---- every reading at once */
+
+/* t into the sorted set out[0, *n) unless there already; 0 when there is no room */
+static void insert_path(tp_json_prefix *out, int *n, const tp_json_prefix *t)
+{
+    int lo = 0, hi = *n;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2, c = memcmp(&out[mid], t, sizeof *t);
+        if (c == 0) return;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (*n == TP_JSON_MAX_PATHS) return; /* a reading fewer: what is kept stays valid */
+    memmove(&out[lo + 1], &out[lo], (size_t)(*n - lo) * sizeof *out);
+    out[lo] = *t;
+    (*n)++;
+}
+
+int tp_json_paths_next(const tp_json_prefix *in, int n_in, unsigned char c, tp_json_prefix *out)
+{
+    if (n_in == 1) { /* the usual case: one reading, sorted as it is */
+        const int k = tp_json_prefix_next(in, c, out, TP_JSON_MAX_PATHS);
+        if (k > 1) {
+            tp_json_prefix t[TP_JSON_MAX_PATHS];
+            memcpy(t, out, (size_t)k * sizeof *t);
+            int n = 0;
+            for (int j = 0; j < k; j++) insert_path(out, &n, &t[j]);
+            return n;
+        }
+        return k;
+    }
+    int n = 0;
+    for (int i = 0; i < n_in; i++) {
+        tp_json_prefix t[TP_JSON_MAX_PATHS];
+        const int k = tp_json_prefix_next(&in[i], c, t, TP_JSON_MAX_PATHS);
+        for (int j = 0; j < k; j++) insert_path(out, &n, &t[j]);
+    }
+    return n;
+}
+
+void tp_json_paths_init(tp_json_paths *p, const tp_json_prefix *start)
+{
+    p->n = 1;
+    p->path[0] = *start;
+}
+
+int tp_json_paths_feed(tp_json_paths *p, unsigned char c)
+{
+    tp_json_prefix next[TP_JSON_MAX_PATHS];
+    const int k = tp_json_paths_next(p->path, p->n, c, next);
+    if (!k) return 0;
+    memcpy(p->path, next, (size_t)k * sizeof *next);
+    p->n = k;
+    return 1;
+}
+
+size_t tp_json_paths_feed_n(tp_json_paths *p, const char *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!tp_json_paths_feed(p, (unsigned char)bytes[i])) return i;
+    return n;
+}
+
+int tp_json_paths_complete(const tp_json_paths *p)
+{
+    for (int i = 0; i < p->n; i++)
+        if (tp_json_prefix_complete(&p->path[i])) return 1;
+    return 0;
 }

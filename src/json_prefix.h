@@ -8,6 +8,9 @@
  * TP_JSON_MAX_INDENT spaces or tabs (a small model asked for JSON otherwise spends its tokens
  * on blank lines). Strings must be valid UTF-8, and a \u escape of a high surrogate must be
  * followed by one of a low surrogate (what strict parsers, jansson's among them, require).
+ * Under a schema a text may have several readings at once: where a value of an anyOf begins
+ * and more than one branch may begin so, each branch is a reading (tp_json_paths) until the
+ * bytes leave all but one.
  */
 #ifndef TP_JSON_PREFIX_H
 #define TP_JSON_PREFIX_H
@@ -18,6 +21,7 @@
 #define TP_JSON_MAX_DEPTH 64
 #define TP_JSON_MAX_INDENT 20
 #define TP_SCHEMA_MAX_DEPTH 16 /* containers nest at most this deep under a schema */
+#define TP_JSON_MAX_PATHS 64   /* readings held at once; past it the later branches are dropped */
 
 struct tp_schema;
 
@@ -49,7 +53,12 @@ void tp_json_prefix_init(tp_json_prefix *s, int object_only);
 /* The state before any byte of a text held to schema (kept by the caller while s is used). */
 void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schema);
 
-/* Whether byte c may follow: 1 and s advanced, or 0 and s unchanged. */
+/* The states byte c leads s to, into out (room at most): more than one where a value of an
+ * anyOf begins with c and several branches may; 0 when c may not follow. */
+int tp_json_prefix_next(const tp_json_prefix *s, unsigned char c, tp_json_prefix *out, int room);
+
+/* Whether byte c may follow: 1 and s advanced (to the first reading, where there are
+ * several), or 0 and s unchanged. Enough for texts without a schema, which have one reading. */
 int tp_json_prefix_feed(tp_json_prefix *s, unsigned char c);
 
 /* tp_json_prefix_feed for n bytes: the count taken before one could not follow (n when all did). */
@@ -57,5 +66,27 @@ size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n);
 
 /* Whether the bytes so far are a whole JSON text (so the text may end here). */
 int tp_json_prefix_complete(const tp_json_prefix *s);
+
+/* Every reading of the text so far, sorted by their bytes and each once, so equal sets are
+ * equal bytes over path[0, n). Dropping readings past TP_JSON_MAX_PATHS keeps what is
+ * allowed a subset of the schema's: every text that ends still validates. */
+typedef struct tp_json_paths {
+    int32_t n; /* 0: the text left the rule */
+    tp_json_prefix path[TP_JSON_MAX_PATHS];
+} tp_json_paths;
+
+void tp_json_paths_init(tp_json_paths *p, const tp_json_prefix *start);
+
+/* The readings byte c leads in[0, n_in) to, sorted and each once, into out (room for
+ * TP_JSON_MAX_PATHS; not in): their count, 0 when c may not follow. */
+int tp_json_paths_next(const tp_json_prefix *in, int n_in, unsigned char c, tp_json_prefix *out);
+
+/* tp_json_prefix_feed and _feed_n over every reading: 1 (the count fed) while one takes the
+ * bytes; p is unchanged by a byte none takes. */
+int tp_json_paths_feed(tp_json_paths *p, unsigned char c);
+size_t tp_json_paths_feed_n(tp_json_paths *p, const char *bytes, size_t n);
+
+/* Whether some reading is a whole JSON text. */
+int tp_json_paths_complete(const tp_json_paths *p);
 
 #endif

@@ -10,11 +10,24 @@
 
 #define MAX_NODES 4096 /* compiling looks back over the nodes made (16 bits would hold 65535) */
 
+/* A schema object made while compiling: allOf's parts merged, a $ref's target with the
+ * keywords beside it, an anyOf branch with its siblings. Made once per (from, ctx), so a
+ * recursion through it finds the node made from it. */
+typedef struct made {
+    const json_t *from, *ctx;
+    json_t *to;
+} made;
+
 typedef struct compiler {
     tp_schema *s;
     const json_t *root;
     int32_t cap_nodes, cap_entries;
     const json_t **seen; /* seen[i]: the schema object node i was made from */
+    made *made;
+    size_t n_made, cap_made;
+    int32_t *one_of;    /* oneOf's nodes, checked at the end */
+    char **one_of_path; /* and where each is */
+    size_t n_one_of;
     char path[512];      /* where in the schema, for messages */
 } compiler;
 
@@ -22,7 +35,7 @@ static const char *const annotations[] = {"title", "description", "default", "ex
                                           "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
                                           "strict", NULL};
 static const char *const constraints[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                          "maxItems", "enum", "const", "anyOf", "oneOf", "$ref", NULL};
+                                          "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL};
 
 static int in_list(const char *const *l, const char *k)
 {
@@ -145,19 +158,87 @@ static void start_set(const tp_schema *s, int32_t n, uint8_t set[32], int depth)
     for (; *chars; chars++) set[(unsigned char)*chars / 8] |= (uint8_t)(1u << ((unsigned char)*chars % 8));
 }
 
-static tp_status check_union(compiler *c, int32_t n)
+static int same_value(const tp_schema_entry *a, const tp_schema_entry *b)
+{
+    if (a->len == b->len && !memcmp(a->text, b->text, a->len)) return 1;
+    json_t *x = json_loads(a->text, JSON_DECODE_ANY, NULL), *y = json_loads(b->text, JSON_DECODE_ANY, NULL);
+    const int eq = json_is_number(x) && json_is_number(y) && json_number_value(x) == json_number_value(y); /* 1 and 1.0 */
+    json_decref(x);
+    json_decref(y);
+    return eq;
+}
+
+static const tp_schema_entry *property(const tp_schema *s, const tp_schema_node *d, const tp_schema_entry *key)
+{
+    for (int32_t k = 0; k < d->count; k++)
+        if (s->entries[d->first + k].len == key->len && !memcmp(s->entries[d->first + k].text, key->text, key->len))
+            return &s->entries[d->first + k];
+    return NULL;
+}
+
+/* Whether no text held to node a (json_prefix.h's subset of it) is valid under node b; 0
+ * where that is not shown. oneOf's branches must exclude each other so: a text valid under
+ * two would be valid under none of oneOf. */
+static int excludes(const tp_schema *s, int32_t a, int32_t b, int depth)
+{
+    const tp_schema_node *x = &s->nodes[a], *y = &s->nodes[b];
+    int common = 0;
+    for (int k = 0; k < 32; k++) common |= x->start[k] & y->start[k];
+    if (!common) return 1; /* they begin differently: a string and a number, an object and null */
+    if (depth > 16) return 0;
+    if (x->kind == TP_SCHEMA_UNION) {
+        for (int32_t i = 0; i < x->count; i++)
+            if (!excludes(s, s->entries[x->first + i].node, b, depth + 1)) return 0;
+        return 1;
+    }
+    if (y->kind == TP_SCHEMA_UNION) {
+        for (int32_t i = 0; i < y->count; i++)
+            if (!excludes(s, a, s->entries[y->first + i].node, depth + 1)) return 0;
+        return 1;
+    }
+    if (x->kind == TP_SCHEMA_ENUM && y->kind == TP_SCHEMA_ENUM) {
+        for (int32_t i = 0; i < x->count; i++)
+            for (int32_t j = 0; j < y->count; j++)
+                if (same_value(&s->entries[x->first + i], &s->entries[y->first + j])) return 0;
+        return 1;
+    }
+    if (x->kind == TP_SCHEMA_OBJECT && x->count >= 0 && y->kind == TP_SCHEMA_OBJECT && y->count >= 0)
+        for (int32_t k = 0; k < y->count; k++) { /* a property b requires: a never writes it, or not as b would */
+            const tp_schema_entry *q = &s->entries[y->first + k], *p = property(s, x, q);
+            if (q->required && (!p || excludes(s, p->node, q->node, depth + 1))) return 1;
+        }
+    return 0;
+}
+
+static tp_status later_one_of(compiler *c, int32_t n)
+{
+    int32_t *nodes = realloc(c->one_of, (c->n_one_of + 1) * sizeof *nodes);
+    if (nodes) c->one_of = nodes;
+    char **paths = realloc(c->one_of_path, (c->n_one_of + 1) * sizeof *paths);
+    if (paths) c->one_of_path = paths;
+    char *path = strdup(c->path);
+    if (!nodes || !paths || !path) {
+        free(path);
+        return tp_error(TP_ERR_OOM, "out of memory compiling a JSON schema");
+    }
+    c->one_of[c->n_one_of] = n;
+    c->one_of_path[c->n_one_of++] = path;
+    return TP_OK;
+}
+
+static tp_status check_one_of(compiler *c, int32_t n)
 {
     const tp_schema_node *d = &c->s->nodes[n];
     for (int32_t i = 0; i < d->count; i++)
-        for (int32_t j = i + 1; j < d->count; j++) {
-            uint8_t a[32] = {0}, b[32] = {0};
-            start_set(c->s, c->s->entries[d->first + i].node, a, 0);
-            start_set(c->s, c->s->entries[d->first + j].node, b, 0);
-            for (int k = 0; k < 32; k++)
-                if (a[k] & b[k])
-                    return refuse(c, " branches that can begin with the same character (tpinfer picks a branch by "
-                                  "its first character: a string and a number, an object and null, ...)", "anyOf/oneOf/type with");
-        }
+        for (int32_t j = 0; j < d->count; j++)
+            if (i != j && !excludes(c->s, c->s->entries[d->first + i].node, c->s->entries[d->first + j].node, 0)) {
+                char what[64];
+                snprintf(what, sizeof what, "oneOf[%d] and oneOf[%d]", (int)i, (int)j);
+                return refuse(c, " may both hold for one text, which oneOf forbids; tpinfer keeps oneOf's branches "
+                              "apart where they begin differently, or where one requires a property the other does "
+                              "not write or writes with other const/enum values (use anyOf where both may hold)",
+                              what);
+            }
     return TP_OK;
 }
 
@@ -233,6 +314,290 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
     return TP_OK;
 }
 
+/* ---- allOf, a $ref beside other keywords, anyOf's siblings: schema objects merged into one */
+
+enum { T_STRING = 1, T_NUMBER = 2, T_INTEGER = 4, T_BOOLEAN = 8, T_NULL = 16, T_ARRAY = 32, T_OBJECT = 64 };
+static const char *const type_names[] = {"string", "number", "integer", "boolean", "null", "array", "object", NULL};
+
+/* "type" (a name or a list) as a set of T_ bits; absent: every type */
+static tp_status type_bits(compiler *c, const json_t *type, int *bits)
+{
+    *bits = 0;
+    if (!type) {
+        *bits = 127;
+        return TP_OK;
+    }
+    const size_t n = json_is_array(type) ? json_array_size(type) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_is_array(type) ? json_array_get(type, i) : type;
+        int k = 0;
+        while (type_names[k] && !(json_is_string(t) && !strcmp(type_names[k], json_string_value(t)))) k++;
+        if (!type_names[k])
+            return refuse(c, ": \"type\" must be string, number, integer, boolean, null, array or object (or a list of them)",
+                          json_is_string(t) ? json_string_value(t) : "type");
+        *bits |= 1 << k;
+    }
+    if (*bits & T_NUMBER) *bits |= T_INTEGER; /* every integer is a number */
+    return TP_OK;
+}
+
+static json_t *type_json(int bits)
+{
+    if (bits & T_NUMBER) bits &= ~T_INTEGER;
+    json_t *list = json_array();
+    for (int k = 0; type_names[k]; k++)
+        if (bits >> k & 1) json_array_append_new(list, json_string(type_names[k]));
+    if (json_array_size(list) != 1) return list;
+    json_t *one = json_incref(json_array_get(list, 0));
+    json_decref(list);
+    return one;
+}
+
+/* the T_ bits a JSON value is of (1.0 is an integer, as JSON Schema has it) */
+static int value_bits(const json_t *v)
+{
+    if (json_is_string(v)) return T_STRING;
+    if (json_is_integer(v)) return T_NUMBER | T_INTEGER;
+    if (json_is_real(v)) return T_NUMBER | (json_real_value(v) == (double)(long long)json_real_value(v) ? T_INTEGER : 0);
+    if (json_is_boolean(v)) return T_BOOLEAN;
+    if (json_is_null(v)) return T_NULL;
+    return json_is_array(v) ? T_ARRAY : T_OBJECT;
+}
+
+static json_t *find_made(const compiler *c, const json_t *from, const json_t *ctx)
+{
+    for (size_t i = 0; i < c->n_made; i++)
+        if (c->made[i].from == from && c->made[i].ctx == ctx) return c->made[i].to;
+    return NULL;
+}
+
+static tp_status keep_made(compiler *c, const json_t *from, const json_t *ctx, json_t *to)
+{
+    if (c->n_made == c->cap_made) {
+        c->cap_made = 2 * c->cap_made + 8;
+        made *m = realloc(c->made, c->cap_made * sizeof *m);
+        if (!m) {
+            json_decref(to);
+            return tp_error(TP_ERR_OOM, "out of memory compiling a JSON schema");
+        }
+        c->made = m;
+    }
+    c->made[c->n_made++] = (made){from, ctx, to};
+    return TP_OK;
+}
+
+static int has_constraints(const json_t *v, const char *but)
+{
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x)
+    {
+        (void)x;
+        if (in_list(constraints, key) && strcmp(key, but)) return 1;
+    }
+    return 0;
+}
+
+/* a value list: an enum's, or a const's as one */
+static json_t *values_of(const json_t *v)
+{
+    const json_t *en = json_object_get(v, "enum");
+    if (json_is_array(en)) return json_incref((json_t *)en);
+    json_t *l = json_array();
+    json_array_append(l, json_object_get(v, "const"));
+    return l;
+}
+
+/* a merged into by b (allOf's meaning: a value must hold to both), into *out (new) */
+static tp_status merge(compiler *c, const json_t *a, const json_t *b, json_t **out)
+{
+    json_t *r = json_copy((json_t *)a);
+    if (!r) return tp_error(TP_ERR_OOM, "out of memory compiling a JSON schema");
+    tp_status st = TP_OK;
+    const char *key;
+    json_t *bv;
+    json_object_foreach((json_t *)b, key, bv)
+    {
+        json_t *av = json_object_get(r, key), *set = NULL;
+        if (!av) {
+            if ((!strcmp(key, "enum") || !strcmp(key, "const")) &&
+                (json_object_get(r, "enum") || json_object_get(r, "const"))) {
+                json_t *x = values_of(r), *y = values_of(b), *both = json_array();
+                for (size_t i = 0; i < json_array_size(x); i++)
+                    for (size_t j = 0; j < json_array_size(y); j++)
+                        if (json_equal(json_array_get(x, i), json_array_get(y, j))) {
+                            json_array_append(both, json_array_get(x, i));
+                            break;
+                        }
+                json_decref(x);
+                json_decref(y);
+                json_object_del(r, "const");
+                json_object_set_new(r, "enum", both);
+                if (!json_array_size(both)) st = refuse(c, ": no value both allow", "enum/const");
+            } else
+                json_object_set(r, key, bv);
+            continue;
+        }
+        if (json_equal(av, bv) || in_list(annotations, key)) continue;
+        if (!strcmp(key, "type")) {
+            int x, y;
+            if ((st = type_bits(c, av, &x)) != TP_OK || (st = type_bits(c, bv, &y)) != TP_OK) break;
+            if (!(x & y)) {
+                st = refuse(c, ": the types merged (allOf, or beside anyOf/oneOf/$ref) have no value in common", "type");
+                break;
+            }
+            set = type_json(x & y);
+        } else if (!strcmp(key, "properties") && json_is_object(av) && json_is_object(bv)) {
+            set = json_copy(av);
+            const char *k;
+            json_t *p;
+            json_object_foreach(bv, k, p)
+            {
+                json_t *q = json_object_get(set, k);
+                if (q && !json_equal(q, p)) json_object_set_new(set, k, json_pack("{s:[OO]}", "allOf", q, p));
+                else json_object_set(set, k, p);
+            }
+        } else if (!strcmp(key, "required") && json_is_array(av) && json_is_array(bv)) {
+            set = json_copy(av);
+            for (size_t i = 0; i < json_array_size(bv); i++) {
+                size_t j = 0;
+                while (j < json_array_size(set) && !json_equal(json_array_get(set, j), json_array_get(bv, i))) j++;
+                if (j == json_array_size(set)) json_array_append(set, json_array_get(bv, i));
+            }
+        } else if (!strcmp(key, "minItems") || !strcmp(key, "maxItems")) {
+            const int lower = !strcmp(key, "maxItems") == (json_integer_value(bv) < json_integer_value(av));
+            set = json_incref(lower ? av : bv); /* the tighter bound */
+        } else if (!strcmp(key, "additionalProperties") && (json_is_false(av) || json_is_false(bv))) {
+            set = json_false();
+        } else if (!strcmp(key, "items") || !strcmp(key, "additionalProperties")) {
+            set = json_pack("{s:[OO]}", "allOf", av, bv);
+        } else if (!strcmp(key, "enum") || !strcmp(key, "const")) {
+            json_t *x = values_of(r), *y = values_of(b), *both = json_array();
+            for (size_t i = 0; i < json_array_size(x); i++)
+                for (size_t j = 0; j < json_array_size(y); j++)
+                    if (json_equal(json_array_get(x, i), json_array_get(y, j))) {
+                        json_array_append(both, json_array_get(x, i));
+                        break;
+                    }
+            json_decref(x);
+            json_decref(y);
+            json_object_del(r, "const");
+            json_object_set_new(r, "enum", both);
+            if (!json_array_size(both)) {
+                st = refuse(c, ": no value both allow", "enum/const");
+                break;
+            }
+            continue;
+        } else {
+            st = refuse(c, " is given twice with different values (allOf, or beside anyOf/oneOf/$ref), which tpinfer "
+                        "does not merge", key);
+            break;
+        }
+        if (!set) {
+            st = tp_error(TP_ERR_OOM, "out of memory compiling a JSON schema");
+            break;
+        }
+        json_object_set_new(r, key, set);
+    }
+    if (st != TP_OK) {
+        json_decref(r);
+        return st;
+    }
+    *out = r;
+    return TP_OK;
+}
+
+static tp_status flatten(compiler *c, const json_t *v, int depth, const json_t **out);
+
+/* v, or where v is only a $ref (and annotations) what it leads to, flattened */
+static tp_status deref(compiler *c, const json_t *v, int depth, const json_t **out)
+{
+    for (int hops = 0; json_is_object(v) && json_object_get(v, "$ref") && !has_constraints(v, "$ref"); hops++) {
+        if (hops > 32) return refuse(c, " leads back to itself", "$ref");
+        TP_CHECK(resolve_ref(c, json_object_get(v, "$ref"), &v));
+    }
+    return flatten(c, v, depth, out);
+}
+
+/* v without allOf, or a $ref beside other keywords: the parts merged into one schema object
+ * (made once per v); v itself when it has neither */
+static tp_status flatten(compiler *c, const json_t *v, int depth, const json_t **out)
+{
+    *out = v;
+    if (!json_is_object(v)) return TP_OK;
+    const json_t *ref = json_object_get(v, "$ref"), *all = json_object_get(v, "allOf");
+    if (!all && !(ref && has_constraints(v, "$ref"))) return TP_OK;
+    if ((*out = find_made(c, v, NULL))) return TP_OK;
+    if (depth > 32) return refuse(c, " nest too deep (a $ref that leads back to itself?)", "$ref/allOf");
+    if (all && (!json_is_array(all) || json_array_size(all) == 0))
+        return refuse(c, " must be a non-empty array of schemas", "allOf");
+    json_t *r = json_copy((json_t *)v);
+    if (!r) return tp_error(TP_ERR_OOM, "out of memory compiling a JSON schema");
+    json_object_del(r, "allOf");
+    json_object_del(r, "$ref");
+    tp_status st = TP_OK;
+    const json_t *target;
+    if (ref && (st = resolve_ref(c, ref, &target)) == TP_OK && (st = deref(c, target, depth + 1, &target)) == TP_OK) {
+        json_t *m;
+        if (!json_is_object(target)) st = json_is_true(target) ? TP_OK : refuse(c, " leads to a schema that is not an object", "$ref");
+        else if ((st = merge(c, target, r, &m)) == TP_OK) {
+            json_decref(r);
+            r = m;
+        }
+    }
+    for (size_t i = 0; st == TP_OK && all && i < json_array_size(all); i++) {
+        const json_t *part;
+        json_t *m;
+        if ((st = deref(c, json_array_get(all, i), depth + 1, &part)) != TP_OK) break;
+        if (json_is_true(part)) continue;
+        if (!json_is_object(part)) {
+            st = refuse(c, " holds a schema that is not an object", "allOf");
+            break;
+        }
+        if ((st = merge(c, r, part, &m)) != TP_OK) break;
+        json_decref(r);
+        r = m;
+    }
+    if (st == TP_OK) st = keep_made(c, v, NULL, r);
+    else json_decref(r);
+    if (st == TP_OK) *out = r;
+    return st;
+}
+
+/* anyOf/oneOf's branch i of v, with v's other keywords merged in (made once) */
+static tp_status branch_of(compiler *c, const json_t *v, const json_t *list, size_t i, const json_t **out)
+{
+    const json_t *b = json_array_get(list, i);
+    *out = b;
+    json_t *sib = json_object();
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)v, key, x)
+    if (in_list(constraints, key) && strcmp(key, "anyOf") && strcmp(key, "oneOf")) json_object_set(sib, key, x);
+    if (json_object_size(sib) == 0) {
+        json_decref(sib);
+        return TP_OK;
+    }
+    if ((*out = find_made(c, b, v))) {
+        json_decref(sib);
+        return TP_OK;
+    }
+    const json_t *flat;
+    json_t *m = NULL;
+    tp_status st = deref(c, b, 0, &flat);
+    if (st == TP_OK && json_is_true(flat)) {
+        m = sib;
+        sib = NULL;
+    } else if (st == TP_OK && !json_is_object(flat))
+        st = refuse(c, " (a schema must be an object or true)", "not an object");
+    else if (st == TP_OK)
+        st = merge(c, sib, flat, &m);
+    json_decref(sib);
+    if (st == TP_OK) st = keep_made(c, b, v, m);
+    if (st == TP_OK) *out = m;
+    return st;
+}
+
 static tp_status compile(compiler *c, const json_t *v, int32_t *out)
 {
     for (int32_t i = 0; i < c->s->n_nodes; i++) /* made already (a $ref back, or the same object twice) */
@@ -251,14 +616,17 @@ static tp_status compile(compiler *c, const json_t *v, int32_t *out)
     {
         (void)x;
         if (!in_list(annotations, key) && !in_list(constraints, key))
-            return refuse(c, " is not supported (tpinfer holds a text to type, properties, required, items, minItems, "
-                          "maxItems, enum, const, anyOf, oneOf and $ref)", key);
+            return refuse(c, " is not supported (tpinfer holds a text to type, properties, required, "
+                          "additionalProperties, items, minItems, maxItems, enum, const, anyOf, oneOf, allOf and $ref)",
+                          key);
     }
+    const json_t *flat;
+    TP_CHECK(flatten(c, v, 0, &flat));
+    if (flat != v) return compile(c, flat, out);
     const json_t *ref = json_object_get(v, "$ref"), *en = json_object_get(v, "enum"), *co = json_object_get(v, "const"),
                  *any = json_object_get(v, "anyOf"), *one = json_object_get(v, "oneOf"), *type = json_object_get(v, "type");
-    const int kinds = !!ref + !!(en || co) + !!(any || one);
-    if (kinds > 1 || (any && one)) return refuse(c, ": give one of $ref, enum/const and anyOf/oneOf", "more than one");
-    if (ref) {
+    if (any && one) return refuse(c, ": give one of anyOf and oneOf", "both");
+    if (ref) { /* only a $ref (and annotations) */
         const json_t *target;
         TP_CHECK(resolve_ref(c, ref, &target));
         for (int32_t i = 1; i < c->s->n_nodes; i++)
@@ -270,31 +638,41 @@ static tp_status compile(compiler *c, const json_t *v, int32_t *out)
         return TP_OK;
     }
     int32_t n;
-    if (en || co) {
-        TP_CHECK(new_node(c, v, TP_SCHEMA_ENUM, &n));
-        if (en && (!json_is_array(en) || json_array_size(en) == 0)) return refuse(c, " must be a non-empty array", "enum");
-        const size_t k = en ? json_array_size(en) : 1;
-        TP_CHECK(new_entries(c, n, (int32_t)k));
-        for (size_t i = 0; i < k; i++) {
-            const json_t *e = en ? json_array_get(en, i) : co;
-            if (json_is_object(e) || json_is_array(e)) return refuse(c, " values that are objects or arrays are not supported", en ? "enum" : "const");
-            TP_CHECK(set_text(&c->s->entries[c->s->nodes[n].first + (int32_t)i], json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT)));
-        }
-        *out = n;
-        return TP_OK;
-    }
-    if (any || one) {
+    if (any || one) { /* beside it, any keyword holds for each branch */
         const json_t *a = any ? any : one;
         if (!json_is_array(a) || json_array_size(a) == 0) return refuse(c, " must be a non-empty array of schemas", any ? "anyOf" : "oneOf");
         TP_CHECK(new_node(c, v, TP_SCHEMA_UNION, &n));
         TP_CHECK(new_entries(c, n, (int32_t)json_array_size(a)));
         for (size_t i = 0; i < json_array_size(a); i++) {
             int32_t b;
-            IN_PATH(c, any ? ".anyOf[%zu]" : ".oneOf[%zu]", i, compile(c, json_array_get(a, i), &b));
+            const json_t *branch;
+            IN_PATH(c, any ? ".anyOf[%zu]" : ".oneOf[%zu]", i, branch_of(c, v, a, i, &branch));
+            IN_PATH(c, any ? ".anyOf[%zu]" : ".oneOf[%zu]", i, compile(c, branch, &b));
             c->s->entries[c->s->nodes[n].first + (int32_t)i].node = b;
         }
         *out = n;
-        return check_union(c, n);
+        if (one) return later_one_of(c, n); /* once every node is whole */
+        return TP_OK;
+    }
+    int types;
+    TP_CHECK(type_bits(c, type, &types));
+    if (en || co) { /* the values of the types "type" names */
+        if (en && (!json_is_array(en) || json_array_size(en) == 0)) return refuse(c, " must be a non-empty array", "enum");
+        json_t *values = values_of(v), *kept = json_array();
+        for (size_t i = 0; i < json_array_size(values); i++)
+            if (value_bits(json_array_get(values, i)) & types) json_array_append(kept, json_array_get(values, i));
+        json_decref(values);
+        tp_status st = new_node(c, v, TP_SCHEMA_ENUM, &n);
+        if (st == TP_OK && !json_array_size(kept)) st = refuse(c, ": no value is of the type \"type\" names", en ? "enum" : "const");
+        if (st == TP_OK) st = new_entries(c, n, (int32_t)json_array_size(kept));
+        for (size_t i = 0; st == TP_OK && i < json_array_size(kept); i++) {
+            const json_t *e = json_array_get(kept, i);
+            if (json_is_object(e) || json_is_array(e)) st = refuse(c, " values that are objects or arrays are not supported", en ? "enum" : "const");
+            else st = set_text(&c->s->entries[c->s->nodes[n].first + (int32_t)i], json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT));
+        }
+        json_decref(kept);
+        if (st == TP_OK) *out = n;
+        return st;
     }
     if (json_is_array(type)) { /* ["string", "null"]: one node a name, as anyOf */
         if (json_array_size(type) == 0) return refuse(c, " must not be empty", "type");
@@ -309,16 +687,18 @@ static tp_status compile(compiler *c, const json_t *v, int32_t *out)
             c->s->entries[c->s->nodes[n].first + (int32_t)i].node = b;
         }
         *out = n;
-        return check_union(c, n);
+        return TP_OK;
     }
     if (type && !json_is_string(type)) return refuse(c, " must be a name or a list of names", "type");
-    const char *t = type ? json_string_value(type) : json_object_get(v, "properties") ? "object" : NULL;
+    /* without "type", keywords of one type make it that one: what is held is then a subset */
+    const char *t = type ? json_string_value(type) : NULL;
+    if (!t && (json_object_get(v, "properties") || json_object_get(v, "required") || json_object_get(v, "additionalProperties")))
+        t = "object";
+    if (!t && (json_object_get(v, "items") || json_object_get(v, "minItems") || json_object_get(v, "maxItems")))
+        t = "array";
     if (!t) {
-        if (json_object_get(v, "items")) t = "array";
-        else {
-            *out = 0; /* annotations only: any value */
-            return TP_OK;
-        }
+        *out = 0; /* annotations only: any value */
+        return TP_OK;
     }
     TP_CHECK(new_node(c, v, TP_SCHEMA_ANY, &n));
     TP_CHECK(compile_type(c, v, t, n));
@@ -338,7 +718,26 @@ tp_status tp_schema_compile(const json_t *schema, tp_schema **out)
     tp_status st = new_node(&c, NULL, TP_SCHEMA_ANY, &any); /* node 0: any value */
     if (st == TP_OK) st = compile(&c, schema, &c.s->root);
     for (int32_t n = 0; st == TP_OK && n < c.s->n_nodes; n++) start_set(c.s, n, c.s->nodes[n].start, 0);
+    for (int32_t n = 0; st == TP_OK && n < c.s->n_nodes; n++) /* readings a text's byte may fork into */
+        for (int b = 0; st == TP_OK && b < 256 && c.s->nodes[n].kind == TP_SCHEMA_UNION; b++) {
+            int32_t branch[TP_SCHEMA_MAX_ALIKE + 1];
+            if (tp_schema_starts(c.s, n, (unsigned char)b, branch, TP_SCHEMA_MAX_ALIKE + 1) > TP_SCHEMA_MAX_ALIKE)
+                st = tp_error(TP_ERR_UNSUPPORTED, "the JSON schema: an anyOf/oneOf has more than %d branches that "
+                              "may begin with '%c'; tpinfer follows at most %d at once",
+                              TP_SCHEMA_MAX_ALIKE, b, TP_SCHEMA_MAX_ALIKE);
+        }
+    for (size_t i = 0; i < c.n_one_of; i++) {
+        if (st == TP_OK) {
+            snprintf(c.path, sizeof c.path, "%s", c.one_of_path[i]);
+            st = check_one_of(&c, c.one_of[i]);
+        }
+        free(c.one_of_path[i]);
+    }
+    free(c.one_of);
+    free(c.one_of_path);
     free(c.seen);
+    for (size_t i = 0; i < c.n_made; i++) json_decref(c.made[i].to);
+    free(c.made);
     if (st != TP_OK) {
         tp_schema_free(c.s);
         return st;
@@ -356,19 +755,23 @@ void tp_schema_free(tp_schema *s)
     free(s);
 }
 
-int32_t tp_schema_start(const tp_schema *s, int32_t n, unsigned char c)
+static void starts(const tp_schema *s, int32_t n, int byte, int bit, int32_t *out, int *k, int room, int depth)
 {
-    const int bit = c % 8, byte = c / 8;
-    if (!(s->nodes[n].start[byte] >> bit & 1)) return -1;
-    for (int depth = 0; depth < 64 && s->nodes[n].kind == TP_SCHEMA_UNION; depth++) {
-        const tp_schema_node *d = &s->nodes[n];
-        int32_t next = -1; /* branches begin with different bytes: one holds c */
-        for (int32_t i = 0; i < d->count && next < 0; i++) {
-            const int32_t b = s->entries[d->first + i].node;
-            if (s->nodes[b].start[byte] >> bit & 1) next = b;
-        }
-        if (next < 0) return -1;
-        n = next;
+    if (!(s->nodes[n].start[byte] >> bit & 1)) return;
+    if (s->nodes[n].kind != TP_SCHEMA_UNION) {
+        for (int i = 0; i < *k; i++)
+            if (out[i] == n) return;
+        if (*k < room) out[(*k)++] = n;
+        return;
     }
-    return n;
+    const tp_schema_node *d = &s->nodes[n];
+    for (int32_t i = 0; i < d->count && depth < 64; i++)
+        starts(s, s->entries[d->first + i].node, byte, bit, out, k, room, depth + 1);
+}
+
+int tp_schema_starts(const tp_schema *s, int32_t n, unsigned char c, int32_t *out, int room)
+{
+    int k = 0;
+    starts(s, n, c / 8, c % 8, out, &k, room, 0);
+    return k;
 }

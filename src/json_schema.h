@@ -6,9 +6,13 @@
  * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
  * values' schema), items, minItems, maxItems, enum and const of strings, numbers, booleans
- * and null, anyOf and oneOf whose branches begin with different characters, $ref to "#",
- * "#/$defs/..." or "#/definitions/..." (recursion included), and ignores annotations (title,
- * description, default, examples, format, ...). Anything else it refuses, naming it.
+ * and null, anyOf (a text is read by every branch it may be in, until the bytes pick one),
+ * oneOf whose branches are shown apart (they begin differently, or one requires a property
+ * the other never writes, or writes with other const/enum values), allOf and keywords beside
+ * anyOf/oneOf/$ref (merged into one schema: properties and required joined, types and
+ * enums intersected, the tighter item bounds), $ref to "#", "#/$defs/..." or
+ * "#/definitions/..." (recursion included), and ignores annotations (title, description,
+ * default, examples, format, ...). Anything else it refuses, naming it.
  */
 #ifndef TP_JSON_SCHEMA_H
 #define TP_JSON_SCHEMA_H
@@ -29,7 +33,7 @@ typedef enum tp_schema_kind {
     TP_SCHEMA_BOOLEAN,
     TP_SCHEMA_NULL,
     TP_SCHEMA_ENUM,   /* one of entries' texts, byte for byte */
-    TP_SCHEMA_UNION,  /* one of entries' nodes, picked by its first character */
+    TP_SCHEMA_UNION,  /* any of entries' nodes (a text may be read by several at once) */
 } tp_schema_kind;
 
 typedef struct tp_schema_node {
@@ -59,8 +63,11 @@ typedef struct tp_schema {
 tp_status tp_schema_compile(const json_t *schema, tp_schema **out);
 void tp_schema_free(tp_schema *s); /* accepts NULL */
 
-/* Whether a value of node n may begin with byte c (a UNION's branch is picked this way):
- * the node it begins, or -1. */
-int32_t tp_schema_start(const tp_schema *s, int32_t n, unsigned char c);
+#define TP_SCHEMA_MAX_ALIKE 64 /* an anyOf's branches that may begin with one byte, at most */
+
+/* The nodes a value of node n may begin with byte c as (a UNION's branches, through nested
+ * ones; n itself where it is no UNION), each once, into out (room at most): their count,
+ * 0 where none may. */
+int tp_schema_starts(const tp_schema *s, int32_t n, unsigned char c, int32_t *out, int room);
 
 #endif

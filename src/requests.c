@@ -102,7 +102,7 @@ static void payload_free(tp_request *r)
     r->prompt_ids = NULL;
     r->n_prompt_ids = 0;
     r->messages_json = r->tools_json = NULL;
-    r->parse_tool_calls = r->single_tool_call = 0;
+    r->parse_tool_calls = r->single_tool_call = r->required_tools = 0;
     params_free(&r->p);
 }
 
@@ -584,10 +584,92 @@ static int holds_nul(const json_t *v)
  * empty list too). "tool_choice": "none": the completion is text, as vLLM's; "auto" (OpenAI's
  * default with tools): the engine parses tool calls out of the text (--tool-call-parser);
  * a named function: the text is its arguments, held to its "parameters" schema, and is
- * written as one call to it (vLLM's way); "required" is refused. A tool_choice other than
+ * written as one call to it (vLLM's way); "required": the text is a list of calls, each a
+ * tool's name and its parameters (vLLM's schema), at least one. A tool_choice other than
  * "none" without tools is an error, as OpenAI's and vLLM's.
- * "parallel_tool_calls": false keeps the first call. */
+ * "parallel_tool_calls": false keeps the first call ("required": makes the list one call). */
 static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out);
+
+/* whether v holds {"$ref": "#"} (a schema's reference to its own root) */
+static int refers_to_root(const json_t *v)
+{
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (refers_to_root(json_array_get(v, i))) return 1;
+        return 0;
+    }
+    if (!json_is_object(v)) return 0;
+    const json_t *r = json_object_get(v, "$ref");
+    if (json_is_string(r) && !strcmp(json_string_value(r), "#")) return 1;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x)
+    if (refers_to_root(x)) return 1;
+    return 0;
+}
+
+/* vLLM's schema for "tool_choice": "required": {"type": "array", "minItems": 1, "items":
+ * {"type": "object", "anyOf": [{"properties": {"name": {"type": "string", "enum": [NAME]},
+ * "parameters": PARAMETERS}, "required": ["name", "parameters"]}, ...]}}, each tool's $defs
+ * (and definitions) lifted to the top, where its $refs find them */
+static int required_schema(line_ctx *c, const json_t *tools, int single, json_t **out)
+{
+    char b[QUOTE_CAP];
+    json_t *any = json_array(), *defs = json_object(), *definitions = json_object();
+    json_t *s = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object", "anyOf",
+                          any);
+    if (!s || !defs || !definitions) goto oom;
+    if (single) json_object_set_new(s, "maxItems", json_integer(1));
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *fn = get(json_array_get(tools, i), "function"), *params = get(fn, "parameters");
+        if (params && !json_is_null(params) && !json_is_object(params)) {
+            json_decref(s), json_decref(defs), json_decref(definitions);
+            return fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters must be a JSON schema object, not %s",
+                        c->prefix, i, repr(b, params));
+        }
+        if (refers_to_root(params)) {
+            json_decref(s), json_decref(defs), json_decref(definitions);
+            return fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters refers to itself as \"#\", which "
+                        "\"tool_choice\": \"required\" cannot keep apart from the other tools' (use \"#/$defs/...\")",
+                        c->prefix, i);
+        }
+        json_t *p = json_is_object(params) ? json_copy(params) : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        if (!p) goto oom;
+        const char *boxes[] = {"$defs", "definitions"};
+        json_t *lifted[] = {defs, definitions};
+        for (int k = 0; k < 2; k++) {
+            json_t *d = get(p, boxes[k]);
+            const char *name;
+            json_t *def;
+            json_object_foreach(d, name, def)
+            {
+                json_t *have = json_object_get(lifted[k], name);
+                if (have && !json_equal(have, def)) {
+                    json_decref(p), json_decref(s), json_decref(defs), json_decref(definitions);
+                    return fail(c, E_REQUEST, "\"%stools\" give two schemas named %s in %s; \"tool_choice\": "
+                                "\"required\" puts every tool's in one", c->prefix, quote(b, name, strlen(name)),
+                                boxes[k]);
+                }
+                json_object_set(lifted[k], name, def);
+            }
+            json_object_del(p, boxes[k]);
+        }
+        json_t *branch = json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s, s]}", "properties", "name", "type", "string", "enum",
+                                   get(fn, "name"), "parameters", p, "required", "name", "parameters");
+        if (!branch || json_array_append_new(any, branch)) goto oom;
+    }
+    if (json_object_size(defs)) json_object_set(s, "$defs", defs);
+    if (json_object_size(definitions)) json_object_set(s, "definitions", definitions);
+    json_decref(defs);
+    json_decref(definitions);
+    *out = s;
+    return OK;
+oom:
+    json_decref(s);
+    json_decref(defs);
+    json_decref(definitions);
+    return OOM;
+}
 
 static int read_tools(line_ctx *c, const json_t *o)
 {
@@ -626,10 +708,18 @@ static int read_tools(line_ctx *c, const json_t *o)
         if (holds_nul(t)) return fail(c, E_REQUEST, "\"%stools\"[%zu] holds a NUL character (\\u0000)", p, i);
     }
     const int auto_ = !choice || (json_is_string(choice) && !strcmp(json_string_value(choice), "auto"));
-    if (json_is_string(choice) && !none && !auto_)
-        return fail(c, E_REQUEST, "\"%stool_choice\" \"required\" is not supported: name the function "
-                    "({\"type\": \"function\", \"function\": {\"name\": ...}}), or give \"auto\" (the calls the model "
-                    "writes, parsed with --tool-call-parser)", p);
+    json_t *parallel = get(o, "parallel_tool_calls");
+    if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
+        return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
+    if (json_is_string(choice) && !none && !auto_) { /* "required": a list of calls */
+        json_t *schema;
+        TRY(required_schema(c, v, json_is_false(parallel), &schema));
+        const int rc = read_schema(c, schema, "tool_choice", &c->r->p.schema);
+        json_decref(schema);
+        TRY(rc);
+        c->r->p.json_object = 1;
+        c->r->required_tools = 1;
+    }
     if (json_is_object(choice)) { /* a named function: its arguments, held to its parameters' schema */
         json_t *want = get(get(choice, "function"), "name"), *fn = NULL;
         for (size_t i = 0; json_is_string(want) && !fn && i < json_array_size(v); i++) {
@@ -648,9 +738,6 @@ static int read_tools(line_ctx *c, const json_t *o)
         c->r->forced_tool = strdup(json_string_value(want));
         if (!c->r->forced_tool) return OOM;
     }
-    json_t *parallel = get(o, "parallel_tool_calls");
-    if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
-        return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
     c->r->parse_tool_calls = auto_ && !c->r->forced_tool;
     c->r->single_tool_call = json_is_false(parallel);
     c->r->tools_json = json_dumps(v, JSON_COMPACT);
@@ -961,10 +1048,10 @@ static int read_guided(line_ctx *c, const json_t *o)
     }
     json |= so_json;
     if (so_schema) schema = so_schema;
-    if (c->r->forced_tool) { /* tool_choice named a function: its parameters are the schema */
+    if (c->r->forced_tool || c->r->required_tools) { /* tool_choice: its schema holds the text */
         if (json || v)
-            return fail(c, E_REQUEST, "\"%stool_choice\" naming a function with \"%s%s\": give one", c->prefix,
-                        c->prefix, json ? what : key);
+            return fail(c, E_REQUEST, "\"%stool_choice\" %s with \"%s%s\": give one", c->prefix,
+                        c->r->required_tools ? "\"required\"" : "naming a function", c->prefix, json ? what : key);
         json = 1;
         what = "tool_choice";
     }
@@ -1001,7 +1088,7 @@ static int read_guided(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
                     json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
     if (json) {
-        if (schema && !c->r->forced_tool) TRY(read_schema(c, schema, what, &p->schema));
+        if (schema && !c->r->forced_tool && !c->r->required_tools) TRY(read_schema(c, schema, what, &p->schema));
         p->json_object = 1;
         return OK;
     }

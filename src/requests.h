@@ -92,6 +92,7 @@ typedef struct tp_request {
     int single_tool_call;   /* "parallel_tool_calls": false: the first call only */
     char *forced_tool;      /* "tool_choice" naming a function: the text is its arguments (p.schema, its
                              * parameters), written as one call to it; or NULL */
+    int required_tools;     /* "tool_choice": "required": the text is a list of calls (p.schema, vLLM's) */
     int add_generation_prompt; /* chat: default 1 */
     tp_request_params p;
     const char *error_code; /* NULL, or "invalid_json", "invalid_request", "invalid_utf8": the line is not run */

@@ -317,6 +317,62 @@ tp_status tp_tool_calls_parse(tp_tool_parser p, const char *text, size_t len, tp
     return st;
 }
 
+/* Where the last whole item of the JSON list in s[0..n) ends (its closing brace + 1), 0
+ * where none is whole: the bytes are a list's start, as guided decoding writes them. */
+static size_t last_whole_item(const char *s, size_t n)
+{
+    size_t end = 0;
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = s[i];
+        if (in_string) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_string = 0;
+        } else if (ch == '"')
+            in_string = 1;
+        else if (ch == '[' || ch == '{')
+            depth++;
+        else if (ch == ']' || ch == '}') {
+            depth--;
+            if (depth == 1) end = i + 1;
+        }
+    }
+    return end;
+}
+
+tp_status tp_tool_calls_parse_list(const char *text, size_t len, tp_tool_calls *out)
+{
+    memset(out, 0, sizeof *out);
+    out->called = 1;
+    calls c = {0};
+    json_t *list = load(text, len);
+    if (!list) { /* cut short (max_tokens): the calls written whole */
+        const size_t end = last_whole_item(text, len);
+        char *whole = end ? malloc(end + 2) : NULL;
+        if (whole) {
+            memcpy(whole, text, end);
+            memcpy(whole + end, "]", 2);
+            list = load(whole, end + 1);
+        }
+        free(whole);
+        if (end && !whole) c.oom = 1;
+    }
+    for (size_t i = 0; json_is_array(list) && i < json_array_size(list); i++)
+        if (!add_call(&c, json_array_get(list, i), "parameters", NULL) && c.oom) break;
+    json_decref(list);
+    if (c.oom) {
+        for (size_t i = 0; i < c.n; i++) {
+            free(c.v[i].name);
+            free(c.v[i].arguments);
+        }
+        free(c.v);
+        return tp_error(TP_ERR_OOM, "out of memory parsing tool calls");
+    }
+    out->v = c.v;
+    out->n = c.n;
+    return TP_OK;
+}
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;

@@ -62,6 +62,12 @@ typedef struct tp_tool_calls {
 tp_status tp_tool_calls_parse(tp_tool_parser p, const char *text, size_t len, tp_tool_calls *out);
 void tp_tool_calls_free(tp_tool_calls *t);
 
+/* "tool_choice": "required" (vLLM's): the text is a JSON list of {"name": ..., "parameters":
+ * ...}, as guided decoding holds it; each item is a call (its arguments the parameters, as
+ * json.dumps writes them), and a list cut short (max_tokens) gives the calls written whole.
+ * Always called, with no content. Fails only for memory. */
+tp_status tp_tool_calls_parse_list(const char *text, size_t len, tp_tool_calls *out);
+
 /* A call's id, the same for the same (request id, choice, call) in every run: vLLM's shape,
  * "chatcmpl-tool-" and 32 hex digits; for mistral 9 letters and digits, the only ids
  * Mistral's chat templates take back. */

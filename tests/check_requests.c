@@ -913,8 +913,8 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
         {"\"guided_json\":{\"type\":\"string\",\"minLength\":3}", "\"guided_json\": the JSON schema at its root: minLength is not supported"},
-        {"\"structured_outputs\":{\"json\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",
-         "\"structured_outputs.json\": the JSON schema at its root: anyOf/oneOf/type with branches that can begin"},
+        {"\"structured_outputs\":{\"json\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",
+         "\"structured_outputs.json\": the JSON schema at its root: oneOf[0] and oneOf[1] may both hold"},
         {"\"response_format\":{\"type\":\"json_object\"},\"min_tokens\":1", "the object may be whole sooner"},
         {"\"response_format\":{\"type\":\"json_object\"},\"ignore_eos\":true", "the object ends at the end token"},
         {"\"structured_outputs\":{\"json_object\":true},\"bad_words\":[\"a\"]",
@@ -951,8 +951,9 @@ END_TEST
 /* "tools" reach the chat template (as apply_chat_template(tools=)): with "tool_choice": "none"
  * the completion is text; with "auto" (the default) the engine parses calls out of it, and
  * "parallel_tool_calls": false keeps the first; a named tool is one call to it, its text held
- * to the tool's parameters (their schema, or any object); "required" is an error record
- * saying so. Malformed tools are refused, and tools without messages. */
+ * to the tool's parameters (their schema, or any object); "required" is a list of calls held
+ * to vLLM's schema (one call with parallel_tool_calls false). Malformed tools are refused,
+ * and tools without messages. */
 START_TEST(tools_with_tool_choice_none)
 {
     const char *tool = "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}";
@@ -1016,8 +1017,61 @@ START_TEST(tools_with_tool_choice_none)
         ck_assert(L.v[0].p.json_object && L.v[0].p.schema && !L.v[0].parse_tool_calls);
         ck_assert_int_eq(L.v[0].p.schema->nodes[L.v[0].p.schema->root].kind, TP_SCHEMA_OBJECT);
     }
+    /* "required": a list of calls, each tool's name and parameters (their $defs lifted) */
+    for (int openai = 0; openai < 2; openai++) {
+        const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\","
+                            "\"properties\":{\"p\":{\"$ref\":\"#/$defs/P\"}},\"$defs\":{\"P\":{\"type\":\"integer\"}}}}},"
+                            "{\"type\":\"function\",\"function\":{\"name\":\"b\"}}]";
+        const char *parallel = openai ? ",\"parallel_tool_calls\":false" : "";
+        if (openai)
+            snprintf(line, sizeof line, "{\"custom_id\":\"o\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+                     "\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s,"
+                     "\"tool_choice\":\"required\"%s}}\n", tools, parallel);
+        else
+            snprintf(line, sizeof line, "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                     "\"tools\":%s,\"tool_choice\":\"required\"%s}\n", tools, parallel);
+        ck_assert_int_eq(parse(line, TP_INPUT_AUTO), TP_OK);
+        ck_assert_msg(!L.v[0].error_code, "%s: %s", line, L.v[0].error_message ? L.v[0].error_message : "");
+        const tp_request *r = &L.v[0];
+        ck_assert(r->required_tools && !r->forced_tool && r->p.json_object && r->p.schema && !r->parse_tool_calls);
+        const tp_schema *s = r->p.schema;
+        const tp_schema_node *list = &s->nodes[s->root], *item = &s->nodes[list->items];
+        ck_assert_int_eq(list->kind, TP_SCHEMA_ARRAY);
+        ck_assert_int_eq(list->min_items, 1);
+        ck_assert_int_eq(list->max_items, openai ? 1 : -1); /* parallel_tool_calls false: one call */
+        ck_assert_int_eq(item->kind, TP_SCHEMA_UNION);
+        ck_assert_int_eq(item->count, 2);
+        for (int k = 0; k < 2; k++) { /* {"name": enum [a or b], "parameters": ...} */
+            const tp_schema_node *call = &s->nodes[s->entries[item->first + k].node];
+            ck_assert_int_eq(call->kind, TP_SCHEMA_OBJECT);
+            ck_assert_int_eq(call->count, 2);
+            const tp_schema_entry *name = &s->entries[call->first], *params = &s->entries[call->first + 1];
+            ck_assert_str_eq(name->text, "\"name\"");
+            ck_assert_str_eq(params->text, "\"parameters\"");
+            ck_assert(name->required && params->required);
+            ck_assert_str_eq(s->entries[s->nodes[name->node].first].text, k ? "\"b\"" : "\"a\"");
+            const tp_schema_node *pn = &s->nodes[params->node];
+            ck_assert_int_eq(pn->kind, TP_SCHEMA_OBJECT);
+            if (!k) /* the $ref found its definition, lifted to the top */
+                ck_assert_int_eq(s->nodes[s->entries[pn->first].node].kind, TP_SCHEMA_INTEGER);
+            else
+                ck_assert_int_eq(pn->count, -1); /* no parameters: any object */
+        }
+    }
     static const char *const refused[][2] = {
-        {"\"tools\":[T],\"tool_choice\":\"required\"", "\"tool_choice\" \"required\" is not supported: name the function"},
+        {"\"tools\":[T],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}",
+         "\"tool_choice\" \"required\" with \"response_format\": give one"},
+        {"\"tools\":[T],\"tool_choice\":\"required\",\"guided_choice\":[\"a\"]",
+         "\"tool_choice\" \"required\" with \"guided_choice\": give one"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"$defs\":{\"X\":{\"type\":\"string\"}}}}},"
+         "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"$defs\":{\"X\":{\"type\":\"integer\"}}}}}],"
+         "\"tool_choice\":\"required\"", "\"tools\" give two schemas named \"X\" in $defs"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+         "\"properties\":{\"k\":{\"$ref\":\"#\"}}}}}],\"tool_choice\":\"required\"", "refers to itself as \"#\""},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":7}}],\"tool_choice\":\"required\"",
+         "\"tools\"[0].function.parameters must be a JSON schema object, not 7"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\","
+         "\"pattern\":\"x\"}}}],\"tool_choice\":\"required\"", "pattern is not supported"},
         {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}",
          "\"tool_choice\" names \"other\", which \"tools\" does not give"},
         {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"

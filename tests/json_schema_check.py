@@ -38,18 +38,76 @@ SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}, "b": {"type": "boolean"},
                                        "c": {"type": "null"}, "d": {"type": "integer"}},
      "required": ["b", "d"]},
+    # anyOf whose branches begin alike: objects told apart by a const, numbers, strings
+    {"anyOf": [{"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
+                "required": ["kind", "r"]},
+               {"type": "object", "properties": {"kind": {"const": "rect"}, "w": {"type": "number"},
+                                                 "h": {"type": "number"}}, "required": ["kind", "w", "h"]},
+               {"type": "integer"}, {"type": "number"}, {"enum": ["circle", "x"]}, {"type": "string"}]},
+    # vLLM's tool_choice "required": calls of the tools, each its name and its parameters
+    {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
+        {"properties": {"name": {"type": "string", "enum": ["get_weather"]},
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                       "required": ["city"], "additionalProperties": False}},
+         "required": ["name", "parameters"]},
+        {"properties": {"name": {"type": "string", "enum": ["get_time"]},
+                        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}},
+                                       "required": ["tz"], "additionalProperties": False}},
+         "required": ["name", "parameters"]}]}},
+    # oneOf told apart by a const, allOf of a $ref, a $ref beside keywords, keywords beside anyOf,
+    # an enum beside a type
+    {"$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+     "type": "object", "properties": {
+        "item": {"oneOf": [
+            {"allOf": [{"$ref": "#/$defs/base"},
+                       {"properties": {"t": {"const": "a"}, "x": {"type": "string"}}, "required": ["t", "x"]}]},
+            {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"t": {"const": "b"}}, "required": ["t"]}]}]},
+        "pick": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                 "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+        "more": {"$ref": "#/$defs/base", "properties": {"z": {"type": "boolean"}}, "required": ["z"]},
+        "word": {"type": "string", "enum": ["a", 1, "b", None]}},
+     "required": ["item", "pick", "more", "word"]},
 ]
 
+def merge(a, b):
+    """allOf's meaning for the keywords these schemas merge (tpinfer's order: a's properties first)"""
+    r = dict(a)
+    for k, v in b.items():
+        if k == "properties": r[k] = {**a.get(k, {}), **v}
+        elif k == "required": r[k] = a.get(k, []) + [x for x in v if x not in a.get(k, [])]
+        else: r[k] = v
+    return r
+
+def flat(s, root):
+    """s with $ref beside keywords and allOf merged, keywords beside anyOf/oneOf put in each branch"""
+    if "$ref" in s:
+        s = merge(flat(root["$defs"][s["$ref"].split("/")[-1]], root), {k: v for k, v in s.items() if k != "$ref"})
+    if "allOf" in s:
+        r = {k: v for k, v in s.items() if k != "allOf"}
+        for part in s["allOf"]:
+            r = merge(r, flat(part, root))
+        s = r
+    for u in ("anyOf", "oneOf"):
+        if u in s and len(s) > 1:
+            rest = {k: v for k, v in s.items() if k != u}
+            s = {u: [merge(rest, flat(b, root)) for b in s[u]]}
+    return s
+
 def gen(s, root, depth=0):
+    s = flat(s, root)
     if "$ref" in s:
         name = s["$ref"].split("/")[-1]
         return gen(root["$defs"][name], root, depth + 1)
-    if "enum" in s: return rng.choice(s["enum"])
+    if "enum" in s:
+        types = {"string": str, "null": type(None)}
+        t = s.get("type")
+        return rng.choice([v for v in s["enum"] if t is None or isinstance(v, types[t])])
     if "const" in s: return s["const"]
     if "anyOf" in s: return gen(rng.choice(s["anyOf"]), root, depth)
+    if "oneOf" in s: return gen(rng.choice(s["oneOf"]), root, depth)
     t = s.get("type")
     if isinstance(t, list): t = rng.choice(t)
-    if t is None and "properties" in s: t = "object"
+    if t is None and ("properties" in s or "required" in s): t = "object"
     if t is None: return rng.choice([1, "x", None, [1, {"a": True}], {"k": [2.5]}])
     if t == "string": return rng.choice(["", "Ana", "caf\u00e9 \"q\" \\ /", "\u65e5\u672c", "line\nbreak", "emoji \U0001F600"])
     if t == "integer": return rng.choice([0, 7, -12, 123456789])
@@ -156,6 +214,23 @@ REFUSE = [
     (6, '{"b": true}'),                    # the required d left out
     (6, '{"a": 1, "a": 2, "b": true, "d": 1}'),  # twice
     (6, '{"ab": "x", "b": true, "c": null, "d": 1, "e": 1}'),
+    (7, '{"kind": "circle", "w": 1, "h": 2}'),    # a rect's properties after circle
+    (7, '{"kind": "square", "r": 1}'),
+    (7, '{"kind": "rect", "w": 1}'),               # h left out
+    (7, '{"r": 1, "kind": "circle"}'),             # out of order
+    (7, '1.5.'),
+    (7, 'true'),
+    (8, '[]'),
+    (8, '[{"name": "get_time", "parameters": {"city": "x"}}]'),
+    (8, '[{"name": "get_weather", "parameters": {"tz": "x"}}]'),
+    (8, '[{"name": "nope", "parameters": {}}]'),
+    (8, '[{"parameters": {"tz": "x"}, "name": "get_time"}]'),
+    (9, '{"item": {"id": 1, "t": "a"}, "pick": {"a": 1}, "more": {"id": 1, "z": true}, "word": "a"}'),
+    (9, '{"item": {"id": 1, "t": "c"}, "pick": {"a": 1}, "more": {"id": 1, "z": true}, "word": "a"}'),
+    (9, '{"item": {"t": "b", "id": 1}, "pick": {"a": 1}, "more": {"id": 1, "z": true}, "word": "a"}'),
+    (9, '{"item": {"id": 1, "t": "b"}, "pick": {}, "more": {"id": 1, "z": true}, "word": "a"}'),
+    (9, '{"item": {"id": 1, "t": "b"}, "pick": {"a": 1}, "more": {"id": 1}, "word": "a"}'),
+    (9, '{"item": {"id": 1, "t": "b"}, "pick": {"a": 1}, "more": {"id": 1, "z": true}, "word": 1}'),
 ]
 for si in range(len(SCHEMAS)):
     cases = [t for i, t in REFUSE if i == si]
@@ -167,9 +242,14 @@ for si in range(len(SCHEMAS)):
 
 # schemas tpinfer refuses, naming the keyword
 BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "string", "minLength": 2}, "minLength"),
-       ({"type": "integer", "minimum": 0}, "minimum"), ({"anyOf": [{"type": "string"}, {"enum": ["a"]}]}, "same character"),
+       ({"type": "integer", "minimum": 0}, "minimum"), ({"oneOf": [{"type": "string"}, {"enum": ["a"]}]}, "oneOf[0] and oneOf[1]"),
+       ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf[0] and oneOf[1]"),
+       ({"oneOf": [{"properties": {"t": {"const": 1}}, "required": ["t"]}, {"properties": {"t": {"enum": [2, 1.0]}}, "required": ["t"]}]}, "oneOf[0] and oneOf[1]"),
        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
-       ({"$ref": "#/$defs/missing"}, "$ref"), ({"type": "thing"}, "thing"), ({"allOf": [{}]}, "allOf"),
+       ({"$ref": "#/$defs/missing"}, "$ref"), ({"type": "thing"}, "thing"), ({"allOf": []}, "allOf"),
+       ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"minLength": 1}]}, "minLength"),
+       ({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]}, "enum"), ({"type": "string", "enum": [1, None]}, "enum"),
+       ({"anyOf": [{"type": "object", "properties": {"k": {"const": i}}} for i in range(65)]}, "more than 64"),
        ({"enum": [[1]]}, "enum"), (False, "false")]
 for schema, word in BAD:
     rc, out, err = run(schema, [])

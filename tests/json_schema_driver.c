@@ -40,11 +40,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "not a JSON string: %s", line);
             return 1;
         }
-        tp_json_prefix s;
-        tp_json_prefix_init_schema(&s, schema);
-        const size_t n = json_string_length(t), k = tp_json_prefix_feed_n(&s, json_string_value(t), n);
+        tp_json_prefix start;
+        tp_json_prefix_init_schema(&start, schema);
+        static tp_json_paths s;
+        tp_json_paths_init(&s, &start);
+        const size_t n = json_string_length(t), k = tp_json_paths_feed_n(&s, json_string_value(t), n);
         if (k < n) printf("refused %zu\n", k);
-        else printf("%s\n", tp_json_prefix_complete(&s) ? "whole" : "prefix");
+        else printf("%s\n", tp_json_paths_complete(&s) ? "whole" : "prefix");
         json_decref(t);
     }
     free(line);
