@@ -4,15 +4,20 @@
  * strings), tokenized by the tokenizer itself; at every step each row asks the guide for its
  * next set (tp_guide_json_ids, as the engine does), so the cost is what a batch of JSON rows
  * adds to a step on the sampler rank. Prints the guide's making, ms per step for all rows,
- * and the walks over the vocabulary (the cache's misses).
- * Usage: guided_bench [--rows N] TOKENIZER_DIR... (default: ../shared/tokenizers/gpt2)
+ * and the walks over the vocabulary (the cache's misses). With --tools N the rows write
+ * tool_choice "required"'s list of calls under vLLM's schema for N tools (row r calls tool
+ * r mod N), where a text is read by every tool's branch until its name picks one.
+ * Usage: guided_bench [--rows N] [--tools N] TOKENIZER_DIR... (default: ../shared/tokenizers/gpt2)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "guided.h"
+#include "json_schema.h"
 #include "tokenizer.h"
 
 static double now(void)
@@ -37,7 +42,34 @@ static int make_record(int r, char *buf, size_t cap)
                     r % 4, r % 13, (r * 7919) % 100000, notes[r % 5]);
 }
 
-static int bench(const char *dir, int rows)
+/* Row r's list of calls under tool_choice "required" with n tools */
+static int make_calls(int r, int n, char *buf, size_t cap)
+{
+    return snprintf(buf, cap, "[{\"name\": \"lookup_%s_%d\", \"parameters\": {\"city\": \"City %d\", \"days\": %d}}]",
+                    r % 2 ? "weather" : "time", r % n, r % 13, r % 9);
+}
+
+/* vLLM's schema for "required" over n tools named as make_calls names them */
+static tp_schema *tools_schema(int n)
+{
+    json_t *any = json_array();
+    for (int k = 0; k < n; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "lookup_%s_%d", k % 2 ? "weather" : "time", k);
+        json_array_append_new(any, json_pack("{s:{s:{s:s, s:[s]}, s:{s:s, s:{s:{s:s}, s:{s:s}}, s:[s]}}, s:[s, s]}",
+                                             "properties", "name", "type", "string", "enum", name, "parameters", "type",
+                                             "object", "properties", "city", "type", "string", "days", "type",
+                                             "integer", "required", "city", "required", "name", "parameters"));
+    }
+    json_t *doc = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object", "anyOf",
+                            any);
+    tp_schema *s = NULL;
+    if (tp_schema_compile(doc, &s) != TP_OK) fprintf(stderr, "guided_bench: %s\n", tp_error_message());
+    json_decref(doc);
+    return s;
+}
+
+static int bench(const char *dir, int rows, int tools)
 {
     tp_tokenizer *tok = NULL;
     if (tp_tokenizer_load(dir, &tok) != TP_OK) {
@@ -59,8 +91,10 @@ static int bench(const char *dir, int rows)
     tp_ids *ids = calloc((size_t)rows, sizeof *ids);
     size_t longest = 0, total = 0;
     char buf[1024];
+    tp_schema *schema = tools ? tools_schema(tools) : NULL;
+    if (tools && !schema) return 1;
     for (int r = 0; r < rows; r++) {
-        const int n = make_record(r, buf, sizeof buf);
+        const int n = tools ? make_calls(r, tools, buf, sizeof buf) : make_record(r, buf, sizeof buf);
         if (tp_tokenizer_encode(tok, buf, (size_t)n, 0, &ids[r]) != TP_OK) return 1;
         if (ids[r].n > longest) longest = ids[r].n;
         total += ids[r].n;
@@ -77,7 +111,7 @@ static int bench(const char *dir, int rows)
             int32_t n;
             int negated;
             const double c0 = now();
-            if (tp_guide_json_ids(g, NULL, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
+            if (tp_guide_json_ids(g, schema, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
             walks += now() - c0 > 2e-4; /* a cache hit is microseconds; a walk over the vocabulary, a millisecond */
             calls++;
             if (k < ids[r].n) { /* the record's own next token must be in the set */
@@ -91,28 +125,31 @@ static int bench(const char *dir, int rows)
         if (step > worst) worst = step;
     }
     const double all = now() - t0;
-    printf("| %s | %d | %d | %.0f | %zu | %.3f | %.2f | %lld / %lld | %lld |\n", dir, (int)vocab, rows, made_ms,
+    printf("| %s | %d | %d%s | %.0f | %zu | %.3f | %.2f | %lld / %lld | %lld |\n", dir, (int)vocab, rows,
+           tools ? " (calls)" : "", made_ms,
            total / (size_t)rows, 1e3 * all / (double)(longest + 1), 1e3 * worst, (long long)walks,
            (long long)calls, (long long)rejected);
     for (int r = 0; r < rows; r++) tp_ids_free(&ids[r]);
     free(ids);
     tp_guide_destroy(g);
     tp_tokenizer_destroy(tok);
+    tp_schema_free(schema);
     return rejected ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
-    int rows = 128, rc = 0, first = 1;
-    if (argc > 2 && !strcmp(argv[1], "--rows")) {
-        rows = atoi(argv[2]);
-        first = 3;
+    int rows = 128, tools = 0, rc = 0, first = 1;
+    while (argc > first + 1 && (!strcmp(argv[first], "--rows") || !strcmp(argv[first], "--tools"))) {
+        *(!strcmp(argv[first], "--rows") ? &rows : &tools) = atoi(argv[first + 1]);
+        first += 2;
     }
     if (rows < 1) rows = 1;
     printf("| tokenizer | vocabulary | JSON rows | guide made, ms | tokens a row | ms a step (all rows) | "
            "worst step, ms | walks / sets asked | own tokens refused |\n| --- | ---: | ---: | ---: | ---: | ---: "
            "| ---: | ---: | ---: |\n");
-    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows);
-    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows);
+    if (tools < 0) tools = 0;
+    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows, tools);
+    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows, tools);
     return rc;
 }

@@ -13,12 +13,15 @@
 #include "json_prefix.h"
 
 /* JSON states whose allowed ids are kept: a completion revisits few (inside a string, after
- * a value, ...), and a state's ids take a walk over the whole vocabulary */
-enum { JSON_CACHE = 16 };
+ * a value, ...), and a state's ids take a walk over the whole vocabulary. A batch under a
+ * schema meets more (each tool of tool_choice "required" has its own), so many are kept,
+ * up to a bound on the ids held. */
+enum { JSON_CACHE = 256, JSON_CACHE_IDS = 8 << 20 /* 32 MiB */ };
 
 typedef struct json_cached {
     tp_json_prefix *paths; /* [n_paths]: the state, its readings sorted (json_prefix.h) */
     int n_paths;
+    uint64_t hash;         /* of paths' bytes */
     int first;     /* the first token's pieces (no token yet) */
     int negated;   /* ids are those that may not come */
     int32_t *ids;  /* NULL: the entry is free */
@@ -52,6 +55,7 @@ struct tp_guide {
     tp_json_paths *state; /* the text so far's readings */
     json_cached json[JSON_CACHE];
     uint64_t json_clock;
+    size_t json_ids_kept; /* the ids the entries hold */
 };
 
 static const piece_table *sort_ctx; /* qsort has no context argument in C11 */
@@ -336,13 +340,30 @@ static void json_walk(tp_guide *g, const piece_table *t, const tp_json_paths *st
     }
 }
 
+static uint64_t state_hash(const tp_json_paths *state)
+{
+    const unsigned char *b = (const unsigned char *)state->path;
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (size_t i = 0; i < (size_t)state->n * sizeof *state->path; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void json_evict(tp_guide *g, json_cached *c)
+{
+    if (c->ids) g->json_ids_kept -= (size_t)c->n;
+    free(c->ids);
+    free(c->paths);
+    c->ids = NULL;
+    c->paths = NULL;
+}
+
 /* The cached ids of (state, first), or the least recently read entry (its ids freed) */
-static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, int first, int *hit)
+static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, uint64_t hash, int first, int *hit)
 {
     json_cached *old = &g->json[0];
     for (int i = 0; i < JSON_CACHE; i++) {
         json_cached *c = &g->json[i];
-        if (c->ids && c->first == first && c->n_paths == state->n &&
+        if (c->ids && c->hash == hash && c->first == first && c->n_paths == state->n &&
             memcmp(c->paths, state->path, (size_t)state->n * sizeof *c->paths) == 0) {
             c->used = ++g->json_clock;
             *hit = 1;
@@ -350,12 +371,23 @@ static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, int fir
         }
         if (!c->ids || (old->ids && c->used < old->used)) old = c;
     }
-    free(old->ids);
-    free(old->paths);
-    old->ids = NULL;
-    old->paths = NULL;
+    json_evict(g, old);
     *hit = 0;
     return old;
+}
+
+/* room for k more ids within JSON_CACHE_IDS: the least recently read entries go (not keep) */
+static void json_make_room(tp_guide *g, size_t k, const json_cached *keep)
+{
+    while (g->json_ids_kept + k > JSON_CACHE_IDS) {
+        json_cached *old = NULL;
+        for (int i = 0; i < JSON_CACHE; i++) {
+            json_cached *c = &g->json[i];
+            if (c->ids && c != keep && (!old || c->used < old->used)) old = c;
+        }
+        if (!old) return;
+        json_evict(g, old);
+    }
 }
 
 tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
@@ -379,7 +411,8 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
         if (tp_json_paths_feed_n(state, g->bytes + t->off[id], l) != l) return TP_OK;
     }
     int hit;
-    json_cached *c = json_lookup(g, state, n_out == 0, &hit);
+    const uint64_t hash = state_hash(state);
+    json_cached *c = json_lookup(g, state, hash, n_out == 0, &hit);
     if (!hit) {
         if (!g->walk) g->walk = malloc(((size_t)g->max_len + 1) * TP_JSON_MAX_PATHS * sizeof *g->walk);
         if (!g->walk_n) g->walk_n = malloc(((size_t)g->max_len + 1) * sizeof *g->walk_n);
@@ -396,6 +429,7 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
          * those that may not; g->mark holds the set until then */
         const int neg = k > g->vocab / 2;
         const int32_t kept = neg ? g->vocab - k : k;
+        json_make_room(g, (size_t)kept, c);
         c->ids = malloc(((size_t)kept + 1) * sizeof *c->ids);
         c->paths = malloc((size_t)state->n * sizeof *c->paths);
         if (!c->paths) {
@@ -410,6 +444,8 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
             else
                 memcpy(c->ids, dst, (size_t)k * sizeof *dst);
             c->n = kept;
+            g->json_ids_kept += (size_t)kept;
+            c->hash = hash;
             c->negated = neg;
             memcpy(c->paths, state->path, (size_t)state->n * sizeof *c->paths);
             c->n_paths = state->n;

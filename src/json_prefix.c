@@ -496,16 +496,11 @@ static void insert_path(tp_json_prefix *out, int *n, const tp_json_prefix *t)
 
 int tp_json_paths_next(const tp_json_prefix *in, int n_in, unsigned char c, tp_json_prefix *out)
 {
-    if (n_in == 1) { /* the usual case: one reading, sorted as it is */
-        const int k = tp_json_prefix_next(in, c, out, TP_JSON_MAX_PATHS);
-        if (k > 1) {
-            tp_json_prefix t[TP_JSON_MAX_PATHS];
-            memcpy(t, out, (size_t)k * sizeof *t);
-            int n = 0;
-            for (int j = 0; j < k; j++) insert_path(out, &n, &t[j]);
-            return n;
-        }
-        return k;
+    if (n_in == 1) { /* the usual case: one reading that does not fork */
+        out[0] = in[0];
+        fork f = {0, 1};
+        const int ok = step(&out[0], c, &f);
+        if (f.n <= 1) return ok;
     }
     int n = 0;
     for (int i = 0; i < n_in; i++) {
@@ -524,6 +519,15 @@ void tp_json_paths_init(tp_json_paths *p, const tp_json_prefix *start)
 
 int tp_json_paths_feed(tp_json_paths *p, unsigned char c)
 {
+    if (p->n == 1) { /* the usual case: one reading that does not fork */
+        tp_json_prefix t = p->path[0];
+        fork f = {0, 1};
+        const int ok = step(&t, c, &f);
+        if (f.n <= 1) {
+            if (ok) p->path[0] = t;
+            return ok;
+        }
+    }
     tp_json_prefix next[TP_JSON_MAX_PATHS];
     const int k = tp_json_paths_next(p->path, p->n, c, next);
     if (!k) return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #define MAX_NODES 4096 /* compiling looks back over the nodes made (16 bits would hold 65535) */
+#define MAX_NESTING 64 /* schemas inside schemas */
 
 /* A schema object made while compiling: allOf's parts merged, a $ref's target with the
  * keywords beside it, an anyOf branch with its siblings. Made once per (from, ctx), so a
@@ -28,6 +29,7 @@ typedef struct compiler {
     int32_t *one_of;    /* oneOf's nodes, checked at the end */
     char **one_of_path; /* and where each is */
     size_t n_one_of;
+    int depth;          /* compile's nesting */
     char path[512];      /* where in the schema, for messages */
 } compiler;
 
@@ -598,7 +600,19 @@ static tp_status branch_of(compiler *c, const json_t *v, const json_t *list, siz
     return st;
 }
 
+static tp_status compile_at(compiler *c, const json_t *v, int32_t *out);
+
+/* compile_at one level deeper: schemas nest at most MAX_NESTING deep */
 static tp_status compile(compiler *c, const json_t *v, int32_t *out)
+{
+    if (c->depth >= MAX_NESTING) return refuse(c, " deep: the schema nests too deep", "more than 64");
+    c->depth++;
+    const tp_status st = compile_at(c, v, out);
+    c->depth--;
+    return st;
+}
+
+static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
 {
     for (int32_t i = 0; i < c->s->n_nodes; i++) /* made already (a $ref back, or the same object twice) */
         if (c->seen[i] == v && i > 0) {
@@ -626,9 +640,13 @@ static tp_status compile(compiler *c, const json_t *v, int32_t *out)
     const json_t *ref = json_object_get(v, "$ref"), *en = json_object_get(v, "enum"), *co = json_object_get(v, "const"),
                  *any = json_object_get(v, "anyOf"), *one = json_object_get(v, "oneOf"), *type = json_object_get(v, "type");
     if (any && one) return refuse(c, ": give one of anyOf and oneOf", "both");
-    if (ref) { /* only a $ref (and annotations) */
-        const json_t *target;
-        TP_CHECK(resolve_ref(c, ref, &target));
+    if (ref) { /* only a $ref (and annotations): where it leads, through other such */
+        const json_t *target = v;
+        for (int hops = 0; json_is_object(target) && json_object_get(target, "$ref") && !has_constraints(target, "$ref");
+             hops++) {
+            if (hops > 32) return refuse(c, " leads back to itself", "$ref");
+            TP_CHECK(resolve_ref(c, json_object_get(target, "$ref"), &target));
+        }
         for (int32_t i = 1; i < c->s->n_nodes; i++)
             if (c->seen[i] == target) {
                 *out = i;

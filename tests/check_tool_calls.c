@@ -119,6 +119,39 @@ START_TEST(json_python_reads_and_jansson_refuses)
 }
 END_TEST
 
+/* tool_choice "required": the text is a list of {"name", "parameters"}; each is a call, its
+ * arguments as json.dumps writes the parameters (the expectations are Python's); a list cut
+ * short keeps the items written whole, brackets and quotes inside strings not counted */
+START_TEST(required_list)
+{
+    static const struct {
+        const char *text;
+        size_t n;
+        expected_call calls[2];
+    } lists[] = {
+        {"[{\"name\": \"a\", \"parameters\": {\"x\": 0.1, \"y\": [1e20, -0.0], \"s\": \"\303\251\\u00e9\"}}, "
+         "{\"name\":\"b\",\"parameters\":{}}]",
+         2, {{"a", "{\"x\": 0.1, \"y\": [1e+20, -0.0], \"s\": \"\303\251\303\251\"}"}, {"b", "{}"}}},
+        {" [\n{\"name\": \"a\", \"parameters\": {\"k\": \"}]\\\"[{\"}} ,\n {\"name\": \"b\", \"param", 1,
+         {{"a", "{\"k\": \"}]\\\"[{\"}"}}},
+        {"[{\"name\": \"a\", \"parameters\": {\"k\": [1, {\"z\": 2}]", 0, {}},
+        {"[", 0, {}},
+        {"", 0, {}},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        tp_tool_calls t;
+        ck_assert_int_eq(tp_tool_calls_parse_list(lists[i].text, strlen(lists[i].text), &t), TP_OK);
+        ck_assert(t.called && !t.content);
+        ck_assert_uint_eq(t.n, lists[i].n);
+        for (size_t k = 0; k < t.n; k++) {
+            ck_assert_str_eq(t.v[k].name, lists[i].calls[k].name);
+            ck_assert_str_eq(t.v[k].arguments, lists[i].calls[k].arguments);
+        }
+        tp_tool_calls_free(&t);
+    }
+}
+END_TEST
+
 /* No parser, or no text: the text is the content; an empty text has none */
 START_TEST(no_parser_no_text)
 {
@@ -323,6 +356,7 @@ int main(void)
     tcase_add_loop_test(tc, parse_as_vllm, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(tc, json_python_reads_and_jansson_refuses);
     tcase_add_test(tc, no_parser_no_text);
+    tcase_add_test(tc, required_list);
     tcase_add_test(tc, call_ids);
     tcase_add_test(tc, names_and_templates);
     tcase_add_test(tc, output_lines);

@@ -8,7 +8,7 @@
 export ASAN_OPTIONS="${ASAN_OPTIONS}:detect_leaks=1"
 fz="$top_srcdir/tests/fuzz"
 total=0
-for t in chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix; do
+for t in chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix json_schema; do
     prog="$top_builddir/tests/fuzz/replay_$t"
     [ -x "$prog" ] || fail "$prog is not built"
     set --
@@ -32,5 +32,5 @@ for t in chat_template chat_context tokenizer tokenizer_json requests safetensor
     echo "$t: $out"
     total=$((total + 1))
 done
-[ $total -eq 10 ] || fail "only $total of the 10 targets that need no shared files replayed"
+[ $total -eq 11 ] || fail "only $total of the 11 targets that need no shared files replayed"
 echo "PASS"

@@ -15,8 +15,8 @@ def open_stack(t):
         elif ch in '}]' and stack: stack.pop()
     return stack, in_str
 
-def completable(t):
-    """Whether some ending makes t one JSON object (json.loads)."""
+def completable(t, kind=dict):
+    """Whether some ending makes t one JSON object (a list, with kind=list) (json.loads)."""
     ends_str = ['', '"', '0"', '00"', '000"', '0000"', '\\\\"', 'udc00"', '0\\udc00"', '00\\udc00"', 'dc00"', 'c00"', '00"', '\\udc00"']
     ends_val = ['', '{}', '0', ':0', '"":0', 'rue', 'ue', 'e', 'alse', 'lse', 'se', 'ull', 'll', 'l', '":0', ' 0', '"']
     for a, b in itertools.product(ends_str, ends_val):
@@ -26,7 +26,7 @@ def completable(t):
         for pre in ['', ':0', '0']:
             v = u + pre + ''.join('}' if c == '{' else ']' for c in reversed(stack))
             try:
-                if isinstance(json.loads(v), dict): return True
+                if isinstance(json.loads(v), kind): return True
             except ValueError:
                 pass
     return False

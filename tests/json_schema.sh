@@ -7,7 +7,10 @@
 #      one cut by max_tokens is the start of a JSON value; the sample op draws what the host
 #      sampler draws; an unsupported schema is an error record naming the keyword;
 #   3. a named tool_choice on tiny-llama3 (OpenAI chat and plain lines): one call to the tool,
-#      content null (""), its arguments valid under the tool's parameters where they end.
+#      content null (""), its arguments valid under the tool's parameters where they end;
+#   4. tool_choice "required" on tiny-llama3: the calls are what the same line under vLLM's
+#      schema (guided_json, built here) writes, each arguments json.dumps of its parameters,
+#      valid under its tool's; "tool_calls" where the list ended; OpenAI's body alike.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 python3 -c "import jsonschema" 2>/dev/null || skip "python3 with the jsonschema package is needed (Debian: python3-jsonschema)"
@@ -84,4 +87,58 @@ for tc, reason in calls:
 assert ended >= 1, calls
 print("json_schema: a named tool: %d of %d calls ended, each valid" % (ended, len(calls)))' "$TMP/tool.jsonl" "$TMP/tool_plain.jsonl" "$params" ||
     fail "a named tool call: $(cat "$TMP/tool.jsonl" "$TMP/tool_plain.jsonl")"
+# "required": a list of calls; the same line under vLLM's schema for it writes the same text
+# ("]" is 60: biased up, the list ends)
+vllm_schema=$(python3 -c 'import json, sys
+tools = json.loads(sys.argv[1])
+print(json.dumps({"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
+    {"properties": {"name": {"type": "string", "enum": [t["function"]["name"]]},
+                    "parameters": t["function"].get("parameters", {"type": "object", "properties": {}})},
+     "required": ["name", "parameters"]} for t in tools]}}))' "$tools")
+req="\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": $tools, \"max_tokens\": 90, \"temperature\": 0.9, \"seed\": 11, \"n\": 4, \"logit_bias\": {\"1\": 5, \"92\": 6, \"60\": 6}"
+run_lines required "{\"id\": \"r\", $req, \"tool_choice\": \"required\"}"
+run_lines required_openai "{\"custom_id\": \"o\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {$req, \"tool_choice\": \"required\"}}"
+run_lines required_as_json "{\"id\": \"r\", $req, \"tool_choice\": \"none\", \"guided_json\": $vllm_schema}"
+PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
+from json_prefix_check import completable
+params = {"get_weather": json.loads(sys.argv[3]), "other": {"type": "object"}}
+mine = json.loads(open(sys.argv[1]).readline())
+openai = json.loads(open(sys.argv[4]).readline())
+plain = json.loads(open(sys.argv[2]).readline())
+def whole_items(t):
+    """the items of a JSON list written whole, where the text is the list or its start"""
+    dec, i, items = json.JSONDecoder(), t.index("[") + 1, []
+    while True:
+        while i < len(t) and t[i] in " \t\n\r,": i += 1
+        try:
+            v, i = dec.raw_decode(t, i)
+        except ValueError:
+            return items
+        items.append(v)
+n_calls = ended = 0
+body = openai["response"]["body"]["choices"]
+for j, (r, g) in enumerate(zip(mine["choices"], plain["choices"])):
+    t = g["text"]
+    assert r["text"] == "" and r["token_ids"] == g["token_ids"], (r, g)
+    if r["finish_reason"] == "tool_calls":
+        assert g["finish_reason"] == "stop", g
+        items = json.loads(t)
+        ended += 1
+    else:
+        assert r["finish_reason"] == g["finish_reason"] == "length" and completable(t, list), (r, g)
+        items = whole_items(t)
+    want = [(i["name"], json.dumps(i["parameters"], ensure_ascii=False)) for i in items]
+    got = [(c["function"]["name"], c["function"]["arguments"]) for c in r["tool_calls"]]
+    assert got == want, (got, want, t)
+    for name, args in got:
+        jsonschema.validate(json.loads(args), params[name])
+    n_calls += len(got)
+    o = body[j]
+    assert o["message"]["content"] is None and o["finish_reason"] == r["finish_reason"], o
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in o["message"]["tool_calls"]] == got, o
+    assert all(c["type"] == "function" and c["id"].startswith("chatcmpl-tool-") for c in o["message"]["tool_calls"]), o
+assert ended >= 1 and n_calls >= 2, (ended, n_calls)
+print("json_schema: tool_choice required: %d of 4 lists ended, %d calls, each valid" % (ended, n_calls))' \
+    "$TMP/required.jsonl" "$TMP/required_as_json.jsonl" "$params" "$TMP/required_openai.jsonl" ||
+    fail "tool_choice required: $(cat "$TMP/required.jsonl" "$TMP/required_as_json.jsonl")"
 echo "json_schema: PASS"

@@ -250,7 +250,9 @@ BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "string", "mi
        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"minLength": 1}]}, "minLength"),
        ({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]}, "enum"), ({"type": "string", "enum": [1, None]}, "enum"),
        ({"anyOf": [{"type": "object", "properties": {"k": {"const": i}}} for i in range(65)]}, "more than 64"),
-       ({"enum": [[1]]}, "enum"), (False, "false")]
+       ({"enum": [[1]]}, "enum"), (False, "false"), ({"$ref": "#"}, "leads back to itself"),
+       ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "leads back to itself"),
+       ({"allOf": [{"$ref": "#"}]}, "nest too deep"), (json.loads('{"items": ' * 70 + '{}' + '}' * 70), "nests too deep")]
 for schema, word in BAD:
     rc, out, err = run(schema, [])
     if rc != 2 or not out or word not in out[0]: fails.append(("bad", "schema not refused by name", json.dumps(schema), out))

@@ -14,7 +14,7 @@ top=$(cd "$here/../.." && pwd)
 shared=${TPINFER_SHARED:-$top/../shared}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix}
+targets=${*:-chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix json_schema}
 build=${TPINFER_FUZZ_BUILD:-/tmp/tpinfer-fuzz}
 cc=${TPINFER_FUZZ_CC:-clang}
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
@@ -32,7 +32,7 @@ libs="$build/src/libtp.a $(var JANSSON_LIBS) $(var PCRE2_LIBS) $(var UNISTRING_L
 
 # seeds: small valid inputs of each kind, from the tree and ../shared
 seed() { mkdir -p "$build/seeds/$1"; cp -f "$2" "$build/seeds/$1/$(echo "$2" | cksum | cut -d' ' -f1)"; }
-for t in chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix; do
+for t in chat_template chat_context tokenizer tokenizer_json requests safetensors model_config shard_index resume tool_calls json_prefix json_schema; do
     mkdir -p "$build/seeds/$t" "$build/corpus/$t" "$build/crashes/$t"
 done
 for f in "$here"/regressions/*/*; do [ -f "$f" ] && seed "$(basename "$(dirname "$f")")" "$f"; done
