@@ -46,7 +46,7 @@ static int make_record(int r, char *buf, size_t cap)
 static int make_calls(int r, int n, char *buf, size_t cap)
 {
     return snprintf(buf, cap, "[{\"name\": \"lookup_%s_%d\", \"parameters\": {\"city\": \"City %d\", \"days\": %d}}]",
-                    r % 2 ? "weather" : "time", r % n, r % 13, r % 9);
+                    r % n % 2 ? "weather" : "time", r % n, r % 13, r % 9);
 }
 
 /* vLLM's schema for "required" over n tools named as make_calls names them */
