@@ -27,7 +27,7 @@ enum number_part { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXP_SIGN, N_E
  * S_LOW_SLASH and S_LOW_U: the '\' and 'u' of the low surrogate a high one needs */
 enum { S_PLAIN = 0, S_ESCAPE = 1, S_HEX = 2, S_LOW_SLASH = 7, S_LOW_U = 8 };
 
-enum { F_KEY = 1, F_LOW_DUE = 2, F_OBJECT_ONLY = 4 };
+enum { F_KEY = 1, F_LOW_DUE = 2, F_OBJECT_ONLY = 4, F_NEG = 8, F_FRAC_NZ = 16 };
 
 static const char *const literals[] = {"true", "false", "null"};
 
@@ -116,13 +116,117 @@ static int scalar_ok(const tp_json_prefix *s)
 
 static int is_enum(const tp_json_prefix *s) { return s->schema && node_of(s, s->node)->kind == TP_SCHEMA_ENUM; }
 
+/* ---- minLength / maxLength: a string value's characters (code points), counted where each
+ * begins (an escape's backslash, a UTF-8 lead byte; a surrogate pair's is one) */
+
+static const tp_schema_node *bounded_string(const tp_json_prefix *s)
+{
+    if (!s->schema || (s->flags & F_KEY)) return NULL;
+    const tp_schema_node *d = node_of(s, s->node);
+    return d->kind == TP_SCHEMA_STRING && (d->min_items > 0 || d->max_items >= 0) ? d : NULL;
+}
+
+/* one more character, if maxLength allows; without maxLength the count stops at minLength
+ * (past it every length is alike: fewer states) */
+static int count_char(tp_json_prefix *s, const tp_schema_node *d)
+{
+    if (d->max_items >= 0 && s->count >= d->max_items) return 0;
+    if (d->max_items >= 0 || s->count < d->min_items) s->count++;
+    return 1;
+}
+
+/* ---- minimum / maximum: a number's integer part, its magnitude m and sign, is kept; a digit
+ * may come where some number it begins is within the bounds, and the number may end (or
+ * take its '.') where it is */
+
+static const tp_schema_node *bounded_number(const tp_json_prefix *s)
+{
+    if (!s->schema) return NULL;
+    const tp_schema_node *d = node_of(s, s->node);
+    return (d->kind == TP_SCHEMA_INTEGER || d->kind == TP_SCHEMA_NUMBER) && (d->has_lo || d->has_hi) ? d : NULL;
+}
+
+/* the integer part's magnitude under the sign: at least lo (excl: the fraction must not be 0
+ * where it equals lo), at most hi where has_hi (incl: the fraction must be 0 where it
+ * equals hi; excl: at most hi - 1) */
+typedef struct span {
+    int64_t lo, hi;
+    int has_hi, lo_excl, hi_excl;
+} span;
+
+static span span_of(const tp_schema_node *d, int neg)
+{
+    span p = {0, 0, 0, 0, 0};
+    if (!neg) { /* x >= 0 */
+        if (d->has_lo && d->lo >= 0) p.lo = d->lo, p.lo_excl = d->lo_excl;
+        p.has_hi = d->has_hi, p.hi = d->hi, p.hi_excl = d->hi_excl;
+    } else { /* y = -x >= 0 */
+        if (d->has_hi && d->hi <= 0) p.lo = -d->hi, p.lo_excl = d->hi_excl;
+        p.has_hi = d->has_lo, p.hi = -d->lo, p.hi_excl = d->lo_excl;
+    }
+    if (p.has_hi && p.hi_excl) p.hi--, p.hi_excl = 0, p.has_hi = 2; /* 2: hi itself was excluded */
+    return p;
+}
+
+/* whether an integer part beginning m (more digits may follow unless m is 0) can be within */
+static int part_feasible(const span *p, uint64_t m)
+{
+    if (m == 0) return p->lo == 0 && (!p->has_hi || p->hi >= 0);
+    if (!p->has_hi) return 1;
+    for (int64_t scale = 1; (int64_t)m * scale <= p->hi; scale *= 10)
+        if (((int64_t)m + 1) * scale - 1 >= p->lo) return 1;
+    return 0;
+}
+
+/* digit c of the integer part (the first where s->num is 0 and c's place is the first) */
+static int part_digit(tp_json_prefix *s, const tp_schema_node *d, unsigned char c, int first)
+{
+    const span p = span_of(d, s->flags & F_NEG);
+    const uint64_t m = first ? (uint64_t)(c - '0') : s->num * 10 + (uint64_t)(c - '0');
+    if (!part_feasible(&p, m)) return 0;
+    /* without an upper bound every part past lo behaves alike: kept at lo + 1 */
+    s->num = !p.has_hi && m > (uint64_t)p.lo + 1 ? (uint64_t)p.lo + 1 : m;
+    return 1;
+}
+
+/* the integer part is whole (at its '.' or the number's end): within the bounds */
+static int part_whole(const tp_json_prefix *s, const tp_schema_node *d)
+{
+    const span p = span_of(d, s->flags & F_NEG);
+    return (int64_t)s->num >= p.lo && (!p.has_hi || (int64_t)s->num <= p.hi);
+}
+
+/* the number may end here */
+static int number_within(const tp_json_prefix *s)
+{
+    const tp_schema_node *d = bounded_number(s);
+    if (!d) return 1;
+    const span p = span_of(d, s->flags & F_NEG);
+    return part_whole(s, d) && !(p.lo_excl && (int64_t)s->num == p.lo && !(s->flags & F_FRAC_NZ));
+}
+
+/* a fraction digit: where the part equals an included upper bound only 0 */
+static int fraction_digit(tp_json_prefix *s, unsigned char c)
+{
+    const tp_schema_node *d = bounded_number(s);
+    if (!d) return 1;
+    const span p = span_of(d, s->flags & F_NEG);
+    if (c != '0') {
+        if (p.has_hi == 1 && (int64_t)s->num == p.hi) return 0;
+        s->flags |= F_FRAC_NZ;
+    }
+    return 1;
+}
+
 /* ---- */
 
 static void end_value(tp_json_prefix *s)
 {
     s->mode = s->depth ? M_AFTER : M_DONE;
     s->sub = 0;
-    s->node = s->lit = s->lit_off = 0;
+    s->node = s->lit = s->lit_off = s->count = 0;
+    s->num = 0;
+    s->flags &= (uint8_t) ~(F_NEG | F_FRAC_NZ);
     if (s->schema && s->depth) s->frame_pos[s->depth - 1]++;
 }
 
@@ -204,7 +308,15 @@ static int start_value(tp_json_prefix *s, unsigned char c, fork *f)
     else if (c == '0') s->sub = N_ZERO;
     else if (c >= '1' && c <= '9') s->sub = N_INT;
     else return 0;
-    return 1;
+    const tp_schema_node *d = bounded_number(s);
+    if (d && c == '-') { /* some number of this sign is within */
+        s->flags |= F_NEG;
+        const span p = span_of(d, 1);
+        for (uint64_t m = 0; m <= 9; m++)
+            if (part_feasible(&p, m)) return 1;
+        return 0;
+    }
+    return !d || part_digit(s, d, c, 1);
 }
 
 /* A string's byte after a lead byte of UTF-8: the continuation bytes it needs and the range
@@ -242,9 +354,12 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         s->utf8_hi = 0xbf;
         return 1;
     }
+    const tp_schema_node *bounded = s->sub == S_PLAIN ? bounded_string(s) : NULL;
+    if (bounded && c != '"' && !count_char(s, bounded)) return 0; /* a character begins */
     switch (s->sub) {
     case S_PLAIN:
         if (c == '"') {
+            if (bounded && s->count < bounded->min_items) return 0;
             if (s->flags & F_KEY) {
                 s->flags &= (uint8_t)~F_KEY;
                 s->mode = M_COLON;
@@ -313,25 +428,31 @@ static int step(tp_json_prefix *s, unsigned char c, fork *f);
 
 static int number_byte(tp_json_prefix *s, unsigned char c, fork *f)
 {
-    const int d = is_digit(c), e = c == 'e' || c == 'E';
+    const int d = is_digit(c);
+    const tp_schema_node *bounds = bounded_number(s);
+    const int e = (c == 'e' || c == 'E') && !bounds; /* a bounded number is written without one */
     switch (s->sub) {
     case N_MINUS:
-        if (!d) return 0;
+        if (!d || (bounds && !part_digit(s, bounds, c, 1))) return 0;
         s->sub = c == '0' ? N_ZERO : N_INT;
         return 1;
     case N_ZERO:
     case N_INT:
-        if (d && s->sub == N_INT) return 1;
-        if (c == '.') s->sub = N_DOT;
-        else if (e) s->sub = N_EXP;
-        else break;
+        if (d && s->sub == N_INT) return !bounds || part_digit(s, bounds, c, 0);
+        if (c == '.') {
+            if (bounds && !part_whole(s, bounds)) return 0;
+            s->sub = N_DOT;
+        } else if (e)
+            s->sub = N_EXP;
+        else
+            break;
         return 1;
     case N_DOT:
-        if (!d) return 0;
+        if (!d || !fraction_digit(s, c)) return 0;
         s->sub = N_FRAC;
         return 1;
     case N_FRAC:
-        if (d) return 1;
+        if (d) return fraction_digit(s, c);
         if (!e) break;
         s->sub = N_EXP;
         return 1;
@@ -351,6 +472,7 @@ static int number_byte(tp_json_prefix *s, unsigned char c, fork *f)
         return 0;
     }
     /* c does not go on with the number: it ends here, if it may, and c comes after it */
+    if (!number_within(s)) return 0;
     end_value(s);
     return step(s, c, f);
 }
@@ -473,7 +595,8 @@ size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n)
 
 int tp_json_prefix_complete(const tp_json_prefix *s)
 {
-    return s->mode == M_DONE || (s->mode == M_NUMBER && s->depth == 0 && number_done(s) && scalar_ok(s));
+    return s->mode == M_DONE ||
+           (s->mode == M_NUMBER && s->depth == 0 && number_done(s) && scalar_ok(s) && number_within(s));
 }
 
 /* ---- every reading at once */

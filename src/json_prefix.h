@@ -33,8 +33,9 @@ typedef struct tp_json_prefix {
     uint16_t node;     /* under a schema: the scalar being written's node (an enum's, an integer's) */
     uint16_t lit;      /* an enum value the bytes so far begin; */
     uint16_t lit_off;  /* the bytes of it (or of the key being written) matched */
-    uint16_t pad2_;
+    uint16_t count;    /* a length-bounded string's characters so far (kept at minLength without maxLength) */
     uint64_t objects;  /* bit d: container d is an object (1) or an array (0) */
+    uint64_t num;      /* a bounded number's integer part so far (its magnitude) */
     uint16_t code;     /* a \u escape's value so far; the high surrogate while a low one is due */
     uint8_t depth;     /* containers open */
     uint8_t mode;      /* what may come next (json_prefix.c's enum) */
@@ -42,10 +43,11 @@ typedef struct tp_json_prefix {
     uint8_t utf8_need; /* continuation bytes a string's character still needs */
     uint8_t utf8_lo, utf8_hi; /* the next continuation byte's range */
     uint8_t space;     /* the whitespace run: 0 none, 1 one space, 2 + k a newline and k indents */
-    uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top */
+    uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top;
+                        * a bounded number is negative, has a fraction digit not 0 */
     uint8_t pad_[6];
 } tp_json_prefix;
-_Static_assert(sizeof(tp_json_prefix) == 104, "tp_json_prefix has no padding");
+_Static_assert(sizeof(tp_json_prefix) == 112, "tp_json_prefix has no padding");
 
 /* The state before any byte: the text must be an object (object_only) or any JSON value. */
 void tp_json_prefix_init(tp_json_prefix *s, int object_only);

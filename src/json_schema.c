@@ -4,6 +4,7 @@
  */
 #include "json_schema.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,12 @@ static const char *const annotations[] = {"title", "description", "default", "ex
                                           "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
                                           "strict", NULL};
 static const char *const constraints[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                          "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL};
+                                          "maxItems", "minLength", "maxLength", "minimum", "maximum",
+                                          "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "anyOf", "oneOf",
+                                          "allOf", "$ref", NULL};
+/* bounds: merged by the tighter (allOf), lower and upper */
+static const char *const lower_bounds[] = {"minItems", "minLength", "minimum", "exclusiveMinimum", NULL};
+static const char *const upper_bounds[] = {"maxItems", "maxLength", "maximum", "exclusiveMaximum", NULL};
 
 static int in_list(const char *const *l, const char *k)
 {
@@ -254,14 +260,64 @@ static tp_status read_count(compiler *c, const json_t *v, const char *key, int32
     return TP_OK;
 }
 
+#define MAX_BOUND 9007199254740992.0 /* 2^53: bounds past it are no bounds */
+
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum (2020-12's numbers, or draft 4's
+ * booleans beside minimum/maximum) of an INTEGER or NUMBER node n: the tighter of each side,
+ * an integer's made inclusive whole numbers; a number's must be whole numbers */
+static tp_status read_bounds(compiler *c, const json_t *v, int32_t n)
+{
+    tp_schema_node *d = &c->s->nodes[n];
+    const int integer = d->kind == TP_SCHEMA_INTEGER;
+    for (int upper = 0; upper < 2; upper++) {
+        const json_t *plain = json_object_get(v, upper ? "maximum" : "minimum");
+        const json_t *excl = json_object_get(v, upper ? "exclusiveMaximum" : "exclusiveMinimum");
+        const char *name = upper ? "maximum" : "minimum";
+        if (plain && !json_is_number(plain)) return refuse(c, " must be a number", name);
+        if (excl && !json_is_number(excl) && !json_is_boolean(excl))
+            return refuse(c, " must be a number (or draft 4's boolean)", upper ? "exclusiveMaximum" : "exclusiveMinimum");
+        double x = 0;
+        int have = 0, ex = 0;
+        if (plain) x = json_number_value(plain), have = 1, ex = json_is_true(excl);
+        if (excl && json_is_number(excl)) {
+            const double e = json_number_value(excl);
+            if (!have || (upper ? e <= x : e >= x)) x = e, have = 1, ex = 1;
+        }
+        if (!have || fabs(x) > MAX_BOUND) continue;
+        if (integer) { /* the whole numbers within: inclusive */
+            double w = upper ? floor(x) : ceil(x);
+            if (ex && w == x) w += upper ? -1 : 1;
+            x = w, ex = 0;
+        } else if (x != floor(x))
+            return refuse(c, " that is not a whole number is not supported for \"number\" (tpinfer bounds a number's "
+                          "digits by whole numbers)", name);
+        if (upper) d->hi = (int64_t)x, d->has_hi = 1, d->hi_excl = (uint8_t)ex;
+        else d->lo = (int64_t)x, d->has_lo = 1, d->lo_excl = (uint8_t)ex;
+    }
+    if (d->has_lo && d->has_hi && (d->hi < d->lo || (d->hi == d->lo && (d->lo_excl || d->hi_excl))))
+        return refuse(c, ": no number is within minimum and maximum", "the bounds");
+    return TP_OK;
+}
+
 /* node n of one type name, from schema object v's keywords */
 static tp_status compile_type(compiler *c, const json_t *v, const char *type, int32_t n)
 {
     tp_schema_node *d = &c->s->nodes[n];
-    if (!strcmp(type, "string")) d->kind = TP_SCHEMA_STRING;
-    else if (!strcmp(type, "number")) d->kind = TP_SCHEMA_NUMBER;
-    else if (!strcmp(type, "integer")) d->kind = TP_SCHEMA_INTEGER;
-    else if (!strcmp(type, "boolean")) d->kind = TP_SCHEMA_BOOLEAN;
+    if (!strcmp(type, "string")) {
+        d->kind = TP_SCHEMA_STRING;
+        int32_t lo = 0, hi = -1;
+        TP_CHECK(read_count(c, v, "minLength", &lo));
+        TP_CHECK(read_count(c, v, "maxLength", &hi));
+        if (hi >= 0 && hi < lo) return refuse(c, " is less than minLength", "maxLength");
+        if (hi > 65535) hi = -1; /* past what a text under a schema is written to: no bound */
+        if (lo > 65535) return refuse(c, " is more than 65535", "minLength");
+        d = &c->s->nodes[n];
+        d->min_items = lo;
+        d->max_items = hi;
+    } else if (!strcmp(type, "number") || !strcmp(type, "integer")) {
+        d->kind = !strcmp(type, "number") ? TP_SCHEMA_NUMBER : TP_SCHEMA_INTEGER;
+        TP_CHECK(read_bounds(c, v, n));
+    } else if (!strcmp(type, "boolean")) d->kind = TP_SCHEMA_BOOLEAN;
     else if (!strcmp(type, "null")) d->kind = TP_SCHEMA_NULL;
     else if (!strcmp(type, "array")) {
         d->kind = TP_SCHEMA_ARRAY;
@@ -366,6 +422,27 @@ static int value_bits(const json_t *v)
     return json_is_array(v) ? T_ARRAY : T_OBJECT;
 }
 
+/* whether value e keeps the string length and number bounds beside it in schema v */
+static int within(const json_t *v, const json_t *e)
+{
+    if (json_is_string(e)) {
+        const char *t = json_string_value(e);
+        double chars = 0; /* code points: UTF-8 bytes that do not continue one */
+        for (size_t i = 0; i < json_string_length(e); i++) chars += ((unsigned char)t[i] & 0xc0) != 0x80;
+        const json_t *lo = json_object_get(v, "minLength"), *hi = json_object_get(v, "maxLength");
+        return (!json_is_number(lo) || chars >= json_number_value(lo)) && (!json_is_number(hi) || chars <= json_number_value(hi));
+    }
+    if (!json_is_number(e)) return 1;
+    const double x = json_number_value(e);
+    const json_t *lo = json_object_get(v, "minimum"), *hi = json_object_get(v, "maximum");
+    const json_t *elo = json_object_get(v, "exclusiveMinimum"), *ehi = json_object_get(v, "exclusiveMaximum");
+    if (json_is_number(lo) && (json_is_true(elo) ? x <= json_number_value(lo) : x < json_number_value(lo))) return 0;
+    if (json_is_number(hi) && (json_is_true(ehi) ? x >= json_number_value(hi) : x > json_number_value(hi))) return 0;
+    if (json_is_number(elo) && x <= json_number_value(elo)) return 0;
+    if (json_is_number(ehi) && x >= json_number_value(ehi)) return 0;
+    return 1;
+}
+
 static json_t *find_made(const compiler *c, const json_t *from, const json_t *ctx)
 {
     for (size_t i = 0; i < c->n_made; i++)
@@ -466,9 +543,9 @@ static tp_status merge(compiler *c, const json_t *a, const json_t *b, json_t **o
                 while (j < json_array_size(set) && !json_equal(json_array_get(set, j), json_array_get(bv, i))) j++;
                 if (j == json_array_size(set)) json_array_append(set, json_array_get(bv, i));
             }
-        } else if (!strcmp(key, "minItems") || !strcmp(key, "maxItems")) {
-            const int lower = !strcmp(key, "maxItems") == (json_integer_value(bv) < json_integer_value(av));
-            set = json_incref(lower ? av : bv); /* the tighter bound */
+        } else if ((in_list(lower_bounds, key) || in_list(upper_bounds, key)) && json_is_number(av) && json_is_number(bv)) {
+            const int b_less = json_number_value(bv) < json_number_value(av);
+            set = json_incref(in_list(upper_bounds, key) == b_less ? bv : av); /* the tighter bound */
         } else if (!strcmp(key, "additionalProperties") && (json_is_false(av) || json_is_false(bv))) {
             set = json_false();
         } else if (!strcmp(key, "items") || !strcmp(key, "additionalProperties")) {
@@ -631,7 +708,8 @@ static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
         (void)x;
         if (!in_list(annotations, key) && !in_list(constraints, key))
             return refuse(c, " is not supported (tpinfer holds a text to type, properties, required, "
-                          "additionalProperties, items, minItems, maxItems, enum, const, anyOf, oneOf, allOf and $ref)",
+                          "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
+                          "exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf and $ref)",
                           key);
     }
     const json_t *flat;
@@ -678,10 +756,12 @@ static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
         if (en && (!json_is_array(en) || json_array_size(en) == 0)) return refuse(c, " must be a non-empty array", "enum");
         json_t *values = values_of(v), *kept = json_array();
         for (size_t i = 0; i < json_array_size(values); i++)
-            if (value_bits(json_array_get(values, i)) & types) json_array_append(kept, json_array_get(values, i));
+            if ((value_bits(json_array_get(values, i)) & types) && within(v, json_array_get(values, i)))
+                json_array_append(kept, json_array_get(values, i));
         json_decref(values);
         tp_status st = new_node(c, v, TP_SCHEMA_ENUM, &n);
-        if (st == TP_OK && !json_array_size(kept)) st = refuse(c, ": no value is of the type \"type\" names", en ? "enum" : "const");
+        if (st == TP_OK && !json_array_size(kept))
+            st = refuse(c, ": no value is of the type \"type\" names and within its bounds", en ? "enum" : "const");
         if (st == TP_OK) st = new_entries(c, n, (int32_t)json_array_size(kept));
         for (size_t i = 0; st == TP_OK && i < json_array_size(kept); i++) {
             const json_t *e = json_array_get(kept, i);

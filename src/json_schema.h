@@ -5,7 +5,9 @@
  * an object's properties are written in the schema's order, each required one, any other
  * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
- * values' schema), items, minItems, maxItems, enum and const of strings, numbers, booleans
+ * values' schema), items, minItems, maxItems, minLength, maxLength, minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (whole-number bounds for numbers; any for integers),
+ * enum and const of strings, numbers, booleans
  * and null, anyOf (a text is read by every branch it may be in, until the bytes pick one),
  * oneOf whose branches are shown apart (they begin differently, or one requires a property
  * the other never writes, or writes with other const/enum values), allOf and keywords beside
@@ -40,7 +42,10 @@ typedef struct tp_schema_node {
     tp_schema_kind kind;
     int32_t first, count;         /* OBJECT's properties, ENUM's values, UNION's branches: entries[first, first + count) */
     int32_t items;                /* ARRAY's items, a free OBJECT's values */
-    int32_t min_items, max_items; /* ARRAY; max_items -1: no bound */
+    int32_t min_items, max_items; /* ARRAY's items, STRING's characters (code points); max -1: no bound */
+    int64_t lo, hi;               /* INTEGER, NUMBER: the bounds, whole numbers (|x| <= 2^53) */
+    uint8_t has_lo, has_hi;       /* the bounds given */
+    uint8_t lo_excl, hi_excl;     /* NUMBER: a bound itself excluded (INTEGER's are made inclusive) */
     uint8_t start[32];            /* the bytes a value of it may begin with, a bit each (made once) */
 } tp_schema_node;
 

@@ -912,7 +912,7 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
-        {"\"guided_json\":{\"type\":\"string\",\"minLength\":3}", "\"guided_json\": the JSON schema at its root: minLength is not supported"},
+        {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"a+\"}", "\"guided_json\": the JSON schema at its root: pattern is not supported"},
         {"\"structured_outputs\":{\"json\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",
          "\"structured_outputs.json\": the JSON schema at its root: oneOf[0] and oneOf[1] may both hold"},
         {"\"response_format\":{\"type\":\"json_object\"},\"min_tokens\":1", "the object may be whole sooner"},

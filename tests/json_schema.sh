@@ -18,12 +18,12 @@ export OMP_NUM_THREADS=1
 python3 "$top_srcdir/tests/json_schema_check.py" "$top_builddir/tests/json_schema_driver" || fail "the recognizer against jsonschema"
 
 m="$MODELS/stories260K-hf"
-person='{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "mood": {"enum": ["happy", "sad"]}, "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 2}}, "required": ["name", "age", "mood", "pets"], "additionalProperties": false}'
+person='{"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 12}, "age": {"type": "integer", "minimum": 1, "maximum": 120}, "mood": {"enum": ["happy", "sad"]}, "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 2}}, "required": ["name", "age", "mood", "pets"], "additionalProperties": false}'
 # "\"" is 436 in stories260K's vocabulary, "]" <0x5D> 94, "}" <0x7D> 128: biased up, the
 # strings and the object end within max_tokens
 bias='{"436": 6, "94": 8, "128": 8}'
 printf '%s\n' \
-  "{\"id\": \"a\", \"prompt\": \"Lily\", \"max_tokens\": 80, \"temperature\": 0.7, \"seed\": 1, \"n\": 3, \"logit_bias\": $bias, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}}" \
+  "{\"id\": \"a\", \"prompt\": \"Lily\", \"max_tokens\": 120, \"temperature\": 0.7, \"seed\": 1, \"n\": 3, \"logit_bias\": $bias, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}}" \
   "{\"id\": \"b\", \"prompt\": \"Tom\", \"max_tokens\": 160, \"temperature\": 0, \"logit_bias\": $bias, \"guided_json\": $person}" \
   "{\"id\": \"c\", \"prompt\": \"The cat\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": 4, \"structured_outputs\": {\"json\": {\"enum\": [\"yes\", \"no\", 42, null]}}}" \
   "{\"id\": \"d\", \"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"guided_json\": $person}" \

@@ -67,6 +67,20 @@ SCHEMAS = [
         "more": {"$ref": "#/$defs/base", "properties": {"z": {"type": "boolean"}}, "required": ["z"]},
         "word": {"type": "string", "enum": ["a", 1, "b", None]}},
      "required": ["item", "pick", "more", "word"]},
+    # string lengths (code points) and number bounds, inclusive and exclusive, one-sided
+    {"type": "object", "properties": {
+        "code": {"type": "string", "minLength": 2, "maxLength": 4},
+        "name": {"type": "string", "minLength": 3},
+        "note": {"type": ["string", "null"], "maxLength": 5},
+        "age": {"type": "integer", "minimum": 18, "maximum": 130},
+        "delta": {"type": "integer", "exclusiveMinimum": -10, "exclusiveMaximum": 10},
+        "p": {"type": "number", "minimum": 0, "maximum": 1},
+        "t": {"type": "number", "exclusiveMinimum": -5, "maximum": -2},
+        "big": {"type": "integer", "minimum": 1000},
+        "neg": {"type": "integer", "maximum": -7},
+        "half": {"type": "integer", "minimum": 0.5, "exclusiveMaximum": 3.5},
+        "lvl": {"enum": ["a", "abc", "abcdef", 3, 30], "minLength": 2, "maximum": 10}},
+     "required": ["code", "name", "note", "age", "delta", "p", "t", "big", "neg", "half", "lvl"]},
 ]
 
 def merge(a, b):
@@ -99,9 +113,7 @@ def gen(s, root, depth=0):
         name = s["$ref"].split("/")[-1]
         return gen(root["$defs"][name], root, depth + 1)
     if "enum" in s:
-        types = {"string": str, "null": type(None)}
-        t = s.get("type")
-        return rng.choice([v for v in s["enum"] if t is None or isinstance(v, types[t])])
+        return rng.choice([v for v in s["enum"] if jsonschema.Draft202012Validator(s).is_valid(v)])
     if "const" in s: return s["const"]
     if "anyOf" in s: return gen(rng.choice(s["anyOf"]), root, depth)
     if "oneOf" in s: return gen(rng.choice(s["oneOf"]), root, depth)
@@ -109,7 +121,19 @@ def gen(s, root, depth=0):
     if isinstance(t, list): t = rng.choice(t)
     if t is None and ("properties" in s or "required" in s): t = "object"
     if t is None: return rng.choice([1, "x", None, [1, {"a": True}], {"k": [2.5]}])
-    if t == "string": return rng.choice(["", "Ana", "caf\u00e9 \"q\" \\ /", "\u65e5\u672c", "line\nbreak", "emoji \U0001F600"])
+    if t == "string":
+        if "minLength" in s or "maxLength" in s: # characters of every kind: escapes, accents, astral
+            lo, hi = s.get("minLength", 0), s.get("maxLength", s.get("minLength", 0) + 6)
+            return "".join(rng.choice("ab\"\\\n\u00e9\u65e5\U0001F600") for _ in range(rng.randint(lo, hi)))
+        return rng.choice(["", "Ana", "caf\u00e9 \"q\" \\ /", "\u65e5\u672c", "line\nbreak", "emoji \U0001F600"])
+    bounds = [s.get(k) for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")]
+    if t in ("integer", "number") and any(b is not None for b in bounds):
+        lo = max([b for b in bounds[:2] if b is not None] or [-10**6])
+        hi = min([b for b in bounds[2:] if b is not None] or [10**6])
+        while True: # the bounds themselves often, where they are in
+            x = rng.choice([lo, hi, rng.uniform(lo, hi)])
+            x = int(round(x)) if t == "integer" or rng.random() < 0.3 else round(x, 3)
+            if jsonschema.Draft202012Validator(s).is_valid(x): return x
     if t == "integer": return rng.choice([0, 7, -12, 123456789])
     if t == "number": return rng.choice([0, 1.5, -2.25e-3, 1e20, 42])
     if t == "boolean": return rng.choice([True, False])
@@ -184,6 +208,9 @@ for si, schema in enumerate(SCHEMAS):
             if not valid(schema, t): fails.append((si, "an edited text taken whole is not valid", t, o))
     print("schema %d: %d instances whole, %d edits of which %d taken whole (all valid)" % (si, len(texts), len(edits), n_whole))
 
+BASE10 = ('{"code": "ab", "name": "Ana", "note": null, "age": 18, "delta": -9, "p": 0.5, "t": -2.5, "big": 1000, '
+          '"neg": -7, "half": 1, "lvl": "abc"}')
+assert valid(SCHEMAS[10], BASE10)
 # texts each schema must refuse (the byte where, or at the end: not whole)
 REFUSE = [
     (0, '{"age": 3, "name": "a", "score": 1, "ok": true}'),   # out of order
@@ -231,7 +258,13 @@ REFUSE = [
     (9, '{"item": {"id": 1, "t": "b"}, "pick": {}, "more": {"id": 1, "z": true}, "word": "a"}'),
     (9, '{"item": {"id": 1, "t": "b"}, "pick": {"a": 1}, "more": {"id": 1}, "word": "a"}'),
     (9, '{"item": {"id": 1, "t": "b"}, "pick": {"a": 1}, "more": {"id": 1, "z": true}, "word": 1}'),
-]
+] + [(10, BASE10.replace(a, b, 1)) for a, b in [
+    ('"ab"', '"a"'), ('"ab"', '"abcde"'), ('"ab"', '"\\u00e9\\ud83d\\ude00\\n\\"x"'), ('"Ana"', '"An"'),
+    ('"Ana"', '"\\ud83d\\ude00\\u00e9"'), ('null', '"123456"'), ('18,', '17,'), ('18,', '131,'), ('18,', '18.5,'),
+    ('18,', '1800,'), ('-9,', '-10,'), ('-9,', '10,'), ('0.5,', '1.5,'), ('0.5,', '-0.1,'), ('0.5,', '1.01,'),
+    ('0.5,', '1.0001,'), ('-2.5,', '-5,'), ('-2.5,', '-5.0,'), ('-2.5,', '-1.9,'), ('-2.5,', '-1.999,'),
+    ('1000,', '999,'), ('1000,', '-1000,'), ('-7,', '-6,'), ('-7,', '7,'), ('1,', '0,'), ('1,', '4,'),
+    ('"abc"}', '"a"}'), ('"abc"}', '30}'), ('0.5,', '5e-1,')]]
 for si in range(len(SCHEMAS)):
     cases = [t for i, t in REFUSE if i == si]
     rc, out, _ = run(SCHEMAS[si], cases)
@@ -241,13 +274,16 @@ for si in range(len(SCHEMAS)):
             fails.append((si, "a text the schema must refuse taken", t, o))
 
 # schemas tpinfer refuses, naming the keyword
-BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "string", "minLength": 2}, "minLength"),
-       ({"type": "integer", "minimum": 0}, "minimum"), ({"oneOf": [{"type": "string"}, {"enum": ["a"]}]}, "oneOf[0] and oneOf[1]"),
+BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "integer", "multipleOf": 2}, "multipleOf"),
+       ({"type": "number", "maximum": 0.5}, "maximum that is not a whole number"),
+       ({"type": "integer", "minimum": 5, "maximum": 4}, "no number is within"),
+       ({"type": "string", "minLength": 3, "maxLength": 2}, "maxLength"), ({"type": "string", "minLength": "2"}, "minLength"),
+       ({"enum": ["a"], "minLength": 2}, "within its bounds"), ({"uniqueItems": True}, "uniqueItems"), ({"oneOf": [{"type": "string"}, {"enum": ["a"]}]}, "oneOf[0] and oneOf[1]"),
        ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf[0] and oneOf[1]"),
        ({"oneOf": [{"properties": {"t": {"const": 1}}, "required": ["t"]}, {"properties": {"t": {"enum": [2, 1.0]}}, "required": ["t"]}]}, "oneOf[0] and oneOf[1]"),
        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
        ({"$ref": "#/$defs/missing"}, "$ref"), ({"type": "thing"}, "thing"), ({"allOf": []}, "allOf"),
-       ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"minLength": 1}]}, "minLength"),
+       ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"pattern": "x"}]}, "pattern"),
        ({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]}, "enum"), ({"type": "string", "enum": [1, None]}, "enum"),
        ({"anyOf": [{"type": "object", "properties": {"k": {"const": i}}} for i in range(65)]}, "more than 64"),
        ({"enum": [[1]]}, "enum"), (False, "false"), ({"$ref": "#"}, "leads back to itself"),
