@@ -712,6 +712,9 @@ static int read_tools(line_ctx *c, const json_t *o)
     if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
         return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
     if (json_is_string(choice) && !none && !auto_) { /* "required": a list of calls */
+        if (json_array_size(v) > TP_SCHEMA_MAX_ALIKE)
+            return fail(c, E_REQUEST, "\"%stool_choice\" \"required\" follows at most %d tools at once, and \"%stools\" "
+                        "gives %zu: name the function, or give fewer tools", p, TP_SCHEMA_MAX_ALIKE, p, json_array_size(v));
         json_t *schema;
         TRY(required_schema(c, v, json_is_false(parallel), &schema));
         const int rc = read_schema(c, schema, "tool_choice", &c->r->p.schema);

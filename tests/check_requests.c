@@ -1058,6 +1058,19 @@ START_TEST(tools_with_tool_choice_none)
                 ck_assert_int_eq(pn->count, -1); /* no parameters: any object */
         }
     }
+    { /* more tools than "required" follows at once */
+        char *big = malloc(8192);
+        size_t at = (size_t)snprintf(big, 8192, "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                     "\"tool_choice\":\"required\",\"tools\":[");
+        for (int k = 0; k < 65; k++)
+            at += (size_t)snprintf(big + at, 8192 - at, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}",
+                                   k ? "," : "", k);
+        snprintf(big + at, 8192 - at, "]}\n");
+        ck_assert_int_eq(parse(big, TP_INPUT_JSONL), TP_OK);
+        ck_assert(L.v[0].error_code && strstr(L.v[0].error_message, "\"tool_choice\" \"required\" follows at most 64 tools "
+                                                                   "at once, and \"tools\" gives 65"));
+        free(big);
+    }
     static const char *const refused[][2] = {
         {"\"tools\":[T],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}",
          "\"tool_choice\" \"required\" with \"response_format\": give one"},
