@@ -78,6 +78,8 @@ static int32_t value_node(const tp_json_prefix *s)
     const tp_schema_node *p = top_node(s);
     if (!p) return s->schema->root;
     if (fixed_object(p)) return s->schema->entries[p->first + s->frame_pos[s->depth - 1]].node;
+    if (p->kind == TP_SCHEMA_ARRAY && s->frame_pos[s->depth - 1] < p->count) /* a tuple's place */
+        return s->schema->entries[p->first + s->frame_pos[s->depth - 1]].node;
     if (p->kind == TP_SCHEMA_OBJECT || p->kind == TP_SCHEMA_ARRAY) return p->items;
     return 0; /* inside any value: any value */
 }

@@ -39,8 +39,8 @@ static const char *const annotations[] = {"title", "description", "default", "ex
                                           "strict", NULL};
 static const char *const constraints[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                           "maxItems", "minLength", "maxLength", "minimum", "maximum",
-                                          "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "anyOf", "oneOf",
-                                          "allOf", "$ref", NULL};
+                                          "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems",
+                                          "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL};
 /* bounds: merged by the tighter (allOf), lower and upper */
 static const char *const lower_bounds[] = {"minItems", "minLength", "minimum", "exclusiveMinimum", NULL};
 static const char *const upper_bounds[] = {"maxItems", "maxLength", "maximum", "exclusiveMaximum", NULL};
@@ -322,11 +322,31 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
     else if (!strcmp(type, "array")) {
         d->kind = TP_SCHEMA_ARRAY;
         int32_t items = -1, lo = 0, hi = -1;
-        const json_t *it = json_object_get(v, "items");
-        if (it) IN_PATH(c, "%s", ".items", compile(c, it, &items));
+        /* a tuple's first items (2020-12's prefixItems, or draft 7's items as a list, the rest
+         * then additionalItems); false for the rest: no more items */
+        const json_t *prefix = json_object_get(v, "prefixItems"), *rest = json_object_get(v, "items");
+        const char *rest_name = ".items";
+        if (json_is_array(rest)) {
+            if (prefix) return refuse(c, " with items as a list: give one", "prefixItems");
+            prefix = rest;
+            rest = json_object_get(v, "additionalItems");
+            rest_name = ".additionalItems";
+        }
+        if (prefix && !json_is_array(prefix)) return refuse(c, " must be an array of schemas", "prefixItems");
+        if (prefix) {
+            TP_CHECK(new_entries(c, n, (int32_t)json_array_size(prefix)));
+            for (size_t i = 0; i < json_array_size(prefix); i++) {
+                int32_t b;
+                IN_PATH(c, ".prefixItems[%zu]", i, compile(c, json_array_get(prefix, i), &b));
+                c->s->entries[c->s->nodes[n].first + (int32_t)i].node = b;
+            }
+        }
+        if (rest && !json_is_false(rest)) IN_PATH(c, "%s", rest_name, compile(c, rest, &items));
         TP_CHECK(read_count(c, v, "minItems", &lo));
         TP_CHECK(read_count(c, v, "maxItems", &hi));
-        if (hi >= 0 && hi < lo) return refuse(c, " is less than minItems", "maxItems");
+        const int32_t n_prefix = prefix ? (int32_t)json_array_size(prefix) : 0;
+        if (json_is_false(rest) && (hi < 0 || hi > n_prefix)) hi = n_prefix;
+        if (hi >= 0 && hi < lo) return refuse(c, " is less than minItems (or the items a tuple may hold)", "maxItems");
         d = &c->s->nodes[n];
         d->items = items >= 0 ? items : 0; /* node 0 is ANY */
         d->min_items = lo;
@@ -708,8 +728,8 @@ static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
         (void)x;
         if (!in_list(annotations, key) && !in_list(constraints, key))
             return refuse(c, " is not supported (tpinfer holds a text to type, properties, required, "
-                          "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
-                          "exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf and $ref)",
+                          "additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, minimum, "
+                          "maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf and $ref)",
                           key);
     }
     const json_t *flat;
@@ -792,7 +812,8 @@ static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
     const char *t = type ? json_string_value(type) : NULL;
     if (!t && (json_object_get(v, "properties") || json_object_get(v, "required") || json_object_get(v, "additionalProperties")))
         t = "object";
-    if (!t && (json_object_get(v, "items") || json_object_get(v, "minItems") || json_object_get(v, "maxItems")))
+    if (!t && (json_object_get(v, "items") || json_object_get(v, "prefixItems") || json_object_get(v, "minItems") ||
+               json_object_get(v, "maxItems")))
         t = "array";
     if (!t) {
         *out = 0; /* annotations only: any value */

@@ -5,7 +5,8 @@
  * an object's properties are written in the schema's order, each required one, any other
  * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
- * values' schema), items, minItems, maxItems, minLength, maxLength, minimum, maximum,
+ * values' schema), items, prefixItems (and draft 7's items list with additionalItems),
+ * minItems, maxItems, minLength, maxLength, minimum, maximum,
  * exclusiveMinimum, exclusiveMaximum (whole-number bounds for numbers; any for integers),
  * enum and const of strings, numbers, booleans
  * and null, anyOf (a text is read by every branch it may be in, until the bytes pick one),
@@ -40,7 +41,8 @@ typedef enum tp_schema_kind {
 
 typedef struct tp_schema_node {
     tp_schema_kind kind;
-    int32_t first, count;         /* OBJECT's properties, ENUM's values, UNION's branches: entries[first, first + count) */
+    int32_t first, count;         /* OBJECT's properties, ENUM's values, UNION's branches, ARRAY's first
+                                   * items (a tuple's, prefixItems): entries[first, first + count) */
     int32_t items;                /* ARRAY's items, a free OBJECT's values */
     int32_t min_items, max_items; /* ARRAY's items, STRING's characters (code points); max -1: no bound */
     int64_t lo, hi;               /* INTEGER, NUMBER: the bounds, whole numbers (|x| <= 2^53) */

@@ -81,6 +81,16 @@ SCHEMAS = [
         "half": {"type": "integer", "minimum": 0.5, "exclusiveMaximum": 3.5},
         "lvl": {"enum": ["a", "abc", "abcdef", 3, 30], "minLength": 2, "maximum": 10}},
      "required": ["code", "name", "note", "age", "delta", "p", "t", "big", "neg", "half", "lvl"]},
+    # tuples: prefixItems, then items (or none)
+    {"type": "object", "properties": {
+        "pt": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}], "items": False, "minItems": 2},
+        "row": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 3}, {"enum": ["x", "y"]}],
+                "items": {"type": "integer"}},
+        "opt": {"prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "maxItems": 3}},
+     "required": ["pt", "row", "opt"]},
+    # draft 7's tuple: items as a list, additionalItems
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+     "items": [{"type": "boolean"}, {"type": "null"}, {"enum": [1, 2]}], "additionalItems": False, "minItems": 1},
 ]
 
 def merge(a, b):
@@ -108,6 +118,7 @@ def flat(s, root):
     return s
 
 def gen(s, root, depth=0):
+    if s is True: s = {}
     s = flat(s, root)
     if "$ref" in s:
         name = s["$ref"].split("/")[-1]
@@ -120,6 +131,7 @@ def gen(s, root, depth=0):
     t = s.get("type")
     if isinstance(t, list): t = rng.choice(t)
     if t is None and ("properties" in s or "required" in s): t = "object"
+    if t is None and "prefixItems" in s: t = "array"
     if t is None: return rng.choice([1, "x", None, [1, {"a": True}], {"k": [2.5]}])
     if t == "string":
         if "minLength" in s or "maxLength" in s: # characters of every kind: escapes, accents, astral
@@ -139,9 +151,13 @@ def gen(s, root, depth=0):
     if t == "boolean": return rng.choice([True, False])
     if t == "null": return None
     if t == "array":
-        lo, hi = s.get("minItems", 0), s.get("maxItems", 4)
-        n = rng.randint(lo, max(lo, min(hi, 4 if depth < 3 else lo)))
-        return [gen(s.get("items", {}), root, depth + 1) for _ in range(n)]
+        tuple_ = isinstance(s.get("items"), list)
+        pre = s["items"] if tuple_ else s.get("prefixItems", [])
+        rest = s.get("additionalItems", {}) if tuple_ else s.get("items", {})
+        lo, hi = s.get("minItems", 0), s.get("maxItems", len(pre) + 4)
+        if rest is False: hi = min(hi, len(pre))
+        n = rng.randint(lo, max(lo, min(hi, len(pre) + 4 if depth < 3 else lo)))
+        return [gen(pre[k] if k < len(pre) else rest, root, depth + 1) for k in range(n)]
     if t == "object":
         props = s.get("properties")
         if props: # the properties in order, a required one always, another or not
@@ -264,7 +280,15 @@ REFUSE = [
     ('18,', '1800,'), ('-9,', '-10,'), ('-9,', '10,'), ('0.5,', '1.5,'), ('0.5,', '-0.1,'), ('0.5,', '1.01,'),
     ('0.5,', '1.0001,'), ('-2.5,', '-5,'), ('-2.5,', '-5.0,'), ('-2.5,', '-1.9,'), ('-2.5,', '-1.999,'),
     ('1000,', '999,'), ('1000,', '-1000,'), ('-7,', '-6,'), ('-7,', '7,'), ('1,', '0,'), ('1,', '4,'),
-    ('"abc"}', '"a"}'), ('"abc"}', '30}'), ('0.5,', '5e-1,')]]
+    ('"abc"}', '"a"}'), ('"abc"}', '30}'), ('0.5,', '5e-1,')]] + [
+    (11, '{"pt": [1, 2, 3], "row": ["ab", "x"], "opt": []}'),      # items false: two only
+    (11, '{"pt": [1], "row": ["ab", "x"], "opt": []}'),            # minItems 2
+    (11, '{"pt": [1, 2], "row": ["abcd", "x"], "opt": []}'),
+    (11, '{"pt": [1, 2], "row": ["ab", "z"], "opt": []}'),
+    (11, '{"pt": [1, 2], "row": ["ab", "x", "7"], "opt": []}'),    # the rest integers
+    (11, '{"pt": [1, 2], "row": ["ab", "x"], "opt": ["a"]}'),      # the first an integer
+    (11, '{"pt": [1, 2], "row": ["ab", "x"], "opt": [1, "a", "b", "c"]}'),
+    (12, '[true, null, 1, 2]'), (12, '[null]'), (12, '[true, 1]'), (12, '[]')]
 for si in range(len(SCHEMAS)):
     cases = [t for i, t in REFUSE if i == si]
     rc, out, _ = run(SCHEMAS[si], cases)
