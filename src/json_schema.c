@@ -36,7 +36,7 @@ typedef struct compiler {
 
 static const char *const annotations[] = {"title", "description", "default", "examples", "format", "$schema", "$id",
                                           "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
-                                          "strict", NULL};
+                                          "strict", "discriminator", NULL};
 static const char *const constraints[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                           "maxItems", "minLength", "maxLength", "minimum", "maximum",
                                           "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems",
