@@ -56,6 +56,7 @@ struct tp_guide {
     json_cached json[JSON_CACHE];
     uint64_t json_clock;
     size_t json_ids_kept; /* the ids the entries hold */
+    size_t json_ids_max;  /* and at most (beside the last asked for) */
 };
 
 static const piece_table *sort_ctx; /* qsort has no context argument in C11 */
@@ -175,6 +176,7 @@ tp_status tp_guide_create(const tp_tokenizer *tok, int32_t vocab, const int32_t 
     if (!g) return tp_error(TP_ERR_OOM, "out of memory for guided decoding");
     g->vocab = vocab;
     g->n_eos = n_eos;
+    g->json_ids_max = JSON_CACHE_IDS;
     tp_status st = TP_OK;
     g->eos = malloc(((size_t)n_eos + 1) * sizeof *g->eos);
     g->mark = calloc((size_t)vocab, 1);
@@ -234,6 +236,10 @@ void tp_guide_destroy(tp_guide *g)
 }
 
 int32_t tp_guide_max_allowed(const tp_guide *g) { return g->vocab + g->n_eos; }
+
+void tp_guide_limit_json_sets(tp_guide *g, size_t max_ids) { g->json_ids_max = max_ids; }
+
+size_t tp_guide_json_kept(const tp_guide *g) { return g->json_ids_kept; }
 
 /* Compare a piece with key[0, k): the sorted order's. */
 static int cmp_key(const tp_guide *g, const piece_table *t, int32_t id, const char *key, size_t k)
@@ -376,10 +382,10 @@ static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, uint64_
     return old;
 }
 
-/* room for k more ids within JSON_CACHE_IDS: the least recently read entries go (not keep) */
+/* room for k more ids within json_ids_max: the least recently read entries go (not keep) */
 static void json_make_room(tp_guide *g, size_t k, const json_cached *keep)
 {
-    while (g->json_ids_kept + k > JSON_CACHE_IDS) {
+    while (g->json_ids_kept + k > g->json_ids_max) {
         json_cached *old = NULL;
         for (int i = 0; i < JSON_CACHE; i++) {
             json_cached *c = &g->json[i];

@@ -43,6 +43,12 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
 tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
                                 int32_t *dst, int32_t *n);
 
+/* The JSON sets kept hold at most max_ids ids together (default 8 Mi, 32 MiB) beside the
+ * one asked for last; the least recently read go first. For hosts short of memory, and
+ * tests. tp_guide_json_kept: the ids kept now. */
+void tp_guide_limit_json_sets(tp_guide *g, size_t max_ids);
+size_t tp_guide_json_kept(const tp_guide *g);
+
 /* The same set as it is kept, without a copy: *ids[0 .. *n) are the ids that may come, or
  * (*negated, where they are most of the vocabulary) those that may not. Valid until the
  * next call. */

@@ -507,6 +507,23 @@ static json_t *values_of(const json_t *v)
     return l;
 }
 
+/* r's enum/const and b's: r's enum becomes the values both give */
+static tp_status intersect_values(compiler *c, json_t *r, const json_t *b)
+{
+    json_t *x = values_of(r), *y = values_of(b), *both = json_array();
+    for (size_t i = 0; i < json_array_size(x); i++)
+        for (size_t j = 0; j < json_array_size(y); j++)
+            if (json_equal(json_array_get(x, i), json_array_get(y, j))) {
+                json_array_append(both, json_array_get(x, i));
+                break;
+            }
+    json_decref(x);
+    json_decref(y);
+    json_object_del(r, "const");
+    json_object_set_new(r, "enum", both);
+    return json_array_size(both) ? TP_OK : refuse(c, ": no value both allow", "enum/const");
+}
+
 /* a merged into by b (allOf's meaning: a value must hold to both), into *out (new) */
 static tp_status merge(compiler *c, const json_t *a, const json_t *b, json_t **out)
 {
@@ -518,23 +535,12 @@ static tp_status merge(compiler *c, const json_t *a, const json_t *b, json_t **o
     json_object_foreach((json_t *)b, key, bv)
     {
         json_t *av = json_object_get(r, key), *set = NULL;
+        if ((!strcmp(key, "enum") || !strcmp(key, "const")) && (json_object_get(r, "enum") || json_object_get(r, "const"))) {
+            if ((st = intersect_values(c, r, b)) != TP_OK) break;
+            continue;
+        }
         if (!av) {
-            if ((!strcmp(key, "enum") || !strcmp(key, "const")) &&
-                (json_object_get(r, "enum") || json_object_get(r, "const"))) {
-                json_t *x = values_of(r), *y = values_of(b), *both = json_array();
-                for (size_t i = 0; i < json_array_size(x); i++)
-                    for (size_t j = 0; j < json_array_size(y); j++)
-                        if (json_equal(json_array_get(x, i), json_array_get(y, j))) {
-                            json_array_append(both, json_array_get(x, i));
-                            break;
-                        }
-                json_decref(x);
-                json_decref(y);
-                json_object_del(r, "const");
-                json_object_set_new(r, "enum", both);
-                if (!json_array_size(both)) st = refuse(c, ": no value both allow", "enum/const");
-            } else
-                json_object_set(r, key, bv);
+            json_object_set(r, key, bv);
             continue;
         }
         if (json_equal(av, bv) || in_list(annotations, key)) continue;
@@ -570,23 +576,6 @@ static tp_status merge(compiler *c, const json_t *a, const json_t *b, json_t **o
             set = json_false();
         } else if (!strcmp(key, "items") || !strcmp(key, "additionalProperties")) {
             set = json_pack("{s:[OO]}", "allOf", av, bv);
-        } else if (!strcmp(key, "enum") || !strcmp(key, "const")) {
-            json_t *x = values_of(r), *y = values_of(b), *both = json_array();
-            for (size_t i = 0; i < json_array_size(x); i++)
-                for (size_t j = 0; j < json_array_size(y); j++)
-                    if (json_equal(json_array_get(x, i), json_array_get(y, j))) {
-                        json_array_append(both, json_array_get(x, i));
-                        break;
-                    }
-            json_decref(x);
-            json_decref(y);
-            json_object_del(r, "const");
-            json_object_set_new(r, "enum", both);
-            if (!json_array_size(both)) {
-                st = refuse(c, ": no value both allow", "enum/const");
-                break;
-            }
-            continue;
         } else {
             st = refuse(c, " is given twice with different values (allOf, or beside anyOf/oneOf/$ref), which tpinfer "
                         "does not merge", key);

@@ -22,6 +22,7 @@
 
 #include "guided.h"
 #include "json_prefix.h"
+#include "json_schema.h"
 #include "tiny_tokenizer.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -319,6 +320,27 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         }
         tp_ids_free(&ids);
     }
+    /* kept sets bounded (here to one set): what is allowed is the same as with room for all */
+    tp_guide *small = NULL;
+    ck_assert_int_eq(tp_guide_create(tok, vocab, eos, n_eos, &small), TP_OK);
+    tp_guide_limit_json_sets(small, 1);
+    int32_t *again = malloc((size_t)tp_guide_max_allowed(g) * sizeof *again);
+    for (size_t j = 0; j < sizeof JSON_TEXTS / sizeof JSON_TEXTS[0]; j++) {
+        tp_ids ids = {0};
+        ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
+        for (size_t k = 0; k <= ids.n; k += 1 + k % 3) {
+            int32_t n1 = 0, n2 = 0;
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, ids.v, (int32_t)k, allowed, &n1), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(small, NULL, ids.v, (int32_t)k, again, &n2), TP_OK);
+            ck_assert_int_eq(n1, n2);
+            ck_assert(!memcmp(allowed, again, (size_t)n1 * sizeof *allowed));
+            ck_assert_uint_le(tp_guide_json_kept(small), (size_t)vocab); /* the last set alone */
+        }
+        tp_ids_free(&ids);
+    }
+    ck_assert_uint_gt(tp_guide_json_kept(g), tp_guide_json_kept(small));
+    free(again);
+    tp_guide_destroy(small);
     /* off JSON: nothing */
     int32_t n = 5;
     const int32_t eos0 = eos[0];
@@ -328,6 +350,82 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
     free(in_set);
     free(allowed);
     tp_guide_destroy(g);
+}
+
+/* Whether token t may follow out[0, n) under schema (every reading, by the decoder itself) */
+static int schema_may_follow(const tp_tokenizer *tok, const tp_schema *schema, int32_t *out, int32_t n, int32_t t,
+                             size_t before)
+{
+    out[n] = t;
+    size_t len;
+    char *s = decode_raw(tok, out, n + 1, &len);
+    tp_json_prefix start;
+    tp_json_prefix_init_schema(&start, schema);
+    static tp_json_paths p;
+    tp_json_paths_init(&p, &start);
+    const int ok = (len > before || n == 0) && tp_json_paths_feed_n(&p, s, len) == len;
+    free(s);
+    return ok;
+}
+
+/* Under a schema whose anyOf branches begin alike (tool_choice "required"'s, three tools):
+ * at every token of a text's own encoding the set is every token some reading takes, and
+ * only those (all ids, by the decoder) */
+static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, const int32_t *eos, int32_t n_eos)
+{
+    static const char *const schema_text =
+        "{\"type\": \"array\", \"minItems\": 1, \"items\": {\"type\": \"object\", \"anyOf\": ["
+        "{\"properties\": {\"name\": {\"enum\": [\"get_time\"]}, \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"tz\": {\"type\": \"string\", \"maxLength\": 6}}, \"required\": [\"tz\"]}}, "
+        "\"required\": [\"name\", \"parameters\"]},"
+        "{\"properties\": {\"name\": {\"enum\": [\"get_weather\"]}, \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"days\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 14}}}}, "
+        "\"required\": [\"name\", \"parameters\"]},"
+        "{\"properties\": {\"name\": {\"enum\": [\"get_weather_now\"]}, \"parameters\": {}}, "
+        "\"required\": [\"name\", \"parameters\"]}]}}";
+    static const char *const text =
+        "[{\"name\": \"get_weather\", \"parameters\": {\"days\": 12}}, {\"name\": \"get_time\", "
+        "\"parameters\": {\"tz\": \"UTC+1\"}}]";
+    json_t *doc = json_loads(schema_text, 0, NULL);
+    tp_schema *schema = NULL;
+    ck_assert_msg(doc && tp_schema_compile(doc, &schema) == TP_OK, "%s", tp_error_message());
+    const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
+    tp_guide *g = NULL;
+    ck_assert_int_eq(tp_guide_create(tok, vocab, eos, n_eos, &g), TP_OK);
+    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed), out[512];
+    uint8_t *in_set = calloc((size_t)vocab, 1);
+    tp_ids ids = {0};
+    ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, text, strlen(text), 0, &ids), TP_OK);
+    ck_assert(ids.n < 500);
+    for (size_t k = 0; k <= ids.n; k++) {
+        int32_t n = 0;
+        ck_assert_int_eq(tp_guide_allowed_json(g, schema, ids.v, (int32_t)k, allowed, &n), TP_OK);
+        memcpy(out, ids.v, k * sizeof *out);
+        size_t before;
+        char *s = decode_raw(tok, out, (int32_t)k, &before);
+        free(s);
+        int ends = 0;
+        for (int32_t i = 0; i < n; i++) {
+            in_set[allowed[i]] = 1;
+            ends |= is_eos(eos, n_eos, allowed[i]);
+        }
+        ck_assert_msg(ends == (k == ids.n), "%s: token %zu: the end %sallowed", name, k, ends ? "" : "not ");
+        if (k < 8 || k % 5 == 0 || k == ids.n) /* every id, at the forks and some places after */
+            for (int32_t t = 0; t < vocab; t++) {
+                size_t tl;
+                if (!tp_tokenizer_id_to_token(tok, t, &tl) || tp_tokenizer_is_special(tok, t)) continue;
+                ck_assert_msg(in_set[t] == schema_may_follow(tok, schema, out, (int32_t)k, t, before),
+                              "%s: under the schema, after token %zu, token %d: allowed %d", name, k, t, in_set[t]);
+            }
+        ck_assert_msg(k == ids.n || in_set[ids.v[k]], "%s: the text's own token %zu refused", name, k);
+        for (int32_t i = 0; i < n; i++) in_set[allowed[i]] = 0;
+    }
+    tp_ids_free(&ids);
+    free(in_set);
+    free(allowed);
+    tp_guide_destroy(g);
+    tp_schema_free(schema);
+    json_decref(doc);
 }
 
 START_TEST(tiny_tokenizer_guide)
@@ -362,6 +460,7 @@ static void shared_case(const char *sub, int full_steps)
         if (tp_tokenizer_is_special(tok, t)) end = t;
     ck_assert_msg(end >= 0, "%s: no special token to end JSON with", sub);
     check_tokenizer_json(tok, sub, &end, 1);
+    check_tokenizer_schema(tok, sub, &end, 1);
     tp_tokenizer_destroy(tok);
 }
 
