@@ -148,25 +148,27 @@ static const tp_schema_node *bounded_number(const tp_json_prefix *s)
     return (d->kind == TP_SCHEMA_INTEGER || d->kind == TP_SCHEMA_NUMBER) && (d->has_lo || d->has_hi) ? d : NULL;
 }
 
-/* the integer part's magnitude under the sign: at least lo (excl: the fraction must not be 0
- * where it equals lo), at most hi where has_hi (incl: the fraction must be 0 where it
- * equals hi; excl: at most hi - 1) */
+/* what the integer part's magnitude may be under the sign: at least lo (where lo itself is
+ * excluded, with a fraction not 0), at most hi where has_hi; where hi is an included bound
+ * itself, with a fraction of 0s only */
 typedef struct span {
     int64_t lo, hi;
-    int has_hi, lo_excl, hi_excl;
+    int has_hi, lo_excl, hi_whole_only;
 } span;
 
 static span span_of(const tp_schema_node *d, int neg)
 {
     span p = {0, 0, 0, 0, 0};
+    int hi_excl = 0;
     if (!neg) { /* x >= 0 */
         if (d->has_lo && d->lo >= 0) p.lo = d->lo, p.lo_excl = d->lo_excl;
-        p.has_hi = d->has_hi, p.hi = d->hi, p.hi_excl = d->hi_excl;
+        p.has_hi = d->has_hi, p.hi = d->hi, hi_excl = d->hi_excl;
     } else { /* y = -x >= 0 */
         if (d->has_hi && d->hi <= 0) p.lo = -d->hi, p.lo_excl = d->hi_excl;
-        p.has_hi = d->has_lo, p.hi = -d->lo, p.hi_excl = d->lo_excl;
+        p.has_hi = d->has_lo, p.hi = -d->lo, hi_excl = d->lo_excl;
     }
-    if (p.has_hi && p.hi_excl) p.hi--, p.hi_excl = 0, p.has_hi = 2; /* 2: hi itself was excluded */
+    if (p.has_hi && hi_excl) p.hi--; /* below hi: a part of hi - 1 with any fraction */
+    p.hi_whole_only = p.has_hi && !hi_excl;
     return p;
 }
 
@@ -214,7 +216,7 @@ static int fraction_digit(tp_json_prefix *s, unsigned char c)
     if (!d) return 1;
     const span p = span_of(d, s->flags & F_NEG);
     if (c != '0') {
-        if (p.has_hi == 1 && (int64_t)s->num == p.hi) return 0;
+        if (p.hi_whole_only && (int64_t)s->num == p.hi) return 0;
         s->flags |= F_FRAC_NZ;
     }
     return 1;

@@ -615,60 +615,63 @@ static int refers_to_root(const json_t *v)
 static int required_schema(line_ctx *c, const json_t *tools, int single, json_t **out)
 {
     char b[QUOTE_CAP];
-    json_t *any = json_array(), *defs = json_object(), *definitions = json_object();
-    json_t *s = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object", "anyOf",
-                          any);
-    if (!s || !defs || !definitions) goto oom;
-    if (single) json_object_set_new(s, "maxItems", json_integer(1));
+    int rc = OOM;
+    json_t *any = json_array(), *defs = json_object(), *definitions = json_object(), *p = NULL;
+    json_t *s = any ? json_pack("{s:s, s:i, s:{s:s, s:O}}", "type", "array", "minItems", 1, "items", "type", "object",
+                                "anyOf", any)
+                    : NULL;
+    if (!s || !defs || !definitions || (single && json_object_set_new(s, "maxItems", json_integer(1)))) goto out;
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *fn = get(json_array_get(tools, i), "function"), *params = get(fn, "parameters");
         if (params && !json_is_null(params) && !json_is_object(params)) {
-            json_decref(s), json_decref(defs), json_decref(definitions);
-            return fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters must be a JSON schema object, not %s",
-                        c->prefix, i, repr(b, params));
+            rc = fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters must be a JSON schema object, not %s",
+                      c->prefix, i, repr(b, params));
+            goto out;
         }
         if (refers_to_root(params)) {
-            json_decref(s), json_decref(defs), json_decref(definitions);
-            return fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters refers to itself as \"#\", which "
-                        "\"tool_choice\": \"required\" cannot keep apart from the other tools' (use \"#/$defs/...\")",
-                        c->prefix, i);
+            rc = fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters refers to itself as \"#\", which "
+                      "\"tool_choice\": \"required\" cannot keep apart from the other tools' (use \"#/$defs/...\")",
+                      c->prefix, i);
+            goto out;
         }
-        json_t *p = json_is_object(params) ? json_copy(params) : json_pack("{s:s, s:{}}", "type", "object", "properties");
-        if (!p) goto oom;
+        p = json_is_object(params) ? json_copy(params) : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        if (!p) goto out;
         const char *boxes[] = {"$defs", "definitions"};
         json_t *lifted[] = {defs, definitions};
         for (int k = 0; k < 2; k++) {
-            json_t *d = get(p, boxes[k]);
             const char *name;
             json_t *def;
-            json_object_foreach(d, name, def)
+            json_object_foreach(get(p, boxes[k]), name, def)
             {
                 json_t *have = json_object_get(lifted[k], name);
                 if (have && !json_equal(have, def)) {
-                    json_decref(p), json_decref(s), json_decref(defs), json_decref(definitions);
-                    return fail(c, E_REQUEST, "\"%stools\" give two schemas named %s in %s; \"tool_choice\": "
-                                "\"required\" puts every tool's in one", c->prefix, quote(b, name, strlen(name)),
-                                boxes[k]);
+                    rc = fail(c, E_REQUEST, "\"%stools\" give two schemas named %s in %s; \"tool_choice\": "
+                              "\"required\" puts every tool's in one", c->prefix, quote(b, name, strlen(name)), boxes[k]);
+                    goto out;
                 }
                 json_object_set(lifted[k], name, def);
             }
             json_object_del(p, boxes[k]);
         }
-        json_t *branch = json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s, s]}", "properties", "name", "type", "string", "enum",
+        json_t *branch = json_pack("{s:{s:{s:s, s:[O]}, s:O}, s:[s, s]}", "properties", "name", "type", "string", "enum",
                                    get(fn, "name"), "parameters", p, "required", "name", "parameters");
-        if (!branch || json_array_append_new(any, branch)) goto oom;
+        json_decref(p);
+        p = NULL;
+        if (!branch || json_array_append_new(any, branch)) goto out;
     }
-    if (json_object_size(defs)) json_object_set(s, "$defs", defs);
-    if (json_object_size(definitions)) json_object_set(s, "definitions", definitions);
-    json_decref(defs);
-    json_decref(definitions);
+    if ((json_object_size(defs) && json_object_set(s, "$defs", defs)) ||
+        (json_object_size(definitions) && json_object_set(s, "definitions", definitions)))
+        goto out;
     *out = s;
-    return OK;
-oom:
+    s = NULL;
+    rc = OK;
+out:
+    json_decref(p);
     json_decref(s);
+    json_decref(any);
     json_decref(defs);
     json_decref(definitions);
-    return OOM;
+    return rc;
 }
 
 static int read_tools(line_ctx *c, const json_t *o)
