@@ -111,7 +111,7 @@ static int bench(const char *dir, int rows, int tools)
             int32_t n;
             int negated;
             const double c0 = now();
-            if (tp_guide_json_ids(g, schema, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
+            if (tp_guide_json_ids(g, schema, 0, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
             walks += now() - c0 > 2e-4; /* a cache hit is microseconds; a walk over the vocabulary, a millisecond */
             calls++;
             if (k < ids[r].n) { /* the record's own next token must be in the set */

@@ -1272,10 +1272,10 @@ static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t
     *ids = e->guided;
     *negated = 0;
     if (p->json_object) {
-        TP_CHECK(tp_guide_json_ids(e->guide, p->schema, out, n_out, ids, n, negated));
+        TP_CHECK(tp_guide_json_ids(e->guide, p->schema, p->json_compact, out, n_out, ids, n, negated));
         if (*negated && negate) return TP_OK;
         if (*negated) {
-            TP_CHECK(tp_guide_allowed_json(e->guide, p->schema, out, n_out, e->guided, n));
+            TP_CHECK(tp_guide_allowed_json(e->guide, p->schema, p->json_compact, out, n_out, e->guided, n));
             *ids = e->guided;
             *negated = 0;
         }

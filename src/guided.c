@@ -396,8 +396,8 @@ static void json_make_room(tp_guide *g, size_t k, const json_cached *keep)
     }
 }
 
-tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
-                            const int32_t **ids, int32_t *n, int *negated)
+tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
+                            int32_t n_out, const int32_t **ids, int32_t *n, int *negated)
 {
     *ids = NULL;
     *n = 0;
@@ -405,6 +405,7 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
     tp_json_prefix start;
     if (schema) tp_json_prefix_init_schema(&start, schema);
     else tp_json_prefix_init(&start, 1);
+    if (compact) tp_json_prefix_compact(&start);
     if (!g->state) g->state = malloc(sizeof *g->state);
     if (!g->state) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
     tp_json_paths *state = g->state;
@@ -471,12 +472,12 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const i
     return TP_OK;
 }
 
-tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
-                                int32_t *dst, int32_t *n)
+tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
+                                int32_t n_out, int32_t *dst, int32_t *n)
 {
     const int32_t *ids;
     int negated;
-    TP_CHECK(tp_guide_json_ids(g, schema, out, n_out, &ids, n, &negated));
+    TP_CHECK(tp_guide_json_ids(g, schema, compact, out, n_out, &ids, n, &negated));
     if (!negated) {
         if (*n) memcpy(dst, ids, (size_t)*n * sizeof *dst);
         return TP_OK;

@@ -37,11 +37,12 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
 
 /* response_format {"type": "json_object"}: the ids that keep out[0 .. n_out) (the completion
  * so far) the start of a JSON object (json_prefix.h), or with a schema (json_schema.h, kept
- * by the caller) of a value it holds to, each once, into dst (room for
+ * by the caller) of a value it holds to (compact: without whitespace between tokens), each
+ * once, into dst (room for
  * tp_guide_max_allowed); the end tokens once the text is whole. *n is 0 when none may (a
  * token left the rule, or the text is whole and the model has no end tokens). */
-tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
-                                int32_t *dst, int32_t *n);
+tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
+                                int32_t n_out, int32_t *dst, int32_t *n);
 
 /* The JSON sets kept hold at most max_ids ids together (default 8 Mi, 32 MiB) beside the
  * one asked for last; the least recently read go first. For hosts short of memory, and
@@ -52,7 +53,7 @@ size_t tp_guide_json_kept(const tp_guide *g);
 /* The same set as it is kept, without a copy: *ids[0 .. *n) are the ids that may come, or
  * (*negated, where they are most of the vocabulary) those that may not. Valid until the
  * next call. */
-tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, const int32_t *out, int32_t n_out,
-                            const int32_t **ids, int32_t *n, int *negated);
+tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
+                            int32_t n_out, const int32_t **ids, int32_t *n, int *negated);
 
 #endif

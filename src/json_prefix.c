@@ -27,7 +27,7 @@ enum number_part { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXP_SIGN, N_E
  * S_LOW_SLASH and S_LOW_U: the '\' and 'u' of the low surrogate a high one needs */
 enum { S_PLAIN = 0, S_ESCAPE = 1, S_HEX = 2, S_LOW_SLASH = 7, S_LOW_U = 8 };
 
-enum { F_KEY = 1, F_LOW_DUE = 2, F_OBJECT_ONLY = 4, F_NEG = 8, F_FRAC_NZ = 16 };
+enum { F_KEY = 1, F_LOW_DUE = 2, F_OBJECT_ONLY = 4, F_NEG = 8, F_FRAC_NZ = 16, F_COMPACT = 32 };
 
 static const char *const literals[] = {"true", "false", "null"};
 
@@ -511,7 +511,8 @@ static int step(tp_json_prefix *s, unsigned char c, fork *f)
     default:
         break;
     }
-    if (is_space(c)) { /* llama.cpp's json.gbnf: ws ::= | " " | "\n" [ \t]{0,20} */
+    if (is_space(c)) { /* llama.cpp's json.gbnf: ws ::= | " " | "\n" [ \t]{0,20}; compact: none */
+        if (s->flags & F_COMPACT) return 0;
         if (s->space == 0 && (c == ' ' || c == '\n')) s->space = c == ' ' ? 1 : 2;
         else if (s->space >= 2 && s->space < 2 + TP_JSON_MAX_INDENT && (c == ' ' || c == '\t')) s->space++;
         else return 0;
@@ -564,6 +565,8 @@ void tp_json_prefix_init(tp_json_prefix *s, int object_only)
     s->utf8_hi = 0xbf;
     if (object_only) s->flags = F_OBJECT_ONLY;
 }
+
+void tp_json_prefix_compact(tp_json_prefix *s) { s->flags |= F_COMPACT; }
 
 void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schema)
 {

@@ -44,7 +44,7 @@ typedef struct tp_json_prefix {
     uint8_t utf8_lo, utf8_hi; /* the next continuation byte's range */
     uint8_t space;     /* the whitespace run: 0 none, 1 one space, 2 + k a newline and k indents */
     uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top;
-                        * a bounded number is negative, has a fraction digit not 0 */
+                        * a bounded number is negative, has a fraction digit not 0; no whitespace */
     uint8_t pad_[6];
 } tp_json_prefix;
 _Static_assert(sizeof(tp_json_prefix) == 112, "tp_json_prefix has no padding");
@@ -58,6 +58,9 @@ void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schem
 /* The states byte c leads s to, into out (room at most): more than one where a value of an
  * anyOf begins with c and several branches may; 0 when c may not follow. */
 int tp_json_prefix_next(const tp_json_prefix *s, unsigned char c, tp_json_prefix *out, int room);
+
+/* No whitespace between tokens from here on (vLLM's disable_any_whitespace). */
+void tp_json_prefix_compact(tp_json_prefix *s);
 
 /* Whether byte c may follow: 1 and s advanced (to the first reading, where there are
  * several), or 0 and s unchanged. Enough for texts without a schema, which have one reading. */

@@ -989,9 +989,13 @@ static int read_schema(line_ctx *c, const json_t *v, const char *key, const stru
     return OK;
 }
 
-/* vLLM's "structured_outputs": {"choice": [...]} or {"json_object": true}; *choices its
- * choice array, or NULL */
-static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json, const json_t **schema)
+/* vLLM's "structured_outputs": {"choice": [...]}, {"json_object": true} or {"json": SCHEMA};
+ * *choices its choice array, or NULL. Of its options, disable_any_whitespace (*compact) is
+ * followed; disable_fallback (no other backend to fall back to) and
+ * disable_additional_properties (properties a schema does not give are never written) hold
+ * as they are. */
+static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json, const json_t **schema,
+                                   int *compact)
 {
     char b[QUOTE_CAP];
     if (!json_is_object(so))
@@ -1013,8 +1017,17 @@ static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choic
             *json = 1;
             continue;
         }
+        if (!strcmp(k, "disable_any_whitespace") || !strcmp(k, "disable_fallback") ||
+            !strcmp(k, "disable_additional_properties")) {
+            if (!json_is_boolean(x))
+                return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s must be true or false, not %s", c->prefix, k,
+                            repr(b, x));
+            if (!strcmp(k, "disable_any_whitespace")) *compact = json_is_true(x);
+            continue;
+        }
         return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\", \"json\" "
-                    "and \"json_object\" is not supported", c->prefix, quote(b, k, strlen(k)));
+                    "and \"json_object\" (and the option disable_any_whitespace) is not supported", c->prefix,
+                    quote(b, k, strlen(k)));
     }
     *choices = get(so, "choice");
     return OK;
@@ -1033,13 +1046,13 @@ static int read_guided(line_ctx *c, const json_t *o)
     json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice"), *rf = get(o, "response_format"),
            *gj = get(o, "guided_json");
     const char *key = "guided_choice";
-    int json = 0, so_json = 0;
+    int json = 0, so_json = 0, compact = 0;
     const json_t *schema = NULL, *so_schema = NULL;
     if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
                              c->prefix, c->prefix);
     if (rf) TRY(read_response_format(c, rf, &json, &schema));
     if (so) {
-        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema));
+        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema, &compact));
         key = "structured_outputs.choice";
     }
     const char *what = json ? "response_format" : so_schema ? "structured_outputs.json" : so_json ? "structured_outputs.json_object" : key;
@@ -1096,6 +1109,7 @@ static int read_guided(line_ctx *c, const json_t *o)
     if (json) {
         if (schema && !c->r->forced_tool && !c->r->required_tools) TRY(read_schema(c, schema, what, &p->schema));
         p->json_object = 1;
+        p->json_compact = compact;
         return OK;
     }
     const size_t k = json_array_size(v);

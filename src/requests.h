@@ -70,6 +70,8 @@ typedef struct tp_request_params {
                                                            * (non-empty, without NUL, at most 4096) */
     int json_object;                                      /* response_format json_object: the text is a JSON
                                                            * object (never with choices) */
+    int json_compact;                                     /* with json_object: no whitespace between tokens
+                                                           * (structured_outputs.disable_any_whitespace) */
     const struct tp_schema *schema;                       /* with json_object, a JSON schema (response_format
                                                            * json_schema, guided_json): the text is a value it
                                                            * holds to; the list's, compiled once per schema */

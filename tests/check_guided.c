@@ -242,7 +242,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         while (!done && n_out < 400) {
             int32_t n = 0;
             const clock_t t0 = clock();
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, out, n_out, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, out, n_out, allowed, &n), TP_OK);
             const double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
             if (ms > 0.5) {
                 miss_ms += ms;
@@ -309,7 +309,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
         for (size_t k = 0; k <= ids.n; k++) {
             int32_t n = 0;
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, ids.v, (int32_t)k, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, ids.v, (int32_t)k, allowed, &n), TP_OK);
             int found = 0, ends = 0;
             for (int32_t i = 0; i < n; i++) {
                 found |= k < ids.n && allowed[i] == ids.v[k];
@@ -330,8 +330,8 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
         for (size_t k = 0; k <= ids.n; k += 1 + k % 3) {
             int32_t n1 = 0, n2 = 0;
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, ids.v, (int32_t)k, allowed, &n1), TP_OK);
-            ck_assert_int_eq(tp_guide_allowed_json(small, NULL, ids.v, (int32_t)k, again, &n2), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, ids.v, (int32_t)k, allowed, &n1), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(small, NULL, 0, ids.v, (int32_t)k, again, &n2), TP_OK);
             ck_assert_int_eq(n1, n2);
             ck_assert(!memcmp(allowed, again, (size_t)n1 * sizeof *allowed));
             ck_assert_uint_le(tp_guide_json_kept(small), (size_t)vocab); /* the last set alone */
@@ -344,7 +344,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
     /* off JSON: nothing */
     int32_t n = 5;
     const int32_t eos0 = eos[0];
-    ck_assert_int_eq(tp_guide_allowed_json(g, NULL, &eos0, 1, allowed, &n), TP_OK);
+    ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, &eos0, 1, allowed, &n), TP_OK);
     ck_assert_int_eq(n, 0);
     free(structural);
     free(in_set);
@@ -399,7 +399,7 @@ static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, co
     ck_assert(ids.n < 500);
     for (size_t k = 0; k <= ids.n; k++) {
         int32_t n = 0;
-        ck_assert_int_eq(tp_guide_allowed_json(g, schema, ids.v, (int32_t)k, allowed, &n), TP_OK);
+        ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, ids.v, (int32_t)k, allowed, &n), TP_OK);
         memcpy(out, ids.v, k * sizeof *out);
         size_t before;
         char *s = decode_raw(tok, out, (int32_t)k, &before);

@@ -883,12 +883,18 @@ START_TEST(logit_bias_and_allowed_ids)
     in = "{\"id\":\"j\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}\n"
          "{\"id\":\"k\",\"prompt\":\"x\",\"structured_outputs\":{\"json_object\":true,\"choice\":null}}\n"
          "{\"id\":\"l\",\"prompt\":\"x\",\"structured_outputs\":{\"json_object\":false}}\n"
-         "{\"id\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}\n";
+         "{\"id\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}\n"
+         "{\"id\":\"w\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"},\"structured_outputs\":"
+         "{\"disable_any_whitespace\":true,\"disable_fallback\":true,\"disable_additional_properties\":false}}\n"
+         "{\"id\":\"v\",\"prompt\":\"x\",\"structured_outputs\":{\"json_object\":true,\"disable_any_whitespace\":false}}\n";
     ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
     ck_assert_uint_eq(L.n_errors, 0);
     ck_assert_int_eq(L.unknown_lines, 0);
     ck_assert(L.v[0].p.json_object && L.v[1].p.json_object && !L.v[2].p.json_object && !L.v[3].p.json_object);
     ck_assert_int_eq(L.v[0].p.n_choices + L.v[1].p.n_choices, 0);
+    /* disable_any_whitespace: the JSON rule (response_format's here) without whitespace */
+    ck_assert(L.v[4].p.json_object && L.v[4].p.json_compact && L.v[5].p.json_object && !L.v[5].p.json_compact);
+    ck_assert(!L.v[0].p.json_compact && !L.v[1].p.json_compact);
     /* a JSON schema: response_format json_schema, structured_outputs.json (an object or its
      * text), vLLM's guided_json; compiled once per distinct schema */
     in = "{\"id\":\"s1\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
@@ -909,7 +915,11 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"structured_outputs\":{\"json_object\":true,\"choice\":[\"a\"]}",
          "\"structured_outputs.choice\" with \"structured_outputs.json_object\": give one"},
         {"\"structured_outputs\":{\"json_object\":1}", "\"structured_outputs\".json_object must be true or false, not 1"},
-        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" is not supported"},
+        {"\"structured_outputs\":{\"json_object\":true,\"disable_any_whitespace\":0}",
+         "\"structured_outputs\".disable_any_whitespace must be true or false, not 0"},
+        {"\"structured_outputs\":{\"json_object\":true,\"whitespace_pattern\":\" \"}",
+         "\"structured_outputs\".\"whitespace_pattern\": guided decoding other than"},
+        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" (and the option disable_any_whitespace) is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
         {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"a+\"}", "\"guided_json\": the JSON schema at its root: pattern is not supported"},

@@ -3,7 +3,8 @@
 # true}): the completion is a JSON object, on stories260K (SentencePiece with byte tokens:
 # inside a string most of its 512 tokens may come, so the engine sends the few that may not)
 # and tiny-llama3 (byte-level BPE): greedy, sampled, n = 3, logit_bias toward closing, in
-# plain and OpenAI batch lines (completions and chat). Every text keeps llama.cpp's whitespace rule; one that ends
+# plain and OpenAI batch lines (completions and chat). Every text keeps llama.cpp's whitespace rule
+# (with structured_outputs.disable_any_whitespace: none between tokens); one that ends
 # ("stop") parses as an object (Python's json), one that max_tokens cuts ("length") is the
 # start of one (tests/json_prefix_check.py finds an ending that parses). The host sampler
 # and the backend's sample op draw the same; what cannot run is an error record.
@@ -14,7 +15,8 @@ need_shared
 export OMP_NUM_THREADS=1
 py() { PYTHONPATH="$top_srcdir/tests" python3 -c "$@"; }
 check_json() { # check_json FILE...: every completion as the header says; prints how many ended
-    py 'import json, re, sys
+    # (COMPACT=1: no whitespace between tokens at all, disable_any_whitespace's)
+    COMPACT=${COMPACT:-0} py 'import json, os, re, sys
 from json_prefix_check import completable
 ended = 0
 for f in sys.argv[1:]:
@@ -32,6 +34,7 @@ for f in sys.argv[1:]:
             bare = re.sub(r"\"(\\\\.|[^\"\\\\])*\"?", "\"\"", t) # strings out: whitespace between tokens left
             for ws in re.findall(r"[ \t\n\r]+", bare):
                 assert ws == " " or re.fullmatch("\n[ \t]{0,20}", ws), (f, repr(t), repr(ws))
+                assert os.environ["COMPACT"] == "0", ("whitespace in a compact text", f, repr(t))
             if r == "stop":
                 assert isinstance(json.loads(t), dict), (f, t)
                 ended += 1
@@ -66,6 +69,23 @@ for l in open(sys.argv[1]):
     d = json.loads(l)
     if d["id"] == "s": print([c["text"] for c in d["choices"]])' "$TMP/stories-0.jsonl")" ] || fail "the OpenAI body and the plain line differ"
 
+# structured_outputs.disable_any_whitespace: no whitespace between tokens (json_object, a
+# schema, a named tool), the same tokens from the sample op and the host sampler
+compact="{\"id\": \"w\", \"prompt\": \"Lily\", \"max_tokens\": 64, \"temperature\": 0.8, \"seed\": 3, \"n\": 3, \"logit_bias\": {\"128\": 6, \"436\": 4}, \"structured_outputs\": {\"json_object\": true, \"disable_any_whitespace\": true}}
+{\"id\": \"x\", \"prompt\": \"Tom\", \"max_tokens\": 64, \"temperature\": 0.8, \"seed\": 5, \"n\": 2, \"logit_bias\": {\"128\": 6, \"436\": 4}, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, \"n\": {\"type\": \"integer\", \"maximum\": 99}}}}}, \"structured_outputs\": {\"disable_any_whitespace\": true}}"
+printf '%s\n' "$compact" > "$TMP/compact.in"
+for path in 0 1; do
+    TPINFER_SAMPLE_ON_HOST=$path "$TPINFER" --model "$m" --backend cpu --input "$TMP/compact.in" \
+        --output "$TMP/compact-$path.jsonl" 2>"$TMP/compact-$path.err" || { cat "$TMP/compact-$path.err"; fail "compact, host sampler $path"; }
+done
+cmp -s "$TMP/compact-0.jsonl" "$TMP/compact-1.jsonl" || fail "compact: the sample op and the host sampler differ"
+ended=$(COMPACT=1 check_json "$TMP/compact-0.jsonl") || fail "a compact completion: $(cat "$TMP/compact-0.jsonl")"
+[ "$ended" -ge 1 ] || fail "no compact completion ended: $(cat "$TMP/compact-0.jsonl")"
+# the check sees whitespace: the same lines without the option have some
+sed 's/, \"disable_any_whitespace\": true//; s/, \"structured_outputs\": {}//' "$TMP/compact.in" > "$TMP/spaced.in"
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/spaced.in" --output "$TMP/spaced.jsonl" 2>/dev/null || fail "the spaced lines"
+COMPACT=1 check_json "$TMP/spaced.jsonl" >/dev/null 2>&1 && fail "no whitespace without disable_any_whitespace either: the check sees none"
+
 # tiny-llama3, byte-level BPE ("}" 92, "\"" 1): sampled and biased toward closing
 m="$MODELS/tiny-llama3"
 run_lines llama "{\"id\": \"s\", \"prompt\": \"Hello\", \"max_tokens\": 40, \"temperature\": 1.0, \"seed\": 7, \"n\": 3, \"response_format\": {\"type\": \"json_object\"}}" \
@@ -85,10 +105,13 @@ run_lines_with_errors bad '{"id": "ok", "prompt": "Lily", "max_tokens": 8, "resp
     '{"id": "e3", "prompt": "Lily", "response_format": {"type": "json_object"}, "min_tokens": 3}' \
     '{"id": "e4", "prompt": "Lily", "structured_outputs": {"json_object": true}, "ignore_eos": true}' \
     '{"id": "e5", "prompt": "Lily", "response_format": {"type": "json_object"}, "bad_words": ["x"]}' \
-    '{"id": "e6", "prompt": "Lily", "response_format": {"type": "yaml"}}'
+    '{"id": "e6", "prompt": "Lily", "response_format": {"type": "yaml"}}' \
+    '{"id": "e7", "prompt": "Lily", "structured_outputs": {"json_object": true, "disable_any_whitespace": "yes"}}' \
+    '{"id": "e8", "prompt": "Lily", "structured_outputs": {"json_object": true, "whitespace_pattern": " "}}'
 for want in 'e1.*\\"response_format\\": the JSON schema at its root: pattern is not supported' 'e2.*give one' \
     'e3.*the object may be whole sooner' 'e4.*the object ends at the end token' 'e5.*\\"bad_words\\"' \
-    'e6.*must be {\\"type\\": \\"text\\"}, {\\"type\\": \\"json_object\\"} or {\\"type\\": \\"json_schema\\", ...}, not \\"yaml\\"'; do
+    'e6.*must be {\\"type\\": \\"text\\"}, {\\"type\\": \\"json_object\\"} or {\\"type\\": \\"json_schema\\", ...}, not \\"yaml\\"' \
+    'e7.*disable_any_whitespace must be true or false, not \\"yes\\"' 'e8.*\\"whitespace_pattern\\": guided decoding other than'; do
     grep -q "\"id\":\"$want" "$TMP/bad.jsonl" || fail "no error record matching $want: $(cat "$TMP/bad.jsonl")"
 done
 grep '"id":"ok"' "$TMP/bad.jsonl" > "$TMP/ok.jsonl" && check_json "$TMP/ok.jsonl" >/dev/null || fail "the good line: $(cat "$TMP/bad.jsonl")"
