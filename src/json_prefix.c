@@ -118,6 +118,13 @@ static int scalar_ok(const tp_json_prefix *s)
 
 static int is_enum(const tp_json_prefix *s) { return s->schema && node_of(s, s->node)->kind == TP_SCHEMA_ENUM; }
 
+/* a string value's pattern (its node's), or NULL */
+static const tp_regex *pattern_of(const tp_json_prefix *s)
+{
+    if (!s->schema || (s->flags & F_KEY)) return NULL;
+    return node_of(s, s->node)->kind == TP_SCHEMA_STRING ? node_of(s, s->node)->pattern : NULL;
+}
+
 /* ---- minLength / maxLength: a string value's characters (code points), counted where each
  * begins (an escape's backslash, a UTF-8 lead byte; a surrogate pair's is one) */
 
@@ -230,6 +237,8 @@ static void end_value(tp_json_prefix *s)
     s->sub = 0;
     s->node = s->lit = s->lit_off = s->count = 0;
     s->num = 0;
+    s->cp = 0;
+    memset(&s->re, 0, sizeof s->re);
     s->flags &= (uint8_t) ~(F_NEG | F_FRAC_NZ);
     if (s->schema && s->depth) s->frame_pos[s->depth - 1]++;
 }
@@ -299,6 +308,8 @@ static int start_value(tp_json_prefix *s, unsigned char c, fork *f)
     if (c == '"') {
         s->mode = M_STRING;
         s->flags &= (uint8_t)~F_KEY;
+        const tp_regex *re = pattern_of(s);
+        if (re) s->re = tp_regex_start(re);
         return 1;
     }
     for (int l = 0; l < 3; l++)
@@ -343,6 +354,14 @@ static int utf8_lead(tp_json_prefix *s, unsigned char c)
     return 1;
 }
 
+/* a character of a string value read whole (c: its code point): its pattern may go on */
+static int pattern_char(tp_json_prefix *s, uint32_t c)
+{
+    const tp_regex *re = pattern_of(s);
+    s->cp = 0;
+    return !re || tp_regex_step(re, &s->re, c);
+}
+
 static int string_byte(tp_json_prefix *s, unsigned char c)
 {
     if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* a next property's key, byte for byte */
@@ -351,12 +370,15 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         if (!literal_byte(s, s->schema->entries + d->first, pos, last_candidate(s, d, pos), c)) return 0;
     } else if (is_enum(s) && !enum_byte(s, c))
         return 0;
+    const tp_regex *re = pattern_of(s);
     if (s->utf8_need) {
         if (c < s->utf8_lo || c > s->utf8_hi) return 0;
         s->utf8_need--;
         s->utf8_lo = 0x80;
         s->utf8_hi = 0xbf;
-        return 1;
+        if (!re) return 1;
+        s->cp = s->cp << 6 | (c & 0x3f);
+        return s->utf8_need || pattern_char(s, s->cp);
     }
     const tp_schema_node *bounded = s->sub == S_PLAIN ? bounded_string(s) : NULL;
     if (bounded && c != '"' && !count_char(s, bounded)) return 0; /* a character begins */
@@ -364,6 +386,7 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
     case S_PLAIN:
         if (c == '"') {
             if (bounded && s->count < bounded->min_items) return 0;
+            if (re && !tp_regex_accepts(re, &s->re)) return 0;
             if (s->flags & F_KEY) {
                 s->flags &= (uint8_t)~F_KEY;
                 s->mode = M_COLON;
@@ -381,16 +404,22 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
             return 1;
         }
         if (c < 0x20) return 0; /* control characters are escaped in JSON */
-        return c < 0x80 || utf8_lead(s, c);
-    case S_ESCAPE:
+        if (c < 0x80) return pattern_char(s, c);
+        if (!utf8_lead(s, c)) return 0;
+        if (re) s->cp = c & (0x3f >> s->utf8_need); /* the lead byte's bits */
+        return 1;
+    case S_ESCAPE: {
         if (c == 'u') {
             s->sub = S_HEX;
             s->code = 0;
             return 1;
         }
-        if (!strchr("\"\\/bfnrt", c) || c == 0) return 0;
+        static const char escaped[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
+        const char *at = c ? strchr(escaped, c) : NULL;
+        if (!at) return 0;
         s->sub = S_PLAIN;
-        return 1;
+        return pattern_char(s, (unsigned char)meant[at - escaped]);
+    }
     case S_LOW_SLASH:
         if (c != '\\') return 0;
         s->sub = S_LOW_U;
@@ -406,19 +435,23 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         s->code = (uint16_t)(s->code * 16 + v);
         if (++s->sub < S_HEX + 4) return 1;
         const int high = s->code >= 0xd800 && s->code <= 0xdbff, low = s->code >= 0xdc00 && s->code <= 0xdfff;
-        if (s->flags & F_LOW_DUE) {
+        const uint32_t code = s->code;
+        s->code = 0;
+        if (s->flags & F_LOW_DUE) { /* the pair's character: the high surrogate was kept in cp */
             if (!low) return 0;
             s->flags &= (uint8_t)~F_LOW_DUE;
             s->sub = S_PLAIN;
-        } else if (high) {
+            return pattern_char(s, 0x10000 + ((s->cp - 0xd800) << 10) + (code - 0xdc00));
+        }
+        if (high) {
             s->flags |= F_LOW_DUE;
             s->sub = S_LOW_SLASH;
-        } else if (low)
-            return 0;
-        else
-            s->sub = S_PLAIN;
-        s->code = 0;
-        return 1;
+            if (re) s->cp = code;
+            return 1;
+        }
+        if (low) return 0;
+        s->sub = S_PLAIN;
+        return pattern_char(s, code);
     }
     }
 }

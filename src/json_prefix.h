@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "regex.h"
+
 #define TP_JSON_MAX_DEPTH 64
 #define TP_JSON_MAX_INDENT 20
 #define TP_SCHEMA_MAX_DEPTH 16 /* containers nest at most this deep under a schema */
@@ -45,9 +47,11 @@ typedef struct tp_json_prefix {
     uint8_t space;     /* the whitespace run: 0 none, 1 one space, 2 + k a newline and k indents */
     uint8_t flags;     /* the string is a key; a low surrogate's \u is due; an object at the top;
                         * a bounded number is negative, has a fraction digit not 0; no whitespace */
-    uint8_t pad_[6];
+    uint16_t pad_;
+    uint32_t cp;       /* under a pattern: the character being read (a UTF-8 sequence's, a high surrogate) */
+    tp_regex_set re;   /* under a pattern: where its automaton may be */
 } tp_json_prefix;
-_Static_assert(sizeof(tp_json_prefix) == 112, "tp_json_prefix has no padding");
+_Static_assert(sizeof(tp_json_prefix) == 128, "tp_json_prefix has no padding");
 
 /* The state before any byte: the text must be an object (object_only) or any JSON value. */
 void tp_json_prefix_init(tp_json_prefix *s, int object_only);

@@ -4,6 +4,8 @@
  */
 #include "json_schema.h"
 
+#include "regex.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,7 @@ static const char *const annotations[] = {"title", "description", "default", "ex
                                           "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
                                           "strict", "discriminator", NULL};
 static const char *const constraints[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                          "maxItems", "minLength", "maxLength", "minimum", "maximum",
+                                          "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
                                           "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems",
                                           "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL};
 /* bounds: merged by the tighter (allOf), lower and upper */
@@ -311,9 +313,19 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
         if (hi >= 0 && hi < lo) return refuse(c, " is less than minLength", "maxLength");
         if (hi > 65535) hi = -1; /* past what a text under a schema is written to: no bound */
         if (lo > 65535) return refuse(c, " is more than 65535", "minLength");
+        const json_t *pattern = json_object_get(v, "pattern");
+        struct tp_regex *re = NULL;
+        if (pattern && !json_is_string(pattern)) return refuse(c, " must be a string", "pattern");
+        if (pattern && tp_regex_compile(json_string_value(pattern), json_string_length(pattern), 1, &re) != TP_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", tp_error_message());
+            tp_error_clear(); /* the message again, with where in the schema */
+            return refuse(c, "", why);
+        }
         d = &c->s->nodes[n];
         d->min_items = lo;
         d->max_items = hi;
+        d->pattern = re;
     } else if (!strcmp(type, "number") || !strcmp(type, "integer")) {
         d->kind = !strcmp(type, "number") ? TP_SCHEMA_NUMBER : TP_SCHEMA_INTEGER;
         TP_CHECK(read_bounds(c, v, n));
@@ -442,7 +454,31 @@ static int value_bits(const json_t *v)
     return json_is_array(v) ? T_ARRAY : T_OBJECT;
 }
 
-/* whether value e keeps the string length and number bounds beside it in schema v */
+/* whether UTF-8 text[0, n) matches a pattern (as JSON Schema's, anywhere); one tpinfer does
+ * not take matches nothing */
+static int matches(const char *pattern, size_t pattern_len, const char *text, size_t n)
+{
+    tp_regex *re;
+    if (tp_regex_compile(pattern, pattern_len, 1, &re) != TP_OK) {
+        tp_error_clear();
+        return 0;
+    }
+    tp_regex_set s = tp_regex_start(re);
+    int ok = 1;
+    for (size_t i = 0; i < n && ok;) { /* the code points (the text is jansson's: valid UTF-8) */
+        const unsigned char b = (unsigned char)text[i];
+        const int more = b < 0x80 ? 0 : b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : 1;
+        uint32_t cp = more ? b & (0x3f >> more) : b;
+        for (int k = 1; k <= more && i + (size_t)k < n; k++) cp = cp << 6 | ((unsigned char)text[i + (size_t)k] & 0x3f);
+        i += (size_t)more + 1;
+        ok = tp_regex_step(re, &s, cp);
+    }
+    ok = ok && tp_regex_accepts(re, &s);
+    tp_regex_free(re);
+    return ok;
+}
+
+/* whether value e keeps the string length, pattern and number bounds beside it in schema v */
 static int within(const json_t *v, const json_t *e)
 {
     if (json_is_string(e)) {
@@ -450,7 +486,11 @@ static int within(const json_t *v, const json_t *e)
         double chars = 0; /* code points: UTF-8 bytes that do not continue one */
         for (size_t i = 0; i < json_string_length(e); i++) chars += ((unsigned char)t[i] & 0xc0) != 0x80;
         const json_t *lo = json_object_get(v, "minLength"), *hi = json_object_get(v, "maxLength");
-        return (!json_is_number(lo) || chars >= json_number_value(lo)) && (!json_is_number(hi) || chars <= json_number_value(hi));
+        if ((json_is_number(lo) && chars < json_number_value(lo)) || (json_is_number(hi) && chars > json_number_value(hi)))
+            return 0;
+        const json_t *pattern = json_object_get(v, "pattern");
+        return !json_is_string(pattern) || matches(json_string_value(pattern), json_string_length(pattern), t,
+                                                    json_string_length(e));
     }
     if (!json_is_number(e)) return 1;
     const double x = json_number_value(e);
@@ -717,8 +757,9 @@ static tp_status compile_at(compiler *c, const json_t *v, int32_t *out)
         (void)x;
         if (!in_list(annotations, key) && !in_list(constraints, key))
             return refuse(c, " is not supported (tpinfer holds a text to type, properties, required, "
-                          "additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, minimum, "
-                          "maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf and $ref)",
+                          "additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern, "
+                          "minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf and "
+                          "$ref)",
                           key);
     }
     const json_t *flat;
@@ -857,6 +898,7 @@ tp_status tp_schema_compile(const json_t *schema, tp_schema **out)
 void tp_schema_free(tp_schema *s)
 {
     if (!s) return;
+    for (int32_t i = 0; i < s->n_nodes; i++) tp_regex_free(s->nodes[i].pattern);
     for (int32_t i = 0; i < s->n_entries; i++) free(s->entries[i].text);
     free(s->entries);
     free(s->nodes);

@@ -6,7 +6,7 @@
  * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
  * values' schema), items, prefixItems (and draft 7's items list with additionalItems),
- * minItems, maxItems, minLength, maxLength, minimum, maximum,
+ * minItems, maxItems, minLength, maxLength, pattern (regex.h's syntax), minimum, maximum,
  * exclusiveMinimum, exclusiveMaximum (whole-number bounds for numbers; any for integers),
  * enum and const of strings, numbers, booleans
  * and null, anyOf (a text is read by every branch it may be in, until the bytes pick one),
@@ -48,6 +48,7 @@ typedef struct tp_schema_node {
     int64_t lo, hi;               /* INTEGER, NUMBER: the bounds, whole numbers (|x| <= 2^53) */
     uint8_t has_lo, has_hi;       /* the bounds given */
     uint8_t lo_excl, hi_excl;     /* NUMBER: a bound itself excluded (INTEGER's are made inclusive) */
+    struct tp_regex *pattern;     /* STRING: its "pattern" (owned), or NULL */
     uint8_t start[32];            /* the bytes a value of it may begin with, a bit each (made once) */
 } tp_schema_node;
 

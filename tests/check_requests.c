@@ -762,8 +762,8 @@ START_TEST(unknown_fields_ignored)
     /* fields that would change the output, which tpinfer does not do: an error record each;
      * their neutral values run */
     static const char *const refused[][2] = {
-        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"pattern\":\"a\"}}}",
-         "\"response_format\": the JSON schema at its root: pattern is not supported"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"multipleOf\":2}}}",
+         "\"response_format\": the JSON schema at its root: multipleOf is not supported"},
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}",
          "\"response_format\" \"json_schema\" needs \"json_schema\": {\"schema\""},
         {"\"response_format\":{\"type\":\"xml\"}", "\"response_format\" must be {\"type\": \"text\"}, {\"type\""},
@@ -922,7 +922,8 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" (and the option disable_any_whitespace) is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
-        {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"a+\"}", "\"guided_json\": the JSON schema at its root: pattern is not supported"},
+        {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "\"guided_json\": the JSON schema at its root: the regular expression \"(?=a)\": lookaround"},
+        {"\"guided_json\":{\"type\":\"integer\",\"multipleOf\":3}", "\"guided_json\": the JSON schema at its root: multipleOf is not supported"},
         {"\"structured_outputs\":{\"json\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",
          "\"structured_outputs.json\": the JSON schema at its root: oneOf[0] and oneOf[1] may both hold"},
         {"\"response_format\":{\"type\":\"json_object\"},\"min_tokens\":1", "the object may be whole sooner"},
@@ -1094,7 +1095,7 @@ START_TEST(tools_with_tool_choice_none)
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":7}}],\"tool_choice\":\"required\"",
          "\"tools\"[0].function.parameters must be a JSON schema object, not 7"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\","
-         "\"pattern\":\"x\"}}}],\"tool_choice\":\"required\"", "pattern is not supported"},
+         "\"multipleOf\":2}}}],\"tool_choice\":\"required\"", "multipleOf is not supported"},
         {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}",
          "\"tool_choice\" names \"other\", which \"tools\" does not give"},
         {"\"tools\":[T],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"

@@ -5,7 +5,7 @@
 #   - one-byte edits of them: a text the recognizer takes whole parses and validates (what
 #     tpinfer writes under a schema is valid under it);
 #   - hand-made texts each schema must refuse, and schemas tpinfer must refuse by name.
-import json, random, subprocess, sys, tempfile, os
+import json, random, re, subprocess, sys, tempfile, os
 import jsonschema
 
 DRIVER = sys.argv[1]
@@ -14,6 +14,20 @@ rng = random.Random(7)
 ADDRESS = {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
            "required": ["city", "zip"], "additionalProperties": False}
 PYDANTIC = '{"$defs": {"Address": {"properties": {"city": {"maxLength": 40, "minLength": 1, "title": "City", "type": "string"}, "zip": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Zip"}}, "required": ["city"], "title": "Address", "type": "object"}, "Cat": {"properties": {"pet_type": {"const": "cat", "title": "Pet Type", "type": "string"}, "meows": {"maximum": 10, "minimum": 0, "title": "Meows", "type": "integer"}}, "required": ["pet_type", "meows"], "title": "Cat", "type": "object"}, "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}, "Dog": {"properties": {"pet_type": {"const": "dog", "title": "Pet Type", "type": "string"}, "barks": {"exclusiveMaximum": 100, "exclusiveMinimum": 0, "title": "Barks", "type": "number"}}, "required": ["pet_type", "barks"], "title": "Dog", "type": "object"}}, "properties": {"name": {"title": "Name", "type": "string"}, "age": {"maximum": 150, "minimum": 0, "title": "Age", "type": "integer"}, "color": {"$ref": "#/$defs/Color"}, "tags": {"items": {"type": "string"}, "maxItems": 3, "title": "Tags", "type": "array"}, "scores": {"additionalProperties": {"type": "number"}, "title": "Scores", "type": "object"}, "address": {"$ref": "#/$defs/Address"}, "others": {"default": [], "items": {"$ref": "#/$defs/Address"}, "title": "Others", "type": "array"}, "pet": {"discriminator": {"mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}, "propertyName": "pet_type"}, "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "title": "Pet"}, "point": {"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}, {"type": "integer"}], "title": "Point", "type": "array"}, "born": {"format": "date", "title": "Born", "type": "string"}, "id": {"format": "uuid", "title": "Id", "type": "string"}, "nick": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Nick"}, "kind": {"default": "a", "enum": ["a", "b"], "title": "Kind", "type": "string"}}, "required": ["name", "age", "color", "tags", "scores", "address", "pet", "point", "born", "id"], "title": "Person", "type": "object"}'
+
+# patterns (JSON Schema's: a match anywhere unless anchored) and strings each matches
+PATTERNS = {
+    "^[A-Z]{3}-\\d{2,3}$": ["ABC-12", "XYZ-999"],
+    "ab+c": ["abc", "xxabbbcyy", "\u00e9abc\n"],
+    "^[^@\\s]+@[^@\\s]+\\.[a-z]{2,}$": ["a@b.cd", "\u00e9t\u00e9@x.org"],
+    "^(?:foo|bar)(baz)?$": ["foo", "barbaz"],
+    "^\\w+( \\w+)*$": ["one", "two words", "a b c_9"],
+    "^.\\.?[\\u00e0-\\u00ff]*$": ["x", "\U0001F600.\u00e9\u00e0", "\\"],
+    "^\\d{4}-(0[1-9]|1[0-2])-\\d\\d$": ["2024-01-31", "1999-12-00"],
+    "^[a-f0-9]{8}(-[a-f0-9]{4}){3}-[a-f0-9]{12}$": ["0123abcd-0000-ffff-1234-0123456789ab"],
+    "^(?:x|)$": ["", "x"],
+    "^\\\"\\/\\t[\\]\\-]+?$": ["\"/\t]", "\"/\t-]-"],
+}
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
@@ -93,6 +107,11 @@ SCHEMAS = [
     # pydantic 2.13's model_json_schema() of a model with nested models, an enum class, a
     # discriminated union, Optional, conint, constr, a tuple, dict, date and UUID fields
     json.loads(PYDANTIC),
+    # patterns on strings, and an enum kept to its values that match
+    {"type": "object", "properties": dict(
+        [("p%d" % k, {"type": "string", "pattern": pat}) for k, pat in enumerate(PATTERNS)] +
+        [("e", {"enum": ["x1", "y2", "zz", 7], "pattern": "\\d"})]),
+     "required": ["p%d" % k for k in range(len(PATTERNS))] + ["e"]},
     # draft 4's exclusive bounds: booleans beside minimum and maximum
     {"$schema": "http://json-schema.org/draft-04/schema#", "type": "array", "items": {"type": "integer", "minimum": 5,
      "exclusiveMinimum": True, "maximum": 9, "exclusiveMaximum": True}},
@@ -142,6 +161,7 @@ def gen(s, root, depth=0):
     if t is None and "prefixItems" in s: t = "array"
     if t is None: return rng.choice([1, "x", None, [1, {"a": True}], {"k": [2.5]}])
     if t == "string":
+        if "pattern" in s: return rng.choice(PATTERNS[s["pattern"]])
         if "minLength" in s or "maxLength" in s: # characters of every kind: escapes, accents, astral
             lo, hi = s.get("minLength", 0), s.get("maxLength", s.get("minLength", 0) + 6)
             return "".join(rng.choice("ab\"\\\n\u00e9\u65e5\U0001F600") for _ in range(rng.randint(lo, hi)))
@@ -305,8 +325,8 @@ REFUSE = [
     (12, PYD_OK.replace('[1, 2]', '[1, 2, 3]')),
     (12, PYD_OK.replace('"red"', '"blue"')),
     (12, PYD_OK.replace('"city": "Oslo"', '"city": ""')),
-    (13, '[5]'), (13, '[9]'), (13, '[6, 10]'),
-    (14, '[true, null, 1, 2]'), (14, '[null]'), (14, '[true, 1]'), (14, '[]')]
+    (14, '[5]'), (14, '[9]'), (14, '[6, 10]'),
+    (15, '[true, null, 1, 2]'), (15, '[null]'), (15, '[true, 1]'), (15, '[]')]
 for si in range(len(SCHEMAS)):
     cases = [t for i, t in REFUSE if i == si]
     rc, out, _ = run(SCHEMAS[si], cases)
@@ -315,13 +335,48 @@ for si in range(len(SCHEMAS)):
         if o == "whole" or (t.endswith(",") and o != "refused %d" % (len(t) - 1)):
             fails.append((si, "a text the schema must refuse taken", t, o))
 
+# each pattern against Python's re.search, where it means what ECMA-262's does too (regex.h:
+# \\d \\w \\s over ASCII, a final $ the text's end, not before a last line break): random
+# strings from its examples' characters, the examples and their one-character edits, as JSON
+# strings (\\u escapes or not): whole exactly when it matches; no cut of a match refused
+def both_dialects(pat, x):
+    return re.search(re.sub(r"\$$", r"\\Z", pat), x, re.ASCII) is not None
+
+for pat, examples in PATTERNS.items():
+    chars = sorted(set("".join(examples)) | set("aZ0-@. \\\"\n\u00e9\U0001F600"))
+    strs = list(examples) + ["".join(rng.choice(chars) for _ in range(rng.randint(0, 12))) for _ in range(300)]
+    for e in examples:
+        for _ in range(40):
+            at, kind = rng.randrange(len(e) + 1), rng.randrange(3)
+            strs.append(e[:at] + (rng.choice(chars) if kind != 1 else "") + e[at + (kind != 0):])
+    texts = [json.dumps(x, ensure_ascii=rng.random() < 0.5) for x in strs]
+    rc, out, err = run({"type": "string", "pattern": pat}, texts)
+    assert rc == 0, (pat, out, err)
+    n_match = 0
+    for x, t, o in zip(strs, texts, out):
+        want = both_dialects(pat, x)
+        n_match += want
+        if (o == "whole") != want: fails.append(("pattern", pat, "whole" if want else "not whole", t, o))
+    cuts = [t[:k] for x, t in zip(strs, texts) if both_dialects(pat, x) for k in range(1, len(t))]
+    rc, out, _ = run({"type": "string", "pattern": pat}, cuts)
+    for t, o in zip(cuts, out):
+        if o.startswith("refused"): fails.append(("pattern", pat, "a cut of a match refused", t, o))
+    print("pattern %s: %d strings, %d match, as re.search says" % (pat, len(strs), n_match))
+    assert n_match >= len(examples), pat
+
 # the texts the refused ones above vary are taken whole
 for si, base in ((10, BASE10), (12, PYD_OK)):
     rc, out, _ = run(SCHEMAS[si], [base])
     if out != ["whole"]: fails.append((si, "the base of the refused texts not taken whole", base, out))
 
 # schemas tpinfer refuses, naming the keyword
-BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "integer", "multipleOf": 2}, "multipleOf"),
+BAD = [({"type": "string", "pattern": "(?=a)"}, "lookaround"), ({"type": "string", "pattern": "(a)\\1"}, "backreference"),
+       ({"type": "string", "pattern": "a^"}, "^ or $ other than at the pattern's ends"),
+       ({"type": "string", "pattern": "[a"}, "without its ']'"), ({"type": "string", "pattern": "a{2,1}"}, "m less than n"),
+       ({"type": "string", "pattern": "\\p{L}"}, "\\p"), ({"type": "string", "pattern": "[]"}, "begins with ']'"),
+       ({"type": "string", "pattern": "(?i)a"}, "flags"), ({"type": "string", "pattern": "a" * 128}, "more than 127"),
+       ({"type": "string", "pattern": "a**"}, "quantifier after a quantifier"), ({"type": "string", "pattern": 5}, "pattern"),
+       ({"type": "string", "pattern": "^[^\\s\\S]$"}, "\\S inside a class"), ({"type": "integer", "multipleOf": 2}, "multipleOf"),
        ({"type": "number", "maximum": 0.5}, "maximum that is not a whole number"),
        ({"type": "integer", "minimum": 5, "maximum": 4}, "no number is within"),
        ({"type": "string", "minLength": 3, "maxLength": 2}, "maxLength"), ({"type": "string", "minLength": "2"}, "minLength"),
@@ -330,7 +385,7 @@ BAD = [({"type": "string", "pattern": "^a"}, "pattern"), ({"type": "integer", "m
        ({"oneOf": [{"properties": {"t": {"const": 1}}, "required": ["t"]}, {"properties": {"t": {"enum": [2, 1.0]}}, "required": ["t"]}]}, "oneOf[0] and oneOf[1]"),
        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
        ({"$ref": "#/$defs/missing"}, "$ref"), ({"type": "thing"}, "thing"), ({"allOf": []}, "allOf"),
-       ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"pattern": "x"}]}, "pattern"),
+       ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"), ({"allOf": [{"pattern": "x"}, {"pattern": "y"}]}, "pattern is given twice"),
        ({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]}, "enum"), ({"type": "string", "enum": [1, None]}, "enum"),
        ({"anyOf": [{"type": "object", "properties": {"k": {"const": i}}} for i in range(65)]}, "more than 64"),
        ({"allOf": [{"prefixItems": [{}]}, {"prefixItems": [{"type": "string"}]}]}, "prefixItems is given twice"),
