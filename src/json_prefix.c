@@ -19,6 +19,7 @@ enum mode {
     M_STRING,
     M_LITERAL,        /* true, false, null: sub = literal * 8 + bytes matched */
     M_NUMBER,         /* sub: enum number_part */
+    M_TEXT,           /* not JSON: UTF-8 text that a regular expression reads (guided_regex) */
 };
 
 enum number_part { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXP_SIGN, N_EXP_DIGITS };
@@ -362,6 +363,32 @@ static int pattern_char(tp_json_prefix *s, uint32_t c)
     return !re || tp_regex_step(re, &s->re, c);
 }
 
+/* the code points a UTF-8 sequence begun may still become: cp's bits so far, utf8_need bytes
+ * to come, the next in [utf8_lo, utf8_hi] (which keeps out overlong forms and surrogates) */
+static int utf8_may(const tp_regex *re, const tp_json_prefix *s)
+{
+    const int rest = 6 * (s->utf8_need - 1);
+    const uint32_t lo = (s->cp << 6 | (s->utf8_lo & 0x3fu)) << rest;
+    const uint32_t hi = (s->cp << 6 | (s->utf8_hi & 0x3fu)) << rest | ((1u << rest) - 1);
+    return tp_regex_may_step(re, &s->re, lo, hi);
+}
+
+/* a \u escape's digits so far (s->code, 4 - (sub - S_HEX) to come): some character they
+ * begin may come (a high surrogate's: the characters of the pairs it begins) */
+static int hex_may(const tp_regex *re, const tp_json_prefix *s)
+{
+    const int rest = 4 * (4 - (s->sub - S_HEX));
+    const uint32_t lo = (uint32_t)s->code << rest, hi = lo | ((1u << rest) - 1);
+    if (s->flags & F_LOW_DUE) { /* the low half of a pair: s->cp holds the high */
+        const uint32_t base = 0x10000 + ((s->cp - 0xd800) << 10);
+        const uint32_t a = lo > 0xdc00 ? lo : 0xdc00, b = hi < 0xdfff ? hi : 0xdfff;
+        return a <= b && tp_regex_may_step(re, &s->re, base + (a - 0xdc00), base + (b - 0xdc00));
+    }
+    if (tp_regex_may_step(re, &s->re, lo, hi)) return 1; /* as a character of its own (surrogates too: loose) */
+    const uint32_t a = lo > 0xd800 ? lo : 0xd800, b = hi < 0xdbff ? hi : 0xdbff;
+    return a <= b && tp_regex_may_step(re, &s->re, 0x10000 + ((a - 0xd800) << 10), 0x10000 + ((b - 0xd800) << 10) + 0x3ff);
+}
+
 static int string_byte(tp_json_prefix *s, unsigned char c)
 {
     if ((s->flags & F_KEY) && fixed_object(top_node(s))) { /* a next property's key, byte for byte */
@@ -378,7 +405,7 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         s->utf8_hi = 0xbf;
         if (!re) return 1;
         s->cp = s->cp << 6 | (c & 0x3f);
-        return s->utf8_need || pattern_char(s, s->cp);
+        return s->utf8_need ? utf8_may(re, s) : pattern_char(s, s->cp);
     }
     const tp_schema_node *bounded = s->sub == S_PLAIN ? bounded_string(s) : NULL;
     if (bounded && c != '"' && !count_char(s, bounded)) return 0; /* a character begins */
@@ -401,13 +428,14 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         }
         if (c == '\\') {
             s->sub = S_ESCAPE;
-            return 1;
+            return !re || tp_regex_may_step(re, &s->re, 0, 0x10ffff);
         }
         if (c < 0x20) return 0; /* control characters are escaped in JSON */
         if (c < 0x80) return pattern_char(s, c);
         if (!utf8_lead(s, c)) return 0;
-        if (re) s->cp = c & (0x3f >> s->utf8_need); /* the lead byte's bits */
-        return 1;
+        if (!re) return 1;
+        s->cp = c & (0x3f >> s->utf8_need); /* the lead byte's bits */
+        return utf8_may(re, s);
     case S_ESCAPE: {
         if (c == 'u') {
             s->sub = S_HEX;
@@ -433,7 +461,7 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         const int v = hex_value(c);
         if (v < 0) return 0;
         s->code = (uint16_t)(s->code * 16 + v);
-        if (++s->sub < S_HEX + 4) return 1;
+        if (++s->sub < S_HEX + 4) return !re || hex_may(re, s);
         const int high = s->code >= 0xd800 && s->code <= 0xdbff, low = s->code >= 0xdc00 && s->code <= 0xdfff;
         const uint32_t code = s->code;
         s->code = 0;
@@ -514,9 +542,33 @@ static int number_byte(tp_json_prefix *s, unsigned char c, fork *f)
     return step(s, c, f);
 }
 
+/* a byte of guided_regex's text: UTF-8, each character read by the root's pattern */
+static int text_byte(tp_json_prefix *s, unsigned char c)
+{
+    const tp_regex *re = node_of(s, s->schema->root)->pattern;
+    if (s->utf8_need) {
+        if (c < s->utf8_lo || c > s->utf8_hi) return 0;
+        s->utf8_need--;
+        s->utf8_lo = 0x80;
+        s->utf8_hi = 0xbf;
+        s->cp = s->cp << 6 | (c & 0x3f);
+        if (s->utf8_need) return utf8_may(re, s);
+    } else if (c >= 0x80) {
+        if (!utf8_lead(s, c)) return 0;
+        s->cp = c & (0x3f >> s->utf8_need);
+        return utf8_may(re, s);
+    } else
+        s->cp = c;
+    const uint32_t cp = s->cp;
+    s->cp = 0;
+    return tp_regex_step(re, &s->re, cp);
+}
+
 static int step(tp_json_prefix *s, unsigned char c, fork *f)
 {
     switch (s->mode) {
+    case M_TEXT:
+        return text_byte(s, c);
     case M_STRING:
         return string_byte(s, c);
     case M_NUMBER:
@@ -605,6 +657,11 @@ void tp_json_prefix_init_schema(tp_json_prefix *s, const struct tp_schema *schem
 {
     tp_json_prefix_init(s, 0);
     s->schema = schema;
+    const tp_schema_node *root = &schema->nodes[schema->root];
+    if (root->kind == TP_SCHEMA_TEXT) { /* guided_regex: text, not JSON */
+        s->mode = M_TEXT;
+        s->re = tp_regex_start(root->pattern);
+    }
 }
 
 int tp_json_prefix_next(const tp_json_prefix *s, unsigned char c, tp_json_prefix *out, int room)
@@ -635,6 +692,7 @@ size_t tp_json_prefix_feed_n(tp_json_prefix *s, const char *bytes, size_t n)
 
 int tp_json_prefix_complete(const tp_json_prefix *s)
 {
+    if (s->mode == M_TEXT) return !s->utf8_need && tp_regex_accepts(node_of(s, s->schema->root)->pattern, &s->re);
     return s->mode == M_DONE ||
            (s->mode == M_NUMBER && s->depth == 0 && number_done(s) && scalar_ok(s) && number_within(s));
 }

@@ -164,6 +164,8 @@ static void start_set(const tp_schema *s, int32_t n, uint8_t set[32], int depth)
     case TP_SCHEMA_UNION:
         for (int32_t i = 0; i < d->count && depth < 64; i++) start_set(s, s->entries[d->first + i].node, set, depth + 1);
         return;
+    case TP_SCHEMA_TEXT: /* never a JSON value's */
+        return;
     }
     for (; *chars; chars++) set[(unsigned char)*chars / 8] |= (uint8_t)(1u << ((unsigned char)*chars % 8));
 }
@@ -892,6 +894,28 @@ tp_status tp_schema_compile(const json_t *schema, tp_schema **out)
         return st;
     }
     *out = c.s;
+    return TP_OK;
+}
+
+tp_status tp_schema_compile_regex(const char *pattern, size_t len, tp_schema **out)
+{
+    *out = NULL;
+    tp_regex *re = NULL;
+    TP_CHECK(tp_regex_compile(pattern, len, 0, &re));
+    tp_schema *s = calloc(1, sizeof *s);
+    if (s) s->nodes = calloc(2, sizeof *s->nodes);
+    if (!s || !s->nodes) {
+        tp_regex_free(re);
+        free(s);
+        return tp_error(TP_ERR_OOM, "out of memory compiling a regular expression");
+    }
+    s->n_nodes = 2;
+    s->root = 1; /* node 0 is ANY, as in every schema */
+    s->nodes[1].kind = TP_SCHEMA_TEXT;
+    s->nodes[1].items = -1;
+    s->nodes[1].max_items = -1;
+    s->nodes[1].pattern = re;
+    *out = s;
     return TP_OK;
 }
 

@@ -37,6 +37,7 @@ typedef enum tp_schema_kind {
     TP_SCHEMA_NULL,
     TP_SCHEMA_ENUM,   /* one of entries' texts, byte for byte */
     TP_SCHEMA_UNION,  /* any of entries' nodes (a text may be read by several at once) */
+    TP_SCHEMA_TEXT,   /* not JSON: the whole text matches pattern (guided_regex's root) */
 } tp_schema_kind;
 
 typedef struct tp_schema_node {
@@ -48,7 +49,7 @@ typedef struct tp_schema_node {
     int64_t lo, hi;               /* INTEGER, NUMBER: the bounds, whole numbers (|x| <= 2^53) */
     uint8_t has_lo, has_hi;       /* the bounds given */
     uint8_t lo_excl, hi_excl;     /* NUMBER: a bound itself excluded (INTEGER's are made inclusive) */
-    struct tp_regex *pattern;     /* STRING: its "pattern" (owned), or NULL */
+    struct tp_regex *pattern;     /* STRING: its "pattern", TEXT: the text's (owned), or NULL */
     uint8_t start[32];            /* the bytes a value of it may begin with, a bit each (made once) */
 } tp_schema_node;
 
@@ -70,6 +71,10 @@ typedef struct tp_schema {
  * what (the keyword, its place). */
 tp_status tp_schema_compile(const json_t *schema, tp_schema **out);
 void tp_schema_free(tp_schema *s); /* accepts NULL */
+
+/* vLLM's guided_regex: a "schema" whose root is TEXT, the whole text matching the regular
+ * expression pattern[0, len) (regex.h; anchored at both ends, as vLLM's). */
+tp_status tp_schema_compile_regex(const char *pattern, size_t len, tp_schema **out);
 
 #define TP_SCHEMA_MAX_ALIKE 64 /* an anyOf's branches that may begin with one byte, at most */
 

@@ -464,6 +464,36 @@ int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c)
     return 1;
 }
 
+/* whether state q's class holds some code point of [lo, hi] */
+static int class_meets(const tp_regex *r, int q, uint32_t lo, uint32_t hi)
+{
+    const range *g = r->ranges + r->first[q];
+    if (!r->negate[q]) {
+        for (int32_t k = 0; k < r->count[q]; k++)
+            if (g[k].lo <= hi && g[k].hi >= lo) return 1;
+        return 0;
+    }
+    /* negated: some point of [lo, hi] outside every range; the first such is lo or just past a range */
+    for (int32_t k = -1; k < r->count[q]; k++) {
+        const uint32_t x = k < 0 ? lo : g[k].hi + 1;
+        if (x < lo || x > hi || (k >= 0 && g[k].hi == UINT32_MAX)) continue;
+        int covered = 0;
+        for (int32_t j = 0; j < r->count[q] && !covered; j++) covered = x >= g[j].lo && x <= g[j].hi;
+        if (!covered) return 1;
+    }
+    return 0;
+}
+
+int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi)
+{
+    tp_regex_set may = {{0, 0}};
+    for (int q = 0; q < r->n; q++)
+        if (has_bit(s, q)) set_or(&may, &r->follow[q]);
+    for (int q = 1; q < r->n; q++)
+        if (has_bit(&may, q) && has_bit(&r->live, q) && class_meets(r, q, lo, hi)) return 1;
+    return 0;
+}
+
 int tp_regex_accepts(const tp_regex *r, const tp_regex_set *s)
 {
     return (s->w[0] & r->accept.w[0]) || (s->w[1] & r->accept.w[1]);

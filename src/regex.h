@@ -38,6 +38,10 @@ tp_regex_set tp_regex_start(const tp_regex *r);
  * still end), or 0 and s unchanged. */
 int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c);
 
+/* Whether some code point in [lo, hi] may come next (a UTF-8 sequence or escape begun, whose
+ * character is not whole yet): no byte is taken that no character could go on from. */
+int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi);
+
 /* Whether the text so far matches. */
 int tp_regex_accepts(const tp_regex *r, const tp_regex_set *s);
 

@@ -937,6 +937,59 @@ static int read_response_format(line_ctx *c, const json_t *v, int *json, const j
 
 /* A schema (an object, true, or vLLM's JSON text of one) compiled, once per distinct
  * schema in the list, into *out; one tpinfer does not take is the line's error. */
+/* s under key (its text) in the list's compiled schemas; NULL where there is none */
+static tp_schema *interned(tp_request_list *l, const char *key)
+{
+    json_t *at = l->schema_index ? json_object_get((json_t *)l->schema_index, key) : NULL;
+    return at ? l->schemas[json_integer_value(at)] : NULL;
+}
+
+/* s, compiled, kept under key; s released where it cannot be */
+static int intern(tp_request_list *l, const char *key, tp_schema *s)
+{
+    tp_schema **grown = realloc(l->schemas, (l->n_schemas + 1) * sizeof *grown);
+    if (grown) l->schemas = grown;
+    if (!grown || (!l->schema_index && !(l->schema_index = json_object())) ||
+        json_object_set_new((json_t *)l->schema_index, key, json_integer((json_int_t)l->n_schemas))) {
+        tp_schema_free(s);
+        return OOM;
+    }
+    l->schemas[l->n_schemas++] = s;
+    return OK;
+}
+
+/* vLLM's guided_regex (structured_outputs.regex): the whole text matches it; compiled once
+ * per list, as schemas are */
+static int read_regex(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
+{
+    char b[QUOTE_CAP];
+    if (!json_is_string(v))
+        return fail(c, E_REQUEST, "\"%s%s\" must be a regular expression (a string), not %s", c->prefix, key, repr(b, v));
+    const size_t n = json_string_length(v);
+    char *name = malloc(n + 7);
+    if (!name) return OOM;
+    memcpy(name, "regex:", 6);
+    memcpy(name + 6, json_string_value(v), n + 1); /* a NUL inside ends the key: compiled again, the same */
+    tp_schema *s = interned(c->list, name);
+    if (s) {
+        free(name);
+        *out = s;
+        return OK;
+    }
+    const tp_status st = tp_schema_compile_regex(json_string_value(v), n, &s);
+    if (st != TP_OK) {
+        free(name);
+        if (st == TP_ERR_OOM) return OOM;
+        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
+        tp_error_clear();
+        return rc;
+    }
+    const int rc = intern(c->list, name, s);
+    free(name);
+    if (rc == OK) *out = s;
+    return rc;
+}
+
 static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
 {
     char b[QUOTE_CAP];
@@ -951,21 +1004,14 @@ static int read_schema(line_ctx *c, const json_t *v, const char *key, const stru
         json_decref(parsed);
         return fail(c, E_REQUEST, "\"%s%s\" must be a JSON schema (an object), not %s", c->prefix, key, repr(b, v));
     }
-    tp_request_list *l = c->list;
     char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY); /* insertion order kept: it is the properties' */
-    if (!text || (!l->schema_index && !(l->schema_index = json_object()))) {
+    tp_schema *s = text ? interned(c->list, text) : NULL;
+    if (!text || s) {
         free(text);
         json_decref(parsed);
-        return OOM;
+        *out = s;
+        return s ? OK : OOM;
     }
-    json_t *at = json_object_get((json_t *)l->schema_index, text);
-    if (at) {
-        *out = l->schemas[json_integer_value(at)];
-        free(text);
-        json_decref(parsed);
-        return OK;
-    }
-    tp_schema *s = NULL;
     const tp_status st = tp_schema_compile(v, &s);
     json_decref(parsed);
     if (st != TP_OK) {
@@ -975,27 +1021,20 @@ static int read_schema(line_ctx *c, const json_t *v, const char *key, const stru
         tp_error_clear();
         return rc;
     }
-    tp_schema **grown = realloc(l->schemas, (l->n_schemas + 1) * sizeof *grown);
-    if (!grown || json_object_set_new((json_t *)l->schema_index, text, json_integer((json_int_t)l->n_schemas))) {
-        if (grown) l->schemas = grown;
-        tp_schema_free(s);
-        free(text);
-        return OOM;
-    }
-    l->schemas = grown;
-    l->schemas[l->n_schemas++] = s;
+    const int rc = intern(c->list, text, s);
     free(text);
-    *out = s;
-    return OK;
+    if (rc == OK) *out = s;
+    return rc;
 }
 
-/* vLLM's "structured_outputs": {"choice": [...]}, {"json_object": true} or {"json": SCHEMA};
+/* vLLM's "structured_outputs": {"choice": [...]}, {"json_object": true}, {"json": SCHEMA} or
+ * {"regex": PATTERN};
  * *choices its choice array, or NULL. Of its options, disable_any_whitespace (*compact) is
  * followed; disable_fallback (no other backend to fall back to) and
  * disable_additional_properties (properties a schema does not give are never written) hold
  * as they are. */
 static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json, const json_t **schema,
-                                   int *compact)
+                                   int *compact, const json_t **regex)
 {
     char b[QUOTE_CAP];
     if (!json_is_object(so))
@@ -1017,6 +1056,10 @@ static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choic
             *json = 1;
             continue;
         }
+        if (!strcmp(k, "regex")) {
+            *regex = x;
+            continue;
+        }
         if (!strcmp(k, "disable_any_whitespace") || !strcmp(k, "disable_fallback") ||
             !strcmp(k, "disable_additional_properties")) {
             if (!json_is_boolean(x))
@@ -1025,8 +1068,8 @@ static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choic
             if (!strcmp(k, "disable_any_whitespace")) *compact = json_is_true(x);
             continue;
         }
-        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\", \"json\" "
-                    "and \"json_object\" (and the option disable_any_whitespace) is not supported", c->prefix,
+        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\", \"json\", "
+                    "\"json_object\" and \"regex\" (and the option disable_any_whitespace) is not supported", c->prefix,
                     quote(b, k, strlen(k)));
     }
     *choices = get(so, "choice");
@@ -1047,12 +1090,15 @@ static int read_guided(line_ctx *c, const json_t *o)
            *gj = get(o, "guided_json");
     const char *key = "guided_choice";
     int json = 0, so_json = 0, compact = 0;
-    const json_t *schema = NULL, *so_schema = NULL;
+    const json_t *schema = NULL, *so_schema = NULL, *regex = get(o, "guided_regex"), *so_regex = NULL;
     if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
                              c->prefix, c->prefix);
     if (rf) TRY(read_response_format(c, rf, &json, &schema));
     if (so) {
-        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema, &compact));
+        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema, &compact, &so_regex));
+        if (regex && so_regex)
+            return fail(c, E_REQUEST, "\"%sguided_regex\" with \"%sstructured_outputs.regex\": give one", c->prefix,
+                        c->prefix);
         key = "structured_outputs.choice";
     }
     const char *what = json ? "response_format" : so_schema ? "structured_outputs.json" : so_json ? "structured_outputs.json_object" : key;
@@ -1067,6 +1113,14 @@ static int read_guided(line_ctx *c, const json_t *o)
     }
     json |= so_json;
     if (so_schema) schema = so_schema;
+    if (so_regex) regex = so_regex;
+    if (regex) { /* the whole text matches it: held as JSON's rules are */
+        const char *rk = so_regex ? "structured_outputs.regex" : "guided_regex";
+        if (json || v)
+            return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, rk, c->prefix, json ? what : key);
+        json = 1;
+        what = rk;
+    }
     if (c->r->forced_tool || c->r->required_tools) { /* tool_choice: its schema holds the text */
         if (json || v)
             return fail(c, E_REQUEST, "\"%stool_choice\" %s with \"%s%s\": give one", c->prefix,
@@ -1107,7 +1161,8 @@ static int read_guided(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
                     json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
     if (json) {
-        if (schema && !c->r->forced_tool && !c->r->required_tools) TRY(read_schema(c, schema, what, &p->schema));
+        if (regex) TRY(read_regex(c, regex, what, &p->schema));
+        else if (schema && !c->r->forced_tool && !c->r->required_tools) TRY(read_schema(c, schema, what, &p->schema));
         p->json_object = 1;
         p->json_compact = compact;
         return OK;
@@ -1274,7 +1329,8 @@ static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id"
 /* read by read_params besides pfields */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
                                          "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
-                                         "structured_outputs", "bad_words", "response_format", "guided_json", NULL};
+                                         "structured_outputs", "bad_words", "response_format", "guided_json",
+                                         "guided_regex", NULL};
 /* meaningless in an offline batch of one model: accepted without a word */
 static const char *const quiet_keys[] = {"model", "user", "stream", "stream_options", "metadata", "store",
                                          "service_tier", "parallel_tool_calls", "tool_choice", NULL};
@@ -1289,7 +1345,7 @@ static const char *const trtllm_keys[] = {"task_id", "prompt", "input_ids", "out
 static const char *const unsupported_keys[] = {"functions", "function_call", "suffix",
                                                "best_of", "use_beam_search", "logits_processors", NULL};
 /* vLLM's guided decoding: refused whatever their value */
-static const char *const guided_keys[] = {"guided_regex", "guided_grammar", NULL};
+static const char *const guided_keys[] = {"guided_grammar", NULL};
 
 static int in_list(const char *const *list, const char *k)
 {
@@ -1365,8 +1421,8 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
         return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
     for (const char *const *g = guided_keys; *g; g++)
         if (get(o, *g))
-            return fail(c, E_REQUEST, "\"%s%s\": guided decoding by a regular expression or a grammar is not supported "
-                        "(guided_choice, guided_json and response_format are)", p, *g);
+            return fail(c, E_REQUEST, "\"%s%s\": guided decoding by a grammar is not supported "
+                        "(guided_choice, guided_json, guided_regex and response_format are)", p, *g);
     if ((v = get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
         return fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
     return OK;

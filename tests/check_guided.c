@@ -428,6 +428,70 @@ static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, co
     json_decref(doc);
 }
 
+/* Under a pattern (guided_regex's whole text, a JSON string's) no allowed token leads where
+ * nothing may come: random walks each end at the end token, every text they end matching
+ * (byte tokens and multi-byte characters among them) */
+static void check_tokenizer_patterns(const tp_tokenizer *tok, const char *name, const int32_t *eos, int32_t n_eos)
+{
+    static const char *const regexes[] = {"(yes|no|maybe)", "\xc3\xa9t\xc3\xa9 [^\\n]{1,5}!", "[A-Z][a-z]{2,4}\\.",
+                                          "\\d{2}-\\d{2}", "[\xc3\xa0-\xc3\xbf\xe2\x82\xac]{2}x"};
+    static const char *const json = "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", "
+                                     "\"pattern\": \"^[a-c\\u00e9\\u20ac]{1,3}$\"}}, \"required\": [\"s\"]}";
+    const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
+    tp_guide *g = NULL;
+    ck_assert_int_eq(tp_guide_create(tok, vocab, eos, n_eos, &g), TP_OK);
+    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed), out[64];
+    /* kept while the guide lives: its sets are known by the schema's address */
+    tp_schema *kept[sizeof regexes / sizeof regexes[0] + 1] = {0};
+    for (size_t k = 0; k <= sizeof regexes / sizeof regexes[0]; k++) {
+        tp_schema *schema = NULL;
+        json_t *doc = NULL;
+        if (k < sizeof regexes / sizeof regexes[0])
+            ck_assert_msg(tp_schema_compile_regex(regexes[k], strlen(regexes[k]), &schema) == TP_OK, "%s",
+                          tp_error_message());
+        else {
+            doc = json_loads(json, 0, NULL);
+            ck_assert(doc && tp_schema_compile(doc, &schema) == TP_OK);
+        }
+        int ended = 0;
+        for (int walk = 0; walk < 12; walk++) {
+            int32_t n_out = 0;
+            for (;;) {
+                int32_t n = 0;
+                ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, out, n_out, allowed, &n), TP_OK);
+                if (n == 0) {
+                    size_t len;
+                    char *text = decode_raw(tok, out, n_out, &len);
+                    ck_assert_msg(0, "%s: pattern %zu: nothing may come after %d tokens, \"%.*s\" (last %d)", name, k,
+                                  n_out, (int)len, text, n_out ? out[n_out - 1] : -1);
+                }
+                int32_t pick = allowed[next_rand() % (uint32_t)n];
+                for (int32_t i = 0; i < n && walk % 2; i++) /* half the walks end as soon as they may */
+                    if (is_eos(eos, n_eos, allowed[i])) pick = allowed[i];
+                if (is_eos(eos, n_eos, pick)) break;
+                ck_assert_msg(n_out < 60, "%s: pattern %zu: a walk past 60 tokens", name, k);
+                out[n_out++] = pick;
+            }
+            size_t len;
+            char *text = decode_raw(tok, out, n_out, &len);
+            tp_json_prefix start;
+            tp_json_prefix_init_schema(&start, schema);
+            static tp_json_paths p;
+            tp_json_paths_init(&p, &start);
+            ck_assert_msg(tp_json_paths_feed_n(&p, text, len) == len && tp_json_paths_complete(&p),
+                          "%s: pattern %zu: the walk ended on \"%.*s\", not a match", name, k, (int)len, text);
+            free(text);
+            ended++;
+        }
+        ck_assert_int_eq(ended, 12);
+        kept[k] = schema;
+        json_decref(doc);
+    }
+    free(allowed);
+    tp_guide_destroy(g);
+    for (size_t k = 0; k <= sizeof regexes / sizeof regexes[0]; k++) tp_schema_free(kept[k]);
+}
+
 START_TEST(tiny_tokenizer_guide)
 {
     tp_tokenizer *tok = NULL;
@@ -461,6 +525,7 @@ static void shared_case(const char *sub, int full_steps)
     ck_assert_msg(end >= 0, "%s: no special token to end JSON with", sub);
     check_tokenizer_json(tok, sub, &end, 1);
     check_tokenizer_schema(tok, sub, &end, 1);
+    check_tokenizer_patterns(tok, sub, &end, 1);
     tp_tokenizer_destroy(tok);
 }
 

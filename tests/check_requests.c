@@ -775,7 +775,14 @@ START_TEST(unknown_fields_ignored)
         {"\"use_beam_search\":true", "beam search"},
         {"\"guided_json\":5", "\"guided_json\" must be a JSON schema (an object), not 5"},
         {"\"guided_json\":\"{\\\"type\\\": \"", "\"guided_json\" is not a JSON schema"},
-        {"\"guided_regex\":\"a+\"", "\"guided_regex\": guided decoding"},
+        {"\"guided_grammar\":\"root ::= x\"", "\"guided_grammar\": guided decoding by a grammar is not supported"},
+        {"\"guided_regex\":\"(?=a)\"", "\"guided_regex\": the regular expression \"(?=a)\": lookaround"},
+        {"\"guided_regex\":5", "\"guided_regex\" must be a regular expression (a string), not 5"},
+        {"\"guided_regex\":\"a\",\"guided_json\":{}", "\"guided_regex\" with \"guided_json\": give one"},
+        {"\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]", "\"guided_regex\" with \"guided_choice\": give one"},
+        {"\"guided_regex\":\"a\",\"structured_outputs\":{\"regex\":\"b\"}", "give one"},
+        {"\"guided_regex\":\"a\",\"min_tokens\":2", "the object may be whole sooner"},
+        {"\"guided_regex\":\"[]\"", "a class that begins with ']'"},
         {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "\"structured_outputs\".\"grammar\": guided decoding other than"},
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},
@@ -895,6 +902,19 @@ START_TEST(logit_bias_and_allowed_ids)
     /* disable_any_whitespace: the JSON rule (response_format's here) without whitespace */
     ck_assert(L.v[4].p.json_object && L.v[4].p.json_compact && L.v[5].p.json_object && !L.v[5].p.json_compact);
     ck_assert(!L.v[0].p.json_compact && !L.v[1].p.json_compact);
+    /* guided_regex, structured_outputs.regex: a TEXT root holding the pattern, one per pattern */
+    in = "{\"id\":\"r1\",\"prompt\":\"x\",\"guided_regex\":\"[a-c]+\"}\n"
+         "{\"id\":\"r2\",\"prompt\":\"x\",\"structured_outputs\":{\"regex\":\"[a-c]+\"}}\n"
+         "{\"id\":\"r3\",\"prompt\":\"x\",\"guided_regex\":\"yes|no\"}\n";
+    ck_assert_int_eq(parse(in, TP_INPUT_JSONL), TP_OK);
+    ck_assert_uint_eq(L.n_errors, 0);
+    ck_assert_int_eq(L.unknown_lines, 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(L.v[i].p.json_object && L.v[i].p.schema);
+        ck_assert_int_eq(L.v[i].p.schema->nodes[L.v[i].p.schema->root].kind, TP_SCHEMA_TEXT);
+    }
+    ck_assert_ptr_eq(L.v[0].p.schema, L.v[1].p.schema);
+    ck_assert_ptr_ne(L.v[0].p.schema, L.v[2].p.schema);
     /* a JSON schema: response_format json_schema, structured_outputs.json (an object or its
      * text), vLLM's guided_json; compiled once per distinct schema */
     in = "{\"id\":\"s1\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
@@ -919,7 +939,7 @@ START_TEST(logit_bias_and_allowed_ids)
          "\"structured_outputs\".disable_any_whitespace must be true or false, not 0"},
         {"\"structured_outputs\":{\"json_object\":true,\"whitespace_pattern\":\" \"}",
          "\"structured_outputs\".\"whitespace_pattern\": guided decoding other than"},
-        {"\"structured_outputs\":{\"regex\":\"a+\"}", "other than \"choice\", \"json\" and \"json_object\" (and the option disable_any_whitespace) is not supported"},
+        {"\"structured_outputs\":{\"grammar\":\"x\"}", "other than \"choice\", \"json\", \"json_object\" and \"regex\" (and the option disable_any_whitespace) is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
         {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "\"guided_json\": the JSON schema at its root: the regular expression \"(?=a)\": lookaround"},

@@ -1,6 +1,6 @@
 /* fuzz_json_schema.c: the JSON schema compiler (src/json_schema.c: allOf and $ref merged,
- * anyOf's readings, oneOf's proofs) and the recognizer under it, on any bytes: a schema,
- * a NUL, then a text. Compiling ends (refused or not) without a crash, however $refs loop;
+ * anyOf's readings, oneOf's proofs; patterns through src/regex.c) and the recognizer under
+ * it, on any bytes: a schema (or a JSON string: guided_regex's pattern), a NUL, then a text. Compiling ends (refused or not) without a crash, however $refs loop;
  * under a compiled schema a refused byte leaves the readings as they were, there are at
  * most TP_JSON_MAX_PATHS, and a text taken whole parses with jansson. */
 #include <jansson.h>
@@ -23,8 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t schema_len = nul ? (size_t)(nul - data) : size;
     json_t *doc = json_loadb((const char *)data, schema_len, JSON_DECODE_ANY, NULL);
     if (!doc) return 0;
-    tp_schema *schema = NULL;
-    if (tp_schema_compile(doc, &schema) != TP_OK) {
+    tp_schema *schema = NULL; /* a JSON string: guided_regex's pattern */
+    const tp_status st = json_is_string(doc)
+                             ? tp_schema_compile_regex(json_string_value(doc), json_string_length(doc), &schema)
+                             : tp_schema_compile(doc, &schema);
+    if (st != TP_OK) {
         tp_error_clear();
         json_decref(doc);
         return 0;
