@@ -448,7 +448,9 @@ static tp_status prepare_request(engine *e, req *r)
         set_request_error(r, "context_length_exceeded");
         return TP_OK;
     }
-    const char *guided = in->p.n_choices ? "guided_choice" : in->p.json_object ? "a JSON object (response_format)" : NULL;
+    const char *guided = in->p.n_choices     ? "guided_choice"
+                         : in->p.json_object ? "structured output (response_format, guided_json or guided_regex)"
+                                             : NULL;
     if (guided && r->ignore_eos) { /* the line's own ignore_eos is refused as it is read */
         tp_error(TP_ERR_INVALID_ARG, "line %lld: %s with --ignore-eos: the text ends at the end token; "
                  "give the line \"ignore_eos\": false", (long long)in->line, guided);

@@ -64,16 +64,16 @@ run_lines_with_errors bad '{"id": "ok", "prompt": "Lily", "max_tokens": 8, "guid
     '{"id": "e3", "prompt": "Lily", "guided_choice": ["a"], "allowed_token_ids": [5]}' \
     '{"id": "e4", "prompt": "Lily", "guided_choice": ["a"], "min_tokens": 2}' \
     '{"id": "e5", "prompt": "Lily", "guided_choice": ["a"], "ignore_eos": true}' \
-    '{"id": "e6", "prompt": "Lily", "structured_outputs": {"regex": "a+"}}' \
-    '{"id": "e7", "prompt": "Lily", "guided_regex": "a+"}' \
+    '{"id": "e6", "prompt": "Lily", "structured_outputs": {"grammar": "root ::= x"}}' \
+    '{"id": "e7", "prompt": "Lily", "guided_grammar": "root ::= x"}' \
     '{"id": "e8", "prompt": "Lily", "guided_choice": ["a"], "structured_outputs": {"choice": ["b"]}}' \
     '{"id": "ok2", "prompt": "Lily", "max_tokens": 8, "structured_outputs": {"choice": ["b c"]}}'
 for want in 'e1.*\\"guided_choice\\" must be a non-empty array of strings, not an empty array' \
     'e2.*\\"guided_choice\\"\[1\] must be a non-empty string, not 5' \
     'e3.*both say which tokens may come' 'e4.*\\"min_tokens\\" 2: a choice may end sooner' \
     'e5.*\\"ignore_eos\\": true: a choice ends at the end token' \
-    'e6.*\\"structured_outputs\\".\\"regex\\": guided decoding other than \\"choice\\", \\"json\\" and \\"json_object\\" is not supported' \
-    'e7.*\\"guided_regex\\": guided decoding by a regular expression or a grammar is not supported' 'e8.*give one of'; do
+    'e6.*\\"structured_outputs\\".\\"grammar\\": guided decoding other than \\"choice\\", \\"json\\", \\"json_object\\" and \\"regex\\"' \
+    'e7.*\\"guided_grammar\\": guided decoding by a grammar is not supported' 'e8.*give one of'; do
     grep -q "\"id\":\"$want" "$TMP/bad.jsonl" || fail "no error record matching $want: $(cat "$TMP/bad.jsonl")"
 done
 [ "$(grep -c '"finish_reason":"stop"' "$TMP/bad.jsonl")" -eq 2 ] || fail "the good lines beside the bad ones: $(grep -v '"code"' "$TMP/bad.jsonl")"
