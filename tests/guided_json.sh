@@ -49,13 +49,8 @@ lines="{\"id\": \"g\", \"prompt\": \"Once upon a time\", \"max_tokens\": 48, \"t
 {\"id\": \"s\", \"prompt\": \"Lily\", \"max_tokens\": 48, \"temperature\": 1.0, \"seed\": 3, \"n\": 3, \"response_format\": {\"type\": \"json_object\"}, \"logprobs\": 1}
 {\"id\": \"b\", \"prompt\": \"Tom\", \"max_tokens\": 64, \"temperature\": 0.8, \"seed\": 4, \"logit_bias\": {\"128\": 20, \"436\": 3}, \"structured_outputs\": {\"json_object\": true}}
 {\"id\": \"c\", \"prompt\": \"The dog\", \"max_tokens\": 64, \"temperature\": 0, \"logit_bias\": {\"128\": 20, \"436\": 4}, \"response_format\": {\"type\": \"json_object\"}}"
-printf '%s\n' "$lines" > "$TMP/lines.in"
-for path in 0 1; do
-    TPINFER_SAMPLE_ON_HOST=$path "$TPINFER" --model "$m" --backend cpu --input "$TMP/lines.in" \
-        --output "$TMP/stories-$path.jsonl" 2>"$TMP/stories-$path.err" || { cat "$TMP/stories-$path.err"; fail "stories260K, host sampler $path"; }
-done
-cmp -s "$TMP/stories-0.jsonl" "$TMP/stories-1.jsonl" ||
-    { diff "$TMP/stories-0.jsonl" "$TMP/stories-1.jsonl" | head -4; fail "the sample op and the host sampler differ"; }
+printf '%s\n' "$lines" > "$TMP/stories.in"
+both_samplers stories
 [ "$(grep -c '"finish_reason"' "$TMP/stories-0.jsonl")" -ge 4 ] || fail "not every line ran: $(cat "$TMP/stories-0.jsonl")"
 ended=$(check_json "$TMP/stories-0.jsonl") || fail "a stories260K completion is not JSON: $(cat "$TMP/stories-0.jsonl")"
 [ "$ended" -ge 1 ] || fail "no stories260K completion ended (the biased lines should): $(cat "$TMP/stories-0.jsonl")"
@@ -74,11 +69,7 @@ for l in open(sys.argv[1]):
 compact="{\"id\": \"w\", \"prompt\": \"Lily\", \"max_tokens\": 64, \"temperature\": 0.8, \"seed\": 3, \"n\": 3, \"logit_bias\": {\"128\": 6, \"436\": 4}, \"structured_outputs\": {\"json_object\": true, \"disable_any_whitespace\": true}}
 {\"id\": \"x\", \"prompt\": \"Tom\", \"max_tokens\": 64, \"temperature\": 0.8, \"seed\": 5, \"n\": 2, \"logit_bias\": {\"128\": 6, \"436\": 4}, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, \"n\": {\"type\": \"integer\", \"maximum\": 99}}}}}, \"structured_outputs\": {\"disable_any_whitespace\": true}}"
 printf '%s\n' "$compact" > "$TMP/compact.in"
-for path in 0 1; do
-    TPINFER_SAMPLE_ON_HOST=$path "$TPINFER" --model "$m" --backend cpu --input "$TMP/compact.in" \
-        --output "$TMP/compact-$path.jsonl" 2>"$TMP/compact-$path.err" || { cat "$TMP/compact-$path.err"; fail "compact, host sampler $path"; }
-done
-cmp -s "$TMP/compact-0.jsonl" "$TMP/compact-1.jsonl" || fail "compact: the sample op and the host sampler differ"
+both_samplers compact
 ended=$(COMPACT=1 check_json "$TMP/compact-0.jsonl") || fail "a compact completion: $(cat "$TMP/compact-0.jsonl")"
 [ "$ended" -ge 1 ] || fail "no compact completion ended: $(cat "$TMP/compact-0.jsonl")"
 # the check sees whitespace: the same lines without the option have some

@@ -61,6 +61,22 @@ run_lines_exit() {
     [ "$rl_rc" -eq "$rl_want" ] || { cat "$TMP/$rl_name.err"; fail "run $rl_name: exit $rl_rc, wanted $rl_want"; }
 }
 run_lines() { run_lines_exit 0 "$@"; }
+
+# both_samplers NAME [WANT_RC]: $TMP/NAME.in through tpinfer ($m, the CPU backend) twice, with
+# the backend's sample op and with the host sampler (TPINFER_SAMPLE_ON_HOST=1), into
+# $TMP/NAME-0.jsonl and $TMP/NAME-1.jsonl: each exits WANT_RC (default 0), and both write
+# the same lines.
+both_samplers() {
+    local bs_name=$1 bs_want=${2:-0} bs_path bs_rc
+    for bs_path in 0 1; do
+        bs_rc=0
+        TPINFER_SAMPLE_ON_HOST=$bs_path "$TPINFER" --model "$m" --backend cpu --input "$TMP/$bs_name.in" \
+            --output "$TMP/$bs_name-$bs_path.jsonl" 2>"$TMP/$bs_name-$bs_path.err" || bs_rc=$?
+        [ "$bs_rc" -eq "$bs_want" ] || { cat "$TMP/$bs_name-$bs_path.err"; fail "$bs_name: exit $bs_rc (host sampler $bs_path), wanted $bs_want"; }
+    done
+    cmp -s "$TMP/$bs_name-0.jsonl" "$TMP/$bs_name-1.jsonl" ||
+        { diff "$TMP/$bs_name-0.jsonl" "$TMP/$bs_name-1.jsonl" | head -4; fail "$bs_name: the sample op and the host sampler differ"; }
+}
 run_lines_with_errors() { run_lines_exit 1 "$@"; }
 
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
