@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "regex.h"
+#include "regex_nfa.h"
 
 #define TP_JSON_MAX_DEPTH 64
 #define TP_JSON_MAX_INDENT 20

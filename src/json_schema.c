@@ -4,7 +4,7 @@
  */
 #include "json_schema.h"
 
-#include "regex.h"
+#include "regex_nfa.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * or not (OpenAI's strict mode requires all), and never others. It takes type (a name or a
  * list), properties, required, additionalProperties (of an object without properties: its
  * values' schema), items, prefixItems (and draft 7's items list with additionalItems),
- * minItems, maxItems, minLength, maxLength, pattern (regex.h's syntax), minimum, maximum,
+ * minItems, maxItems, minLength, maxLength, pattern (regex_nfa.h's syntax), minimum, maximum,
  * exclusiveMinimum, exclusiveMaximum (whole-number bounds for numbers; any for integers),
  * enum and const of strings, numbers, booleans
  * and null, anyOf (a text is read by every branch it may be in, until the bytes pick one),
@@ -73,7 +73,7 @@ tp_status tp_schema_compile(const json_t *schema, tp_schema **out);
 void tp_schema_free(tp_schema *s); /* accepts NULL */
 
 /* vLLM's guided_regex: a "schema" whose root is TEXT, the whole text matching the regular
- * expression pattern[0, len) (regex.h; anchored at both ends, as vLLM's). */
+ * expression pattern[0, len) (regex_nfa.h; anchored at both ends, as vLLM's). */
 tp_status tp_schema_compile_regex(const char *pattern, size_t len, tp_schema **out);
 
 #define TP_SCHEMA_MAX_ALIKE 64 /* an anyOf's branches that may begin with one byte, at most */

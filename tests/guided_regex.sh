@@ -1,6 +1,6 @@
 #!/bin/sh
 # vLLM's guided_regex (and "structured_outputs": {"regex": ...}): the whole completion
-# matches the regular expression (src/regex.c; anchored at both ends, as vLLM's). On
+# matches the regular expression (src/regex_nfa.c; anchored at both ends, as vLLM's). On
 # stories260K (SentencePiece with byte tokens), greedy and sampled, n = 3: a text that ends
 # ("stop") is re.fullmatch's (Python, ASCII classes), one that max_tokens cuts is the start of
 # a match (some ending of at most a few characters makes one); the host sampler and the

@@ -335,7 +335,7 @@ for si in range(len(SCHEMAS)):
         if o == "whole" or (t.endswith(",") and o != "refused %d" % (len(t) - 1)):
             fails.append((si, "a text the schema must refuse taken", t, o))
 
-# each pattern against Python's re.search, where it means what ECMA-262's does too (regex.h:
+# each pattern against Python's re.search, where it means what ECMA-262's does too (regex_nfa.h:
 # \\d \\w \\s over ASCII, a final $ the text's end, not before a last line break): random
 # strings from its examples' characters, the examples and their one-character edits, as JSON
 # strings (\\u escapes or not): whole exactly when it matches; no cut of a match refused

@@ -1,5 +1,5 @@
 /* fuzz_json_schema.c: the JSON schema compiler (src/json_schema.c: allOf and $ref merged,
- * anyOf's readings, oneOf's proofs; patterns through src/regex.c) and the recognizer under
+ * anyOf's readings, oneOf's proofs; patterns through src/regex_nfa.c) and the recognizer under
  * it, on any bytes: a schema (or a JSON string: guided_regex's pattern), a NUL, then a
  * text. Compiling ends (refused or not) without a crash, however $refs loop; under a
  * compiled schema a refused byte leaves the readings as they were, there are at most

@@ -1,11 +1,11 @@
 /*
- * regex.c: a pattern parsed by recursive descent straight into its position automaton
- * (regex.h). Each character class written is a state; a fragment of the pattern is its
+ * regex_nfa.c: a pattern parsed by recursive descent straight into its position automaton
+ * (regex_nfa.h). Each character class written is a state; a fragment of the pattern is its
  * first states, its last states and whether it matches the empty text, and joining two
  * adds the moves from one's last states to the other's first (Glushkov). {n,m} parses its
  * atom again for each copy, so each copy has states of its own.
  */
-#include "regex.h"
+#include "regex_nfa.h"
 
 #include <stdio.h>
 #include <stdlib.h>

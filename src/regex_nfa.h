@@ -1,5 +1,5 @@
 /*
- * regex.h: a regular expression compiled to its position automaton (Glushkov's: one state
+ * regex_nfa.h: a regular expression compiled to its position automaton (Glushkov's: one state
  * per character class written in it, no empty moves), run one code point at a time over a
  * set of states that fits in two words, so a JSON recognizer's state can hold it (a JSON
  * schema's "pattern"). The syntax is what ECMA-262 and Python's re share: literals, escapes
@@ -10,8 +10,8 @@
  * no line break; \D \W \S are ASCII only). Anything else (backreferences, lookaround, flags,
  * Unicode property classes) is refused, naming it.
  */
-#ifndef TP_REGEX_H
-#define TP_REGEX_H
+#ifndef TP_REGEX_NFA_H
+#define TP_REGEX_NFA_H
 
 #include <stddef.h>
 #include <stdint.h>
