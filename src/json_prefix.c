@@ -384,8 +384,10 @@ static int hex_may(const tp_regex *re, const tp_json_prefix *s)
         const uint32_t a = lo > 0xdc00 ? lo : 0xdc00, b = hi < 0xdfff ? hi : 0xdfff;
         return a <= b && tp_regex_may_step(re, &s->re, base + (a - 0xdc00), base + (b - 0xdc00));
     }
-    if (tp_regex_may_step(re, &s->re, lo, hi)) return 1; /* as a character of its own (surrogates too: loose) */
-    const uint32_t a = lo > 0xd800 ? lo : 0xd800, b = hi < 0xdbff ? hi : 0xdbff;
+    /* a character of its own, below the surrogates or above them */
+    if (lo <= 0xd7ff && tp_regex_may_step(re, &s->re, lo, hi < 0xd7ff ? hi : 0xd7ff)) return 1;
+    if (hi >= 0xe000 && tp_regex_may_step(re, &s->re, lo > 0xe000 ? lo : 0xe000, hi)) return 1;
+    const uint32_t a = lo > 0xd800 ? lo : 0xd800, b = hi < 0xdbff ? hi : 0xdbff; /* a pair's high half */
     return a <= b && tp_regex_may_step(re, &s->re, 0x10000 + ((a - 0xd800) << 10), 0x10000 + ((b - 0xd800) << 10) + 0x3ff);
 }
 
