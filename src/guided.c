@@ -21,7 +21,6 @@ enum { JSON_CACHE = 256, JSON_CACHE_IDS = 8 << 20 /* 32 MiB */ };
 typedef struct json_cached {
     tp_json_prefix *paths; /* [n_paths]: the state, its readings sorted (json_prefix.h) */
     int n_paths;
-    uint64_t hash;         /* of paths' bytes */
     int first;     /* the first token's pieces (no token yet) */
     int negated;   /* ids are those that may not come */
     int32_t *ids;  /* NULL: the entry is free */
@@ -54,6 +53,7 @@ struct tp_guide {
     int32_t *json_ids;    /* [vocab + n_eos]: a walk's ids */
     tp_json_paths *state; /* the text so far's readings */
     json_cached json[JSON_CACHE];
+    uint64_t json_hash[JSON_CACHE]; /* json[i]'s state's hash; 0: free */
     uint64_t json_clock;
     size_t json_ids_kept; /* the ids the entries hold */
     size_t json_ids_max;  /* and at most (beside the last asked for) */
@@ -346,16 +346,25 @@ static void json_walk(tp_guide *g, const piece_table *t, const tp_json_paths *st
     }
 }
 
+/* a word at a time (a state is whole words: json_prefix.h asserts its size), never 0: the
+ * kept hashes' 0 is a free entry */
 static uint64_t state_hash(const tp_json_paths *state)
 {
-    const unsigned char *b = (const unsigned char *)state->path;
-    uint64_t h = 14695981039346656037ull; /* FNV-1a */
-    for (size_t i = 0; i < (size_t)state->n * sizeof *state->path; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    _Static_assert(sizeof(tp_json_prefix) % sizeof(uint64_t) == 0, "a state is whole words");
+    const size_t words = (size_t)state->n * sizeof *state->path / sizeof(uint64_t);
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, (const char *)state->path + i * sizeof w, sizeof w);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h | 1;
 }
 
 static void json_evict(tp_guide *g, json_cached *c)
 {
+    g->json_hash[c - g->json] = 0;
     if (c->ids) g->json_ids_kept -= (size_t)c->n;
     free(c->ids);
     free(c->paths);
@@ -366,15 +375,19 @@ static void json_evict(tp_guide *g, json_cached *c)
 /* The cached ids of (state, first), or the least recently read entry (its ids freed) */
 static json_cached *json_lookup(tp_guide *g, const tp_json_paths *state, uint64_t hash, int first, int *hit)
 {
-    json_cached *old = &g->json[0];
-    for (int i = 0; i < JSON_CACHE; i++) {
+    for (int i = 0; i < JSON_CACHE; i++) { /* the hashes first: one small array */
+        if (g->json_hash[i] != hash) continue;
         json_cached *c = &g->json[i];
-        if (c->ids && c->hash == hash && c->first == first && c->n_paths == state->n &&
+        if (c->ids && c->first == first && c->n_paths == state->n &&
             memcmp(c->paths, state->path, (size_t)state->n * sizeof *c->paths) == 0) {
             c->used = ++g->json_clock;
             *hit = 1;
             return c;
         }
+    }
+    json_cached *old = &g->json[0];
+    for (int i = 0; i < JSON_CACHE; i++) {
+        json_cached *c = &g->json[i];
         if (!c->ids || (old->ids && c->used < old->used)) old = c;
     }
     json_evict(g, old);
@@ -452,7 +465,7 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int com
                 memcpy(c->ids, dst, (size_t)k * sizeof *dst);
             c->n = kept;
             g->json_ids_kept += (size_t)kept;
-            c->hash = hash;
+            g->json_hash[c - g->json] = hash;
             c->negated = neg;
             memcpy(c->paths, state->path, (size_t)state->n * sizeof *c->paths);
             c->n_paths = state->n;
