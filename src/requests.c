@@ -958,6 +958,21 @@ static int intern(tp_request_list *l, const char *key, tp_schema *s)
     return OK;
 }
 
+/* what compiling gave (st, s): s kept under name, or the line's error record saying why */
+static int keep_compiled(line_ctx *c, const char *key, tp_status st, tp_schema *s, const char *name,
+                         const struct tp_schema **out)
+{
+    if (st == TP_ERR_OOM) return OOM;
+    if (st != TP_OK) {
+        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
+        tp_error_clear();
+        return rc;
+    }
+    const int rc = intern(c->list, name, s);
+    if (rc == OK) *out = s;
+    return rc;
+}
+
 /* vLLM's guided_regex (structured_outputs.regex): the whole text matches it; compiled once
  * per list, as schemas are */
 static int read_regex(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
@@ -977,16 +992,8 @@ static int read_regex(line_ctx *c, const json_t *v, const char *key, const struc
         return OK;
     }
     const tp_status st = tp_schema_compile_regex(json_string_value(v), n, &s);
-    if (st != TP_OK) {
-        free(name);
-        if (st == TP_ERR_OOM) return OOM;
-        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
-        tp_error_clear();
-        return rc;
-    }
-    const int rc = intern(c->list, name, s);
+    const int rc = keep_compiled(c, key, st, s, name, out);
     free(name);
-    if (rc == OK) *out = s;
     return rc;
 }
 
@@ -1014,16 +1021,8 @@ static int read_schema(line_ctx *c, const json_t *v, const char *key, const stru
     }
     const tp_status st = tp_schema_compile(v, &s);
     json_decref(parsed);
-    if (st != TP_OK) {
-        free(text);
-        if (st == TP_ERR_OOM) return OOM;
-        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
-        tp_error_clear();
-        return rc;
-    }
-    const int rc = intern(c->list, text, s);
+    const int rc = keep_compiled(c, key, st, s, text, out);
     free(text);
-    if (rc == OK) *out = s;
     return rc;
 }
 
