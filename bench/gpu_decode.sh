@@ -18,7 +18,8 @@
 # Environment (bench/README.md explains each): BENCH_BACKEND, BENCH_SHAPES, BENCH_RUNS,
 # BENCH_RUNS_OTHER, BENCH_SWEEP, BENCH_HF, BENCH_HF_BATCHES, BENCH_HF_TIMEOUT, BENCH_HF_ATTN, BENCH_OPS,
 # BENCH_OPS_TIMEOUT, BENCH_MAX_SEQS, BENCH_ARGS, BENCH_BUDGET_S, BENCH_RUN_TIMEOUT,
-# BENCH_TPINFER, BENCH_PYTHON, BENCH_GEN, BENCH_WORK, BENCH_COMMIT, BENCH_BREAKDOWN.
+# BENCH_TPINFER, BENCH_PYTHON, BENCH_GEN, BENCH_WORK, BENCH_COMMIT, BENCH_BREAKDOWN, BENCH_REQUEST,
+# BENCH_TOKENIZER.
 set -u
 TP=${1:-1}
 PP=${2:-1}
@@ -100,21 +101,39 @@ run_name() {
 }
 # prompts N IN OUT [SHARED]: the path of a JSONL of N token-id prompts (ids 1..250, which every
 # shape has), the first SHARED tokens the same in all, the others each prompt's own (drawn at
-# random: no two prompts share a KV-cache block past SHARED, so prefix caching finds nothing else)
+# random: no two prompts share a KV-cache block past SHARED, so prefix caching finds nothing else);
+# BENCH_REQUEST's fields (a JSON object) added to every line
 prompts() {
-    local f=$WORK/prompts-$1x$2x$3s${4:-0}.jsonl
-    [ -s "$f" ] || "$PY" - "$f" "$1" "$2" "$3" "${4:-0}" <<'PY' || return 1
+    local tag=
+    [ -n "${BENCH_REQUEST:-}" ] && tag=-$(printf '%s' "$BENCH_REQUEST" | md5sum | cut -c1-8)
+    local f=$WORK/prompts-$1x$2x$3s${4:-0}$tag.jsonl
+    [ -s "$f" ] || "$PY" - "$f" "$1" "$2" "$3" "${4:-0}" "${BENCH_REQUEST:-}" <<'PY' || return 1
 import json, random, sys
 f, n, i, o, s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+extra = json.loads(sys.argv[6]) if sys.argv[6] else {}
 shared = [1 + (t * 31) % 250 for t in range(s)]
 with open(f + ".tmp", "w") as out:
     for r in range(n):
         own = random.Random(r)
         ids = shared + [own.randint(1, 250) for _ in range(i - s)]
-        out.write(json.dumps({"id": "r%d" % r, "prompt_token_ids": ids, "max_tokens": o, "ignore_eos": True}) + "\n")
+        line = {"id": "r%d" % r, "prompt_token_ids": ids, "max_tokens": o, "ignore_eos": True}
+        line.update(extra)
+        out.write(json.dumps(line) + "\n")
 import os; os.replace(f + ".tmp", f)
 PY
     echo "$f"
+}
+# with_tokenizer DIR: DIR, or with BENCH_TOKENIZER (a directory with a tokenizer.json) a
+# directory of links to DIR's files whose tokenizer files are BENCH_TOKENIZER's (a real
+# vocabulary for guided decoding's host work; the checkpoint's own is a few hundred tokens)
+with_tokenizer() {
+    [ -n "${BENCH_TOKENIZER:-}" ] || { echo "$1"; return; }
+    local d=$1-tok f
+    rm -rf "$d" && mkdir -p "$d" || return 1
+    for f in "$1"/*; do ln -s "$f" "$d/"; done
+    rm -f "$d"/tokenizer*.json
+    cp "$BENCH_TOKENIZER"/tokenizer*.json "$d/" || return 1
+    echo "$d"
 }
 launch_cmd=()
 if [ "$NP" -gt 1 ]; then
@@ -172,7 +191,8 @@ fi
 commit=$(tree_commit "$root")
 command=
 for v in "${!BENCH_@}"; do # the BENCH_ settings, quoted where they need it, then the call
-    if [[ ${!v} =~ ^[A-Za-z0-9_./:,=+-]*$ ]]; then command+="$v=${!v} "; else command+="$v=\"${!v}\" "; fi
+    if [[ ${!v} =~ ^[A-Za-z0-9_./:,=+-]*$ ]]; then command+="$v=${!v} "
+    elif [[ ${!v} != *\'* ]]; then command+="$v='${!v}' "; else command+="$v=\"${!v}\" "; fi
 done
 command+="bash bench/gpu_decode.sh $TP $PP $DP"
 
@@ -517,9 +537,10 @@ for shape in $SHAPES; do
     elif dir=$(model_dir "$shape" "$maxpos"); then
         echo "$name: $dir ready in $((SECONDS - t0)) s"
         record "\"kind\":\"model\",\"model\":\"$name\",\"hidden\":$hidden,\"layers\":$layers,\"heads\":$heads,\"kv_heads\":$kv,\"intermediate\":$inter,\"vocab\":$vocab,\"weight_bytes\":$(stat -c %s "$dir/model.safetensors"),\"prepare_s\":$((SECONDS - t0))"
-        for run in "${bruns[@]}"; do bench_run "$name" "$dir" "$run"; done
+        tdir=$(with_tokenizer "$dir") || { echo "BENCH_TOKENIZER=$BENCH_TOKENIZER: no tokenizer.json"; exit 1; }
+        for run in "${bruns[@]}"; do bench_run "$name" "$tdir" "$run"; done
         [ $idx = 0 ] && [ "$HF" = 1 ] && hf_run "$name" "$dir"
-        for run in "${oruns[@]}"; do bench_run "$name" "$dir" "$run"; done
+        for run in "${oruns[@]}"; do bench_run "$name" "$tdir" "$run"; done
     else
         record "\"kind\":\"model\",\"model\":\"$name\",\"status\":\"failed\""
     fi

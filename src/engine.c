@@ -92,6 +92,7 @@ typedef struct ahead_step {
     int32_t n;      /* logit rows */
     int64_t *keys;  /* [max_rows] their sequences */
     int sampled;    /* chosen by the sample op (sout), else by argmax (ids) */
+    int unsampled;  /* its rules read the step before's tokens: sampled once that step is read */
     int32_t *ids;   /* [max_rows] their tokens, once read */
     tp_sample_out *sout; /* [max_rows] the sample op's results, once read */
 } ahead_step;
@@ -1243,6 +1244,14 @@ static int has_penalties(const tp_sampling_params *p)
 /* guided_choice or a JSON object: which tokens may come depends on the text so far */
 static int is_guided(const req *r) { return r->in->p.n_choices > 0 || r->in->p.json_object; }
 
+/* The sampling rule reads the values of the tokens chosen so far (penalties, guided decoding,
+ * bad words), not only their count: a step enqueued ahead samples such a row only once the
+ * step before is read. */
+static int rule_reads_output(const req *r)
+{
+    return has_penalties(&r->sp) || is_guided(r) || r->in->p.n_bad_words > 0;
+}
+
 /* logit_bias, allowed_token_ids, guided decoding or bad_words: the rule edits the logits first */
 static int has_logit_edits(const req *r)
 {
@@ -1444,20 +1453,30 @@ static tp_status stokens_reserve(engine *e, size_t used, size_t n)
 /* Sampler rank: the sample op's rule for each logit row, as sample_one would apply it on the
  * host: the choice's stream and step, the penalty tokens (prompt, then output) where a
  * penalty is on, and min_tokens' end tokens banned. pending: the step enqueued ahead whose
- * tokens the host has not read (0: none), one more token of each of its sequences (steps
- * enqueued ahead have no penalties, which would need its values). */
+ * tokens the host has not read (0: none), one more token of each of its sequences (only its
+ * count: a rule that reads the tokens' values waits for that step to be read). A row of a
+ * sequence that ended at the step before (enqueued ahead, then dropped) is greedy. */
 static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending, tp_sample_request *rq)
 {
     size_t used = 0;
     for (int32_t i = 0; i < b->n_logits; i++) {
         const seq *q = &e->S_[b->seq_key[b->logit_seq[i]]];
         req *r = &e->R[q->req];
+        tp_sample_row *w = &e->srows[i];
+        memset(w, 0, sizeof *w);
+        if (q->dead) {
+            w->top_p = 1.0;
+            w->repetition_penalty = 1.0;
+            continue;
+        }
         tp_choice *c;
         TP_CHECK(choice_of(e, r, q->choice, &c));
         const tp_sampling_params *p = &r->sp;
-        const int32_t n_out = (int32_t)c->out.n + (pending && q->ahead_id == pending);
-        tp_sample_row *w = &e->srows[i];
-        memset(w, 0, sizeof *w);
+        const int unread = pending && q->ahead_id == pending;
+        if (unread && rule_reads_output(r))
+            return tp_error(TP_ERR_INTERNAL, "the rule of sequence %" PRId64 " reads a token of step %" PRId64
+                            " not read yet", b->seq_key[b->logit_seq[i]], pending);
+        const int32_t n_out = (int32_t)c->out.n + unread;
         w->temperature = p->temperature;
         w->top_p = p->top_p;
         w->min_p = p->min_p;
@@ -1478,12 +1497,12 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             used += (size_t)r->n_prompt + (size_t)n_out;
         }
         int32_t n_banned;
-        TP_CHECK(banned_ids(e, r, c->out.v, n_out, &n_banned)); /* no step ahead reads bad_words */
+        TP_CHECK(banned_ids(e, r, c->out.v, n_out, &n_banned)); /* bad words: n_out is c's (above) */
         const int32_t *banned = e->ban;
         const tp_request_params *rp = &r->in->p;
         const int32_t *allowed = rp->allowed_token_ids;
         int32_t n_allowed = rp->n_allowed_token_ids;
-        if (is_guided(r)) { /* no step ahead has guided rows: n_out is c's */
+        if (is_guided(r)) { /* n_out is c's (above) */
             const int32_t *ids;
             int32_t n;
             int negated;
@@ -1837,6 +1856,8 @@ static void warm_beat(void *engine_)
 /* Before the first step: tp_model_warm_up with the outputs this replica's steps will use, so
  * the run pays no first-use costs; over pp the prefill step's activations pass down the
  * stages as a step's do. Part of the start-up time. */
+static int ahead_wanted(const engine *e);
+
 static tp_status warm_up(engine *e)
 {
     if (!e->warm) return TP_OK;
@@ -1853,6 +1874,9 @@ static tp_status warm_up(engine *e)
         w.ids = e->sync;
     } else if (device_sample(e)) { /* alike on every rank: the sampler's peers take part */
         w.sampled = 1;
+        /* steps enqueued ahead whose rules wait for the step before: their graphs too */
+        for (int64_t k = 0; k < e->n_seqs && !w.unsampled; k++) w.unsampled = rule_reads_output(&e->R[e->S_[k].req]);
+        w.unsampled = w.unsampled && ahead_wanted(e);
         if (e->is_sampler) {
             for (int32_t i = 0; i < e->max_rows; i++) {
                 memset(&e->srows[i], 0, sizeof e->srows[i]);
@@ -1960,24 +1984,33 @@ static tp_status loop(engine *e)
 // steps scheduled later run after it on the device.
 
 /* A replica of one pipeline stage (pp 1) whose every request has its tokens chosen on the
- * device without the host's help: plain greedy (argmax; over tp the ranks' winners compared
- * on the device), or at tp 1 sampled by the sample op without penalties (which would need the
- * tokens not read yet), and no prompt rows; on a backend that can (TPINFER_OVERLAP=0: never;
- * each step then waits for the one before, as every other run does). Alike on every rank of
- * the replica: the requests, the grid and the backend are. */
+ * device: plain greedy (argmax; over tp the ranks' winners compared on the device), or at tp 1
+ * sampled by the sample op (a rule that reads the tokens not read yet, such as a penalty or
+ * guided decoding, is made once they are: the step's forward is enqueued first, its sample op
+ * after the step before is read), and no prompt rows; on a backend that can
+ * (TPINFER_OVERLAP=0: never; each step then waits for the one before, as every other run
+ * does). Alike on every rank of the replica: the requests, the grid and the backend are. */
 static int ahead_wanted(const engine *e)
 {
     if (!e->overlap || e->P != 1 || e->g->pp != 1 || e->o->dump_logits || !tp_model_can_overlap(&e->model))
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
-        if (wants_prompt_rows(e, r, e->S_[k].choice) ||
-            (!plain_greedy(r) &&
-             (e->g->tp > 1 || has_penalties(&r->sp) || is_guided(r) || r->in->p.n_bad_words ||
-              !device_sample(e))))
+        if (wants_prompt_rows(e, r, e->S_[k].choice) || (!plain_greedy(r) && (e->g->tp > 1 || !device_sample(e))))
             return 0;
     }
     return 1;
+}
+
+/* Some row of the scheduled step has a rule that reads its sequence's token of step
+ * `pending`, not read yet. */
+static int reads_unread(const engine *e, const tp_sched_batch *b, int64_t pending)
+{
+    for (int32_t i = 0; pending && i < b->n_logits; i++) {
+        const seq *q = &e->S_[b->seq_key[b->logit_seq[i]]];
+        if (q->ahead_id == pending && rule_reads_output(&e->R[q->req])) return 1;
+    }
+    return 0;
 }
 
 /* Sequences the scheduler finished (by length at the commit of step `at`, or ended by the
@@ -2021,7 +2054,8 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
      * not read yet) */
     tp_sample_request rq;
     a->sampled = !device_greedy(e, b);
-    if (a->sampled) TP_CHECK(sample_rows(e, b, prev ? prev->id : 0, &rq));
+    a->unsampled = a->sampled && prev && reads_unread(e, b, prev->id);
+    if (a->sampled && !a->unsampled) TP_CHECK(sample_rows(e, b, prev ? prev->id : 0, &rq));
     a->n = b->n_logits;
     for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t key = b->seq_key[b->logit_seq[i]];
@@ -2030,8 +2064,11 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
         e->S_[key].ahead_row = i;
     }
     double t0 = now_s();
-    TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, a->sampled ? &rq : NULL,
-                                    (int)(a->id % 2)));
+    if (a->unsampled)
+        TP_CHECK(tp_model_forward_start_unsampled(&e->model, &e->kv, &e->buf, &step, e->tpc));
+    else
+        TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, a->sampled ? &rq : NULL,
+                                        (int)(a->id % 2)));
     e->forward_seconds += now_s() - t0;
     e->forward_steps++;
     e->steps_by_path[a->sampled]++;
@@ -2081,6 +2118,18 @@ static tp_status ahead_read(engine *e, ahead_step *a)
     return ahead_pop(e, 0); /* those resolve ended: done above */
 }
 
+/* An unsampled step (its forward enqueued, the step before now read): its rows' rules, then
+ * its sample op. The scheduler's batch is still the step's (nothing is scheduled in between). */
+static tp_status ahead_sample(engine *e, const ahead_step *a)
+{
+    tp_sample_request rq;
+    TP_CHECK(sample_rows(e, &e->B[0], 0, &rq));
+    double t0 = now_s();
+    TP_CHECK(tp_model_sample_start(&e->model, &e->buf, &rq, (int)(a->id % 2)));
+    e->forward_seconds += now_s() - t0;
+    return TP_OK;
+}
+
 static tp_status loop_ahead(engine *e)
 {
     ahead_step *prev = NULL;
@@ -2103,11 +2152,13 @@ static tp_status loop_ahead(engine *e)
             TP_CHECK(ahead_read(e, prev));
             profile_steps_mark(e, prev->id - 1, 0);
         }
+        if (cur && cur->unsampled) TP_CHECK(ahead_sample(e, cur));
         TP_CHECK(tp_collector_poll(e->collector));
         if (cur && e->g->rank == 0 && tp_log_enabled(TP_LOG_DEBUG))
             tp_log(TP_LOG_DEBUG, "step %" PRId64 " at %.1f ms: %" PRId32 " tokens of %" PRId32 " sequences, %" PRId32
-                   " sampled, enqueued before the step before was read; tick %.2f ms", tick, 1e3 * (t_tick - e->t0),
-                   e->B[0].n_tokens, e->B[0].n_seqs, e->B[0].n_logits, 1e3 * (now_s() - t_tick));
+                   " sampled, enqueued before the step before was read%s; tick %.2f ms", tick,
+                   1e3 * (t_tick - e->t0), e->B[0].n_tokens, e->B[0].n_seqs, e->B[0].n_logits,
+                   cur->unsampled ? " (its rules made after)" : "", 1e3 * (now_s() - t_tick));
         prev = cur;
         if (!prev && (e->stopping || tp_scheduler_idle(e->S[0]))) return TP_OK;
     }

@@ -620,6 +620,34 @@ tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
     return b->ops->download_start(b, k, src, (size_t)(s->n_tokens > 0 ? s->n_logits : 0) * each);
 }
 
+tp_status tp_model_forward_start_unsampled(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
+                                           tp_comm *tp)
+{
+    if (!tp_model_can_overlap(m) || !tp_model_can_sample(m) || m->plan.tp > 1)
+        return tp_error(TP_ERR_UNAVAILABLE, "a step sampled after the previous one's tokens are read needs tp 1, pp 1, "
+                        "and a backend with the sample op, take_ids and download_start");
+    buf->unsampled_rows = 0;
+    buf->unsampled_n = s->n_logits;
+    if (s->n_tokens == 0) return TP_OK;
+    return forward_enqueue(m, kv, buf, s, tp, NULL, NULL, OUT_LOGITS, NULL, &buf->unsampled_rows);
+}
+
+tp_status tp_model_sample_start(tp_model *m, tp_step_buffers *buf, const tp_sample_request *sample, int k)
+{
+    tp_backend *b = m->backend;
+    const int32_t n = buf->unsampled_n, L = buf->unsampled_rows;
+    buf->unsampled_n = buf->unsampled_rows = 0; /* sampled once */
+    if (L > 0) {
+        TP_CHECK(sample_prepare(m, buf, n, L, sample));
+        TP_CHECK(sample_enqueue(m, buf, L));
+        buf->sample_ready = 1; /* the backend's scratch exists: later steps may record it */
+    }
+    buf->chosen = L > 0 ? (const int32_t *)buf->sample_out : NULL; /* what the next step's take names */
+    buf->chosen_rows = L;
+    buf->chosen_stride = (int32_t)(sizeof(tp_sample_out) / 4);
+    return b->ops->download_start(b, k, buf->sample_out, (size_t)(L > 0 ? n : 0) * sizeof(tp_sample_out));
+}
+
 tp_status tp_model_forward_wait(tp_model *m, int k, void *out)
 {
     tp_backend *b = m->backend;
@@ -747,6 +775,14 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
     if (st == TP_OK && graphs) st = warm_buckets(m, kv, buf, tp, w, host); /* recorded, then replayed once */
+    if (st == TP_OK && graphs && w->unsampled) { /* the graphs whose logits stay on the device */
+        tp_warm_up bare = *w;
+        bare.ids = NULL;
+        bare.logits = NULL;
+        bare.sample_rows = NULL;
+        bare.sample_out = NULL;
+        st = warm_buckets(m, kv, buf, tp, &bare, host);
+    }
     if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);
     return st;

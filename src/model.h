@@ -132,6 +132,8 @@ typedef struct tp_step_buffers {
     int32_t *sample_tokens;     /* penalty and banned ids of a step */
     size_t sample_tokens_cap;
     float *sample_logits;       /* [max_logits, vocab] over tp: the gathered blocks re-laid out */
+    int32_t unsampled_n, unsampled_rows; /* tp_model_forward_start_unsampled's step: its logit rows,
+                                          * and the rows computed (a graph's padded batch) */
 } tp_step_buffers;
 
 tp_status tp_step_buffers_create(tp_model *m, int32_t max_tokens, int32_t max_logits,
@@ -189,6 +191,16 @@ tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
                                  tp_comm *tp, const tp_sample_request *sample, int k);
 tp_status tp_model_forward_wait(tp_model *m, int k, void *out);
 
+/* The same in two parts, for rows whose sampling rules need the tokens of the step before
+ * (penalties, guided decoding, bad words): tp_model_forward_start_unsampled enqueues the
+ * forward, its logits left on the device (tp 1); once the host has read the step before and
+ * made the rules, tp_model_sample_start enqueues the sample op on them and starts its results
+ * toward slot k, as tp_model_forward_start with sample does. So the host makes the rules
+ * while the device computes the forward. */
+tp_status tp_model_forward_start_unsampled(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
+                                           tp_comm *tp);
+tp_status tp_model_sample_start(tp_model *m, tp_step_buffers *buf, const tp_sample_request *sample, int k);
+
 /* The whole model on this rank (tp 1, pp 1) and a backend with take_ids and
  * download_start / download_wait. */
 int tp_model_can_overlap(const tp_model *m);
@@ -217,6 +229,8 @@ typedef struct tp_warm_up {
      * (and tuned) here rather than in the step a first token waits for */
     int32_t first_tokens, first_seqs;
     int graphs, sampled;
+    int unsampled; /* with graphs: also each size with its logits left on the device, as
+                    * tp_model_forward_start_unsampled's steps take them */
     int tune; /* the backend's matmul_tune around the eager steps (then each graph size once eagerly) */
     int32_t *ids;
     float *logits;

@@ -5,8 +5,9 @@
 # (TPINFER_OVERLAP=0): with sequences ending on a stop token, a stop string and by length
 # while their next row is already enqueued, n = 2, admissions as others finish, chunked
 # prefill, preemption, padded decode steps, sampled requests (the sample op, logprobs,
-# min_tokens), two data-parallel replicas and tp 2 (greedy). A run with a penalty keeps to the
-# waiting loop, as a sampled one at tp 2 does.
+# min_tokens), rules that read the tokens not read yet (penalties, guided decoding, bad words:
+# the step's forward enqueued ahead, its sample op once the step before is read), two
+# data-parallel replicas and tp 2 (greedy). A sampled run at tp 2 keeps to the waiting loop.
 # OVERLAP_BACKEND=cuda runs it on GPUs (tests/gpu/overlap.sh: no data-parallel part, and the
 # tp 2 part with OVERLAP_TP2=1 where two GPUs are).
 . "$top_srcdir/tests/lib.sh"
@@ -30,6 +31,18 @@ EOF
 sed -e '$ s/^{/{"temperature": 0.8, "seed": 5, /' -e '1 s/^{/{"temperature": 0.7, "top_p": 0.9, "min_tokens": 30, /' \
     -e '3 s/^{/{"logprobs": 2, /' "$TMP/in.jsonl" >"$TMP/sampled.jsonl"
 sed '2 s/^{/{"temperature": 0.8, "repetition_penalty": 1.2, /' "$TMP/in.jsonl" >"$TMP/penalty.jsonl"
+# every rule that reads the output's tokens, beside plain rows: penalties (one greedy), JSON
+# (greedy, sampled, a schema), a choice with n = 2, bad words, a regex
+sed -e '1 s/^{/{"temperature": 0.9, "seed": 2, "presence_penalty": 0.8, "frequency_penalty": 0.4, /' \
+    -e '4 s/^{/{"repetition_penalty": 1.3, /' \
+    -e '5 s/^{/{"response_format": {"type": "json_object"}, /' \
+    -e '6 s/^{/{"temperature": 0.7, "seed": 4, "bad_words": ["the", " and", "."], /' \
+    -e '7 s/^{/{"temperature": 1.0, "seed": 9, "response_format": {"type": "json_object"}, /' "$TMP/in.jsonl" >"$TMP/reads.jsonl"
+cat >>"$TMP/reads.jsonl" <<'EOF'
+{"id": "i", "prompt": "Lily", "max_tokens": 12, "temperature": 0.9, "seed": 1, "n": 2, "guided_choice": ["a big dog", "a cat", "the sun"]}
+{"id": "j", "prompt": "Ben", "max_tokens": 40, "temperature": 0.8, "seed": 3, "guided_json": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["name", "age"]}}
+{"id": "k", "prompt": "Tom", "max_tokens": 20, "temperature": 0.8, "seed": 6, "guided_regex": "(yes|no)( [a-z]+){2,4}"}
+EOF
 sed '$ s/^{/{"temperature": 0.8, "seed": 5, /' "$TMP/in.jsonl" >"$TMP/mixed.jsonl"
 
 norm() { completions "$1"; }
@@ -72,7 +85,13 @@ n=$(both sampled "$TMP/sampled.jsonl") && [ "$n" -gt 10 ] || fail "sampled reque
 # sampled requests admitted later: argmax steps then sample-op steps, taking from each other
 both sampled2 "$TMP/sampled.jsonl" --max-num-seqs 2 >/dev/null || exit 1
 grep -q '"id":"c".*"logprobs"' "$TMP/sampled1.jsonl" || { cat "$TMP/sampled1.jsonl"; fail "no logprobs"; }
-n=$(both penalty "$TMP/penalty.jsonl") && [ "$n" -eq 0 ] || fail "a request with a penalty: $n steps enqueued ahead"
+n=$(both penalty "$TMP/penalty.jsonl") && [ "$n" -gt 10 ] || fail "a request with a penalty: $n steps enqueued ahead"
+n=$(both reads "$TMP/reads.jsonl") && [ "$n" -gt 10 ] || fail "rules that read the output: $n steps enqueued ahead"
+n=$(grep -c "(its rules made after)" "$TMP/reads1.err") && [ "$n" -gt 10 ] ||
+    fail "rules that read the output: $n steps sampled after the step before was read"
+! grep -q '"error"' "$TMP/reads1.jsonl" || { cat "$TMP/reads1.jsonl"; fail "reads: an error record"; }
+[ "$(grep -c '"id"' "$TMP/reads1.jsonl")" = 11 ] || { cat "$TMP/reads1.jsonl"; fail "reads: not 11 records"; }
+both reads2 "$TMP/reads.jsonl" --max-num-seqs 3 >/dev/null || exit 1
 if [ "$backend" = cpu ]; then
 # two replicas of one rank each: every rank enqueues ahead
 for ov in 0 1; do

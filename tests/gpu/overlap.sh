@@ -10,7 +10,11 @@
 #      sampled requests; on a machine of 2 GPUs also tp 2, equal to tp 1's greedy completions);
 #   3. unless GPU_OV_AB=0: bench/ab_decode.sh b128 (and b1) with TPINFER_OVERLAP=0 and the
 #      default, GPU_OV_REPEAT times (default 2), interleaved; then (GPU_OV_LONG=0 skips) b128
-#      both ways at --max-model-len 8192 (long block tables).
+#      both ways at --max-model-len 8192 (long block tables);
+#   4. unless GPU_OV_RULES=0: b128 both ways, GPU_OV_RULES_REPEAT times (default 1), with rules
+#      that read the tokens not read yet, whose steps go ahead unsampled (the forward enqueued,
+#      the sample op once the step before is read): a penalty (sampled) and guided JSON
+#      (greedy, gpt2's 50k vocabulary from shared/tokenizers, a schema of one free string).
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-ov-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
@@ -51,5 +55,19 @@ if [ "${GPU_OV_AB:-1}" = 1 ]; then
             case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab, --max-model-len 8192" "$line" ;; esac
         done <"$OUTDIR/ab-long.log"
     fi
+fi
+if [ "${GPU_OV_RULES:-1}" = 1 ]; then
+    ab_rules() { # ab_rules NAME: bench/ab_decode.sh b128 both ways under the exported BENCH_REQUEST
+        local args=() line
+        for _ in $(seq "${GPU_OV_RULES_REPEAT:-1}"); do args+=("TPINFER_OVERLAP=0" ""); done
+        OUT=$OUTDIR/ab-$1 BENCH_RUNS=b128 BENCH_TPINFER=$B/tpinfer timeout 400 bash bench/ab_decode.sh "${args[@]}" \
+            >"$OUTDIR/ab-$1.log" 2>&1
+        while IFS= read -r line; do
+            case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab, $1" "$line" ;; esac
+        done <"$OUTDIR/ab-$1.log"
+    }
+    BENCH_REQUEST='{"temperature": 0.8, "seed": 1, "repetition_penalty": 1.1, "frequency_penalty": 0.2}' ab_rules penalty
+    BENCH_TOKENIZER=$SHARED/tokenizers/gpt2 BENCH_REQUEST='{"ignore_eos": false, "guided_json": {"type": "object",
+        "properties": {"text": {"type": "string"}}, "required": ["text"]}}' ab_rules json
 fi
 print_results
