@@ -6,8 +6,12 @@
  * adds to a step on the sampler rank. Prints the guide's making, ms per step for all rows,
  * and the walks over the vocabulary (the cache's misses). With --tools N the rows write
  * tool_choice "required"'s list of calls under vLLM's schema for N tools (row r calls tool
- * r mod N), where a text is read by every tool's branch until its name picks one.
- * Usage: guided_bench [--rows N] [--tools N] TOKENIZER_DIR... (default: ../shared/tokenizers/gpt2)
+ * r mod N), where a text is read by every tool's branch until its name picks one. With
+ * --records K each row writes {"records": [K records]} (long outputs: the state each step
+ * starts from is the text so far: each row keeps its reading between steps, as the engine
+ * does, unless --no-cursors).
+ * Usage: guided_bench [--no-cursors] [--rows N] [--tools N] [--records K] TOKENIZER_DIR...
+ * (default: ../shared/tokenizers/gpt2)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +73,7 @@ static tp_schema *tools_schema(int n)
     return s;
 }
 
-static int bench(const char *dir, int rows, int tools)
+static int bench(const char *dir, int rows, int tools, int records, int use_cursors)
 {
     tp_tokenizer *tok = NULL;
     if (tp_tokenizer_load(dir, &tok) != TP_OK) {
@@ -90,15 +94,30 @@ static int bench(const char *dir, int rows, int tools)
     const double made_ms = 1e3 * (now() - t0);
     tp_ids *ids = calloc((size_t)rows, sizeof *ids);
     size_t longest = 0, total = 0;
-    char buf[1024];
+    const size_t cap = 1024 * (size_t)records + 16;
+    char *buf = malloc(cap);
     tp_schema *schema = tools ? tools_schema(tools) : NULL;
-    if (tools && !schema) return 1;
+    if (!buf || (tools && !schema)) return 1;
     for (int r = 0; r < rows; r++) {
-        const int n = tools ? make_calls(r, tools, buf, sizeof buf) : make_record(r, buf, sizeof buf);
+        int n;
+        if (tools) {
+            n = make_calls(r, tools, buf, cap);
+        } else if (records > 1) { /* {"records": [record, record, ...]} */
+            n = snprintf(buf, cap, "{\"records\": [");
+            for (int k = 0; k < records; k++) {
+                n += make_record(r + k, buf + n, cap - (size_t)n);
+                n += snprintf(buf + n, cap - (size_t)n, k + 1 < records ? ", " : "]}");
+            }
+        } else {
+            n = make_record(r, buf, cap);
+        }
         if (tp_tokenizer_encode(tok, buf, (size_t)n, 0, &ids[r]) != TP_OK) return 1;
         if (ids[r].n > longest) longest = ids[r].n;
         total += ids[r].n;
     }
+    /* each row's reading kept between its steps, as the engine keeps it (--no-cursors: read
+     * from the start at every step) */
+    tp_guide_cursor **cursors = use_cursors ? calloc((size_t)rows, sizeof *cursors) : NULL;
     /* step k: every row still writing asks for the set after its first k tokens */
     int64_t calls = 0, walks = 0, rejected = 0;
     double worst = 0.0;
@@ -111,7 +130,9 @@ static int bench(const char *dir, int rows, int tools)
             int32_t n;
             int negated;
             const double c0 = now();
-            if (tp_guide_json_ids(g, schema, 0, ids[r].v, (int32_t)k, &set, &n, &negated) != TP_OK) return 1;
+            if (tp_guide_json_ids(g, schema, 0, cursors ? &cursors[r] : NULL, ids[r].v, (int32_t)k, &set, &n,
+                                  &negated) != TP_OK)
+                return 1;
             walks += now() - c0 > 2e-4; /* a cache hit is microseconds; a walk over the vocabulary, a millisecond */
             calls++;
             if (k < ids[r].n) { /* the record's own next token must be in the set */
@@ -129,8 +150,13 @@ static int bench(const char *dir, int rows, int tools)
            tools ? " (calls)" : "", made_ms,
            total / (size_t)rows, 1e3 * all / (double)(longest + 1), 1e3 * worst, (long long)walks,
            (long long)calls, (long long)rejected);
-    for (int r = 0; r < rows; r++) tp_ids_free(&ids[r]);
+    for (int r = 0; r < rows; r++) {
+        tp_ids_free(&ids[r]);
+        if (cursors) tp_guide_cursor_free(cursors[r]);
+    }
+    free(cursors);
     free(ids);
+    free(buf);
     tp_guide_destroy(g);
     tp_tokenizer_destroy(tok);
     tp_schema_free(schema);
@@ -139,17 +165,21 @@ static int bench(const char *dir, int rows, int tools)
 
 int main(int argc, char **argv)
 {
-    int rows = 128, tools = 0, rc = 0, first = 1;
-    while (argc > first + 1 && (!strcmp(argv[first], "--rows") || !strcmp(argv[first], "--tools"))) {
-        *(!strcmp(argv[first], "--rows") ? &rows : &tools) = atoi(argv[first + 1]);
+    int rows = 128, tools = 0, records = 1, rc = 0, first = 1, use_cursors = 1;
+    if (argc > 1 && !strcmp(argv[1], "--no-cursors")) use_cursors = 0, first++;
+    while (argc > first + 1 && (!strcmp(argv[first], "--rows") || !strcmp(argv[first], "--tools") ||
+                                !strcmp(argv[first], "--records"))) {
+        *(!strcmp(argv[first], "--rows") ? &rows : !strcmp(argv[first], "--tools") ? &tools : &records) =
+            atoi(argv[first + 1]);
         first += 2;
     }
     if (rows < 1) rows = 1;
+    if (records < 1 || records > 1000) records = 1;
     printf("| tokenizer | vocabulary | JSON rows | guide made, ms | tokens a row | ms a step (all rows) | "
            "worst step, ms | walks / sets asked | own tokens refused |\n| --- | ---: | ---: | ---: | ---: | ---: "
            "| ---: | ---: | ---: |\n");
     if (tools < 0) tools = 0;
-    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows, tools);
-    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows, tools);
+    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows, tools, records, use_cursors);
+    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows, tools, records, use_cursors);
     return rc;
 }

@@ -74,6 +74,7 @@ typedef struct req {
     int32_t n_cached;       /* prompt tokens its first choice read from the prefix cache */
     int32_t *bad_ids, *bad_len, n_bad; /* bad_words as token sequences (bad_words_of), one after another */
     int bad_ready;
+    tp_guide_cursor **guide_cursor; /* [n] each choice's JSON reading so far (guided_ids), or NULL */
 } req;
 
 typedef struct seq {
@@ -1265,7 +1266,7 @@ static int has_logit_edits(const req *r)
  * may come (inside a string), the few ids that may not (*negated), which is what the sampler
  * is sent, unless the row bans ids of its own (negate 0). Made on first use: the tokenizer's
  * pieces take a while. */
-static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t n_out, int negate,
+static tp_status guided_ids(engine *e, req *r, int32_t choice, const int32_t *out, int32_t n_out, int negate,
                             const int32_t **ids, int32_t *n, int *negated)
 {
     const int32_t V = (int32_t)e->cfg.vocab_size;
@@ -1283,10 +1284,13 @@ static tp_status guided_ids(engine *e, const req *r, const int32_t *out, int32_t
     *ids = e->guided;
     *negated = 0;
     if (p->json_object) {
-        TP_CHECK(tp_guide_json_ids(e->guide, p->schema, p->json_compact, out, n_out, ids, n, negated));
+        if (!r->guide_cursor && !(r->guide_cursor = calloc((size_t)r->n, sizeof *r->guide_cursor)))
+            return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+        tp_guide_cursor **cursor = &r->guide_cursor[choice];
+        TP_CHECK(tp_guide_json_ids(e->guide, p->schema, p->json_compact, cursor, out, n_out, ids, n, negated));
         if (*negated && negate) return TP_OK;
         if (*negated) {
-            TP_CHECK(tp_guide_allowed_json(e->guide, p->schema, p->json_compact, out, n_out, e->guided, n));
+            TP_CHECK(tp_guide_allowed_json(e->guide, p->schema, p->json_compact, cursor, out, n_out, e->guided, n));
             *ids = e->guided;
             *negated = 0;
         }
@@ -1506,7 +1510,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
             const int32_t *ids;
             int32_t n;
             int negated;
-            TP_CHECK(guided_ids(e, r, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
+            TP_CHECK(guided_ids(e, r, q->choice, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
             if (negated) {
                 banned = ids;
                 n_banned = n;
@@ -1546,6 +1550,13 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
     return TP_OK;
 }
 
+static void free_cursors(req *r)
+{
+    for (int32_t j = 0; r->guide_cursor && j < r->n; j++) tp_guide_cursor_free(r->guide_cursor[j]);
+    free(r->guide_cursor);
+    r->guide_cursor = NULL;
+}
+
 /* Sampler rank: a request whose choices have all finished becomes its output line. */
 static tp_status complete_request(engine *e, req *r)
 {
@@ -1570,6 +1581,7 @@ static tp_status complete_request(engine *e, req *r)
     for (int32_t j = 0; j < r->n; j++) tp_choice_free(&r->choices[j]);
     free(r->choices);
     r->choices = NULL;
+    free_cursors(r);
     free(r->plp);
     free(r->plp_top);
     r->plp = NULL;
@@ -1615,7 +1627,7 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
             const int32_t *ids;
             int32_t n;
             int negated;
-            TP_CHECK(guided_ids(e, r, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
+            TP_CHECK(guided_ids(e, r, q->choice, c->out.v, n_out, n_banned == 0, &ids, &n, &negated));
             if (negated) {
                 edits.banned = ids;
                 edits.n_banned = n;
@@ -2243,6 +2255,7 @@ static void engine_free(engine *e)
         free(r->error_message);
         for (int32_t j = 0; r->choices && j < r->n; j++) tp_choice_free(&r->choices[j]);
         free(r->choices);
+        free_cursors(r);
         free(r->plp);
         free(r->plp_top);
         free(r->dump_prompt);

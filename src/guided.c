@@ -409,27 +409,71 @@ static void json_make_room(tp_guide *g, size_t k, const json_cached *keep)
     }
 }
 
-tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
-                            int32_t n_out, const int32_t **ids, int32_t *n, int *negated)
+struct tp_guide_cursor {
+    const struct tp_schema *schema;
+    int compact;
+    int32_t fed; /* the tokens read into state */
+    int left;    /* one of them left the rule */
+    tp_json_paths state;
+};
+
+void tp_guide_cursor_free(tp_guide_cursor *c) { free(c); }
+
+/* The readings after out[0 .. n_out): the cursor's, fed the tokens it has not read, or made
+ * from the start. 0 where a token left the rule (a token with no piece leaves JSON). */
+static int json_state(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor *c,
+                      const int32_t *out, int32_t n_out, tp_json_paths **state)
+{
+    int32_t i = 0;
+    if (c && c->schema == schema && c->compact == compact && c->fed <= n_out) {
+        if (c->left) return 0;
+        i = c->fed;
+    } else {
+        tp_json_prefix start;
+        if (schema) tp_json_prefix_init_schema(&start, schema);
+        else tp_json_prefix_init(&start, 1);
+        if (compact) tp_json_prefix_compact(&start);
+        if (c) {
+            c->schema = schema;
+            c->compact = compact;
+            c->left = 0;
+        }
+        tp_json_paths_init(c ? &c->state : g->state, &start);
+    }
+    *state = c ? &c->state : g->state;
+    for (; i < n_out; i++) {
+        const piece_table *t = i ? &g->later : &g->first;
+        const int32_t id = out[i];
+        if (id < 0 || id >= g->vocab || t->len[id] < 0) break;
+        const size_t l = (size_t)t->len[id];
+        if (tp_json_paths_feed_n(*state, g->bytes + t->off[id], l) != l) break;
+    }
+    if (c) {
+        c->fed = n_out;
+        c->left = i < n_out;
+    }
+    return i == n_out;
+}
+
+tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor **cursor,
+                            const int32_t *out, int32_t n_out, const int32_t **ids, int32_t *n, int *negated)
 {
     *ids = NULL;
     *n = 0;
     *negated = 0;
-    tp_json_prefix start;
-    if (schema) tp_json_prefix_init_schema(&start, schema);
-    else tp_json_prefix_init(&start, 1);
-    if (compact) tp_json_prefix_compact(&start);
     if (!g->state) g->state = malloc(sizeof *g->state);
-    if (!g->state) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
-    tp_json_paths *state = g->state;
-    tp_json_paths_init(state, &start);
-    for (int32_t i = 0; i < n_out; i++) { /* the text so far; a token with no piece leaves JSON */
-        const piece_table *t = i ? &g->later : &g->first;
-        const int32_t id = out[i];
-        if (id < 0 || id >= g->vocab || t->len[id] < 0) return TP_OK;
-        const size_t l = (size_t)t->len[id];
-        if (tp_json_paths_feed_n(state, g->bytes + t->off[id], l) != l) return TP_OK;
+    if (cursor && !*cursor) {
+        *cursor = malloc(sizeof **cursor);
+        if (*cursor) { /* matches no rule: the first call starts it */
+            (*cursor)->schema = NULL;
+            (*cursor)->compact = -1;
+            (*cursor)->fed = 0;
+            (*cursor)->left = 0;
+        }
     }
+    if (!g->state || (cursor && !*cursor)) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+    tp_json_paths *state;
+    if (!json_state(g, schema, compact, cursor ? *cursor : NULL, out, n_out, &state)) return TP_OK;
     int hit;
     const uint64_t hash = state_hash(state);
     json_cached *c = json_lookup(g, state, hash, n_out == 0, &hit);
@@ -485,12 +529,12 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int com
     return TP_OK;
 }
 
-tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
-                                int32_t n_out, int32_t *dst, int32_t *n)
+tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor **cursor,
+                                const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n)
 {
     const int32_t *ids;
     int negated;
-    TP_CHECK(tp_guide_json_ids(g, schema, compact, out, n_out, &ids, n, &negated));
+    TP_CHECK(tp_guide_json_ids(g, schema, compact, cursor, out, n_out, &ids, n, &negated));
     if (!negated) {
         if (*n) memcpy(dst, ids, (size_t)*n * sizeof *dst);
         return TP_OK;

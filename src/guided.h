@@ -19,6 +19,12 @@ struct tp_schema;
 
 typedef struct tp_guide tp_guide;
 
+/* One sequence's JSON reading kept between calls (tp_guide_json_ids), so that each call reads
+ * only the tokens added since the one before, not the whole text again (a text of n tokens
+ * would cost n^2 over its steps). Made at first use; NULL: no cursor, the text read whole. */
+typedef struct tp_guide_cursor tp_guide_cursor;
+void tp_guide_cursor_free(tp_guide_cursor *c); /* accepts NULL */
+
 /* The byte pieces of every token of the model's vocabulary (special tokens and ids the
  * tokenizer lacks never match a choice); eos: the ids that end a completion. */
 tp_status tp_guide_create(const tp_tokenizer *tok, int32_t vocab, const int32_t *eos, int32_t n_eos,
@@ -40,9 +46,12 @@ tp_status tp_guide_allowed(tp_guide *g, char *const *choices, int32_t n_choices,
  * by the caller) of a value it holds to (compact: without whitespace between tokens), each
  * once, into dst (room for
  * tp_guide_max_allowed); the end tokens once the text is whole. *n is 0 when none may (a
- * token left the rule, or the text is whole and the model has no end tokens). */
-tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
-                                int32_t n_out, int32_t *dst, int32_t *n);
+ * token left the rule, or the text is whole and the model has no end tokens). cursor: NULL,
+ * or the sequence's (*cursor made at first use; its later calls pass out with the same
+ * first tokens, more of them or as many; another schema, compact or a shorter text starts
+ * it again). */
+tp_status tp_guide_allowed_json(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor **cursor,
+                                const int32_t *out, int32_t n_out, int32_t *dst, int32_t *n);
 
 /* The JSON sets kept hold at most max_ids ids together (default 8 Mi, 32 MiB) beside the
  * one asked for last; the least recently read go first. For hosts short of memory, and
@@ -53,7 +62,7 @@ size_t tp_guide_json_kept(const tp_guide *g);
 /* The same set as it is kept, without a copy: *ids[0 .. *n) are the ids that may come, or
  * (*negated, where they are most of the vocabulary) those that may not. Valid until the
  * next call. */
-tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, const int32_t *out,
-                            int32_t n_out, const int32_t **ids, int32_t *n, int *negated);
+tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor **cursor,
+                            const int32_t *out, int32_t n_out, const int32_t **ids, int32_t *n, int *negated);
 
 #endif

@@ -242,7 +242,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         while (!done && n_out < 400) {
             int32_t n = 0;
             const clock_t t0 = clock();
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, out, n_out, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, NULL, out, n_out, allowed, &n), TP_OK);
             const double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
             if (ms > 0.5) {
                 miss_ms += ms;
@@ -309,7 +309,7 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
         for (size_t k = 0; k <= ids.n; k++) {
             int32_t n = 0;
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, ids.v, (int32_t)k, allowed, &n), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, NULL, ids.v, (int32_t)k, allowed, &n), TP_OK);
             int found = 0, ends = 0;
             for (int32_t i = 0; i < n; i++) {
                 found |= k < ids.n && allowed[i] == ids.v[k];
@@ -320,7 +320,9 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
         }
         tp_ids_free(&ids);
     }
-    /* kept sets bounded (here to one set): what is allowed is the same as with room for all */
+    /* kept sets bounded (here to one set): what is allowed is the same as with room for all;
+     * and a cursor fed as the text grows (by 1 to 3 tokens, twice at the same length) gives
+     * what reading the text whole gives */
     tp_guide *small = NULL;
     ck_assert_int_eq(tp_guide_create(tok, vocab, eos, n_eos, &small), TP_OK);
     tp_guide_limit_json_sets(small, 1);
@@ -328,24 +330,47 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
     for (size_t j = 0; j < sizeof JSON_TEXTS / sizeof JSON_TEXTS[0]; j++) {
         tp_ids ids = {0};
         ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, JSON_TEXTS[j], strlen(JSON_TEXTS[j]), 0, &ids), TP_OK);
+        tp_guide_cursor *cursor = NULL;
         for (size_t k = 0; k <= ids.n; k += 1 + k % 3) {
             int32_t n1 = 0, n2 = 0;
-            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, ids.v, (int32_t)k, allowed, &n1), TP_OK);
-            ck_assert_int_eq(tp_guide_allowed_json(small, NULL, 0, ids.v, (int32_t)k, again, &n2), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, NULL, ids.v, (int32_t)k, allowed, &n1), TP_OK);
+            ck_assert_int_eq(tp_guide_allowed_json(small, NULL, 0, NULL, ids.v, (int32_t)k, again, &n2), TP_OK);
             ck_assert_int_eq(n1, n2);
             ck_assert(!memcmp(allowed, again, (size_t)n1 * sizeof *allowed));
             ck_assert_uint_le(tp_guide_json_kept(small), (size_t)vocab); /* the last set alone */
+            for (int twice = 0; twice < 1 + (k % 4 == 0); twice++) {
+                ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, &cursor, ids.v, (int32_t)k, again, &n2), TP_OK);
+                ck_assert_msg(n1 == n2 && !memcmp(allowed, again, (size_t)n1 * sizeof *allowed),
+                              "%s: JSON text %zu after %zu tokens: %d ids with the cursor, %d without", name, j, k, n2, n1);
+            }
         }
+        /* the same cursor under another rule (compact), or back to a shorter text: read again */
+        int32_t n1 = 0, n2 = 0;
+        const int32_t half = (int32_t)ids.n / 2;
+        ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 1, NULL, ids.v, half, allowed, &n1), TP_OK);
+        ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 1, &cursor, ids.v, half, again, &n2), TP_OK);
+        ck_assert(n1 == n2 && !memcmp(allowed, again, (size_t)n1 * sizeof *allowed));
+        ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 1, NULL, ids.v, 1, allowed, &n1), TP_OK);
+        ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 1, &cursor, ids.v, 1, again, &n2), TP_OK);
+        ck_assert(n1 == n2 && !memcmp(allowed, again, (size_t)n1 * sizeof *allowed));
+        tp_guide_cursor_free(cursor);
         tp_ids_free(&ids);
     }
     ck_assert_uint_gt(tp_guide_json_kept(g), tp_guide_json_kept(small));
     free(again);
     tp_guide_destroy(small);
-    /* off JSON: nothing */
+    /* off JSON: nothing, and nothing after it through a cursor either */
     int32_t n = 5;
-    const int32_t eos0 = eos[0];
-    ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, &eos0, 1, allowed, &n), TP_OK);
+    const int32_t eos0 = eos[0], off[3] = {eos[0], 0, 1};
+    ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, NULL, &eos0, 1, allowed, &n), TP_OK);
     ck_assert_int_eq(n, 0);
+    tp_guide_cursor *cursor = NULL;
+    for (int32_t k = 1; k <= 3; k++) {
+        n = 5;
+        ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, &cursor, off, k, allowed, &n), TP_OK);
+        ck_assert_int_eq(n, 0);
+    }
+    tp_guide_cursor_free(cursor);
     free(structural);
     free(in_set);
     free(allowed);
@@ -397,9 +422,14 @@ static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, co
     tp_ids ids = {0};
     ck_assert_int_eq(tp_tokenizer_encode((tp_tokenizer *)tok, text, strlen(text), 0, &ids), TP_OK);
     ck_assert(ids.n < 500);
+    tp_guide_cursor *cursor = NULL; /* followed a token at a time: the same sets */
+    int32_t *again = malloc((size_t)tp_guide_max_allowed(g) * sizeof *again);
     for (size_t k = 0; k <= ids.n; k++) {
-        int32_t n = 0;
-        ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, ids.v, (int32_t)k, allowed, &n), TP_OK);
+        int32_t n = 0, n2 = 0;
+        ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, NULL, ids.v, (int32_t)k, allowed, &n), TP_OK);
+        ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, &cursor, ids.v, (int32_t)k, again, &n2), TP_OK);
+        ck_assert_msg(n == n2 && !memcmp(allowed, again, (size_t)n * sizeof *allowed),
+                      "%s: under the schema after token %zu: %d ids with the cursor, %d without", name, k, n2, n);
         memcpy(out, ids.v, k * sizeof *out);
         size_t before;
         char *s = decode_raw(tok, out, (int32_t)k, &before);
@@ -421,6 +451,8 @@ static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, co
         for (int32_t i = 0; i < n; i++) in_set[allowed[i]] = 0;
     }
     tp_ids_free(&ids);
+    tp_guide_cursor_free(cursor);
+    free(again);
     free(in_set);
     free(allowed);
     tp_guide_destroy(g);
@@ -458,7 +490,7 @@ static void check_tokenizer_patterns(const tp_tokenizer *tok, const char *name, 
             int32_t n_out = 0;
             for (;;) {
                 int32_t n = 0;
-                ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, out, n_out, allowed, &n), TP_OK);
+                ck_assert_int_eq(tp_guide_allowed_json(g, schema, 0, NULL, out, n_out, allowed, &n), TP_OK);
                 if (n == 0) {
                     size_t len;
                     char *text = decode_raw(tok, out, n_out, &len);
