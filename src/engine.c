@@ -1886,9 +1886,15 @@ static tp_status warm_up(engine *e)
         w.ids = e->sync;
     } else if (device_sample(e)) { /* alike on every rank: the sampler's peers take part */
         w.sampled = 1;
-        /* steps enqueued ahead whose rules wait for the step before: their graphs too */
-        for (int64_t k = 0; k < e->n_seqs && !w.unsampled; k++) w.unsampled = rule_reads_output(&e->R[e->S_[k].req]);
-        w.unsampled = w.unsampled && ahead_wanted(e);
+        /* steps enqueued ahead whose rules wait for the step before: their graphs too, or
+         * theirs alone where every request's rule does (a decode step then always waits) */
+        int some = 0, all = 1;
+        for (int64_t k = 0; k < e->n_seqs; k++) {
+            const int reads = rule_reads_output(&e->R[e->S_[k].req]);
+            some |= reads;
+            all &= reads;
+        }
+        w.unsampled = some && ahead_wanted(e) ? 1 + all : 0;
         if (e->is_sampler) {
             for (int32_t i = 0; i < e->max_rows; i++) {
                 memset(&e->srows[i], 0, sizeof e->srows[i]);

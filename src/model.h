@@ -229,8 +229,9 @@ typedef struct tp_warm_up {
      * (and tuned) here rather than in the step a first token waits for */
     int32_t first_tokens, first_seqs;
     int graphs, sampled;
-    int unsampled; /* with graphs: also each size with its logits left on the device, as
-                    * tp_model_forward_start_unsampled's steps take them */
+    int unsampled; /* with graphs: 1 also each size with its logits left on the device, as
+                    * tp_model_forward_start_unsampled's steps take them; 2 those alone (the
+                    * run's decode steps all wait for their rules) */
     int tune; /* the backend's matmul_tune around the eager steps (then each graph size once eagerly) */
     int32_t *ids;
     float *logits;
