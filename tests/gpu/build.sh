@@ -2,13 +2,22 @@
 # the -dev packages that machine lacks (gathered here into .gpu-deps/ by ../shared/tools/gpu-deps)
 # and gpu_build TARGET...: autoreconf, configure --with-cuda into build-gpu/ (once; a warm
 # machine keeps it) and make the targets, logs in $OUTDIR; B is the build folder. Exits on a
-# failed build, with the logs' tails. record CHECK RESULT adds a row to the table that
-# print_results prints last.
+# failed build, with the logs' tails. GPU_PREBUILT=DIR: the targets built already in DIR.
+# record CHECK RESULT adds a row to the table that print_results prints last.
 root=$(pwd)
 deps=$root/.gpu-deps/root
 lib=$deps/usr/lib/x86_64-linux-gnu
 export PKG_CONFIG_PATH=$lib/pkgconfig LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NCCL_NVLS_ENABLE=0
 B=$root/build-gpu
+if [ -n "${GPU_PREBUILT:-}" ]; then
+    # a build made elsewhere with --with-cuda for this machine's CUDA, NCCL and MPI (its
+    # folder, relative to the repository root): device time is not spent compiling
+    B=$root/$GPU_PREBUILT
+    gpu_build() {
+        local t
+        for t in "$@"; do [ -x "$B/$t" ] || { echo "GPU_PREBUILT=$GPU_PREBUILT has no $t"; exit 1; }; done
+    }
+else
 gpu_build() {
     ( set -e
       autoreconf -fi >/dev/null 2>&1
@@ -17,6 +26,7 @@ gpu_build() {
       make -j16 "$@" >"$OUTDIR/build.log" 2>&1
     ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
 }
+fi
 results=()
 record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }
