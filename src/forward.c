@@ -774,7 +774,8 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         if (st == TP_OK) st = off;
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
-    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host); /* recorded, then replayed once */
+    /* recorded, then replayed once */
+    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host);
     if (st == TP_OK && graphs && w->unsampled) { /* the graphs whose logits stay on the device */
         tp_warm_up bare = *w;
         bare.ids = NULL;

@@ -341,7 +341,8 @@ static void check_tokenizer_json(const tp_tokenizer *tok, const char *name, cons
             for (int twice = 0; twice < 1 + (k % 4 == 0); twice++) {
                 ck_assert_int_eq(tp_guide_allowed_json(g, NULL, 0, &cursor, ids.v, (int32_t)k, again, &n2), TP_OK);
                 ck_assert_msg(n1 == n2 && !memcmp(allowed, again, (size_t)n1 * sizeof *allowed),
-                              "%s: JSON text %zu after %zu tokens: %d ids with the cursor, %d without", name, j, k, n2, n1);
+                              "%s: JSON text %zu after %zu tokens: %d ids with the cursor, %d without", name, j, k,
+                              n2, n1);
             }
         }
         /* the same cursor under another rule (compact), or back to a shorter text: read again */
