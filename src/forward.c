@@ -530,6 +530,17 @@ static tp_status run_graph(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, c
     return b->ops->graph_launch(b, *g);
 }
 
+/* What the next step's take names: the L device-chosen tokens of a step whose logits became
+ * `out` (argmax ids, or the token field of each sample op result: its first), or none. */
+static void note_chosen(const tp_model *m, tp_step_buffers *buf, int out, int32_t L)
+{
+    _Static_assert(offsetof(tp_sample_out, token) == 0 && sizeof(tp_sample_out) % 4 == 0, "tp_sample_out.token");
+    const int32_t *ids = m->plan.tp > 1 ? buf->argmax_merged : buf->argmax_ids;
+    buf->chosen = out == OUT_IDS ? ids : out == OUT_SAMPLE ? (const int32_t *)buf->sample_out : NULL;
+    buf->chosen_rows = buf->chosen ? L : 0;
+    buf->chosen_stride = out == OUT_SAMPLE ? (int32_t)(sizeof(tp_sample_out) / 4) : 1;
+}
+
 /* The step enqueued; *L_out: the logit rows it computes (a graph's padded batch, or the
  * step's own). */
 static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
@@ -560,12 +571,7 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
         for (int32_t i = 0; i < L && in_order; i++) in_order = s->logit_rows[i] == i;
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out, in_order, buf->prune_last));
     }
-    /* what the next step's take names: the token field of each result (the first) */
-    _Static_assert(offsetof(tp_sample_out, token) == 0 && sizeof(tp_sample_out) % 4 == 0, "tp_sample_out.token");
-    const int32_t *ids = m->plan.tp > 1 ? buf->argmax_merged : buf->argmax_ids;
-    buf->chosen = out == OUT_IDS ? ids : out == OUT_SAMPLE ? (const int32_t *)buf->sample_out : NULL;
-    buf->chosen_rows = buf->chosen ? L : 0;
-    buf->chosen_stride = out == OUT_SAMPLE ? (int32_t)(sizeof(tp_sample_out) / 4) : 1;
+    note_chosen(m, buf, out, L);
     *L_out = L;
     return TP_OK;
 }
@@ -642,9 +648,7 @@ tp_status tp_model_sample_start(tp_model *m, tp_step_buffers *buf, const tp_samp
         TP_CHECK(sample_enqueue(m, buf, L));
         buf->sample_ready = 1; /* the backend's scratch exists: later steps may record it */
     }
-    buf->chosen = L > 0 ? (const int32_t *)buf->sample_out : NULL; /* what the next step's take names */
-    buf->chosen_rows = L;
-    buf->chosen_stride = (int32_t)(sizeof(tp_sample_out) / 4);
+    note_chosen(m, buf, L > 0 ? OUT_SAMPLE : OUT_LOGITS, L);
     return b->ops->download_start(b, k, buf->sample_out, (size_t)(L > 0 ? n : 0) * sizeof(tp_sample_out));
 }
 

@@ -420,7 +420,8 @@ struct tp_guide_cursor {
 void tp_guide_cursor_free(tp_guide_cursor *c) { free(c); }
 
 /* The readings after out[0 .. n_out): the cursor's, fed the tokens it has not read, or made
- * from the start. 0 where a token left the rule (a token with no piece leaves JSON). */
+ * from the start (without a cursor, in g->state). 0 where a token left the rule (a token with
+ * no piece leaves JSON); -1 out of memory. */
 static int json_state(tp_guide *g, const struct tp_schema *schema, int compact, tp_guide_cursor *c,
                       const int32_t *out, int32_t n_out, tp_json_paths **state)
 {
@@ -438,6 +439,7 @@ static int json_state(tp_guide *g, const struct tp_schema *schema, int compact, 
             c->compact = compact;
             c->left = 0;
         }
+        if (!c && !g->state && !(g->state = malloc(sizeof *g->state))) return -1;
         tp_json_paths_init(c ? &c->state : g->state, &start);
     }
     *state = c ? &c->state : g->state;
@@ -461,7 +463,6 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int com
     *ids = NULL;
     *n = 0;
     *negated = 0;
-    if (!g->state) g->state = malloc(sizeof *g->state);
     if (cursor && !*cursor) {
         *cursor = malloc(sizeof **cursor);
         if (*cursor) { /* matches no rule: the first call starts it */
@@ -471,9 +472,11 @@ tp_status tp_guide_json_ids(tp_guide *g, const struct tp_schema *schema, int com
             (*cursor)->left = 0;
         }
     }
-    if (!g->state || (cursor && !*cursor)) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+    if (cursor && !*cursor) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
     tp_json_paths *state;
-    if (!json_state(g, schema, compact, cursor ? *cursor : NULL, out, n_out, &state)) return TP_OK;
+    const int read = json_state(g, schema, compact, cursor ? *cursor : NULL, out, n_out, &state);
+    if (read < 0) return tp_error(TP_ERR_OOM, "out of memory for guided JSON");
+    if (!read) return TP_OK;
     int hit;
     const uint64_t hash = state_hash(state);
     json_cached *c = json_lookup(g, state, hash, n_out == 0, &hit);
