@@ -180,7 +180,8 @@ struct sample_smem {
         } l;
     } u;
     /* reductions and broadcasts */
-    double red_m[SAMPLE_WARPS], red_s[SAMPLE_WARPS], red_best[SAMPLE_WARPS];
+    double red_m[SAMPLE_WARPS], red_s[SAMPLE_WARPS], red_best[SAMPLE_WARPS], red_xmin[SAMPLE_WARPS],
+        red_vmin[SAMPLE_WARPS];
     int32_t red_arg[SAMPLE_WARPS], red_live[SAMPLE_WARPS], red_bad[SAMPLE_WARPS];
     int32_t warp_count[SAMPLE_WARPS];
     int32_t n_list;
@@ -191,7 +192,7 @@ struct sample_smem {
     int32_t sel_count_before;
     fix128 sel_mass_before, sel_target;
     /* the row's summary */
-    double m, s, best;
+    double m, s, best, scale_raw, scale_v;
     int32_t arg, n_live, bad;
     int32_t top_id[TP_SAMPLE_MAX_LOGPROBS];
     float top_x[TP_SAMPLE_MAX_LOGPROBS];
@@ -207,16 +208,41 @@ struct row_ctx {
     int32_t V;
     bool pen, allow_list;
     double rep, freq, pres, temperature, best;
+    /* spread bins (spread_bin): the largest raw logit, and the bins' scales for raw logits
+     * and for values */
+    double top_raw, scale_raw, scale_v;
 };
 
 /* A rank prefix: key > T, or key == T and id <= c; raw: keys of the raw logits, else of
- * the penalized values; weights: also w > 0 and w >= wmin (w computed for mass). */
+ * the penalized values; weights: also w > 0 and w >= wmin (w computed for mass); bin >= 0:
+ * also in that spread bin. */
 struct cand_set {
     u64 T;
     int32_t c;
     bool raw, weights;
     double wmin;
+    int32_t bin;
 };
+
+/* The spread bin of value v (raw: of a raw logit): its distance from the row's largest in
+ * RADIX_BINS even steps over the row's range, the last bin also for -inf. Rounded
+ * subtraction and product keep it monotone, so a bin holds a run of ranks and a smaller
+ * bin ranks first: a first select level whose bins hold similar counts, where the key's
+ * top bits (sign and exponent) put most of a row in a few bins, whose atomics serialize. */
+__device__ __forceinline__ int spread_bin(const row_ctx &r, bool raw, double v)
+{
+    const double t = raw ? __dmul_rn(__dsub_rn(r.top_raw, v), r.scale_raw) : __dmul_rn(__dsub_rn(r.best, v), r.scale_v);
+    return t < (double)(RADIX_BINS - 1) ? (int)t : RADIX_BINS - 1; /* NaN (0 x inf): the last */
+}
+
+/* RADIX_BINS - 1 over a row's range of finite values (top - least): 0 where that is not
+ * a positive finite number or the scale would not be (one bin then holds every value) */
+__device__ __forceinline__ double spread_scale(double top, double least)
+{
+    const double range = __dsub_rn(top, least);
+    const double scale = range > 0.0 && isfinite(range) ? __ddiv_rn((double)(RADIX_BINS - 1), range) : 0.0;
+    return isfinite(scale) ? scale : 0.0;
+}
 
 /* sampler.c's penalize(), operation for operation (no contraction into FMA) */
 __device__ __forceinline__ double penalize(double x, const row_ctx &r, unsigned int count)
@@ -257,15 +283,16 @@ __device__ __forceinline__ double weight_of(const row_ctx &r, double v)
     return exp(__ddiv_rn(__dsub_rn(v, r.best), r.temperature));
 }
 
-/* Whether column i is in set s with (key & mask) == P; its key and (weights) w. */
-__device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_t i, u64 mask, u64 P, u64 &key,
-                                     double &w)
+/* Whether column i is in set s with (key & mask) == P; its value v, key and (weights) w. */
+__device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_t i, u64 mask, u64 P, double &v,
+                                     u64 &key, double &w)
 {
     unsigned int f;
     const float x = raw_at(r, i, f);
-    const double v = s.raw ? (double)x : value_at(r, i, x, f);
+    v = s.raw ? (double)x : value_at(r, i, x, f);
     key = key_of(v);
     if (!(key > s.T || (key == s.T && i <= s.c)) || (key & mask) != P) return false;
+    if (s.bin >= 0 && spread_bin(r, s.raw, v) != s.bin) return false;
     w = 0.0;
     if (s.weights) {
         w = weight_of(r, v);
@@ -291,8 +318,8 @@ __device__ void list_gather_sort(sample_smem &sm, const row_ctx &r, const cand_s
     __syncthreads();
     for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
         u64 key;
-        double w;
-        if (eval(r, s, i, mask, P, key, w)) {
+        double v, w;
+        if (eval(r, s, i, mask, P, v, key, w)) {
             const int32_t at = atomicAdd(&sm.n_list, 1);
             if (at < LIST_CAP) {
                 sm.u.l.key[at] = key;
@@ -401,8 +428,8 @@ __device__ int32_t nth_id_with_key(sample_smem &sm, const row_ctx &r, const cand
     for (int32_t base = 0; base < r.V; base += blockDim.x) {
         const int32_t i = base + threadIdx.x;
         u64 key;
-        double w;
-        const bool in = i < r.V && eval(r, s, i, ~0ULL, K, key, w);
+        double v, w;
+        const bool in = i < r.V && eval(r, s, i, ~0ULL, K, v, key, w);
         const unsigned int ballot = __ballot_sync(0xffffffffu, in);
         if (lane == 0) sm.warp_count[warp] = __popc(ballot);
         __syncthreads();
@@ -429,11 +456,13 @@ struct sel_result {
     int32_t pos; /* 1-based rank position in the set */
 };
 
-/* The first rank position of set s (non-empty) whose running amount reaches the target:
- * by count, position n (1 <= n <= |s|); by mass, the first whose running weight reaches
+/* The first rank position of set s0 (non-empty) whose running amount reaches the target:
+ * by count, position n (1 <= n <= |s0|); by mass, the first whose running weight reaches
  * frac * (the set's mass rounded to double), > when strict, else >=, and the last member
- * when rounding leaves it unreached. Call from all threads; the result goes to all. */
-__device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand_set &s, bool by_mass, int32_t n,
+ * when rounding leaves it unreached. The first level's digits are spread bins, the later
+ * levels' the key's bits within the chosen bin. Call from all threads; the result goes to
+ * all. */
+__device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand_set &s0, bool by_mass, int32_t n,
                                    double frac, bool strict)
 {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -447,10 +476,12 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
     /* sel_mass_before holds the amount (count or mass) of the members ranked before the
      * current digit's candidates, sel_count_before their number */
     sel_result res;
-    for (int level = 0;; level++) {
-        const int shift = level < 5 ? 53 - RADIX_BITS * level : 0;
-        const int nb = 1 << (level < 5 ? RADIX_BITS : 9);
-        const u64 low = shift ? (1ULL << shift) - 1 : 0;
+    cand_set s = s0;
+    for (int level = -1;; level++) {
+        const bool spread = level < 0; /* digit: RADIX_BINS - 1 - the spread bin (rank order) */
+        const int shift = spread ? 0 : level < 5 ? 53 - RADIX_BITS * level : 0;
+        const int nb = spread ? RADIX_BINS : 1 << (level < 5 ? RADIX_BITS : 9);
+        const u64 low = spread ? 0 : shift ? (1ULL << shift) - 1 : 0;
         for (int d = threadIdx.x; d < nb; d += blockDim.x) {
             sm.u.h.count[d] = 0;
             sm.u.h.hi[d] = 0;
@@ -460,9 +491,9 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
         u64 low_or = 0;
         for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
             u64 key;
-            double w;
-            if (!eval(r, s, i, mask, P, key, w)) continue;
-            const int d = (int)((key >> shift) & (u64)(nb - 1));
+            double v, w;
+            if (!eval(r, s, i, mask, P, v, key, w)) continue;
+            const int d = spread ? RADIX_BINS - 1 - spread_bin(r, s.raw, v) : (int)((key >> shift) & (u64)(nb - 1));
             atomicAdd(&sm.u.h.count[d], 1u);
             if (by_mass) {
                 const fix128 f = fix_of(w);
@@ -494,7 +525,7 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
                 }
             }
             fix128 target = sm.sel_target;
-            if (level == 0 && by_mass) {
+            if (spread && by_mass) {
                 const fix128 total = {__shfl_sync(0xffffffffu, incl.hi, WARP_SIZE - 1),
                                       __shfl_sync(0xffffffffu, incl.lo, WARP_SIZE - 1)};
                 target = fix_of(__dmul_rn(frac, fix_double(total)));
@@ -542,8 +573,11 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
         }
         __syncthreads();
         const int32_t bin_count = sm.sel_bin_count;
-        P |= (u64)sm.sel_digit << shift;
-        mask |= (u64)(nb - 1) << shift;
+        if (spread) s.bin = RADIX_BINS - 1 - sm.sel_digit;
+        else {
+            P |= (u64)sm.sel_digit << shift;
+            mask |= (u64)(nb - 1) << shift;
+        }
         if (bin_count <= LIST_CAP) { /* few enough: finish in shared memory, in rank order */
             list_gather_sort(sm, r, s, mask, P);
             if (warp == 0) {
@@ -561,7 +595,7 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
             __syncthreads();
             return res;
         }
-        if (!any_low || shift == 0) { /* a tie group: every candidate left has key P */
+        if (!spread && (!any_low || shift == 0)) { /* a tie group: every candidate left has key P */
             if (threadIdx.x == 0) {
                 int32_t j = bin_count; /* the smallest j whose running amount reaches; the last if none */
                 const fix128 unit = by_mass ? fix_of(weight_of(r, value_of(P))) : fix128{0, 1};
@@ -688,10 +722,11 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         rc.freq = R.frequency_penalty;
         rc.pres = R.presence_penalty;
         rc.temperature = R.temperature;
-        rc.best = 0.0;
+        rc.best = rc.top_raw = rc.scale_raw = rc.scale_v = 0.0;
 
-        /* 1. NaN/+Inf, raw log-sum-exp, argmax of v, live count: one pass */
-        double m = -INFINITY, s = 0.0, best = -INFINITY;
+        /* 1. NaN/+Inf, raw log-sum-exp, argmax of v, live count, the least finite raw logit
+         * and live value (the spread bins' ranges): one pass */
+        double m = -INFINITY, s = 0.0, best = -INFINITY, xmin = INFINITY, vmin = INFINITY;
         int32_t arg = INT32_MAX, live = 0, bad = INT32_MAX;
         for (int32_t i = threadIdx.x; i < V; i += blockDim.x) {
             unsigned int f;
@@ -707,12 +742,16 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             } else if (rr != -INFINITY) {
                 s += exp(rr - m);
             }
+            if (rr != -INFINITY) xmin = fmin(xmin, rr);
             const double v = value_at(rc, i, x, f);
             if (v > best) {
                 best = v;
                 arg = i;
             }
-            if (v != -INFINITY) live++;
+            if (v != -INFINITY) {
+                live++;
+                vmin = fmin(vmin, v);
+            }
         }
         for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
             const double m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -727,6 +766,8 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             }
             live += __shfl_xor_sync(0xffffffffu, live, o);
             bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, o));
+            xmin = fmin(xmin, __shfl_xor_sync(0xffffffffu, xmin, o));
+            vmin = fmin(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
         }
         if (lane == 0) {
             sm.red_m[warp] = m;
@@ -735,10 +776,13 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             sm.red_arg[warp] = arg;
             sm.red_live[warp] = live;
             sm.red_bad[warp] = bad;
+            sm.red_xmin[warp] = xmin;
+            sm.red_vmin[warp] = vmin;
         }
         __syncthreads();
         if (threadIdx.x == 0) { /* in warp order: the same sums whatever the timing */
             m = -INFINITY, s = 0.0, best = -INFINITY, arg = INT32_MAX, live = 0, bad = INT32_MAX;
+            xmin = INFINITY, vmin = INFINITY;
             for (int q = 0; q < nw; q++) {
                 const double M = fmax(m, sm.red_m[q]);
                 s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (sm.red_m[q] == -INFINITY ? 0.0 : sm.red_s[q] * exp(sm.red_m[q] - M));
@@ -749,6 +793,8 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 }
                 live += sm.red_live[q];
                 bad = min(bad, sm.red_bad[q]);
+                xmin = fmin(xmin, sm.red_xmin[q]);
+                vmin = fmin(vmin, sm.red_vmin[q]);
             }
             sm.m = m;
             sm.s = s;
@@ -756,6 +802,8 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             sm.arg = arg == INT32_MAX ? 0 : arg; /* all -inf: token 0, as the sampler */
             sm.n_live = live;
             sm.bad = bad;
+            sm.scale_raw = spread_scale(m, xmin);
+            sm.scale_v = spread_scale(best, vmin);
         }
         __syncthreads();
         if (sm.bad != INT32_MAX) {
@@ -769,14 +817,17 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             continue;
         }
         rc.best = sm.best;
+        rc.top_raw = sm.m;
+        rc.scale_raw = sm.scale_raw;
+        rc.scale_v = sm.scale_v;
         const int32_t n_live = sm.n_live;
 
         /* 2. top-N raw logprobs: the N-th by (raw desc, id asc), then the N in rank order */
         const int32_t n_top = min(R.n_logprobs, V);
         if (n_top > 0) {
-            const cand_set all_raw = {0, INT32_MAX, true, false, 0.0};
+            const cand_set all_raw = {0, INT32_MAX, true, false, 0.0, -1};
             const sel_result t = radix_select(sm, rc, all_raw, false, n_top, 0.0, false);
-            const cand_set first = {t.key, t.id, true, false, 0.0};
+            const cand_set first = {t.key, t.id, true, false, 0.0, -1};
             list_gather_sort(sm, rc, first, 0, 0);
             if (threadIdx.x < n_top) {
                 sm.top_id[threadIdx.x] = sm.u.l.id[threadIdx.x];
@@ -789,7 +840,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         int32_t token = sm.arg;
         const bool greedy = R.temperature < GREEDY_TEMPERATURE || R.top_k == 1;
         if (!greedy && n_live > 1) {
-            const cand_set live_set = {KEY_NEG_INF, -1, false, false, 0.0};
+            const cand_set live_set = {KEY_NEG_INF, -1, false, false, 0.0, -1};
             const bool cut = R.top_k > 0 && R.top_k < n_live;
             const int32_t nk = cut ? R.top_k : n_live;
             cand_set ks = live_set;

@@ -1963,15 +1963,20 @@ static int sample_row_admits(const tp_sample_row *row, const int32_t *toks, int3
 }
 
 /* L rows of [L, V] logits in a [L, V + pad] matrix: kind 0 uniform in [-10, 10), 1 quantised
- * to 5 values (ties everywhere), 2 uniform with 20 tokens well above the rest; row 1 all -inf
+ * to 5 values (ties everywhere), 2 uniform with 20 tokens well above the rest, 3 uniform with
+ * a quarter of the values f32's extremes (+-3e38, +-0, subnormals, -1e30); row 1 all -inf
  * and row 2 one finite value when L >= 3. Each row's rule from sample_rule_of (row offset
  * rule0, so the cases cover different rules). */
 static void sample_case(int32_t L, int32_t V, int32_t pad, int kind, int rule0)
 {
     const int64_t width = V + pad, col0 = pad / 2;
     float *v = host_alloc((size_t)(L * width) * sizeof(float) + 1);
+    /* kind 3: for the range of cuda/sample.cu's spread bins (its first select level) */
+    static const float extremes[] = {3e38f, -3e38f, 0.0f, -0.0f, 1e-40f, -1e-40f, -1e30f};
     for (int64_t i = 0; i < L * width; i++)
-        v[i] = kind == 1 ? (float)rand_int(5) * 0.75f - 2.0f : uniform(-10.0f, 10.0f);
+        v[i] = kind == 1                    ? (float)rand_int(5) * 0.75f - 2.0f
+               : kind == 3 && rand_int(4) == 0 ? extremes[rand_int(7)]
+                                               : uniform(-10.0f, 10.0f);
     for (int32_t r = 0; r < L; r++) {
         float *x = v + r * width + col0;
         if (kind == 2)
@@ -2016,7 +2021,7 @@ START_TEST(sample_cases)
         int rule0 = 0;
         for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++)
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
-                for (int kind = 0; kind < 3; kind++) {
+                for (int kind = 0; kind < 4; kind++) {
                     sample_case(lens[li], vocabs[vi], li == 2 ? 5 : 0, kind, rule0);
                     rule0 += lens[li];
                 }
