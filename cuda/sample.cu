@@ -260,14 +260,43 @@ __device__ __forceinline__ bool excluded(const row_ctx &r, unsigned int f)
     return (f & F_BANNED) || (r.allow_list && !(f & F_ALLOWED));
 }
 
-/* Column i's raw logit, as the logprobs count it (an excluded id's too, as vLLM's raw
- * logprobs come before its edits; an excluded NaN/+Inf counts as -inf), and its flags */
+/* A column's raw logit x as the logprobs count it (an excluded id's too, as vLLM's raw
+ * logprobs come before its edits; an excluded NaN/+Inf counts as -inf), f its flags */
+__device__ __forceinline__ float raw_of(const row_ctx &r, float x, unsigned int f)
+{
+    return excluded(r, f) && (isnan(x) || x == INFINITY) ? -INFINITY : x;
+}
+
 __device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned int &f)
 {
-    float x = __ldg(r.x + i);
     f = r.flags ? r.flags[i] : 0u;
-    if (excluded(r, f) && (isnan(x) || x == INFINITY)) x = -INFINITY;
-    return x;
+    return raw_of(r, __ldg(r.x + i), f);
+}
+
+/* body(i, x, f) for each column i = threadIdx.x + k * blockDim.x of the row, in increasing
+ * i (each thread's sums in the order they always had), its raw logit x and flags f. The
+ * loads of COLUMNS_AHEAD columns go out before the first is used: a full pass over a row is
+ * one block's, and with one load in flight a thread it waited on memory latency (~100 us
+ * for 128k columns) where its arithmetic needs a third of that. */
+#define COLUMNS_AHEAD 4
+template <typename Body> __device__ __forceinline__ void for_columns(const row_ctx &r, Body body)
+{
+    const int32_t stride = (int32_t)blockDim.x;
+    for (int32_t base = threadIdx.x; base < r.V; base += COLUMNS_AHEAD * stride) {
+        float x[COLUMNS_AHEAD];
+        unsigned int f[COLUMNS_AHEAD];
+#pragma unroll
+        for (int k = 0; k < COLUMNS_AHEAD; k++) {
+            const int32_t i = base + k * stride;
+            x[k] = i < r.V ? __ldg(r.x + i) : 0.0f;
+            f[k] = r.flags && i < r.V ? r.flags[i] : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < COLUMNS_AHEAD; k++) {
+            const int32_t i = base + k * stride;
+            if (i < r.V) body(i, raw_of(r, x[k], f[k]), f[k]);
+        }
+    }
 }
 
 /* The value the draw ranks: biased, then penalized; an excluded id -inf */
@@ -283,12 +312,11 @@ __device__ __forceinline__ double weight_of(const row_ctx &r, double v)
     return exp(__ddiv_rn(__dsub_rn(v, r.best), r.temperature));
 }
 
-/* Whether column i is in set s with (key & mask) == P; its value v, key and (weights) w. */
-__device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_t i, u64 mask, u64 P, double &v,
-                                     u64 &key, double &w)
+/* Whether column i (raw logit x, flags f) is in set s with (key & mask) == P; its value v,
+ * key and (weights) w. */
+__device__ __forceinline__ bool eval_of(const row_ctx &r, const cand_set &s, int32_t i, float x, unsigned int f,
+                                        u64 mask, u64 P, double &v, u64 &key, double &w)
 {
-    unsigned int f;
-    const float x = raw_at(r, i, f);
     v = s.raw ? (double)x : value_at(r, i, x, f);
     key = key_of(v);
     if (!(key > s.T || (key == s.T && i <= s.c)) || (key & mask) != P) return false;
@@ -299,6 +327,14 @@ __device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_
         if (!(w > 0.0 && w >= s.wmin)) return false;
     }
     return true;
+}
+
+__device__ __forceinline__ bool eval(const row_ctx &r, const cand_set &s, int32_t i, u64 mask, u64 P, double &v,
+                                     u64 &key, double &w)
+{
+    unsigned int f;
+    const float x = raw_at(r, i, f);
+    return eval_of(r, s, i, x, f, mask, P, v, key, w);
 }
 
 /* a ranks before b: larger key, or the same key and the lower id */
@@ -316,10 +352,10 @@ __device__ void list_gather_sort(sample_smem &sm, const row_ctx &r, const cand_s
 {
     if (threadIdx.x == 0) sm.n_list = 0;
     __syncthreads();
-    for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
+    for_columns(r, [&](int32_t i, float x, unsigned int f) {
         u64 key;
         double v, w;
-        if (eval(r, s, i, mask, P, v, key, w)) {
+        if (eval_of(r, s, i, x, f, mask, P, v, key, w)) {
             const int32_t at = atomicAdd(&sm.n_list, 1);
             if (at < LIST_CAP) {
                 sm.u.l.key[at] = key;
@@ -327,7 +363,7 @@ __device__ void list_gather_sort(sample_smem &sm, const row_ctx &r, const cand_s
                 sm.u.l.w[at] = w;
             }
         }
-    }
+    });
     __syncthreads();
     const int32_t n = min(sm.n_list, LIST_CAP);
     int32_t n2 = 1;
@@ -489,19 +525,19 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
         }
         __syncthreads();
         u64 low_or = 0;
-        for (int32_t i = threadIdx.x; i < r.V; i += blockDim.x) {
+        for_columns(r, [&](int32_t i, float x, unsigned int f) {
             u64 key;
             double v, w;
-            if (!eval(r, s, i, mask, P, v, key, w)) continue;
+            if (!eval_of(r, s, i, x, f, mask, P, v, key, w)) return;
             const int d = spread ? RADIX_BINS - 1 - spread_bin(r, s.raw, v) : (int)((key >> shift) & (u64)(nb - 1));
             atomicAdd(&sm.u.h.count[d], 1u);
             if (by_mass) {
-                const fix128 f = fix_of(w);
-                const u64 old = atomicAdd(&sm.u.h.lo[d], f.lo);
-                atomicAdd(&sm.u.h.hi[d], f.hi + (old + f.lo < old ? 1 : 0));
+                const fix128 wf = fix_of(w);
+                const u64 old = atomicAdd(&sm.u.h.lo[d], wf.lo);
+                atomicAdd(&sm.u.h.hi[d], wf.hi + (old + wf.lo < old ? 1 : 0));
             }
             low_or |= key & low;
-        }
+        });
         const bool any_low = __syncthreads_or(low_or != 0) != 0;
         if (warp == 0) {
             /* digits from the largest down; lane l takes rank-order bins [l per, (l+1) per) */
@@ -728,12 +764,10 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
          * and live value (the spread bins' ranges): one pass */
         double m = -INFINITY, s = 0.0, best = -INFINITY, xmin = INFINITY, vmin = INFINITY;
         int32_t arg = INT32_MAX, live = 0, bad = INT32_MAX;
-        for (int32_t i = threadIdx.x; i < V; i += blockDim.x) {
-            unsigned int f;
-            const float x = raw_at(rc, i, f);
+        for_columns(rc, [&](int32_t i, float x, unsigned int f) {
             if (isnan(x) || x == INFINITY) {
                 if (bad == INT32_MAX) bad = i;
-                continue;
+                return;
             }
             const double rr = x;
             if (rr > m) {
@@ -752,7 +786,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 live++;
                 vmin = fmin(vmin, v);
             }
-        }
+        });
         for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
             const double m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
             const double b2 = __shfl_xor_sync(0xffffffffu, best, o);
