@@ -1,8 +1,8 @@
 /*
  * gpu_sample.c: the CUDA backend's sample op (cuda/sample.cu) alone, at Llama-3's vocabulary
  * (128,256) and 1 or 128 rows, under the rules a batch run uses: greedy, greedy with
- * logprobs, temperature, temperature with top-p / top-k / min-p, penalties over 192 tokens,
- * logprobs. Two shapes of logits: "flat" (N(0, 1) a column: a random-weight model's) and
+ * logprobs, temperature (with and without the chosen token's logprob), temperature with
+ * top-p / top-k / min-p, penalties over 192 tokens, logprobs. Two shapes of logits: "flat" (N(0, 1) a column: a random-weight model's) and
  * "peaked" (N(0, 2), one column in 500 lifted by 8, one by 14: a trained model's few likely
  * tokens over a long tail).
  *
@@ -51,14 +51,16 @@ typedef struct rule {
     int32_t top_k, n_logprobs;
 } rule;
 
+/* n_logprobs -1 (none wanted) as the engine sends a request without logprobs */
 static const rule rules[] = {
-    {"greedy", 0.0, 1.0, 0.0, 1.0, 0.0, 0, 0},
+    {"greedy", 0.0, 1.0, 0.0, 1.0, 0.0, 0, -1},
     {"greedy, logprobs 5", 0.0, 1.0, 0.0, 1.0, 0.0, 0, 5},
-    {"T 0.8", 0.8, 1.0, 0.0, 1.0, 0.0, 0, 0},
-    {"T 0.8, top_p 0.95", 0.8, 0.95, 0.0, 1.0, 0.0, 0, 0},
-    {"T 0.8, top_k 50", 0.8, 1.0, 0.0, 1.0, 0.0, 50, 0},
-    {"T 0.8, min_p 0.05", 0.8, 1.0, 0.05, 1.0, 0.0, 0, 0},
-    {"T 0.8, rep 1.1, freq 0.2", 0.8, 1.0, 0.0, 1.1, 0.2, 0, 0},
+    {"T 0.8", 0.8, 1.0, 0.0, 1.0, 0.0, 0, -1},
+    {"T 0.8, the token's logprob", 0.8, 1.0, 0.0, 1.0, 0.0, 0, 0},
+    {"T 0.8, top_p 0.95", 0.8, 0.95, 0.0, 1.0, 0.0, 0, -1},
+    {"T 0.8, top_k 50", 0.8, 1.0, 0.0, 1.0, 0.0, 50, -1},
+    {"T 0.8, min_p 0.05", 0.8, 1.0, 0.05, 1.0, 0.0, 0, -1},
+    {"T 0.8, rep 1.1, freq 0.2", 0.8, 1.0, 0.0, 1.1, 0.2, 0, -1},
     {"T 1, logprobs 5", 1.0, 1.0, 0.0, 1.0, 0.0, 0, 5},
 };
 #define N_RULES ((int)(sizeof rules / sizeof rules[0]))

@@ -665,7 +665,7 @@ __device__ __forceinline__ bool row_valid(const tp_sample_row &R, const int32_t 
     const bool ok = R.temperature >= 0.0 && isfinite(R.temperature) && R.top_k >= -1 && R.top_p > 0.0 &&
                     R.top_p <= 1.0 && R.min_p >= 0.0 && R.min_p <= 1.0 && R.repetition_penalty > 0.0 &&
                     isfinite(R.repetition_penalty) && R.presence_penalty >= -2.0 && R.presence_penalty <= 2.0 &&
-                    R.frequency_penalty >= -2.0 && R.frequency_penalty <= 2.0 && R.n_logprobs >= 0 &&
+                    R.frequency_penalty >= -2.0 && R.frequency_penalty <= 2.0 && R.n_logprobs >= -1 &&
                     R.n_logprobs <= TP_SAMPLE_MAX_LOGPROBS && R.tokens >= 0 && R.n_prompt >= 0 &&
                     R.n_output >= 0 && R.n_output <= (int32_t)F_COUNT && R.banned >= 0 && R.n_banned >= 0 && R.allowed >= 0 &&
                     R.n_allowed >= 0 && R.bias >= 0 && R.n_bias >= 0;
@@ -760,8 +760,10 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         rc.temperature = R.temperature;
         rc.best = rc.top_raw = rc.scale_raw = rc.scale_v = 0.0;
 
-        /* 1. NaN/+Inf, raw log-sum-exp, argmax of v, live count, the least finite raw logit
-         * and live value (the spread bins' ranges): one pass */
+        /* 1. NaN/+Inf, raw log-sum-exp (where logprobs are wanted: a double exp a column is
+         * most of this pass), argmax of v, live count, the least finite raw logit and live
+         * value (the spread bins' ranges): one pass */
+        const bool want_lp = R.n_logprobs >= 0;
         double m = -INFINITY, s = 0.0, best = -INFINITY, xmin = INFINITY, vmin = INFINITY;
         int32_t arg = INT32_MAX, live = 0, bad = INT32_MAX;
         for_columns(rc, [&](int32_t i, float x, unsigned int f) {
@@ -770,7 +772,8 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 return;
             }
             const double rr = x;
-            if (rr > m) {
+            if (!want_lp) m = fmax(m, rr);
+            else if (rr > m) {
                 s = s * exp(m - rr) + 1.0;
                 m = rr;
             } else if (rr != -INFINITY) {
@@ -857,7 +860,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         const int32_t n_live = sm.n_live;
 
         /* 2. top-N raw logprobs: the N-th by (raw desc, id asc), then the N in rank order */
-        const int32_t n_top = min(R.n_logprobs, V);
+        const int32_t n_top = max(0, min(R.n_logprobs, V));
         if (n_top > 0) {
             const cand_set all_raw = {0, INT32_MAX, true, false, 0.0, -1};
             const sel_result t = radix_select(sm, rc, all_raw, false, n_top, 0.0, false);
@@ -934,7 +937,7 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             const float xt = raw_at(rc, token, f);
             tp_sample_out *o = out + row;
             o->token = token;
-            o->logprob = (float)(none_live ? uniform : (double)xt - lse);
+            o->logprob = !want_lp ? 0.0f : (float)(none_live ? uniform : (double)xt - lse);
             o->n_top = n_top;
             for (int32_t k = 0; k < n_top; k++) {
                 o->top_id[k] = sm.top_id[k];

@@ -965,8 +965,8 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
                             const int32_t *tokens, tp_sample_out *o, int32_t *bad)
 {
     *bad = -1;
-    if (row->n_logprobs < 0 || row->n_logprobs > TP_SAMPLE_MAX_LOGPROBS)
-        return tp_error(TP_ERR_INVALID_ARG, "n_logprobs %d is outside [0, %d]", (int)row->n_logprobs,
+    if (row->n_logprobs < -1 || row->n_logprobs > TP_SAMPLE_MAX_LOGPROBS)
+        return tp_error(TP_ERR_INVALID_ARG, "n_logprobs %d is outside [-1, %d]", (int)row->n_logprobs,
                         TP_SAMPLE_MAX_LOGPROBS);
     if (row->tokens < 0 || row->n_prompt < 0 || row->n_output < 0 || row->banned < 0 || row->n_banned < 0 ||
         row->allowed < 0 || row->n_allowed < 0 || row->bias < 0 || row->n_bias < 0)
@@ -997,7 +997,7 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     p.presence_penalty = row->presence_penalty;
     p.frequency_penalty = row->frequency_penalty;
     p.seed = row->seed;
-    p.logprobs = row->n_logprobs;
+    p.logprobs = row->n_logprobs < 0 ? 0 : row->n_logprobs;
     tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
     tp_sample_result res = {0, 0.0f, 0, top};
     const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
@@ -1018,7 +1018,7 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
         return st;
     }
     o->token = res.token;
-    o->logprob = res.logprob;
+    o->logprob = row->n_logprobs < 0 ? 0.0f : res.logprob; /* none wanted: as the CUDA op */
     o->n_top = res.n_top;
     for (int32_t k = 0; k < res.n_top; k++) {
         o->top_id[k] = top[k].id;

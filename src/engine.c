@@ -1490,7 +1490,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
         w->seed = choice_seed(r, q->choice);
         w->step = (uint64_t)n_out;
         w->top_k = p->top_k;
-        w->n_logprobs = p->logprobs;
+        w->n_logprobs = r->in->p.has_logprobs ? p->logprobs : -1; /* -1: no log-sum-exp over the row */
         if (has_penalties(p)) {
             TP_CHECK(stokens_reserve(e, used, (size_t)r->n_prompt + (size_t)n_out));
             w->tokens = (int32_t)used;

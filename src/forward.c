@@ -326,6 +326,7 @@ static tp_status sample_prepare(tp_model *m, tp_step_buffers *buf, int32_t n, in
     memset(&pad, 0, sizeof pad);
     pad.top_p = 1.0; /* greedy, everything off */
     pad.repetition_penalty = 1.0;
+    pad.n_logprobs = -1;
     memcpy(buf->sample_rows_host, rq->rows, (size_t)n * sizeof(tp_sample_row));
     for (int32_t i = n; i < L; i++) buf->sample_rows_host[i] = pad;
     TP_CHECK(b->ops->upload(b, buf->sample_rows, buf->sample_rows_host, (size_t)L * sizeof(tp_sample_row)));

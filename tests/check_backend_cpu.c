@@ -1245,7 +1245,7 @@ static tp_sample_row sample_rule(int r, int32_t V, int32_t *toks, int32_t *n_tok
     row.frequency_penalty = r % 4 == 3 ? -0.7 : 0.0;
     row.seed = 1000u + (uint64_t)r * 77u;
     row.step = (uint64_t)r;
-    row.n_logprobs = (int32_t[]){0, 1, 5, 20}[r % 4];
+    row.n_logprobs = r % 8 == 6 ? -1 : (int32_t[]){0, 1, 5, 20}[r % 4]; /* -1: none wanted */
     row.tokens = *n_toks;
     row.n_prompt = 3 + r % 5;
     row.n_output = r % 4;
@@ -1302,7 +1302,7 @@ START_TEST(sample_matches_sampler)
         p.presence_penalty = w->presence_penalty;
         p.frequency_penalty = w->frequency_penalty;
         p.seed = w->seed;
-        p.logprobs = w->n_logprobs;
+        p.logprobs = w->n_logprobs < 0 ? 0 : w->n_logprobs;
         tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
         tp_sample_result res = {0, 0.0f, 0, top};
         float bias[3];
@@ -1313,7 +1313,8 @@ START_TEST(sample_matches_sampler)
                                                   w->n_prompt, toks + w->tokens + w->n_prompt, w->n_output, &res),
                          TP_OK);
         ck_assert_msg(out[r].token == res.token, "row %d: op %d, sampler %d", r, out[r].token, res.token);
-        ck_assert(memcmp(&out[r].logprob, &res.logprob, sizeof(float)) == 0);
+        if (w->n_logprobs < 0) ck_assert(out[r].logprob == 0.0f); /* none wanted */
+        else ck_assert(memcmp(&out[r].logprob, &res.logprob, sizeof(float)) == 0);
         ck_assert_int_eq(out[r].n_top, res.n_top);
         for (int32_t k = 0; k < res.n_top; k++) {
             ck_assert_int_eq(out[r].top_id[k], top[k].id);
@@ -1396,7 +1397,9 @@ START_TEST(sample_errors)
     EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: top_p 1.5 is outside (0, 1]");
     rows[1].top_p = 1.0;
     rows[1].n_logprobs = 21;
-    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: n_logprobs 21 is outside [0, 20]");
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: n_logprobs 21 is outside [-1, 20]");
+    rows[1].n_logprobs = -2;
+    EXPECT_INVALID(be->ops->sample(be, &t, L, rows, toks, out), "sample: row 1: n_logprobs -2 is outside [-1, 20]");
     rows[1].n_logprobs = 0;
     EXPECT_INVALID(be->ops->sample(be, &t, L, rows, NULL, out), "sample: row 0: the row has tokens but the tokens array is NULL");
 

@@ -1876,7 +1876,7 @@ static tp_sample_row sample_rule_of(int r, int32_t V, int32_t *toks, int32_t *n_
     row.repetition_penalty = r % 3 == 1 ? 1.3 : r % 11 == 4 ? 0.8 : 1.0;
     row.presence_penalty = r % 5 == 3 ? 0.5 : 0.0;
     row.frequency_penalty = r % 6 == 1 ? 0.7 : r % 6 == 4 ? -0.4 : 0.0;
-    row.n_logprobs = (int32_t[]){0, 1, 5, 20}[r % 4];
+    row.n_logprobs = r % 8 == 6 ? -1 : (int32_t[]){0, 1, 5, 20}[r % 4]; /* -1: none wanted */
     row.tokens = *n_toks;
     row.n_prompt = 5 + r % 9;
     row.n_output = r % 6;
