@@ -11,9 +11,10 @@
  *      (banned, allowed, biased and seen bits, output count; the biases into the block's
  *      float array beside it), cleared again at the end of the row;
  *   1. one pass: NaN/+Inf (the lowest column is a fault, reported at synchronize()),
- *      log-sum-exp of the raw logits in double (excluded ids' too, as vLLM's raw logprobs;
- *      an excluded id's v is -inf), the argmax of v (lowest id on ties: the
- *      greedy answer and rank 1) and the number of live (v != -inf) candidates;
+ *      where logprobs are wanted (n_logprobs >= 0) the log-sum-exp of the raw logits in
+ *      double (excluded ids' too, as vLLM's raw logprobs; an excluded id's v is -inf), the
+ *      argmax of v (lowest id on ties: the greedy answer and rank 1), the number of live
+ *      (v != -inf) candidates and the least raw logit and value (the spread bins' ranges);
  *   2. top-N raw logprobs: a radix select of the N-th by (raw desc, id asc), then the N
  *      gathered into shared memory and sorted;
  *   3. unless greedy (temperature < 1e-5, top_k == 1, or at most one live): when the top-k
@@ -22,11 +23,15 @@
  *      the whole row: top-k by a counting radix select, then top-p and the draw by radix
  *      selects on mass (per-digit counts and per-digit weight sums), min-p as the filter
  *      w >= min_p (a rank prefix too, as w never grows along the ranks).
- * A radix select walks 11-bit digits of the key from the top (6 digits at most), keeping
- * the candidates whose key matches the digits chosen so far; it stops when the chosen digit
- * holds at most LIST_CAP candidates (they are gathered, sorted and walked in rank order)
- * or when the candidates left share every lower bit (a tie group: equal v, equal weights;
- * the answer is its j-th lowest id, found by a scan in id order).
+ * A radix select's first level bins the candidates by their distance from the row's
+ * largest value in 2,048 even steps (spread_bin: monotone, so a bin is a run of ranks;
+ * the key's top bits, sign and exponent, would put most of a row in a few bins, whose
+ * shared-memory atomics serialize); then it walks 11-bit digits of the key from the top (6
+ * digits at most) within the chosen bin, keeping the candidates whose key matches the
+ * digits chosen so far. It stops when the chosen digit holds at most LIST_CAP candidates
+ * (they are gathered, sorted and walked in rank order) or when the candidates left share
+ * every lower bit (a tie group: equal v, equal weights; the answer is its j-th lowest id,
+ * found by a scan in id order).
  *
  * Weights w = exp((v - max) / temperature) are doubles as on the CPU; their sums are exact:
  * each w is held as a 128-bit fixed-point number (2^-104 resolution; w <= 1 and V <= 2^22
@@ -39,12 +44,11 @@
  * boundary between two ranks. Ranks, top-k, top-N and greedy are exact (the penalties are
  * computed with sampler.c's operations, without FMA contraction).
  *
- * Cost at V = 128256 (estimate; one block per row): each full pass reads the row once
- * (plus the flags when a penalty or banned id is on); a typical sampling row (temperature,
- * top-p, a few logprobs) takes about 10 passes (1 + 3 for top-N + 3 per mass select), the
- * mass passes with a double exp per candidate in their first digit: roughly 50-150 us a row,
- * rows in parallel over the SMs. With top-k <= 2048 the weights stage runs in shared memory
- * after 2-3 passes.
+ * Cost at V = 128256 (one block per row, rows in parallel over the SMs; bench/gpu_sample
+ * on an H100): a full pass reads the row once (plus the flags when a penalty or edit is
+ * on); a select by mass is its first level (a double exp and division a column) and
+ * usually one gather of its bin. Greedy with logprobs ~120 us (pass 1's double exp a
+ * column); temperature ~0.35 ms, with top-p ~0.5-0.6 ms, with top-k 50 ~0.3 ms.
  */
 #include <float.h>
 #include <math.h>
@@ -275,9 +279,8 @@ __device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned in
 
 /* body(i, x, f) for each column i = threadIdx.x + k * blockDim.x of the row, in increasing
  * i (each thread's sums in the order they always had), its raw logit x and flags f. The
- * loads of COLUMNS_AHEAD columns go out before the first is used: a full pass over a row is
- * one block's, and with one load in flight a thread it waited on memory latency (~100 us
- * for 128k columns) where its arithmetic needs a third of that. */
+ * loads of COLUMNS_AHEAD columns go out before the first is used, so that one block
+ * reading a whole row does not wait on one load at a time. */
 #define COLUMNS_AHEAD 4
 template <typename Body> __device__ __forceinline__ void for_columns(const row_ctx &r, Body body)
 {
