@@ -88,12 +88,6 @@ static tp_status call(tp_backend *b, const job *j, int copy)
     return b->ops->matmul_swiglu(b, &x, &w, NULL, &gu, &out);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* median microseconds per call */
 static double time_calls(tp_backend *b, const job *j)
 {
@@ -128,8 +122,7 @@ static double time_calls(tp_backend *b, const job *j)
     if (graph) b->ops->graph_free(b, graph);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    qsort(us, SAMPLES, sizeof us[0], cmp_double);
-    return us[SAMPLES / 2];
+    return bench_median(us, SAMPLES);
 }
 
 /* y of one call on copy 0, as f32 */

@@ -65,12 +65,6 @@ static const rule rules[] = {
 };
 #define N_RULES ((int)(sizeof rules / sizeof rules[0]))
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* one backend's buffers: logits [LMAX, V], SETS row sets, the tokens, the results */
 typedef struct side {
     tp_backend *b;
@@ -178,7 +172,6 @@ int main(int argc, char **argv)
                     us[t] = 1e3 * ms;
                 }
                 BENCH_TP(gpu->ops->synchronize(gpu));
-                qsort(us, ROUNDS * SETS, sizeof us[0], cmp_double);
                 /* tokens against the CPU's, every set */
                 int same = 0, all = 0;
                 for (int set = 0; set < SETS; set++) {
@@ -191,7 +184,7 @@ int main(int argc, char **argv)
                     all += L;
                 }
                 printf("| %s | %s | %d | %.1f | %d of %d |\n", shape == 0 ? "flat" : "peaked", u->name, (int)L,
-                       us[ROUNDS * SETS / 2], same, all);
+                       bench_median(us, ROUNDS * SETS), same, all);
                 fflush(stdout);
             }
         }
