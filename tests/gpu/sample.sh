@@ -1,0 +1,44 @@
+#!/bin/bash
+# tests/gpu/sample.sh: the CUDA sample op, right and timed, on a GPU machine, in one call,
+# from the repository root (the -dev packages in .gpu-deps/ as for tests/gpu/run.sh;
+# GPU_PREBUILT=DIR takes a build made elsewhere):
+#   1. build tpinfer, tests/check_backend_ops, bench/gpu_sample; check_backend_ops' sample
+#      group (sample_cases against the CPU, rows without logprobs among them; the draw
+#      frequencies; the faults);
+#   2. bench/gpu_sample: the op alone at 128,256 columns, 1 and 128 rows, per rule, every
+#      token against the CPU backend's;
+#   3. unless SAMPLE_AB=0: bench/ab_decode.sh b128 (BENCH_RUNS) greedy, at temperature 0.8,
+#      and at temperature 0.8 with logprobs 1 (the log-sum-exp a row), SAMPLE_REPEAT times
+#      (default 1), interleaved.
+# Prints a table last; logs in $OUT (default /tmp/tpinfer-sample-out).
+set -u
+OUTDIR=${OUT:-/tmp/tpinfer-sample-out}
+mkdir -p "$OUTDIR"
+. tests/gpu/build.sh
+gpu_build tpinfer tests/check_backend_ops bench/gpu_sample
+if CK_FORK=no CK_RUN_CASE=sample timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-sample.log" 2>&1; then
+    record "check_backend_ops sample" "PASS ($(grep -c 'sample .*ok' "$OUTDIR/ops-sample.log") blocks)"
+else
+    record "check_backend_ops sample" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-sample.log" | tr '|' '/' | cut -c1-200)"
+fi
+if timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample.log" 2>&1; then
+    # every row's "tokens = CPU" column reads "N of N"
+    differ=$(awk -F'|' '/ of / { split($6, a, " of "); if (a[1] + 0 != a[2] + 0) n++ } END { print n + 0 }' \
+        "$OUTDIR/gpu_sample.log")
+    record "bench/gpu_sample" "$([ "$differ" = 0 ] && echo "ran; every token the CPU's" || echo "FAIL: $differ rows with tokens other than the CPU's")"
+else
+    record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
+fi
+if [ "${SAMPLE_AB:-1}" = 1 ]; then
+    args=()
+    for _ in $(seq "${SAMPLE_REPEAT:-1}"); do
+        args+=("" 'BENCH_REQUEST={"temperature":0.8,"seed":1}' 'BENCH_REQUEST={"temperature":0.8,"seed":1,"logprobs":1}')
+    done
+    OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128} BENCH_TPINFER=$B/tpinfer timeout 400 \
+        bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
+    while IFS= read -r line; do
+        case $line in "| defaults"* | "| BENCH_REQUEST"*) record "ab" "$line" ;; esac
+    done <"$OUTDIR/ab.log"
+fi
+cat "$OUTDIR/gpu_sample.log"
+print_results
