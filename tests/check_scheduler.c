@@ -511,7 +511,7 @@ END_TEST
 START_TEST(single_sequence)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 16, 4, 32, 64}, 0);
+    engine_init(&e, &(tp_sched_config){4, 16, 4, 32, 64, 0}, 0);
     uint64_t rng = 1;
     engine_random_seq(&e, &rng, 10, 20, 0, 0);
     engine_run(&e);
@@ -528,7 +528,7 @@ END_TEST
 START_TEST(one_token_prompt_one_new_token)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){1, 2, 1, 1, 2}, 0);
+    engine_init(&e, &(tp_sched_config){1, 2, 1, 1, 2, 0}, 0);
     int32_t p = 7;
     engine_seq(&e, &p, 1, 1, 0, 0);
     engine_seq(&e, &p, 1, 1, 0, 0);
@@ -541,7 +541,7 @@ END_TEST
 START_TEST(many_random_sequences)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){8, 256, 16, 64, 96}, 0);
+    engine_init(&e, &(tp_sched_config){8, 256, 16, 64, 96, 0}, 0);
     random_workload(&e, 42, 60, 40, 40, 0, 0);
     engine_run(&e);
     ck_assert_int_eq(e.stats.preemptions, 0);
@@ -554,7 +554,7 @@ END_TEST
 START_TEST(long_prompts_are_chunked)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 128, 4, 16, 256}, 0);
+    engine_init(&e, &(tp_sched_config){4, 128, 4, 16, 256, 0}, 0);
     uint64_t rng = 7;
     engine_random_seq(&e, &rng, 100, 5, 0, 0);
     engine_random_seq(&e, &rng, 57, 30, 0, 0);
@@ -571,7 +571,7 @@ END_TEST
 START_TEST(tight_blocks_preempt_and_recompute)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 12, 8, 64, 48}, 0);
+    engine_init(&e, &(tp_sched_config){4, 12, 8, 64, 48, 0}, 0);
     random_workload(&e, 3, 24, 20, 25, 0, 0);
     engine_run(&e);
     ck_assert_int_gt(e.stats.preemptions, 0);
@@ -584,7 +584,7 @@ START_TEST(tight_blocks_chunked_prefill)
 {
     /* preemption while prompts are still being chunked */
     engine e;
-    engine_init(&e, &(tp_sched_config){2, 20, 6, 7, 40}, 0);
+    engine_init(&e, &(tp_sched_config){2, 20, 6, 7, 40, 0}, 0);
     random_workload(&e, 11, 30, 30, 12, 40, 0);
     engine_run(&e);
     ck_assert_int_gt(e.stats.preemptions, 0);
@@ -609,7 +609,7 @@ static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
 START_TEST(preempted_sequence_resumes_first)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8, 0}, &s), TP_OK);
     const int32_t p[3] = {1, 2, 3};
     ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
     ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
@@ -670,7 +670,7 @@ END_TEST
 START_TEST(one_sequence_at_a_time)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 32, 1, 16, 64}, 0);
+    engine_init(&e, &(tp_sched_config){4, 32, 1, 16, 64, 0}, 0);
     random_workload(&e, 5, 12, 30, 20, 0, 0);
     engine_run(&e);
     ck_assert_int_eq(e.max_rows, 1);
@@ -687,12 +687,12 @@ START_TEST(block_sizes_1_and_16)
         int32_t bs = sizes[k];
         engine e;
         /* roomy, then tight */
-        engine_init(&e, &(tp_sched_config){bs, 2048 / bs, 8, 48, 64}, 0);
+        engine_init(&e, &(tp_sched_config){bs, 2048 / bs, 8, 48, 64, 0}, 0);
         random_workload(&e, 100 + (uint64_t)k, 30, 40, 24, 0, 0);
         engine_run(&e);
         ck_assert_int_eq(e.stats.preemptions, 0);
         engine_free(&e);
-        engine_init(&e, &(tp_sched_config){bs, 96 / bs, 8, 48, 64}, 0);
+        engine_init(&e, &(tp_sched_config){bs, 96 / bs, 8, 48, 64, 0}, 0);
         random_workload(&e, 200 + (uint64_t)k, 30, 40, 24, 0, 0);
         engine_run(&e);
         ck_assert_int_gt(e.stats.preemptions, 0);
@@ -704,7 +704,7 @@ END_TEST
 START_TEST(continuous_batching)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 64, 6, 24, 64}, 0);
+    engine_init(&e, &(tp_sched_config){4, 64, 6, 24, 64, 0}, 0);
     random_workload(&e, 9, 40, 20, 30, 150, 0);
     engine_run(&e);
     ck_assert_int_gt(e.mixed_steps, 0);
@@ -715,7 +715,7 @@ END_TEST
 START_TEST(finish_early)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 64, 4, 32, 64}, 0);
+    engine_init(&e, &(tp_sched_config){4, 64, 4, 32, 64, 0}, 0);
     uint64_t rng = 13;
     engine_random_seq(&e, &rng, 8, 30, 1, 0);
     engine_random_seq(&e, &rng, 8, 30, 5, 0);
@@ -729,7 +729,7 @@ START_TEST(finish_early)
     engine_free(&e);
 
     /* EOS-driven stops under preemption */
-    engine_init(&e, &(tp_sched_config){2, 24, 8, 16, 48}, 1);
+    engine_init(&e, &(tp_sched_config){2, 24, 8, 16, 48, 0}, 1);
     random_workload(&e, 14, 30, 20, 28, 20, 1);
     engine_run(&e);
     int early = 0;
@@ -742,7 +742,7 @@ END_TEST
 START_TEST(commit_without_finish_array)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0}, &s), TP_OK);
     int32_t prompt[3] = {1, 2, 3};
     ck_assert_int_eq(tp_scheduler_add(s, 5, prompt, 3, 2, 0), TP_OK);
     tp_sched_batch b;
@@ -773,7 +773,7 @@ START_TEST(pending_tokens_resolve)
 {
     tp_scheduler *s;
     /* blocks of 4 tokens, 6 of them: two sequences of 5 + 4 tokens fit, not three */
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0}, &s), TP_OK);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
     ck_assert_int_eq(tp_scheduler_add(s, 10, prompt, 5, 6, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_add(s, 11, prompt, 3, 2, 0), TP_OK);
@@ -851,7 +851,7 @@ START_TEST(pending_tokens_resolve)
     tp_scheduler_destroy(s);
 
     /* a known token after a pending one would be overwritten by the next resolve: refused */
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0}, &s), TP_OK);
     ck_assert_int_eq(tp_scheduler_add(s, 30, prompt, 3, 4, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
@@ -873,7 +873,7 @@ static int message_has(const char *a, const char *b)
 START_TEST(add_refusals)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100, 0}, &s), TP_OK);
     int32_t prompt[80] = {0};
     tp_error_clear();
     ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 0, 4, 0), TP_ERR_INVALID_ARG);
@@ -930,8 +930,8 @@ START_TEST(create_refusals_and_misuse)
 {
     tp_scheduler *s = (tp_scheduler *)&s;
     const tp_sched_config bad[] = {
-        {0, 4, 4, 8, 64}, {4, 0, 4, 8, 64}, {4, 4, 0, 8, 64}, {4, 4, 4, 0, 64},
-        {4, 4, 4, 8, 0},  {-1, 4, 4, 8, 64}, {1 << 16, 1 << 16, 4, 8, 64},
+        {0, 4, 4, 8, 64, 0}, {4, 0, 4, 8, 64, 0}, {4, 4, 0, 8, 64, 0}, {4, 4, 4, 0, 64, 0},
+        {4, 4, 4, 8, 0, 0},  {-1, 4, 4, 8, 64, 0}, {1 << 16, 1 << 16, 4, 8, 64, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tp_error_clear();
@@ -944,7 +944,7 @@ START_TEST(create_refusals_and_misuse)
     tp_error_clear();
     tp_scheduler_destroy(NULL);
 
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0}, &s), TP_OK);
     tp_sched_batch b;
     int32_t tok = 1;
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* idle: empty */
@@ -994,7 +994,7 @@ START_TEST(many_keys)
 {
     enum { N = 3000 };
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16, 0}, &s), TP_OK);
     int64_t keys[N];
     uint8_t popped[N] = {0};
     uint64_t rng = 99;
@@ -1039,11 +1039,11 @@ END_TEST
 START_TEST(peek_first_is_the_first_step)
 {
     static const tp_sched_config cfgs[] = {
-        {16, 64, 8, 512, 256},  /* room for all: the budget or the cap decides */
-        {16, 10, 8, 512, 160},  /* 10 blocks: the cache decides, the last admitted in part */
-        {4, 30, 3, 1000, 120},  /* the sequence cap */
-        {1, 40, 16, 25, 40},    /* a small budget, one-token blocks */
-        {8, 12, 64, 4096, 96},
+        {16, 64, 8, 512, 256, 0}, /* room for all: the budget or the cap decides */
+        {16, 10, 8, 512, 160, 0}, /* 10 blocks: the cache decides, the last admitted in part */
+        {4, 30, 3, 1000, 120, 0}, /* the sequence cap */
+        {1, 40, 16, 25, 40, 0},   /* a small budget, one-token blocks */
+        {8, 12, 64, 4096, 96, 0},
         /* prefix caching: the prompts share their first tokens, so all but the first whose
          * first block another completes wait (and a prompt of one block or less does not) */
         {16, 64, 8, 512, 256, 1},
