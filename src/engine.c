@@ -1471,6 +1471,7 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
         if (q->dead) {
             w->top_p = 1.0;
             w->repetition_penalty = 1.0;
+            w->n_logprobs = -1;
             continue;
         }
         tp_choice *c;
