@@ -9,8 +9,10 @@
  * r mod N), where a text is read by every tool's branch until its name picks one. With
  * --records K each row writes {"records": [K records]} (long outputs: the state each step
  * starts from is the text so far: each row keeps its reading between steps, as the engine
- * does, unless --no-cursors).
- * Usage: guided_bench [--no-cursors] [--rows N] [--tools N] [--records K] TOKENIZER_DIR...
+ * does, unless --no-cursors). With --random T each row writes T tokens under the schema
+ * {"text": string}, each drawn at random from the set the guide allows (what a random-weight
+ * checkpoint writes under bench/gpu_decode.sh's BENCH_REQUEST guided_json: text of any bytes).
+ * Usage: guided_bench [--no-cursors] [--rows N] [--tools N] [--records K] [--random T] TOKENIZER_DIR...
  * (default: ../shared/tokenizers/gpt2)
  */
 #include <stdio.h>
@@ -73,7 +75,21 @@ static tp_schema *tools_schema(int n)
     return s;
 }
 
-static int bench(const char *dir, int rows, int tools, int records, int use_cursors)
+/* A token the set allows (negated: the ids the set names may not come), drawn with x. */
+static int32_t draw_allowed(uint64_t *x, const int32_t *set, int32_t n, int negated, int32_t vocab)
+{
+    for (;;) {
+        *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t u = *x >> 33;
+        if (!negated) return n > 0 ? set[u % (uint64_t)n] : -1;
+        const int32_t t = (int32_t)(u % (uint64_t)vocab);
+        int banned = 0;
+        for (int32_t i = 0; i < n && !banned; i++) banned = set[i] == t;
+        if (!banned) return t;
+    }
+}
+
+static int bench(const char *dir, int rows, int tools, int records, int use_cursors, int random_len)
 {
     tp_tokenizer *tok = NULL;
     if (tp_tokenizer_load(dir, &tok) != TP_OK) {
@@ -97,9 +113,20 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
     const size_t cap = 1024 * (size_t)records + 16;
     char *buf = malloc(cap);
     tp_schema *schema = tools ? tools_schema(tools) : NULL;
-    if (!buf || (tools && !schema)) return 1;
+    if (random_len > 0) {
+        json_t *doc = json_pack("{s:s, s:{s:{s:s}}, s:[s]}", "type", "object", "properties", "text", "type", "string",
+                                "required", "text");
+        if (tp_schema_compile(doc, &schema) != TP_OK) fprintf(stderr, "guided_bench: %s\n", tp_error_message());
+        json_decref(doc);
+    }
+    if (!buf || ((tools || random_len > 0) && !schema)) return 1;
     for (int r = 0; r < rows; r++) {
         int n;
+        if (random_len > 0) { /* written as the steps go */
+            longest = (size_t)random_len;
+            total += (size_t)random_len;
+            continue;
+        }
         if (tools) {
             n = make_calls(r, tools, buf, cap);
         } else if (records > 1) { /* {"records": [record, record, ...]} */
@@ -122,6 +149,7 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
     int64_t calls = 0, walks = 0, rejected = 0;
     double worst = 0.0;
     t0 = now();
+    uint64_t draws = 0x9e3779b97f4a7c15ull;
     for (size_t k = 0; k <= longest; k++) {
         const double s0 = now();
         for (int r = 0; r < rows; r++) {
@@ -135,6 +163,11 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
                 return 1;
             walks += now() - c0 > 2e-4; /* a cache hit is microseconds; a walk over the vocabulary, a millisecond */
             calls++;
+            if (random_len > 0) { /* the row's next token: any the set allows, or its end */
+                const int32_t t = draw_allowed(&draws, set, n, negated, vocab);
+                if (t >= 0 && t != eos && ids[r].n < (size_t)random_len && tp_ids_push(&ids[r], t) != TP_OK) return 1;
+                continue;
+            }
             if (k < ids[r].n) { /* the record's own next token must be in the set */
                 int in = negated;
                 for (int32_t i = 0; i < n; i++)
@@ -165,12 +198,14 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
 
 int main(int argc, char **argv)
 {
-    int rows = 128, tools = 0, records = 1, rc = 0, first = 1, use_cursors = 1;
+    int rows = 128, tools = 0, records = 1, random_len = 0, rc = 0, first = 1, use_cursors = 1;
     if (argc > 1 && !strcmp(argv[1], "--no-cursors")) use_cursors = 0, first++;
     while (argc > first + 1 && (!strcmp(argv[first], "--rows") || !strcmp(argv[first], "--tools") ||
-                                !strcmp(argv[first], "--records"))) {
-        *(!strcmp(argv[first], "--rows") ? &rows : !strcmp(argv[first], "--tools") ? &tools : &records) =
-            atoi(argv[first + 1]);
+                                !strcmp(argv[first], "--records") || !strcmp(argv[first], "--random"))) {
+        *(!strcmp(argv[first], "--rows")      ? &rows
+          : !strcmp(argv[first], "--tools")   ? &tools
+          : !strcmp(argv[first], "--records") ? &records
+                                              : &random_len) = atoi(argv[first + 1]);
         first += 2;
     }
     if (rows < 1) rows = 1;
@@ -179,7 +214,8 @@ int main(int argc, char **argv)
            "worst step, ms | walks / sets asked | own tokens refused |\n| --- | ---: | ---: | ---: | ---: | ---: "
            "| ---: | ---: | ---: |\n");
     if (tools < 0) tools = 0;
-    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows, tools, records, use_cursors);
-    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows, tools, records, use_cursors);
+    if (random_len < 0) random_len = 0;
+    if (argc <= first) return bench("../shared/tokenizers/gpt2", rows, tools, records, use_cursors, random_len);
+    for (int i = first; i < argc; i++) rc |= bench(argv[i], rows, tools, records, use_cursors, random_len);
     return rc;
 }
