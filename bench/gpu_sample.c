@@ -2,9 +2,9 @@
  * gpu_sample.c: the CUDA backend's sample op (cuda/sample.cu) alone, at Llama-3's vocabulary
  * (128,256) and 1 or 128 rows, under the rules a batch run uses: greedy, greedy with
  * logprobs, temperature (with and without the chosen token's logprob), temperature with
- * top-p / top-k / min-p, penalties over 192 tokens, logprobs. Two shapes of logits: "flat" (N(0, 1) a column: a random-weight model's) and
- * "peaked" (N(0, 2), one column in 500 lifted by 8, one by 14: a trained model's few likely
- * tokens over a long tail).
+ * top-p / top-k / min-p, penalties over 192 tokens, logprobs. Two shapes of logits: "flat"
+ * (N(0, 1) a column: a random-weight model's) and "peaked" (N(0, 2), one column in 500
+ * lifted by 8, one by 14: a trained model's few likely tokens over a long tail).
  *
  * Each (shape, rule, rows) is timed with CUDA events around one eager call (the engine runs
  * the op eagerly), over 8 sets of rows whose steps differ (so the draws land in different

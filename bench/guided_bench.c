@@ -82,6 +82,7 @@ static int32_t draw_allowed(uint64_t *x, const int32_t *set, int32_t n, int nega
         *x = *x * 6364136223846793005ull + 1442695040888963407ull;
         const uint64_t u = *x >> 33;
         if (!negated) return n > 0 ? set[u % (uint64_t)n] : -1;
+        if (n >= vocab) return -1; /* (distinct ids: every one banned) */
         const int32_t t = (int32_t)(u % (uint64_t)vocab);
         int banned = 0;
         for (int32_t i = 0; i < n && !banned; i++) banned = set[i] == t;
@@ -120,13 +121,9 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
         json_decref(doc);
     }
     if (!buf || ((tools || random_len > 0) && !schema)) return 1;
-    for (int r = 0; r < rows; r++) {
+    if (random_len > 0) longest = (size_t)random_len; /* the rows written as the steps go */
+    for (int r = 0; r < rows && random_len == 0; r++) {
         int n;
-        if (random_len > 0) { /* written as the steps go */
-            longest = (size_t)random_len;
-            total += (size_t)random_len;
-            continue;
-        }
         if (tools) {
             n = make_calls(r, tools, buf, cap);
         } else if (records > 1) { /* {"records": [record, record, ...]} */
@@ -179,6 +176,7 @@ static int bench(const char *dir, int rows, int tools, int records, int use_curs
         if (step > worst) worst = step;
     }
     const double all = now() - t0;
+    for (int r = 0; r < rows && random_len > 0; r++) total += ids[r].n; /* what they wrote */
     printf("| %s | %d | %d%s | %.0f | %zu | %.3f | %.2f | %lld / %lld | %lld |\n", dir, (int)vocab, rows,
            tools ? " (calls)" : "", made_ms,
            total / (size_t)rows, 1e3 * all / (double)(longest + 1), 1e3 * worst, (long long)walks,

@@ -2157,7 +2157,8 @@ START_TEST(sample_faults)
                  {1, "sample: row 2 has a penalty, banned, allowed or logit_bias token 5000 outside the vocabulary [0, 2000)"},
                  {2, "sample: row 0 has a sampling parameter outside its range"},
                  {3, "sample: row 1 of logits has +Inf at column 1500"},
-                 {4, "sample: row 0 has a sampling parameter outside its range"}};
+                 {4, "sample: row 0 has a sampling parameter outside its range"},
+                 {5, "sample: row 0 has a sampling parameter outside its range"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tp_sample_row rr[L];
         memcpy(rr, rows, sizeof rr);
@@ -2172,6 +2173,7 @@ START_TEST(sample_faults)
             rr[0].bias = 4;
             rr[0].n_bias = 1;
         }
+        if (cases[c].what == 5) rr[0].n_logprobs = -2; /* -1 is "none wanted"; below it, nothing */
         pt l2 = pt_from(TP_DTYPE_F32, ACT, L, V, 0, lv);
         sample_io io;
         const tp_sample_row *rc, *rg;
@@ -2181,7 +2183,9 @@ START_TEST(sample_faults)
         const tp_status want = cases[c].what == 0 || cases[c].what == 3 ? TP_ERR_NUMERIC : TP_ERR_INVALID_ARG;
         EXPECT_STATUS(cpu->ops->sample(cpu, &l2.c, L, rc, tc, io.oc), want, cases[c].what == 1 ? "sample: row 2: prompt token 5000" :
                       cases[c].what == 2 ? "sample: row 0: top_p 1.5" :
-                      cases[c].what == 4 ? "sample: row 0: the logit_bias of token 3 is not finite" : cases[c].needle);
+                      cases[c].what == 4 ? "sample: row 0: the logit_bias of token 3 is not finite"
+                      : cases[c].what == 5 ? "sample: row 0: n_logprobs -2 is outside [-1, 20]"
+                                           : cases[c].needle);
         ck_assert_int_eq(gb->ops->sample(gb, &l2.g, L, rg, tg, io.og), TP_OK);
         tp_error_clear();
         ck_assert_int_eq(gb->ops->synchronize(gb), want);
@@ -2192,7 +2196,7 @@ START_TEST(sample_faults)
         const tp_sample_out *hg = dev_bytes(gb, io.og, sizeof(tp_sample_out) * L);
         sample_compare(cases[c].needle, L, hc, hg, rr); /* the failed row too: token -1 or the column, NaN */
     }
-    printf("  %-13s %-9s %-58s ok\n", "device faults", "-", "sample: NaN, +Inf, token, parameter");
+    printf("  %-13s %-9s %-58s ok\n", "device faults", "-", "sample: NaN, +Inf, token, parameters");
 }
 END_TEST
 
