@@ -1,8 +1,14 @@
 /*
  * sample.cu: tp_sampler_sample's rule on the GPU (src/sampler.c is the definition and
  * backend_cpu.c's sample op the reference), so that a sampling step downloads L small
- * results instead of L x V logits. One block of 1024 threads per row (a grid of at most
- * one block per SM walks the rows), vocabularies up to 2^22.
+ * results instead of L x V logits. A row goes to a team of blocks of 1024 threads: a
+ * thread-block cluster of up to 8 on sm_90 when the rows are few (L x 2 x team <= SMs), each
+ * block a share of the columns, one block a row when they are many (the grid, at most one
+ * block per SM, walks the rows); vocabularies up to 2^22. A team's blocks merge what their
+ * shares found through distributed shared memory (pass 1's sums, each select level's
+ * histogram, a list's members into every block's list), so that every block holds the same
+ * state and takes the same branches; the team's first block sets the flags and writes the
+ * result.
  *
  * Per row, with every selection a prefix of the rank order (penalized value v descending,
  * id ascending), so a set of candidates is a boundary (key T, id c): key > T, or key == T
@@ -44,22 +50,30 @@
  * boundary between two ranks. Ranks, top-k, top-N and greedy are exact (the penalties are
  * computed with sampler.c's operations, without FMA contraction).
  *
- * Cost at V = 128256 (one block per row, rows in parallel over the SMs; bench/gpu_sample
- * on an H100): a full pass reads the row once (plus the flags when a penalty or edit is
- * on); a select by mass is its first level (a double exp and division a column) and
- * usually one gather of its bin. Greedy with logprobs ~120 us (pass 1's double exp a
- * column); temperature ~0.35 ms, with top-p ~0.5-0.6 ms, with top-k 50 ~0.3 ms.
+ * The log-sum-exp's rounding follows the team's shares, so a logprob (not a token) may
+ * differ in its last bits between a call of few rows and one of many.
+ *
+ * Cost at V = 128256 (bench/gpu_sample, bench/RESULTS.md): a full pass reads the row once
+ * (plus the flags when a penalty or edit is on); a select by mass is its first level (a
+ * double exp and division a column) and usually one gather of its bin. At 128 rows on an
+ * H200 (one block a row): greedy ~90 us, with logprobs 5 ~270 us (pass 1's double exp a
+ * column), temperature ~0.35 ms, with top-p ~0.45-0.6 ms, with top-k 50 ~0.28 ms. One block
+ * alone reads its row at a few GB/s (its loads in flight are few), hence the teams.
  */
 #include <float.h>
 #include <math.h>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 
 #define SAMPLE_THREADS 1024
+#define SAMPLE_TEAM_MAX 8 /* blocks that share a row: a portable cluster's most */
 #define SAMPLE_WARPS (SAMPLE_THREADS / WARP_SIZE)
 #define RADIX_BITS 11
 #define RADIX_BINS (1 << RADIX_BITS)
 #define LIST_CAP 2048           /* candidates a select finishes in shared memory */
+static_assert(RADIX_BINS % SAMPLE_THREADS == 0, "a team's histogram merge: the same bins in every thread");
 #define GREEDY_TEMPERATURE 1e-5 /* sampler.c's */
 
 #define F_BANNED 0x80000000u
@@ -69,6 +83,55 @@
 #define F_COUNT 0x0fffffffu
 
 typedef unsigned long long u64;
+
+// ----------------------------------------------------------------------------
+// the team: the blocks that share a row, a thread-block cluster (sm_90), whose blocks read
+// each other's shared memory; elsewhere, and in a launch without clusters, the block alone.
+// Every block of a team takes the same branches (they decide on merged, equal values), so
+// team_sync is reached by all of them alike.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SAMPLE_CLUSTERS 1
+#endif
+
+struct team {
+    int n, rank;
+};
+
+__device__ __forceinline__ team team_of()
+{
+    team t = {1, 0};
+#ifdef SAMPLE_CLUSTERS
+    const cooperative_groups::cluster_group c = cooperative_groups::this_cluster();
+    t.n = (int)c.num_blocks();
+    t.rank = (int)c.block_rank();
+#endif
+    return t;
+}
+
+/* every thread of the team's blocks; shared and global memory written before it is seen by
+ * all of them after it */
+__device__ __forceinline__ void team_sync(const team &t)
+{
+#ifdef SAMPLE_CLUSTERS
+    if (t.n > 1) {
+        cooperative_groups::this_cluster().sync();
+        return;
+    }
+#endif
+    __syncthreads();
+}
+
+/* the object at p (in this block's shared memory) in block rank's */
+template <typename T> __device__ __forceinline__ T *team_at(const team &t, T *p, int rank)
+{
+#ifdef SAMPLE_CLUSTERS
+    if (t.n > 1) return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned int)rank);
+#endif
+    (void)t;
+    (void)rank;
+    return p;
+}
 
 // ----------------------------------------------------------------------------
 // the frozen random stream: sampler.c's mix64 and stream_unit, bit for bit
@@ -188,6 +251,10 @@ struct sample_smem {
         red_vmin[SAMPLE_WARPS];
     int32_t red_arg[SAMPLE_WARPS], red_live[SAMPLE_WARPS], red_bad[SAMPLE_WARPS];
     int32_t warp_count[SAMPLE_WARPS];
+    /* this block's share of the row (its columns' pass 1, a histogram's low bits, the
+     * flags' check on rank 0), which the team merges */
+    double blk_m, blk_s, blk_best, blk_xmin, blk_vmin;
+    int32_t blk_arg, blk_live, blk_bad, blk_any_low, blk_flags_bad;
     int32_t n_list;
     int32_t found;
     /* the select's state, written by warp 0 */
@@ -207,6 +274,7 @@ struct sample_smem {
 
 struct row_ctx {
     const float *x;
+    int32_t c0, c1; /* this block's columns of the row: [c0, c1) */
     const unsigned int *flags; /* NULL when the row has no penalty and no edits */
     const float *bias;         /* [V] where F_BIAS is set */
     int32_t V;
@@ -277,27 +345,27 @@ __device__ __forceinline__ float raw_at(const row_ctx &r, int32_t i, unsigned in
     return raw_of(r, __ldg(r.x + i), f);
 }
 
-/* body(i, x, f) for each column i = threadIdx.x + k * blockDim.x of the row, in increasing
- * i (each thread's sums in the order they always had), its raw logit x and flags f. The
- * loads of COLUMNS_AHEAD columns go out before the first is used, so that one block
- * reading a whole row does not wait on one load at a time. */
+/* body(i, x, f) for each column i = c0 + threadIdx.x + k * blockDim.x of the block's share
+ * of the row, in increasing i (each thread's sums in one order), its raw logit x and flags
+ * f. The loads of COLUMNS_AHEAD columns go out before the first is used, so that a block
+ * reading its columns does not wait on one load at a time. */
 #define COLUMNS_AHEAD 4
 template <typename Body> __device__ __forceinline__ void for_columns(const row_ctx &r, Body body)
 {
     const int32_t stride = (int32_t)blockDim.x;
-    for (int32_t base = threadIdx.x; base < r.V; base += COLUMNS_AHEAD * stride) {
+    for (int32_t base = r.c0 + (int32_t)threadIdx.x; base < r.c1; base += COLUMNS_AHEAD * stride) {
         float x[COLUMNS_AHEAD];
         unsigned int f[COLUMNS_AHEAD];
 #pragma unroll
         for (int k = 0; k < COLUMNS_AHEAD; k++) {
             const int32_t i = base + k * stride;
-            x[k] = i < r.V ? __ldg(r.x + i) : 0.0f;
-            f[k] = r.flags && i < r.V ? r.flags[i] : 0u;
+            x[k] = i < r.c1 ? __ldg(r.x + i) : 0.0f;
+            f[k] = r.flags && i < r.c1 ? r.flags[i] : 0u;
         }
 #pragma unroll
         for (int k = 0; k < COLUMNS_AHEAD; k++) {
             const int32_t i = base + k * stride;
-            if (i < r.V) body(i, raw_of(r, x[k], f[k]), f[k]);
+            if (i < r.c1) body(i, raw_of(r, x[k], f[k]), f[k]);
         }
     }
 }
@@ -350,24 +418,29 @@ __device__ __forceinline__ bool ranks_before(u64 ka, int32_t ia, u64 kb, int32_t
 // the candidate list in shared memory: gathered, sorted, walked
 
 /* Gather the members of s with (key & mask) == P into the list (at most LIST_CAP; the
- * caller knows the count) and sort them in rank order. */
-__device__ void list_gather_sort(sample_smem &sm, const row_ctx &r, const cand_set &s, u64 mask, u64 P)
+ * caller knows the count) and sort them in rank order: each block of the team puts its
+ * columns' members into every block's list, and every block sorts the same list. */
+__device__ void list_gather_sort(sample_smem &sm, const team &t, const row_ctx &r, const cand_set &s, u64 mask,
+                                 u64 P)
 {
     if (threadIdx.x == 0) sm.n_list = 0;
-    __syncthreads();
+    team_sync(t); /* every list empty (and its block done with what the union held) */
     for_columns(r, [&](int32_t i, float x, unsigned int f) {
         u64 key;
         double v, w;
         if (eval_of(r, s, i, x, f, mask, P, v, key, w)) {
-            const int32_t at = atomicAdd(&sm.n_list, 1);
-            if (at < LIST_CAP) {
-                sm.u.l.key[at] = key;
-                sm.u.l.id[at] = i;
-                sm.u.l.w[at] = w;
+            for (int q = 0; q < t.n; q++) {
+                sample_smem *o = team_at(t, &sm, q);
+                const int32_t at = atomicAdd(&o->n_list, 1);
+                if (at < LIST_CAP) {
+                    o->u.l.key[at] = key;
+                    o->u.l.id[at] = i;
+                    o->u.l.w[at] = w;
+                }
             }
         }
     });
-    __syncthreads();
+    team_sync(t); /* every member in every list */
     const int32_t n = min(sm.n_list, LIST_CAP);
     int32_t n2 = 1;
     while (n2 < n) n2 <<= 1;
@@ -501,8 +574,8 @@ struct sel_result {
  * when rounding leaves it unreached. The first level's digits are spread bins, the later
  * levels' the key's bits within the chosen bin. Call from all threads; the result goes to
  * all. */
-__device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand_set &s0, bool by_mass, int32_t n,
-                                   double frac, bool strict)
+__device__ sel_result radix_select(sample_smem &sm, const team &t, const row_ctx &r, const cand_set &s0, bool by_mass,
+                                   int32_t n, double frac, bool strict)
 {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     if (!by_mass) strict = false; /* position n: the first whose count is >= n */
@@ -541,7 +614,41 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
             }
             low_or |= key & low;
         });
-        const bool any_low = __syncthreads_or(low_or != 0) != 0;
+        bool any_low = __syncthreads_or(low_or != 0) != 0;
+        if (t.n > 1) { /* the team's histograms summed (exactly: integers), into every block's */
+            if (threadIdx.x == 0) sm.blk_any_low = any_low;
+            team_sync(t); /* every block's histogram done */
+            unsigned int cnt[RADIX_BINS / SAMPLE_THREADS];
+            fix128 wsum[RADIX_BINS / SAMPLE_THREADS];
+            int low_any = 0;
+#pragma unroll
+            for (int k = 0; k < RADIX_BINS / SAMPLE_THREADS; k++) {
+                cnt[k] = 0;
+                wsum[k] = fix_zero();
+            }
+            for (int q = 0; q < t.n; q++) {
+                const sample_smem *o = team_at(t, &sm, q);
+                low_any |= o->blk_any_low;
+#pragma unroll
+                for (int k = 0; k < RADIX_BINS / SAMPLE_THREADS; k++) {
+                    const int d = threadIdx.x + k * SAMPLE_THREADS;
+                    if (d >= nb) continue;
+                    cnt[k] += o->u.h.count[d];
+                    if (by_mass) wsum[k] = fix_add(wsum[k], fix128{o->u.h.hi[d], o->u.h.lo[d]});
+                }
+            }
+            team_sync(t); /* every block done reading the others' */
+#pragma unroll
+            for (int k = 0; k < RADIX_BINS / SAMPLE_THREADS; k++) {
+                const int d = threadIdx.x + k * SAMPLE_THREADS;
+                if (d >= nb) continue;
+                sm.u.h.count[d] = cnt[k];
+                sm.u.h.hi[d] = wsum[k].hi;
+                sm.u.h.lo[d] = wsum[k].lo;
+            }
+            any_low = low_any != 0;
+            __syncthreads();
+        }
         if (warp == 0) {
             /* digits from the largest down; lane l takes rank-order bins [l per, (l+1) per) */
             const int per = nb / WARP_SIZE;
@@ -618,7 +725,7 @@ __device__ sel_result radix_select(sample_smem &sm, const row_ctx &r, const cand
             mask |= (u64)(nb - 1) << shift;
         }
         if (bin_count <= LIST_CAP) { /* few enough: finish in shared memory, in rank order */
-            list_gather_sort(sm, r, s, mask, P);
+            list_gather_sort(sm, t, r, s, mask, P);
             if (warp == 0) {
                 const int32_t p = list_find(sm, sm.n_list, sm.sel_mass_before, sm.sel_target, by_mass, strict);
                 if (lane == 0) {
@@ -731,13 +838,19 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
     __shared__ sample_smem sm;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
     const int32_t V = (int32_t)logits.cols;
-    unsigned int *fl = flags + (size_t)blockIdx.x * 2 * (size_t)V; /* V flags, then V biases */
+    const team tm = team_of();
+    const bool lead = tm.rank == 0; /* the team's block that sets the flags and writes the result */
+    const int32_t team_id = (int32_t)(blockIdx.x / tm.n), teams = (int32_t)(gridDim.x / tm.n);
+    unsigned int *fl = flags + (size_t)team_id * 2 * (size_t)V; /* V flags, then V biases */
     float *fb = reinterpret_cast<float *>(fl + V);
-    for (int32_t row = blockIdx.x; row < L; row += gridDim.x) {
-        __syncthreads(); /* the previous row's shared memory and flags are done with */
+    /* this block's columns: the row in tm.n shares of whole warps' width */
+    const int32_t share = (int32_t)(((V + tm.n - 1) / tm.n + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE);
+    const int32_t c0 = min(V, tm.rank * share), c1 = min(V, c0 + share);
+    for (int32_t row = team_id; row < L; row += teams) {
+        team_sync(tm); /* the previous row's shared memory and flags are done with */
         const tp_sample_row R = rows[row];
         if (!row_valid(R, tokens)) {
-            if (threadIdx.x == 0) {
+            if (lead && threadIdx.x == 0) {
                 fault_record(fault, TP_CUDA_FAULT_SAMPLE_PARAM, row, 0, 0);
                 write_failed(out + row, -1);
             }
@@ -745,13 +858,24 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         }
         const bool pen = R.repetition_penalty != 1.0 || R.frequency_penalty != 0.0 || R.presence_penalty != 0.0;
         const bool use_flags = pen || R.n_banned > 0 || R.n_allowed > 0 || R.n_bias > 0;
-        if (use_flags && row_flags(fl, fb, R, tokens, pen, V, true, row, fault)) {
-            row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
-            if (threadIdx.x == 0) write_failed(out + row, -1);
-            continue;
+        if (use_flags) { /* the lead sets them; a bad id or bias fails the row for the team */
+            if (lead) {
+                const bool bad_flags = row_flags(fl, fb, R, tokens, pen, V, true, row, fault);
+                if (threadIdx.x == 0) sm.blk_flags_bad = bad_flags;
+            }
+            team_sync(tm); /* the flags set, for every block */
+            if (team_at(tm, &sm, 0)->blk_flags_bad) {
+                if (lead) {
+                    row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
+                    if (threadIdx.x == 0) write_failed(out + row, -1);
+                }
+                continue;
+            }
         }
         row_ctx rc;
         rc.x = row_of<const float>(logits, row);
+        rc.c0 = c0;
+        rc.c1 = c1;
         rc.flags = use_flags ? fl : NULL;
         rc.bias = fb;
         rc.allow_list = R.n_allowed > 0;
@@ -836,6 +960,35 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 xmin = fmin(xmin, sm.red_xmin[q]);
                 vmin = fmin(vmin, sm.red_vmin[q]);
             }
+            sm.blk_m = m;
+            sm.blk_s = s;
+            sm.blk_best = best;
+            sm.blk_arg = arg;
+            sm.blk_live = live;
+            sm.blk_bad = bad;
+            sm.blk_xmin = xmin;
+            sm.blk_vmin = vmin;
+        }
+        team_sync(tm); /* every block's share summed */
+        if (threadIdx.x == 0) { /* the team's, in rank order (every block the same) */
+            m = -INFINITY, s = 0.0, best = -INFINITY, arg = INT32_MAX, live = 0, bad = INT32_MAX;
+            xmin = INFINITY, vmin = INFINITY;
+            for (int q = 0; q < tm.n; q++) {
+                const sample_smem *o = team_at(tm, &sm, q);
+                const double mq = o->blk_m, sq = o->blk_s, bq = o->blk_best;
+                const int32_t aq = o->blk_arg;
+                const double M = fmax(m, mq);
+                s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (mq == -INFINITY ? 0.0 : sq * exp(mq - M));
+                m = M;
+                if (bq > best || (bq == best && aq < arg)) {
+                    best = bq;
+                    arg = aq;
+                }
+                live += o->blk_live;
+                bad = min(bad, o->blk_bad);
+                xmin = fmin(xmin, o->blk_xmin);
+                vmin = fmin(vmin, o->blk_vmin);
+            }
             sm.m = m;
             sm.s = s;
             sm.best = best;
@@ -847,13 +1000,15 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         }
         __syncthreads();
         if (sm.bad != INT32_MAX) {
-            if (threadIdx.x == 0) {
-                unsigned int f;
-                const float x = raw_at(rc, sm.bad, f);
-                fault_record(fault, isnan(x) ? TP_CUDA_FAULT_SAMPLE_NAN : TP_CUDA_FAULT_SAMPLE_INF, row, sm.bad, V);
-                write_failed(out + row, sm.bad);
+            if (lead) {
+                if (threadIdx.x == 0) {
+                    unsigned int f;
+                    const float x = raw_at(rc, sm.bad, f);
+                    fault_record(fault, isnan(x) ? TP_CUDA_FAULT_SAMPLE_NAN : TP_CUDA_FAULT_SAMPLE_INF, row, sm.bad, V);
+                    write_failed(out + row, sm.bad);
+                }
+                if (use_flags) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
             }
-            if (use_flags) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
             continue;
         }
         rc.best = sm.best;
@@ -866,9 +1021,9 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         const int32_t n_top = max(0, min(R.n_logprobs, V));
         if (n_top > 0) {
             const cand_set all_raw = {0, INT32_MAX, true, false, 0.0, -1};
-            const sel_result t = radix_select(sm, rc, all_raw, false, n_top, 0.0, false);
+            const sel_result t = radix_select(sm, tm, rc, all_raw, false, n_top, 0.0, false);
             const cand_set first = {t.key, t.id, true, false, 0.0, -1};
-            list_gather_sort(sm, rc, first, 0, 0);
+            list_gather_sort(sm, tm, rc, first, 0, 0);
             if (threadIdx.x < n_top) {
                 sm.top_id[threadIdx.x] = sm.u.l.id[threadIdx.x];
                 sm.top_x[threadIdx.x] = (float)value_of(sm.u.l.key[threadIdx.x]);
@@ -885,13 +1040,13 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
             const int32_t nk = cut ? R.top_k : n_live;
             cand_set ks = live_set;
             if (cut) { /* top-k ranks v, which temperature does not reorder */
-                const sel_result k = radix_select(sm, rc, live_set, false, nk, 0.0, false);
+                const sel_result k = radix_select(sm, tm, rc, live_set, false, nk, 0.0, false);
                 ks.T = k.key;
                 ks.c = k.id;
             }
             const double u = stream_unit(R.seed, R.step);
             if (nk <= LIST_CAP) { /* the rest on the sorted list */
-                list_gather_sort(sm, rc, ks, 0, 0);
+                list_gather_sort(sm, tm, rc, ks, 0, 0);
                 for (int32_t p = threadIdx.x; p < nk; p += blockDim.x)
                     sm.u.l.w[p] = weight_of(rc, value_of(sm.u.l.key[p]));
                 __syncthreads();
@@ -922,17 +1077,17 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 cand_set ws = ks;
                 ws.weights = true;
                 if (R.top_p < 1.0) {
-                    const sel_result t = radix_select(sm, rc, ws, true, 0, R.top_p, false);
+                    const sel_result t = radix_select(sm, tm, rc, ws, true, 0, R.top_p, false);
                     ws.T = t.key;
                     ws.c = t.id;
                 }
                 ws.wmin = R.min_p; /* the best weighs 1 >= min_p: never empties the set */
-                token = radix_select(sm, rc, ws, true, 0, u, true).id;
+                token = radix_select(sm, tm, rc, ws, true, 0, u, true).id;
             }
         }
 
         /* 4. the result: raw logprobs, as vLLM's default logprobs_mode */
-        if (threadIdx.x == 0) {
+        if (lead && threadIdx.x == 0) {
             const bool none_live = sm.m == -INFINITY;
             const double lse = none_live ? 0.0 : sm.m + log(sm.s);
             const double uniform = -log((double)V);
@@ -947,12 +1102,52 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 o->top_logprob[k] = (float)(none_live ? uniform : (double)sm.top_x[k] - lse);
             }
         }
-        if (use_flags) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
+        if (use_flags) {
+            team_sync(tm); /* every block done reading the flags */
+            if (lead) row_flags(fl, fb, R, tokens, pen, V, false, row, fault);
+        }
     }
+    team_sync(tm); /* no block leaves while another may read its shared memory */
 }
 
 // ----------------------------------------------------------------------------
 // launcher
+
+/* The most blocks a team may have on this device (a power of 2, 1 without clusters): the
+ * kernel built for sm_90 or later, the device launching clusters, and a cluster of that
+ * many of its blocks fitting at once. Asked once per device. */
+static int team_most(void)
+{
+    static int most[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 1;
+    if (most[dev]) return most[dev];
+    int m = 1, can = 0;
+    bool failed = false;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, sample_kernel) != cudaSuccess ||
+        cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) != cudaSuccess)
+        failed = true;
+    else if (fa.binaryVersion >= 90 && can)
+        for (int n = SAMPLE_TEAM_MAX; n > 1 && m == 1; n /= 2) {
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = (unsigned int)n;
+            attr[0].val.clusterDim.y = 1;
+            attr[0].val.clusterDim.z = 1;
+            cfg.gridDim = dim3((unsigned int)n);
+            cfg.blockDim = dim3(SAMPLE_THREADS);
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            int clusters = 0;
+            if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &cfg) != cudaSuccess) failed = true;
+            else if (clusters > 0) m = n;
+        }
+    if (failed) (void)cudaGetLastError(); /* a query that failed leaves no error behind: one row a block */
+    most[dev] = m;
+    return m;
+}
 
 extern "C" tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int32_t *tokens,
                                     tp_sample_out *out, unsigned int *flags, int blocks, tp_cuda_fault *fault,
@@ -963,8 +1158,28 @@ extern "C" tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample
         blocks <= 0 || !flags)
         return tp_error(TP_ERR_INTERNAL, "sample: logits [%lld, %lld] of %s (%d rows, %d blocks) reached the CUDA kernel",
                         (long long)logits.rows, (long long)logits.cols, tp_dtype_name(logits.dtype), (int)L, blocks);
-    const int grid = L < blocks ? (int)L : blocks;
-    sample_kernel<<<grid, SAMPLE_THREADS, 0, stream>>>(logits, L, rows, tokens, out, flags, fault);
-    TP_CUDA_CHECK_LAUNCH();
+    /* few rows: each row to a team of blocks (a cluster), so that they use more SMs */
+    int team = 1;
+    const int most = team_most();
+    while (team * 2 <= most && (int64_t)L * team * 2 <= blocks) team *= 2;
+    const int grid = (L < blocks / team ? (int)L : blocks / team) * team;
+    if (team == 1) {
+        sample_kernel<<<grid, SAMPLE_THREADS, 0, stream>>>(logits, L, rows, tokens, out, flags, fault);
+        TP_CUDA_CHECK_LAUNCH();
+        return TP_OK;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned int)team;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned int)grid);
+    cfg.blockDim = dim3(SAMPLE_THREADS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, logits, L, rows, tokens, out, flags, fault));
     return TP_OK;
 }
