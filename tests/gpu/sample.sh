@@ -9,7 +9,9 @@
 #      token against the CPU backend's;
 #   3. unless SAMPLE_AB=0: bench/ab_decode.sh b128 (BENCH_RUNS) greedy, at temperature 0.8,
 #      and at temperature 0.8 with logprobs 1 (the log-sum-exp a row), SAMPLE_REPEAT times
-#      (default 1), interleaved.
+#      (default 1), interleaved; SAMPLE_AB_REQUESTS: other requests instead (space-separated
+#      JSON objects without spaces, "greedy" for the defaults); SAMPLE_AB_BASE=PATH: each
+#      also with that tpinfer (a build before the change) just before this one.
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-sample-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-sample-out}
@@ -30,14 +32,20 @@ else
     record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
 fi
 if [ "${SAMPLE_AB:-1}" = 1 ]; then
+    requests=(greedy '{"temperature":0.8,"seed":1}' '{"temperature":0.8,"seed":1,"logprobs":1}')
+    [ -n "${SAMPLE_AB_REQUESTS:-}" ] && read -ra requests <<<"$SAMPLE_AB_REQUESTS"
     args=()
     for _ in $(seq "${SAMPLE_REPEAT:-1}"); do
-        args+=("" 'BENCH_REQUEST={"temperature":0.8,"seed":1}' 'BENCH_REQUEST={"temperature":0.8,"seed":1,"logprobs":1}')
+        for q in "${requests[@]}"; do
+            v=$([ "$q" = greedy ] || echo "BENCH_REQUEST=$q")
+            [ -n "${SAMPLE_AB_BASE:-}" ] && args+=("BENCH_TPINFER=$SAMPLE_AB_BASE${v:+ $v}")
+            args+=("$v")
+        done
     done
-    OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128} BENCH_TPINFER=$B/tpinfer timeout 400 \
+    OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128} BENCH_TPINFER=$B/tpinfer timeout ${SAMPLE_AB_TIMEOUT:-400} \
         bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
     while IFS= read -r line; do
-        case $line in "| defaults"* | "| BENCH_REQUEST"*) record "ab" "$line" ;; esac
+        case $line in "| defaults"* | "| BENCH_REQUEST"* | "| BENCH_TPINFER"*) record "ab" "$line" ;; esac
     done <"$OUTDIR/ab.log"
 fi
 cat "$OUTDIR/gpu_sample.log"
