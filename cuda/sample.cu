@@ -425,18 +425,24 @@ __device__ void list_gather_sort(sample_smem &sm, const team &t, const row_ctx &
 {
     if (threadIdx.x == 0) sm.n_list = 0;
     team_sync(t); /* every list empty (and its block done with what the union held) */
+    const int lane = threadIdx.x % WARP_SIZE;
     for_columns(r, [&](int32_t i, float x, unsigned int f) {
         u64 key;
         double v, w;
-        if (eval_of(r, s, i, x, f, mask, P, v, key, w)) {
-            for (int q = 0; q < t.n; q++) {
-                sample_smem *o = team_at(t, &sm, q);
-                const int32_t at = atomicAdd(&o->n_list, 1);
-                if (at < LIST_CAP) {
-                    o->u.l.key[at] = key;
-                    o->u.l.id[at] = i;
-                    o->u.l.w[at] = w;
-                }
+        const bool in = eval_of(r, s, i, x, f, mask, P, v, key, w);
+        /* one atomic a warp and list: the lanes here take consecutive places */
+        const unsigned int members = __ballot_sync(__activemask(), in);
+        if (!in) return;
+        const int first = __ffs(members) - 1, before = __popc(members & ((1u << lane) - 1));
+        for (int q = 0; q < t.n; q++) {
+            sample_smem *o = team_at(t, &sm, q);
+            int32_t base = 0;
+            if (lane == first) base = atomicAdd(&o->n_list, __popc(members));
+            const int32_t at = __shfl_sync(members, base, first) + before;
+            if (at < LIST_CAP) {
+                o->u.l.key[at] = key;
+                o->u.l.id[at] = i;
+                o->u.l.w[at] = w;
             }
         }
     });
