@@ -5,8 +5,12 @@
 #   1. build tpinfer, tests/check_backend_ops, bench/gpu_sample; check_backend_ops' sample
 #      group (sample_cases against the CPU, rows without logprobs among them; the draw
 #      frequencies; the faults);
-#   2. bench/gpu_sample: the op alone at 128,256 columns, 1 and 128 rows, per rule, every
-#      token against the CPU backend's;
+#   2. bench/gpu_sample: the op alone at 128,256 columns, 1, 16 and 128 rows, per rule,
+#      every token against the CPU backend's;
+#   2b. where the shared models are (./shared, ../shared or SAMPLE_SHARED): tpinfer on
+#      stories260K with tests/sample_prompts.jsonl (14 requests under every rule, so rows
+#      go to teams of blocks), the device's sample op against the host sampler: the same
+#      completions and logprobs, eager and in CUDA graphs (as tests/gpu/run.sh);
 #   3. unless SAMPLE_AB=0: bench/ab_decode.sh b128 (BENCH_RUNS) greedy, at temperature 0.8,
 #      and at temperature 0.8 with logprobs 1 (the log-sum-exp a row), SAMPLE_REPEAT times
 #      (default 1), interleaved; SAMPLE_AB_REQUESTS: other requests instead (space-separated
@@ -30,6 +34,28 @@ if timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample.log" 2>&1; then
     record "bench/gpu_sample" "$([ "$differ" = 0 ] && echo "ran; every token the CPU's" || echo "FAIL: $differ rows with tokens other than the CPU's")"
 else
     record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
+fi
+SHARED=${SAMPLE_SHARED:-$( [ -d shared/models ] && echo shared || echo ../shared)}
+if [ -d "$SHARED/models/stories260K-hf" ]; then
+    for mode in eager graphs; do
+        flag=(); [ $mode = eager ] && flag=(--enforce-eager)
+        for h in 0 1; do
+            rm -f "$OUTDIR/engine-$mode-$h.jsonl"
+            TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug timeout 120 "$B/tpinfer" --model "$SHARED/models/stories260K-hf" \
+                --backend cuda --dtype float32 "${flag[@]}" --input tests/sample_prompts.jsonl \
+                --output "$OUTDIR/engine-$mode-$h.jsonl" >"$OUTDIR/engine-$mode-$h.log" 2>&1
+            sort "$OUTDIR/engine-$mode-$h.jsonl" >"$OUTDIR/engine-$mode-$h.sorted" 2>/dev/null
+        done
+        if [ -s "$OUTDIR/engine-$mode-0.sorted" ] && cmp -s "$OUTDIR/engine-$mode-0.sorted" "$OUTDIR/engine-$mode-1.sorted" &&
+            grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/engine-$mode-0.log" &&
+            ! grep -q "cannot record" "$OUTDIR/engine-$mode-0.log"; then
+            record "stories260K: device sample op = host sampler, $mode" "PASS ($(grep -m1 -o 'tokens chosen.*' "$OUTDIR/engine-$mode-0.log" | cut -c1-120))"
+        else
+            record "stories260K: device sample op = host sampler, $mode" "FAIL: $( (grep -m1 'cannot record\|error' "$OUTDIR/engine-$mode-0.log"; diff "$OUTDIR/engine-$mode-0.sorted" "$OUTDIR/engine-$mode-1.sorted") | head -2 | tr '|\n' '/ ' | cut -c1-200)"
+        fi
+    done
+else
+    record "stories260K: device sample op = host sampler" "not run: no $SHARED/models/stories260K-hf"
 fi
 if [ "${SAMPLE_AB:-1}" = 1 ]; then
     requests=(greedy '{"temperature":0.8,"seed":1}' '{"temperature":0.8,"seed":1,"logprobs":1}')
