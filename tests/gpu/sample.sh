@@ -9,8 +9,10 @@
 #      every token against the CPU backend's;
 #   2b. where the shared models are (./shared, ../shared or SAMPLE_SHARED): tpinfer on
 #      stories260K with tests/sample_prompts.jsonl (14 requests under every rule, so rows
-#      go to teams of blocks), the device's sample op against the host sampler: the same
-#      completions and logprobs, eager and in CUDA graphs (as tests/gpu/run.sh);
+#      go to teams of blocks), eager and in CUDA graphs: the device's sample op against the
+#      host sampler, the same bytes with each step waiting for the one before
+#      (TPINFER_OVERLAP=0, the host's batches), the same tokens and logprobs within 1e-4
+#      with steps enqueued ahead (other batches: logits that differ in their last bits);
 #   3. unless SAMPLE_AB=0: bench/ab_decode.sh b128 (BENCH_RUNS) greedy, at temperature 0.8,
 #      and at temperature 0.8 with logprobs 1 (the log-sum-exp a row), SAMPLE_REPEAT times
 #      (default 1), interleaved; SAMPLE_AB_REQUESTS: other requests instead (space-separated
@@ -36,26 +38,65 @@ else
     record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
 fi
 SHARED=${SAMPLE_SHARED:-$( [ -d shared/models ] && echo shared || echo ../shared)}
+# engine_run MODE NAME ENV...: tpinfer on stories260K's sample prompts into $OUTDIR/engine-MODE-NAME.*
+engine_run() {
+    local mode=$1 name=$2 flag=()
+    shift 2
+    [ "$mode" = eager ] && flag=(--enforce-eager)
+    rm -f "$OUTDIR/engine-$mode-$name.jsonl"
+    env "$@" TPINFER_LOG=debug timeout 120 "$B/tpinfer" --model "$SHARED/models/stories260K-hf" --backend cuda \
+        --dtype float32 "${flag[@]}" --input tests/sample_prompts.jsonl --output "$OUTDIR/engine-$mode-$name.jsonl" \
+        >"$OUTDIR/engine-$mode-$name.log" 2>&1
+    sort "$OUTDIR/engine-$mode-$name.jsonl" >"$OUTDIR/engine-$mode-$name.sorted" 2>/dev/null
+}
+# the same completions (ids) in A and B, logprobs within BOUND; prints the first difference
+same_ids() {
+    python3 - "$@" <<'PY'
+import json, sys
+a, b, bound = sys.argv[1], sys.argv[2], float(sys.argv[3])
+load = lambda p: {json.loads(l)["id"]: json.loads(l) for l in open(p)}
+A, B = load(a), load(b)
+worst = 0.0
+def walk(x, y, where):
+    global worst
+    if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+        for k in x: walk(x[k], y[k], where + "." + k)
+    elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for k, (u, v) in enumerate(zip(x, y)): walk(u, v, "%s[%d]" % (where, k))
+    elif where.endswith(".logprob") and isinstance(x, float) and isinstance(y, float):
+        worst = max(worst, abs(x - y))
+        if abs(x - y) > bound: sys.exit("%s: %r against %r" % (where, x, y))
+    elif x != y: sys.exit("%s: %s against %s" % (where, json.dumps(x)[:80], json.dumps(y)[:80]))
+walk(A, B, "")
+print("%d requests; logprobs within %.1e" % (len(A), worst))
+PY
+}
 if [ -d "$SHARED/models/stories260K-hf" ]; then
     for mode in eager graphs; do
-        flag=(); [ $mode = eager ] && flag=(--enforce-eager)
-        for h in 0 1; do
-            rm -f "$OUTDIR/engine-$mode-$h.jsonl"
-            TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug timeout 120 "$B/tpinfer" --model "$SHARED/models/stories260K-hf" \
-                --backend cuda --dtype float32 "${flag[@]}" --input tests/sample_prompts.jsonl \
-                --output "$OUTDIR/engine-$mode-$h.jsonl" >"$OUTDIR/engine-$mode-$h.log" 2>&1
-            sort "$OUTDIR/engine-$mode-$h.jsonl" >"$OUTDIR/engine-$mode-$h.sorted" 2>/dev/null
-        done
-        if [ -s "$OUTDIR/engine-$mode-0.sorted" ] && cmp -s "$OUTDIR/engine-$mode-0.sorted" "$OUTDIR/engine-$mode-1.sorted" &&
-            grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/engine-$mode-0.log" &&
-            ! grep -q "cannot record" "$OUTDIR/engine-$mode-0.log"; then
-            record "stories260K: device sample op = host sampler, $mode" "PASS ($(grep -m1 -o 'tokens chosen.*' "$OUTDIR/engine-$mode-0.log" | cut -c1-120))"
+        engine_run $mode host TPINFER_SAMPLE_ON_HOST=1
+        engine_run $mode device-waiting TPINFER_SAMPLE_ON_HOST=0 TPINFER_OVERLAP=0
+        engine_run $mode device TPINFER_SAMPLE_ON_HOST=0
+        why=$(grep -m1 'cannot record\|error' "$OUTDIR"/engine-$mode-*.log | cut -c1-150)
+        used=$(grep -m1 -o 'tokens chosen.*' "$OUTDIR/engine-$mode-device.log" | cut -c1-110)
+        # each step waiting for the one before: the batches, so the logits, are the host's
+        if [ -z "$why" ] && [ -s "$OUTDIR/engine-$mode-host.sorted" ] &&
+            cmp -s "$OUTDIR/engine-$mode-host.sorted" "$OUTDIR/engine-$mode-device-waiting.sorted" &&
+            grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/engine-$mode-device-waiting.log"; then
+            record "stories260K $mode: sample op = host sampler, waiting loop" "PASS (the same bytes)"
         else
-            record "stories260K: device sample op = host sampler, $mode" "FAIL: $( (grep -m1 'cannot record\|error' "$OUTDIR/engine-$mode-0.log"; diff "$OUTDIR/engine-$mode-0.sorted" "$OUTDIR/engine-$mode-1.sorted") | head -2 | tr '|\n' '/ ' | cut -c1-200)"
+            record "stories260K $mode: sample op = host sampler, waiting loop" "FAIL: ${why:-$(same_ids "$OUTDIR/engine-$mode-host.jsonl" "$OUTDIR/engine-$mode-device-waiting.jsonl" 0 2>&1 | tail -1 | cut -c1-150)}"
+        fi
+        # steps enqueued ahead: other batches (an ended row's step already enqueued), so
+        # logits that differ in their last bits; the same tokens
+        if r=$(same_ids "$OUTDIR/engine-$mode-host.jsonl" "$OUTDIR/engine-$mode-device.jsonl" 1e-4 2>&1) && [ -z "$why" ] &&
+            grep -q "[1-9][0-9]* by its sample op" "$OUTDIR/engine-$mode-device.log"; then
+            record "stories260K $mode: sample op = host sampler, steps ahead" "PASS ($r; $used)"
+        else
+            record "stories260K $mode: sample op = host sampler, steps ahead" "FAIL: ${why:-$(echo "$r" | tail -1 | cut -c1-150)}"
         fi
     done
 else
-    record "stories260K: device sample op = host sampler" "not run: no $SHARED/models/stories260K-hf"
+    record "stories260K: sample op = host sampler" "not run: no $SHARED/models/stories260K-hf"
 fi
 if [ "${SAMPLE_AB:-1}" = 1 ]; then
     requests=(greedy '{"temperature":0.8,"seed":1}' '{"temperature":0.8,"seed":1,"logprobs":1}')
