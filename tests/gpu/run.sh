@@ -53,7 +53,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 launch() {
     if [ "$NP" -gt 1 ]; then
         local x=(-x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH) v
-        for v in TPINFER_SAMPLE_ON_HOST TPINFER_LOG; do [ -n "${!v:-}" ] && x+=(-x "$v"); done
+        for v in TPINFER_SAMPLE_ON_HOST TPINFER_LOG TPINFER_OVERLAP; do [ -n "${!v:-}" ] && x+=(-x "$v"); done
         mpirun --allow-run-as-root "${x[@]}" -np "$NP" "$@"
     else
         "$@"
@@ -167,13 +167,16 @@ done
 
 # sampling on the device (the sample op) against the host sampler: the same completions and
 # logprobs from the same logits (float32), in eager steps and in decode steps replayed as CUDA
-# graphs (the same padded batch on both sides, so the same logits; none may fall back to eager)
+# graphs (the same padded batch on both sides, so the same logits; none may fall back to eager).
+# Each step waits for the one before (TPINFER_OVERLAP=0): steps enqueued ahead, which only
+# the device's sampling allows, give other batches (an ended row's next step is enqueued
+# already), whose logits differ in their last bits; tests/gpu/sample.sh compares those.
 for mode in eager graphs; do
     [ "${GPU_MODELS:-1}" = 1 ] || break
     flag=(); [ $mode = eager ] && flag=(--enforce-eager)
     for h in 0 1; do
         rm -f "$W/sample-$mode-$h.jsonl"
-        TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug launch "$B/tpinfer" --model "$st" --backend cuda --dtype float32 \
+        TPINFER_OVERLAP=0 TPINFER_SAMPLE_ON_HOST=$h TPINFER_LOG=debug launch "$B/tpinfer" --model "$st" --backend cuda --dtype float32 \
             --tp "$TP" --pp "$PP" "${flag[@]}" --input "$root/tests/sample_prompts.jsonl" \
             --output "$W/sample-$mode-$h.jsonl" >"$OUTDIR/sample-$mode-$h.log" 2>&1
         # at dp > 1 the replicas' records interleave in any order: compare them sorted
