@@ -148,8 +148,9 @@ tp_status tp_cuda_argmax(tp_tensor logits, int32_t *ids, float *logprob, float *
                          cudaStream_t stream);
 
 /* The sample op (sample.cu): rows [0, L) of logits (f32, cols <= 2^22) by rows[i] into
- * out[i], with the penalty and banned ids in tokens; flags: blocks x cols zeroed uint32 of
- * device scratch (left zeroed), blocks: the most blocks to run (one per SM is enough).
+ * out[i], with the penalty and banned ids in tokens; flags: blocks x 2 x cols zeroed uint32 of
+ * device scratch (left zeroed), blocks: the most blocks to run (one per SM is enough; when
+ * the rows are few, each is split over a cluster of them).
  * NaN/+Inf logits, bad tokens and parameters are recorded as faults. */
 tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int32_t *tokens,
                          tp_sample_out *out, unsigned int *flags, int blocks, tp_cuda_fault *fault,
