@@ -1,7 +1,7 @@
 /*
  * gpu_sample.c: the CUDA backend's sample op (cuda/sample.cu) alone, at Llama-3's vocabulary
- * (128,256) and 1, 16 or 128 rows (1 and 16: a row split over a cluster of 8 blocks; 128: a
- * block a row), under the rules a batch run uses: greedy, greedy with
+ * (128,256) and 1, 16 or 128 rows (on 132 SMs, 1 and 16: a row split over a cluster of 8
+ * blocks; 128: a block a row), under the rules a batch run uses: greedy, greedy with
  * logprobs, temperature (with and without the chosen token's logprob), temperature with
  * top-p / top-k / min-p, penalties over 192 tokens, logprobs. Two shapes of logits: "flat"
  * (N(0, 1) a column: a random-weight model's) and "peaked" (N(0, 2), one column in 500
