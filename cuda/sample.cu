@@ -28,7 +28,9 @@
  *      shared memory and weights, top-p, min-p and the draw run on that list; otherwise on
  *      the whole row: top-k by a counting radix select, then top-p and the draw by radix
  *      selects on mass (per-digit counts and per-digit weight sums), min-p as the filter
- *      w >= min_p (a rank prefix too, as w never grows along the ranks).
+ *      w >= min_p (a rank prefix too, as w never grows along the ranks); when top-p leaves
+ *      at most LIST_CAP (a trained model's usual case), min-p and the draw run on their
+ *      list instead (the same set, the same exact mass: the same token).
  * A radix select's first level bins the candidates by their distance from the row's
  * largest value in 2,048 even steps (spread_bin: monotone, so a bin is a run of ranks;
  * the key's top bits, sign and exponent, would put most of a row in a few bins, whose
@@ -1051,16 +1053,38 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 ks.c = k.id;
             }
             const double u = stream_unit(R.seed, R.step);
-            if (nk <= LIST_CAP) { /* the rest on the sorted list */
-                list_gather_sort(sm, tm, rc, ks, 0, 0);
-                for (int32_t p = threadIdx.x; p < nk; p += blockDim.x)
+            cand_set ls = ks;      /* the set the list holds, */
+            int32_t n_list = nk;   /* its size */
+            bool p_cut = false;    /* top-p already applied to it */
+            if (nk > LIST_CAP) {   /* the whole row: selects by mass */
+                cand_set ws = ks;
+                ws.weights = true;
+                if (R.top_p < 1.0) {
+                    const sel_result t = radix_select(sm, tm, rc, ws, true, 0, R.top_p, false);
+                    ws.T = t.key;
+                    ws.c = t.id;
+                    if (t.pos <= LIST_CAP) { /* few left (a trained model's usual top-p set): the list */
+                        ls.T = t.key;
+                        ls.c = t.id;
+                        n_list = t.pos;
+                        p_cut = true;
+                    }
+                }
+                if (!p_cut) {
+                    ws.wmin = R.min_p; /* the best weighs 1 >= min_p: never empties the set */
+                    token = radix_select(sm, tm, rc, ws, true, 0, u, true).id;
+                }
+            }
+            if (n_list <= LIST_CAP) { /* the rest on the sorted list */
+                list_gather_sort(sm, tm, rc, ls, 0, 0);
+                for (int32_t p = threadIdx.x; p < n_list; p += blockDim.x)
                     sm.u.l.w[p] = weight_of(rc, value_of(sm.u.l.key[p]));
                 __syncthreads();
                 if (warp == 0) {
                     int32_t keep = 0; /* weights never grow along the list: w > 0 is a prefix */
-                    for (int32_t p = lane; p < nk; p += WARP_SIZE) keep += sm.u.l.w[p] > 0.0;
+                    for (int32_t p = lane; p < n_list; p += WARP_SIZE) keep += sm.u.l.w[p] > 0.0;
                     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) keep += __shfl_xor_sync(0xffffffffu, keep, o);
-                    if (R.top_p < 1.0 && keep > 1) {
+                    if (R.top_p < 1.0 && !p_cut && keep > 1) {
                         const fix128 z = list_mass(sm, keep);
                         keep = list_find(sm, keep, fix_zero(), fix_of(__dmul_rn(R.top_p, fix_double(z))), true, false) + 1;
                     }
@@ -1079,16 +1103,6 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
                 }
                 __syncthreads();
                 token = sm.sel_id;
-            } else { /* the whole row: selects by mass */
-                cand_set ws = ks;
-                ws.weights = true;
-                if (R.top_p < 1.0) {
-                    const sel_result t = radix_select(sm, tm, rc, ws, true, 0, R.top_p, false);
-                    ws.T = t.key;
-                    ws.c = t.id;
-                }
-                ws.wmin = R.min_p; /* the best weighs 1 >= min_p: never empties the set */
-                token = radix_select(sm, tm, rc, ws, true, 0, u, true).id;
             }
         }
 
