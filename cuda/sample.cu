@@ -1133,6 +1133,24 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
 // ----------------------------------------------------------------------------
 // launcher
 
+/* A launch of sample_kernel as clusters of n blocks (a config pointing into itself: not copied) */
+struct team_launch {
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg;
+    team_launch(int n, int grid, cudaStream_t stream) : cfg()
+    {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned int)n;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned int)grid);
+        cfg.blockDim = dim3(SAMPLE_THREADS);
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+};
+
 /* The most blocks a team may have on this device (a power of 2, 1 without clusters): the
  * kernel built for sm_90 or later, the device launching clusters, and a cluster of that
  * many of its blocks fitting at once. Asked once per device. */
@@ -1150,18 +1168,9 @@ static int team_most(void)
         failed = true;
     else if (fa.binaryVersion >= 90 && can)
         for (int n = SAMPLE_TEAM_MAX; n > 1 && m == 1; n /= 2) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = (unsigned int)n;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.gridDim = dim3((unsigned int)n);
-            cfg.blockDim = dim3(SAMPLE_THREADS);
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+            const team_launch t(n, n, 0);
             int clusters = 0;
-            if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &cfg) != cudaSuccess) failed = true;
+            if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &t.cfg) != cudaSuccess) failed = true;
             else if (clusters > 0) m = n;
         }
     if (failed) (void)cudaGetLastError(); /* a query that failed leaves no error behind: one row a block */
@@ -1188,18 +1197,7 @@ extern "C" tp_status tp_cuda_sample(tp_tensor logits, int32_t L, const tp_sample
         TP_CUDA_CHECK_LAUNCH();
         return TP_OK;
     }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned int)team;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned int)grid);
-    cfg.blockDim = dim3(SAMPLE_THREADS);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    TP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, logits, L, rows, tokens, out, flags, fault));
+    const team_launch t(team, grid, stream);
+    TP_CUDA_CHECK(cudaLaunchKernelEx(&t.cfg, sample_kernel, logits, L, rows, tokens, out, flags, fault));
     return TP_OK;
 }
