@@ -55,7 +55,9 @@ typedef struct cpu_ctx {
     void *stage[2]; /* staging(): two host buffers, as the CUDA backend's pinned pair */
     size_t stage_cap[2];
     int stage_next;
-    tp_sampler *sampler;  /* sample(): made for the vocabulary of the first call, remade if it changes */
+    tp_sampler **samplers; /* sample(): one a thread, made for the vocabulary of the first call,
+                            * remade if it changes */
+    int n_samplers;
     int32_t sampler_vocab;
     void *slot[2]; /* download_start()'s host slots */
     size_t slot_cap[2], slot_bytes[2];
@@ -961,7 +963,7 @@ static tp_status row_edits(const tp_sample_row *row, const int32_t *tokens, int3
 /* One row: the row's checks, then tp_sampler_sample_edited. When the failure is NaN/+Inf
  * logits, *bad is its column (excluded columns do not count: the sampler never draws them);
  * else -1. */
-static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sample_row *row,
+static tp_status sample_one(tp_sampler *sampler, const float *x, int32_t V, const tp_sample_row *row,
                             const int32_t *tokens, tp_sample_out *o, int32_t *bad)
 {
     *bad = -1;
@@ -1001,7 +1003,7 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
     tp_sample_result res = {0, 0.0f, 0, top};
     const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
-    tp_status st = tp_sampler_sample_edited(ctx->sampler, &p, row->step, x, &edits, prompt, row->n_prompt,
+    tp_status st = tp_sampler_sample_edited(sampler, &p, row->step, x, &edits, prompt, row->n_prompt,
                                             prompt ? prompt + row->n_prompt : NULL, row->n_output, &res);
     free(bias);
     if (st != TP_OK) {
@@ -1027,9 +1029,36 @@ static tp_status sample_one(cpu_ctx *ctx, const float *x, int32_t V, const tp_sa
     return TP_OK;
 }
 
-/* Rows one after another on this thread (the sampler is one scratch object). Every row is
- * answered; a failing row gets token -1 (NaN/+Inf: the bad column), logprob NaN and no top
- * entries, and the call fails naming the lowest such row, as the CUDA backend's fault does. */
+/* The samplers for V columns, one for each of n threads (scratch each). */
+static tp_status samplers_get(cpu_ctx *ctx, int32_t V, int n)
+{
+    if (ctx->sampler_vocab != V) {
+        for (int t = 0; t < ctx->n_samplers; t++) tp_sampler_destroy(ctx->samplers[t]);
+        ctx->n_samplers = 0;
+        ctx->sampler_vocab = V;
+    }
+    if (ctx->n_samplers >= n) return TP_OK;
+    tp_sampler **more = realloc(ctx->samplers, (size_t)n * sizeof *more);
+    if (!more) return tp_error(TP_ERR_OOM, "sample: out of memory for %d samplers", n);
+    ctx->samplers = more;
+    for (; ctx->n_samplers < n; ctx->n_samplers++)
+        TP_CHECK(tp_sampler_create(V, &ctx->samplers[ctx->n_samplers]));
+    return TP_OK;
+}
+
+/* A failed row's answer: token -1 (NaN/+Inf: the bad column), logprob NaN, no top entries */
+static void sample_failed(tp_sample_out *o, int32_t bad)
+{
+    o->token = bad;
+    o->logprob = NAN;
+    o->n_top = 0;
+}
+
+/* Rows spread over the threads, each with a sampler of its own (a row's answer does not
+ * depend on the thread). Every row is answered; a failing row gets token -1 (NaN/+Inf: the
+ * bad column), logprob NaN and no top entries, and the call fails naming the lowest such
+ * row, as the CUDA backend's fault does: failed rows are run again on this thread, whose
+ * error message the caller reads (a worker's is its own, and cleared). */
 static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, const tp_sample_row *rows,
                             const int32_t *tokens, tp_sample_out *out)
 {
@@ -1037,32 +1066,32 @@ static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, c
     if (L == 0) return TP_OK;
     cpu_ctx *ctx = b->ctx;
     const int32_t V = (int32_t)logits->cols;
-    if (!ctx->sampler || ctx->sampler_vocab != V) {
-        tp_sampler_destroy(ctx->sampler);
-        ctx->sampler = NULL;
-        ctx->sampler_vocab = 0;
-        TP_CHECK(tp_sampler_create(V, &ctx->sampler));
-        ctx->sampler_vocab = V;
-    }
-    tp_status first = TP_OK;
+    const int nt = L > 1 && (double)L * V > PAR_WORK ? (max_threads() < L ? max_threads() : (int)L) : 1;
+    TP_CHECK(samplers_get(ctx, V, nt));
+    int32_t first_failed = L;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(min : first_failed) if (nt > 1)
     for (int32_t r = 0; r < L; r++) {
-        const float *x = row_f32(logits, r);
         int32_t bad;
-        const tp_status st = sample_one(ctx, x, V, &rows[r], tokens, &out[r], &bad);
-        if (st == TP_OK) continue;
-        out[r].token = bad; /* -1 unless NaN/+Inf */
-        out[r].logprob = NAN;
-        out[r].n_top = 0;
-        if (first != TP_OK) continue; /* the lowest row's message stands (tp_error keeps the first) */
-        if (bad >= 0) {
-            tp_error_clear();
-            first = tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d", (int)r,
-                             isnan(x[bad]) ? "NaN" : "+Inf", (int)bad);
-        } else {
-            first = sample_row_error(st, r);
+        if (sample_one(ctx->samplers[thread_id()], row_f32(logits, r), V, &rows[r], tokens, &out[r], &bad) != TP_OK) {
+            sample_failed(&out[r], bad);
+            if (r < first_failed) first_failed = r;
+            if (nt > 1) tp_error_clear(); /* a worker's message: the row runs again below */
         }
     }
-    return first;
+    if (first_failed == L) return TP_OK;
+    /* the lowest failed row's message, made on this thread; the others' answers stand */
+    const float *x = row_f32(logits, first_failed);
+    int32_t bad;
+    tp_error_clear();
+    tp_sample_out again;
+    const tp_status st = sample_one(ctx->samplers[0], x, V, &rows[first_failed], tokens, &again, &bad);
+    if (st == TP_OK) return tp_error(TP_ERR_INTERNAL, "sample: row %d failed on a worker thread, not again", (int)first_failed);
+    if (bad >= 0) {
+        tp_error_clear();
+        return tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d", (int)first_failed,
+                        isnan(x[bad]) ? "NaN" : "+Inf", (int)bad);
+    }
+    return sample_row_error(st, first_failed);
 }
 
 /* ---- the table --------------------------------------------------------------------- */
@@ -1148,7 +1177,8 @@ static void cpu_destroy(tp_backend *b)
         free(ctx->stage[1]);
         free(ctx->slot[0]);
         free(ctx->slot[1]);
-        tp_sampler_destroy(ctx->sampler);
+        for (int t = 0; t < ctx->n_samplers; t++) tp_sampler_destroy(ctx->samplers[t]);
+        free(ctx->samplers);
     }
     free(ctx);
     free(b);

@@ -1415,6 +1415,54 @@ START_TEST(sample_errors)
 }
 END_TEST
 
+/* Rows spread over threads answer as on one thread, bit for bit, failed rows included, and
+ * the message names the lowest failed row (made again on the calling thread). */
+START_TEST(sample_thread_invariant)
+{
+    seed(23);
+    enum { L = 40, V = 2000 }; /* L x V above the op's threshold for threads */
+    float *x = host_alloc((size_t)L * V * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)L * V; i++) x[i] = uniform(-6.0f, 6.0f);
+    int32_t *toks = host_alloc(8192 * sizeof(int32_t)), n_toks = 0;
+    tp_sample_row *rows = host_alloc((size_t)L * sizeof *rows);
+    for (int32_t r = 0; r < L; r++) rows[r] = sample_rule(r, V, toks, &n_toks);
+    tp_tensor t = {x, TP_DTYPE_F32, L, V, V};
+    tp_sample_out *one = host_alloc((size_t)L * sizeof *one), *many = host_alloc((size_t)L * sizeof *many);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* failures in rows 33 (a banned id outside), 17 (NaN), 25 (+Inf) */
+            x[17 * V + 1500] = NAN;
+            x[17 * V + 900] = NAN;
+            x[25 * V + 3] = INFINITY;
+            toks[rows[33].tokens] = V + 7;
+            rows[33].repetition_penalty = 1.2;
+        }
+        const int32_t want = round ? TP_ERR_NUMERIC : TP_OK;
+        const char *needle = round ? "sample: row 17 of logits has NaN at column 900" : "";
+        set_threads(1);
+        memset(one, 0xab, (size_t)L * sizeof *one);
+        EXPECT_STATUS(be->ops->sample(be, &t, L, rows, toks, one), want, needle);
+        for (int nt = 2; nt <= 4; nt++) {
+            set_threads(nt);
+            /* filled as one: what the op leaves alone (top entries past n_top) stays equal */
+            memset(many, 0xab, (size_t)L * sizeof *many);
+            EXPECT_STATUS(be->ops->sample(be, &t, L, rows, toks, many), want, needle);
+            for (int32_t r = 0; r < L; r++) /* NaN logprobs compare by their bits too */
+                ck_assert_msg(memcmp(&one[r], &many[r], sizeof one[r]) == 0, "round %d, %d threads: row %d differs", round,
+                              nt, (int)r);
+        }
+        if (round == 1) {
+            ck_assert(one[17].token == 900 && isnan(one[17].logprob) && one[25].token == 3 && one[33].token == -1);
+            ck_assert(one[16].token >= 0 && !isnan(one[16].logprob)); /* the others answered */
+        }
+    }
+    /* a later call on the same threads starts clean */
+    x[17 * V + 1500] = x[17 * V + 900] = x[25 * V + 3] = 0.0f;
+    rows[33].repetition_penalty = 1.0;
+    set_threads(4);
+    EXPECT_STATUS(be->ops->sample(be, &t, L, rows, toks, many), TP_OK, "");
+}
+END_TEST
+
 /* ---- the fused operations are their compositions, bit for bit --------------------------- */
 
 START_TEST(fused_ops)
@@ -1523,7 +1571,7 @@ int main(void)
         {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
         {"fused", {fused_ops}},
         {"argmax", {argmax_cases, argmax_limits, argmax_errors, argmax_merge_over_slices}},
-        {"sample", {sample_matches_sampler, sample_errors}},
+        {"sample", {sample_matches_sampler, sample_errors, sample_thread_invariant}},
         {"invariance", {matmul_batch_invariant, matmul_thread_invariant, attention_batch_invariant,
                         argmax_invariant}},
         {"errors", {matmul_errors, other_errors, cache_errors}},
