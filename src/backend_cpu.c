@@ -1085,7 +1085,8 @@ static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, c
     tp_error_clear();
     tp_sample_out again;
     const tp_status st = sample_one(ctx->samplers[0], x, V, &rows[first_failed], tokens, &again, &bad);
-    if (st == TP_OK) return tp_error(TP_ERR_INTERNAL, "sample: row %d failed on a worker thread, not again", (int)first_failed);
+    if (st == TP_OK)
+        return tp_error(TP_ERR_INTERNAL, "sample: row %d failed on a worker thread, not again", (int)first_failed);
     if (bad >= 0) {
         tp_error_clear();
         return tp_error(TP_ERR_NUMERIC, "sample: row %d of logits has %s at column %d", (int)first_failed,

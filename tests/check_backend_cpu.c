@@ -1447,8 +1447,8 @@ START_TEST(sample_thread_invariant)
             memset(many, 0xab, (size_t)L * sizeof *many);
             EXPECT_STATUS(be->ops->sample(be, &t, L, rows, toks, many), want, needle);
             for (int32_t r = 0; r < L; r++) /* NaN logprobs compare by their bits too */
-                ck_assert_msg(memcmp(&one[r], &many[r], sizeof one[r]) == 0, "round %d, %d threads: row %d differs", round,
-                              nt, (int)r);
+                ck_assert_msg(memcmp(&one[r], &many[r], sizeof one[r]) == 0, "round %d, %d threads: row %d differs",
+                              round, nt, (int)r);
         }
         if (round == 1) {
             ck_assert(one[17].token == 900 && isnan(one[17].logprob) && one[25].token == 3 && one[33].token == -1);
