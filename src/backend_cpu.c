@@ -1000,6 +1000,7 @@ static tp_status sample_one(tp_sampler *sampler, const float *x, int32_t V, cons
     p.frequency_penalty = row->frequency_penalty;
     p.seed = row->seed;
     p.logprobs = row->n_logprobs < 0 ? 0 : row->n_logprobs;
+    p.logprob_off = row->n_logprobs < 0; /* none wanted: 0, as the CUDA op, without the log-sum-exp */
     tp_token_logprob top[TP_SAMPLE_MAX_LOGPROBS];
     tp_sample_result res = {0, 0.0f, 0, top};
     const int32_t *prompt = tokens ? tokens + row->tokens : NULL;
@@ -1020,7 +1021,7 @@ static tp_status sample_one(tp_sampler *sampler, const float *x, int32_t V, cons
         return st;
     }
     o->token = res.token;
-    o->logprob = row->n_logprobs < 0 ? 0.0f : res.logprob; /* none wanted: as the CUDA op */
+    o->logprob = res.logprob;
     o->n_top = res.n_top;
     for (int32_t k = 0; k < res.n_top; k++) {
         o->top_id[k] = top[k].id;

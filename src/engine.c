@@ -1621,6 +1621,7 @@ static tp_status sample_one(engine *e, const seq *q, const float *lg, const tp_s
     if (lg) {
         tp_sampling_params sp = r->sp;
         sp.seed = choice_seed(r, q->choice);
+        sp.logprob_off = !c->want_logprobs; /* nobody reads it: no log-sum-exp over the row */
         const tp_request_params *rp = &r->in->p;
         tp_logit_edits edits = {rp->allowed_token_ids, rp->n_allowed_token_ids, e->ban, n_banned,
                                 rp->bias_ids, rp->bias, rp->n_bias};

@@ -576,6 +576,8 @@ tp_status tp_sampler_sample_edited(tp_sampler *s, const tp_sampling_params *para
      * very terms of the logprob normalizer: compute them once (exp dominates the cost). */
     const int shared_exp = !greedy && !penalized && !edited && params->temperature == 1.0 &&
                            !(params->top_k > 0 && params->top_k < vocab);
+    /* no logprob wanted: no normalizer (an exp a column less) */
+    const int want_lse = !params->logprob_off || params->logprobs > 0;
     if (edited) TP_CHECK(check_edits(ed, vocab));
     if (penalized) {
         /* The token lists are read only when a penalty is on, so they are checked only then. */
@@ -606,8 +608,8 @@ tp_status tp_sampler_sample_edited(tp_sampler *s, const tp_sampling_params *para
             x = -INFINITY; /* an excluded column's NaN/+Inf is neither drawn nor counted */
         }
         const double r = x;
-        if (shared_exp) {
-            /* the normalizer comes from draw_token's weights */
+        if (shared_exp || !want_lse) {
+            /* the normalizer comes from draw_token's weights, or is not wanted */
         } else if (r > m) {
             sum = sum * exp(m - r) + 1.0;
             m = r;
@@ -650,7 +652,8 @@ tp_status tp_sampler_sample_edited(tp_sampler *s, const tp_sampling_params *para
     const double lse = none_live ? 0.0 : m + log(sum);
     const double uniform = -log((double)vocab);
     const float xt = logits[result->token];
-    result->logprob = (float)(none_live ? uniform : (isnan(xt) || xt == INFINITY ? -INFINITY : (double)xt - lse));
+    const double lp = none_live ? uniform : isnan(xt) || xt == INFINITY ? -INFINITY : (double)xt - lse;
+    result->logprob = params->logprob_off ? 0.0f : (float)lp;
     for (int32_t i = 0; i < n_have; i++)
         top[i].logprob = (float)(none_live ? uniform : (double)top[i].logprob - lse);
     result->n_top = n_have;

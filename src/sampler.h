@@ -30,6 +30,8 @@ typedef struct tp_sampling_params {
     double frequency_penalty;  /* 0: off; in [-2, 2] (subtract count * penalty, output tokens) */
     uint64_t seed;             /* the request's seed (see tp_sampler_request_seed) */
     int32_t logprobs;          /* top-N logprobs to report per token; 0: none */
+    int32_t logprob_off;       /* 1: the chosen token's logprob is not wanted: result->logprob is 0,
+                                * and with logprobs 0 the row's log-sum-exp is skipped */
 } tp_sampling_params;
 
 void tp_sampling_params_default(tp_sampling_params *p); /* greedy, everything off */

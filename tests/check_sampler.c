@@ -859,6 +859,18 @@ START_TEST(logprobs_are_raw_log_softmax)
                     ck_assert_int_eq(top[j].id, r[j].id);
                     ck_assert_double_eq_tol(top[j].logprob, (double)ref[r[j].id], 1e-6);
                 }
+                /* the chosen token's logprob not wanted: 0, the same token and top entries */
+                const int32_t token = res.token;
+                tp_sampling_params off = ps[c];
+                off.logprob_off = 1;
+                ck_assert_int_eq(tp_sampler_sample(s, &off, k, logits, prompt, 3, output, 2, &res), TP_OK);
+                ck_assert_int_eq(res.token, token);
+                ck_assert(res.logprob == 0.0f);
+                ck_assert_int_eq(res.n_top, n);
+                for (int j = 0; j < n; j++) {
+                    ck_assert_int_eq(top[j].id, r[j].id);
+                    ck_assert_double_eq_tol(top[j].logprob, (double)ref[r[j].id], 1e-6);
+                }
             }
         }
     }
