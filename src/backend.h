@@ -96,7 +96,7 @@ typedef struct tp_sample_row {
     uint64_t step;      /* the draw's step (tokens generated so far) */
     int32_t top_k;
     int32_t n_logprobs; /* 0..TP_SAMPLE_MAX_LOGPROBS: the chosen token's logprob and the top
-                         * n_logprobs; -1: none wanted (logprob 0, n_top 0; the CUDA op skips
+                         * n_logprobs; -1: none wanted (logprob 0, n_top 0; both backends skip
                          * the log-sum-exp over the row, most of a greedy row's cost) */
     /* penalties: tokens[tokens .. +n_prompt) the prompt, then n_output output tokens (right
      * after the prompt); read only when a penalty is on */
