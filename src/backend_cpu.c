@@ -1047,14 +1047,6 @@ static tp_status samplers_get(cpu_ctx *ctx, int32_t V, int n)
     return TP_OK;
 }
 
-/* A failed row's answer: token -1 (NaN/+Inf: the bad column), logprob NaN, no top entries */
-static void sample_failed(tp_sample_out *o, int32_t bad)
-{
-    o->token = bad;
-    o->logprob = NAN;
-    o->n_top = 0;
-}
-
 /* Rows spread over the threads, each with a sampler of its own (a row's answer does not
  * depend on the thread). Every row is answered; a failing row gets token -1 (NaN/+Inf: the
  * bad column), logprob NaN and no top entries, and the call fails naming the lowest such
@@ -1074,16 +1066,17 @@ static tp_status cpu_sample(tp_backend *b, const tp_tensor *logits, int32_t L, c
     for (int32_t r = 0; r < L; r++) {
         int32_t bad;
         if (sample_one(ctx->samplers[thread_id()], row_f32(logits, r), V, &rows[r], tokens, &out[r], &bad) != TP_OK) {
-            sample_failed(&out[r], bad);
+            out[r].token = bad; /* -1 unless NaN/+Inf */
+            out[r].logprob = NAN;
+            out[r].n_top = 0;
             if (r < first_failed) first_failed = r;
-            if (nt > 1) tp_error_clear(); /* a worker's message: the row runs again below */
+            tp_error_clear(); /* this thread's message: the lowest failed row runs again below */
         }
     }
     if (first_failed == L) return TP_OK;
     /* the lowest failed row's message, made on this thread; the others' answers stand */
     const float *x = row_f32(logits, first_failed);
     int32_t bad;
-    tp_error_clear();
     tp_sample_out again;
     const tp_status st = sample_one(ctx->samplers[0], x, V, &rows[first_failed], tokens, &again, &bad);
     if (st == TP_OK)
