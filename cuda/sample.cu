@@ -236,6 +236,43 @@ __device__ __forceinline__ fix128 shfl_up_fix(fix128 a, int d)
 // ----------------------------------------------------------------------------
 // shared memory: the digit histogram and the candidate list are never live together
 
+/* Pass 1's summary of some columns of a row: the raw logits' log-sum-exp as (m, s), the
+ * largest value and its column (the lower on ties), the live values' count, the first
+ * NaN/+Inf column, the least finite raw logit and live value. add merges another's; lanes,
+ * warps and a team's blocks all merge by it, each in a fixed order, so that the sums are the
+ * same whatever the timing. */
+struct row_sums {
+    double m, s, best, xmin, vmin;
+    int32_t arg, live, bad;
+
+    __device__ static row_sums none()
+    {
+        return {-INFINITY, 0.0, -INFINITY, INFINITY, INFINITY, INT32_MAX, 0, INT32_MAX};
+    }
+    __device__ void add(const row_sums &o)
+    {
+        const double M = fmax(m, o.m);
+        s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (o.m == -INFINITY ? 0.0 : o.s * exp(o.m - M));
+        m = M;
+        if (o.best > best || (o.best == best && o.arg < arg)) {
+            best = o.best;
+            arg = o.arg;
+        }
+        live += o.live;
+        bad = min(bad, o.bad);
+        xmin = fmin(xmin, o.xmin);
+        vmin = fmin(vmin, o.vmin);
+    }
+    /* the same from lane l ^ o of the warp */
+    __device__ row_sums from_lane(int o) const
+    {
+        return {__shfl_xor_sync(0xffffffffu, m, o),    __shfl_xor_sync(0xffffffffu, s, o),
+                __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, xmin, o),
+                __shfl_xor_sync(0xffffffffu, vmin, o), __shfl_xor_sync(0xffffffffu, arg, o),
+                __shfl_xor_sync(0xffffffffu, live, o), __shfl_xor_sync(0xffffffffu, bad, o)};
+    }
+};
+
 struct sample_smem {
     union {
         struct {
@@ -249,14 +286,12 @@ struct sample_smem {
         } l;
     } u;
     /* reductions and broadcasts */
-    double red_m[SAMPLE_WARPS], red_s[SAMPLE_WARPS], red_best[SAMPLE_WARPS], red_xmin[SAMPLE_WARPS],
-        red_vmin[SAMPLE_WARPS];
-    int32_t red_arg[SAMPLE_WARPS], red_live[SAMPLE_WARPS], red_bad[SAMPLE_WARPS];
+    row_sums red[SAMPLE_WARPS];
     int32_t warp_count[SAMPLE_WARPS];
     /* this block's share of the row (its columns' pass 1, a histogram's low bits, the
      * flags' check on rank 0), which the team merges */
-    double blk_m, blk_s, blk_best, blk_xmin, blk_vmin;
-    int32_t blk_arg, blk_live, blk_bad, blk_any_low, blk_flags_bad;
+    row_sums blk;
+    int32_t blk_any_low, blk_flags_bad;
     int32_t n_list;
     int32_t found;
     /* the select's state, written by warp 0 */
@@ -899,112 +934,51 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
          * most of this pass), argmax of v, live count, the least finite raw logit and live
          * value (the spread bins' ranges): one pass */
         const bool want_lp = R.n_logprobs >= 0;
-        double m = -INFINITY, s = 0.0, best = -INFINITY, xmin = INFINITY, vmin = INFINITY;
-        int32_t arg = INT32_MAX, live = 0, bad = INT32_MAX;
+        row_sums mine = row_sums::none();
         for_columns(rc, [&](int32_t i, float x, unsigned int f) {
             if (isnan(x) || x == INFINITY) {
-                if (bad == INT32_MAX) bad = i;
+                if (mine.bad == INT32_MAX) mine.bad = i;
                 return;
             }
             const double rr = x;
-            if (!want_lp) m = fmax(m, rr);
-            else if (rr > m) {
-                s = s * exp(m - rr) + 1.0;
-                m = rr;
+            if (!want_lp) mine.m = fmax(mine.m, rr);
+            else if (rr > mine.m) {
+                mine.s = mine.s * exp(mine.m - rr) + 1.0;
+                mine.m = rr;
             } else if (rr != -INFINITY) {
-                s += exp(rr - m);
+                mine.s += exp(rr - mine.m);
             }
-            if (rr != -INFINITY) xmin = fmin(xmin, rr);
+            if (rr != -INFINITY) mine.xmin = fmin(mine.xmin, rr);
             const double v = value_at(rc, i, x, f);
-            if (v > best) {
-                best = v;
-                arg = i;
+            if (v > mine.best) {
+                mine.best = v;
+                mine.arg = i;
             }
             if (v != -INFINITY) {
-                live++;
-                vmin = fmin(vmin, v);
+                mine.live++;
+                mine.vmin = fmin(mine.vmin, v);
             }
         });
-        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
-            const double m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            const double b2 = __shfl_xor_sync(0xffffffffu, best, o);
-            const int32_t a2 = __shfl_xor_sync(0xffffffffu, arg, o);
-            const double M = fmax(m, m2);
-            s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (m2 == -INFINITY ? 0.0 : s2 * exp(m2 - M));
-            m = M;
-            if (b2 > best || (b2 == best && a2 < arg)) {
-                best = b2;
-                arg = a2;
-            }
-            live += __shfl_xor_sync(0xffffffffu, live, o);
-            bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, o));
-            xmin = fmin(xmin, __shfl_xor_sync(0xffffffffu, xmin, o));
-            vmin = fmin(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
-        }
-        if (lane == 0) {
-            sm.red_m[warp] = m;
-            sm.red_s[warp] = s;
-            sm.red_best[warp] = best;
-            sm.red_arg[warp] = arg;
-            sm.red_live[warp] = live;
-            sm.red_bad[warp] = bad;
-            sm.red_xmin[warp] = xmin;
-            sm.red_vmin[warp] = vmin;
-        }
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) mine.add(mine.from_lane(o));
+        if (lane == 0) sm.red[warp] = mine;
         __syncthreads();
         if (threadIdx.x == 0) { /* in warp order: the same sums whatever the timing */
-            m = -INFINITY, s = 0.0, best = -INFINITY, arg = INT32_MAX, live = 0, bad = INT32_MAX;
-            xmin = INFINITY, vmin = INFINITY;
-            for (int q = 0; q < nw; q++) {
-                const double M = fmax(m, sm.red_m[q]);
-                s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (sm.red_m[q] == -INFINITY ? 0.0 : sm.red_s[q] * exp(sm.red_m[q] - M));
-                m = M;
-                if (sm.red_best[q] > best || (sm.red_best[q] == best && sm.red_arg[q] < arg)) {
-                    best = sm.red_best[q];
-                    arg = sm.red_arg[q];
-                }
-                live += sm.red_live[q];
-                bad = min(bad, sm.red_bad[q]);
-                xmin = fmin(xmin, sm.red_xmin[q]);
-                vmin = fmin(vmin, sm.red_vmin[q]);
-            }
-            sm.blk_m = m;
-            sm.blk_s = s;
-            sm.blk_best = best;
-            sm.blk_arg = arg;
-            sm.blk_live = live;
-            sm.blk_bad = bad;
-            sm.blk_xmin = xmin;
-            sm.blk_vmin = vmin;
+            row_sums blk = row_sums::none();
+            for (int q = 0; q < nw; q++) blk.add(sm.red[q]);
+            sm.blk = blk;
         }
         team_sync(tm); /* every block's share summed */
         if (threadIdx.x == 0) { /* the team's, in rank order (every block the same) */
-            m = -INFINITY, s = 0.0, best = -INFINITY, arg = INT32_MAX, live = 0, bad = INT32_MAX;
-            xmin = INFINITY, vmin = INFINITY;
-            for (int q = 0; q < tm.n; q++) {
-                const sample_smem *o = team_at(tm, &sm, q);
-                const double mq = o->blk_m, sq = o->blk_s, bq = o->blk_best;
-                const int32_t aq = o->blk_arg;
-                const double M = fmax(m, mq);
-                s = (m == -INFINITY ? 0.0 : s * exp(m - M)) + (mq == -INFINITY ? 0.0 : sq * exp(mq - M));
-                m = M;
-                if (bq > best || (bq == best && aq < arg)) {
-                    best = bq;
-                    arg = aq;
-                }
-                live += o->blk_live;
-                bad = min(bad, o->blk_bad);
-                xmin = fmin(xmin, o->blk_xmin);
-                vmin = fmin(vmin, o->blk_vmin);
-            }
-            sm.m = m;
-            sm.s = s;
-            sm.best = best;
-            sm.arg = arg == INT32_MAX ? 0 : arg; /* all -inf: token 0, as the sampler */
-            sm.n_live = live;
-            sm.bad = bad;
-            sm.scale_raw = spread_scale(m, xmin);
-            sm.scale_v = spread_scale(best, vmin);
+            row_sums row = row_sums::none();
+            for (int q = 0; q < tm.n; q++) row.add(team_at(tm, &sm, q)->blk);
+            sm.m = row.m;
+            sm.s = row.s;
+            sm.best = row.best;
+            sm.arg = row.arg == INT32_MAX ? 0 : row.arg; /* all -inf: token 0, as the sampler */
+            sm.n_live = row.live;
+            sm.bad = row.bad;
+            sm.scale_raw = spread_scale(row.m, row.xmin);
+            sm.scale_v = spread_scale(row.best, row.vmin);
         }
         __syncthreads();
         if (sm.bad != INT32_MAX) {
