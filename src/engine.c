@@ -168,6 +168,7 @@ typedef struct engine {
      * padded as graphs (graphs, or TPINFER_PAD_DECODE=1), TPINFER_PRUNE_LAST, steps enqueued
      * ahead (unless TPINFER_OVERLAP=0) */
     int sample_on_host, pad_decode, prune_last, overlap;
+    int test_skew; /* TPINFER_TEST_SKEW_AT=read:RANK: this rank misreads a choice (same_choices) */
     tp_sample_row *srows;   /* [max_rows] their rules */
     tp_sample_out *sout;    /* [max_rows] their results */
     int32_t *stokens;       /* their penalty and banned ids */
@@ -651,7 +652,8 @@ static int is_done_earlier(const engine *e, size_t i) { return (e->done_bits[i /
  * watchdog is seen to end the job (reread: before --resume reads the input again, so that a
  * test can change the file); TPINFER_TEST_TERM_AT (input: preparing the requests, load:
  * the weights): it sends itself SIGTERM, as Slurm or mpirun would, so that the startup is seen
- * cut short. */
+ * cut short; TPINFER_TEST_SKEW_AT (read): that TP peer misreads its first row's token of the
+ * second step enqueued ahead, as ranks that chose apart would, so that the check is seen. */
 static int test_hook_at(const engine *e, const char *var, const char *phase)
 {
     const char *v = getenv(var);
@@ -1133,14 +1135,15 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
         if (!e->ahead[k].keys || !e->ahead[k].ids || !e->ahead[k].sout) return tp_error(TP_ERR_OOM, "out of memory");
     }
     e->is_sampler = e->g->pp_rank == e->g->pp - 1 && e->g->tp_rank == 0;
+    /* every rank: over tp, steps enqueued ahead are sampled by each rank of the group */
+    e->srows = malloc((size_t)e->max_rows * sizeof *e->srows);
+    e->sout = malloc((size_t)e->max_rows * sizeof *e->sout);
+    if (!e->srows || !e->sout) return tp_error(TP_ERR_OOM, "out of memory for %d rows' sampling rules", e->max_rows);
     if (e->is_sampler) {
         TP_CHECK(tp_sampler_create((int32_t)e->cfg.vocab_size, &e->sampler));
         e->logits_host = malloc((size_t)e->max_rows * (size_t)e->cfg.vocab_size * sizeof(float));
         e->top = malloc(TP_MAX_LOGPROBS * sizeof *e->top);
-        e->srows = malloc((size_t)e->max_rows * sizeof *e->srows);
-        e->sout = malloc((size_t)e->max_rows * sizeof *e->sout);
-        if (!e->logits_host || !e->top || !e->srows || !e->sout)
-            return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", e->max_rows);
+        if (!e->logits_host || !e->top) return tp_error(TP_ERR_OOM, "out of memory for %d rows of logits", e->max_rows);
     }
     return TP_OK;
 }
@@ -1551,6 +1554,29 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
     return TP_OK;
 }
 
+/* A step enqueued ahead: the rules of its rows, made by the sampler (sample_rows). Over tp
+ * every rank of the group runs the sample op on the same gathered logits, so that each takes
+ * the next step's tokens from its own device: the peers, which keep no outputs to make the
+ * rules from, receive them (and ahead_read checks that the ranks chose alike). */
+static tp_status step_rules(engine *e, const tp_sched_batch *b, int64_t pending, tp_sample_request *rq)
+{
+    if (e->is_sampler) TP_CHECK(sample_rows(e, b, pending, rq));
+    if (e->g->tp == 1) return TP_OK;
+    const int root = (e->g->pp - 1) * e->g->tp;
+    int32_t n_tokens = e->is_sampler ? rq->n_tokens : 0;
+    TP_CHECK(tp_comm_broadcast(e->w->replica, &n_tokens, 1, TP_DTYPE_I32, root, NULL));
+    if (!e->is_sampler) TP_CHECK(stokens_reserve(e, 0, (size_t)n_tokens));
+    _Static_assert(sizeof(tp_sample_row) % sizeof(int32_t) == 0, "tp_sample_row in int32 words");
+    TP_CHECK(tp_comm_broadcast(e->w->replica, e->srows, (size_t)b->n_logits * (sizeof(tp_sample_row) / sizeof(int32_t)),
+                               TP_DTYPE_I32, root, NULL));
+    if (n_tokens) TP_CHECK(tp_comm_broadcast(e->w->replica, e->stokens, (size_t)n_tokens, TP_DTYPE_I32, root, NULL));
+    rq->rows = e->srows;
+    rq->tokens = e->stokens;
+    rq->n_tokens = n_tokens;
+    rq->out = e->sout;
+    return TP_OK;
+}
+
 static void free_cursors(req *r)
 {
     for (int32_t j = 0; r->guide_cursor && j < r->n; j++) tp_guide_cursor_free(r->guide_cursor[j]);
@@ -1837,6 +1863,7 @@ static void env_wanted(engine *e)
                     (e->backend->ops->graph_begin || env_is("TPINFER_PAD_DECODE", "1"));
     e->prune_last = !env_is("TPINFER_PRUNE_LAST", "0");
     e->overlap = !env_is("TPINFER_OVERLAP", "0");
+    e->test_skew = test_hook_at(e, "TPINFER_TEST_SKEW_AT", "read");
 }
 
 /* After the warm-up's prefill-sized step, a stage before the last sends its output on at
@@ -1896,8 +1923,9 @@ static tp_status warm_up(engine *e)
             some |= reads;
             all &= reads;
         }
-        w.unsampled = some && ahead_wanted(e) ? 1 + all : 0;
-        if (e->is_sampler) {
+        const int ahead = ahead_wanted(e);
+        w.unsampled = some && ahead ? 1 + all : 0;
+        if (e->is_sampler || ahead) { /* ahead, every TP rank runs the sample op */
             for (int32_t i = 0; i < e->max_rows; i++) {
                 memset(&e->srows[i], 0, sizeof e->srows[i]);
                 e->srows[i].top_p = 1.0; /* greedy, everything off */
@@ -2004,10 +2032,11 @@ static tp_status loop(engine *e)
 // steps scheduled later run after it on the device.
 
 /* A replica of one pipeline stage (pp 1) whose every request has its tokens chosen on the
- * device: plain greedy (argmax; over tp the ranks' winners compared on the device), or at tp 1
- * sampled by the sample op (a rule that reads the tokens not read yet, such as a penalty or
- * guided decoding, is made once they are: the step's forward is enqueued first, its sample op
- * after the step before is read), and no prompt rows; on a backend that can
+ * device: plain greedy (argmax; over tp the ranks' winners compared on the device), or
+ * sampled by the sample op (over tp on every rank of the group, by the sampler's rules:
+ * step_rules; a rule that reads the tokens not read yet, such as a penalty or guided
+ * decoding, is made once they are: the step's forward is enqueued first, its sample op after
+ * the step before is read), and no prompt rows; on a backend that can
  * (TPINFER_OVERLAP=0: never; each step then waits for the one before, as every other run
  * does). Alike on every rank of the replica: the requests, the grid and the backend are. */
 static int ahead_wanted(const engine *e)
@@ -2016,8 +2045,7 @@ static int ahead_wanted(const engine *e)
         return 0;
     for (int64_t k = 0; k < e->n_seqs; k++) {
         const req *r = &e->R[e->S_[k].req];
-        if (wants_prompt_rows(e, r, e->S_[k].choice) || (!plain_greedy(r) && (e->g->tp > 1 || !device_sample(e))))
-            return 0;
+        if (wants_prompt_rows(e, r, e->S_[k].choice) || (!plain_greedy(r) && !device_sample(e))) return 0;
     }
     return 1;
 }
@@ -2075,7 +2103,7 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
     tp_sample_request rq;
     a->sampled = !device_greedy(e, b);
     a->unsampled = a->sampled && prev && reads_unread(e, b, prev->id);
-    if (a->sampled && !a->unsampled) TP_CHECK(sample_rows(e, b, prev ? prev->id : 0, &rq));
+    if (a->sampled && !a->unsampled) TP_CHECK(step_rules(e, b, prev ? prev->id : 0, &rq));
     a->n = b->n_logits;
     for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t key = b->seq_key[b->logit_seq[i]];
@@ -2101,6 +2129,24 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
 /* Read step a's tokens (the steps after it keep running) and apply them: the sampler rank
  * turns them into text, checks stops and writes finished requests; over tp it shares the
  * tokens and its stop decisions, and every rank's scheduler takes them alike. */
+/* A TP peer of the sampler: its device chose the tokens its next step took, the sampler's
+ * those the output keeps (e->sync). The same gathered logits, rules and kernels make them
+ * alike; were they not, the ranks' KV caches would part without a word. */
+static tp_status same_choices(const engine *e, const ahead_step *a)
+{
+    for (int32_t i = 0; i < a->n; i++) {
+        int32_t mine = a->sampled ? a->sout[i].token : a->ids[i];
+        if (e->test_skew && a->id == 2 && i == 0) mine ^= 1;
+        if (mine != e->sync[i])
+            return tp_error(TP_ERR_INTERNAL, "rank %d chose token %d for sequence %" PRId64 " at step %" PRId64
+                            " where its group's sampler (replica rank %d) chose %d: the TP ranks' %s disagree, so "
+                            "their caches would part; TPINFER_OVERLAP=0 leaves the choice to the sampler alone",
+                            e->g->rank, (int)mine, a->keys[i], a->id, (e->g->pp - 1) * e->g->tp, (int)e->sync[i],
+                            a->sampled ? "sample ops" : "argmax merges");
+    }
+    return TP_OK;
+}
+
 static tp_status ahead_read(engine *e, ahead_step *a)
 {
     const int32_t n = a->n;
@@ -2120,6 +2166,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
         e->sync[2 * n] = stop_signal != 0;
     }
     TP_CHECK(share_decisions(e, n));
+    if (!e->is_sampler) TP_CHECK(same_choices(e, a));
     for (int32_t i = 0; i < n; i++) {
         seq *q = &e->S_[a->keys[i]];
         if (q->dead) continue;
@@ -2143,7 +2190,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
 static tp_status ahead_sample(engine *e, const ahead_step *a)
 {
     tp_sample_request rq;
-    TP_CHECK(sample_rows(e, &e->B[0], 0, &rq));
+    TP_CHECK(step_rules(e, &e->B[0], 0, &rq));
     double t0 = now_s();
     TP_CHECK(tp_model_sample_start(&e->model, &e->buf, &rq, (int)(a->id % 2)));
     e->forward_seconds += now_s() - t0;

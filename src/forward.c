@@ -608,10 +608,10 @@ int tp_model_can_overlap(const tp_model *m)
 tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
                                  tp_comm *tp, const tp_sample_request *sample, int k)
 {
-    if (!tp_model_can_overlap(m) || (sample && (!tp_model_can_sample(m) || m->plan.tp > 1)))
+    if (!tp_model_can_overlap(m) || (sample && !tp_model_can_sample(m)))
         return tp_error(TP_ERR_UNAVAILABLE, "a step enqueued before the previous one's tokens are read needs pp 1, "
-                        "a backend with argmax (and argmax_merge over tp, or sample at tp 1), take_ids and "
-                        "download_start");
+                        "a backend with argmax (and argmax_merge over tp), take_ids and download_start (and the "
+                        "sample op to sample)");
     tp_backend *b = m->backend;
     const int out = sample ? OUT_SAMPLE : OUT_IDS;
     int32_t L = 0;
@@ -630,9 +630,9 @@ tp_status tp_model_forward_start(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
 tp_status tp_model_forward_start_unsampled(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *s,
                                            tp_comm *tp)
 {
-    if (!tp_model_can_overlap(m) || !tp_model_can_sample(m) || m->plan.tp > 1)
-        return tp_error(TP_ERR_UNAVAILABLE, "a step sampled after the previous one's tokens are read needs tp 1, pp 1, "
-                        "and a backend with the sample op, take_ids and download_start");
+    if (!tp_model_can_overlap(m) || !tp_model_can_sample(m))
+        return tp_error(TP_ERR_UNAVAILABLE, "a step sampled after the previous one's tokens are read needs pp 1 and "
+                        "a backend with the sample op, take_ids and download_start (and argmax_merge over tp)");
     buf->unsampled_rows = 0;
     buf->unsampled_n = s->n_logits;
     if (s->n_tokens == 0) return TP_OK;

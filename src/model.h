@@ -193,16 +193,16 @@ tp_status tp_model_forward_wait(tp_model *m, int k, void *out);
 
 /* The same in two parts, for rows whose sampling rules need the tokens of the step before
  * (penalties, guided decoding, bad words): tp_model_forward_start_unsampled enqueues the
- * forward, its logits left on the device (tp 1); once the host has read the step before and
- * made the rules, tp_model_sample_start enqueues the sample op on them and starts its results
- * toward slot k, as tp_model_forward_start with sample does. So the host makes the rules
- * while the device computes the forward. */
+ * forward, its logits left on the device (gathered over tp); once the host has read the step
+ * before and made the rules, tp_model_sample_start enqueues the sample op on them and starts
+ * its results toward slot k, as tp_model_forward_start with sample does. So the host makes
+ * the rules while the device computes the forward. */
 tp_status tp_model_forward_start_unsampled(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, const tp_step *step,
                                            tp_comm *tp);
 tp_status tp_model_sample_start(tp_model *m, tp_step_buffers *buf, const tp_sample_request *sample, int k);
 
-/* The whole model on this rank (tp 1, pp 1) and a backend with take_ids and
- * download_start / download_wait. */
+/* The first and last layers on this rank (pp 1), and a backend with argmax, take_ids and
+ * download_start / download_wait (and argmax_merge over tp). */
 int tp_model_can_overlap(const tp_model *m);
 
 /* What tp_model_warm_up runs before the first request's step, so that the run pays no
@@ -213,7 +213,8 @@ int tp_model_can_overlap(const tp_model *m);
  * cache and their outputs are dropped. The outputs are taken as the run's steps will take
  * them (the graphs differ by it): ids (greedy on the device); in a run sampled by the
  * device (sampled set on every rank: one eager sampled step comes first) sample_rows /
- * sample_out on the sampler rank (at least max(graph cap, sequences) entries, every rule
+ * sample_out on the ranks that run the sample op (the sampler; where steps are enqueued
+ * ahead, every rank of its TP group) (at least max(graph cap, sequences) entries, every rule
  * greedy); logits; or none of them. With tune (and a backend with matmul_tune), the eager
  * steps choose the matmuls' algorithms in place, with graphs after one eager step at each
  * graph batch size. At tp > 1 every rank of the group calls it alike. A pipeline

@@ -7,7 +7,8 @@
 # prefill, preemption, padded decode steps, sampled requests (the sample op, logprobs,
 # min_tokens), rules that read the tokens not read yet (penalties, guided decoding, bad words:
 # the step's forward enqueued ahead, its sample op once the step before is read), two
-# data-parallel replicas and tp 2 (greedy). A sampled run at tp 2 keeps to the waiting loop.
+# data-parallel replicas and tp 2 (greedy, and sampled: every rank runs the sample op by the
+# sampler's rules, and their choices are compared).
 # OVERLAP_BACKEND=cuda runs it on GPUs (tests/gpu/overlap.sh: no data-parallel part, and the
 # tp 2 part with OVERLAP_TP2=1 where two GPUs are).
 . "$top_srcdir/tests/lib.sh"
@@ -103,8 +104,9 @@ done
 fi
 [ "$backend" = cpu ] || [ "${OVERLAP_TP2:-0}" = 1 ] || exit 0 # (on GPUs: OVERLAP_TP2=1 where two are)
 # tp 2: the ranks' argmax winners compared on the device, the sampler's stop decisions shared;
-# padded decode steps (as graphs run them); a sampled request keeps tp 2 to the waiting loop
-for input in in mixed; do
+# padded decode steps (as graphs run them); sampled rows sampled by both ranks, by the rules
+# the sampler sends (after the step before is read where they read its tokens)
+for input in in mixed sampled reads; do
     for ov in 0 1; do
         TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend "$backend" --tp 2 \
             --input "$TMP/$input.jsonl" --output "$TMP/tp$input$ov.jsonl" 2>"$TMP/tp$input$ov.err" ||
@@ -116,7 +118,24 @@ done
 n=$(grep -c "enqueued before the step before was read" "$TMP/tpin1.err") && [ "$n" -gt 10 ] || fail "tp 2: $n steps enqueued ahead"
 # and the winners compared right: tp 1's greedy completions (no near ties in these)
 [ "$(norm "$TMP/tpin0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "tp 2's greedy completions differ from tp 1's"
-! grep -q "enqueued before the step before was read" "$TMP/tpmixed1.err" || fail "tp 2 with a sampled request enqueued ahead"
+for input in mixed sampled reads; do
+    n=$(grep -c "enqueued before the step before was read" "$TMP/tp${input}1.err") && [ "$n" -gt 10 ] ||
+        fail "tp 2 $input: $n steps enqueued ahead"
+done
+n=$(grep -c "(its rules made after)" "$TMP/tpreads1.err") && [ "$n" -gt 10 ] ||
+    fail "tp 2, rules that read the output: $n steps sampled after the step before was read"
+[ "$(grep -c '"id"' "$TMP/tpreads1.jsonl")" = 11 ] && ! grep -q '"error"' "$TMP/tpreads1.jsonl" ||
+    { cat "$TMP/tpreads1.jsonl"; fail "tp 2 reads: not 11 completions"; }
+# ranks whose choices part (a peer misreads one, TPINFER_TEST_SKEW_AT) end the job with a
+# message that says so, not with caches that differ
+if [ "$backend" = cpu ]; then
+    TPINFER_TEST_SKEW_AT=read:1 mpi 2 "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$TMP/sampled.jsonl" \
+        --output "$TMP/skew.jsonl" 2>"$TMP/skew.err"
+    rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/skew.err"; fail "tp 2, a peer's choice apart: exit $rc"; }
+    grep -q "rank 1 chose token .* where its group's sampler (replica rank 0) chose .*: the TP ranks' sample ops disagree" \
+        "$TMP/skew.err" || { cat "$TMP/skew.err"; fail "tp 2, a peer's choice apart: no message"; }
+fi
 # TPINFER_OVERLAP=0 on one rank only (mpirun without -x across hosts): the ranks agree to wait
 if [ "$backend" = cpu ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 120 "$MPIRUN" --oversubscribe \

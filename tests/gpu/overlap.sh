@@ -7,7 +7,8 @@
 #      (take_ids' fault, reported by download_wait) (GPU_OV_OPS=0: tpinfer alone, no groups);
 #   2. tests/overlap.sh on the CUDA backend (TPINFER_OVERLAP=0 and the default give the same
 #      completions: stop tokens, stop strings, lengths, n = 2, admissions, chunks, padding,
-#      sampled requests; on a machine of 2 GPUs also tp 2, equal to tp 1's greedy completions);
+#      sampled requests; on a machine of 2 GPUs also tp 2, greedy equal to tp 1's, sampled
+#      and under rules that read the output by both ranks' sample ops);
 #   3. unless GPU_OV_AB=0: bench/ab_decode.sh b128 (and b1) with TPINFER_OVERLAP=0 and the
 #      default, GPU_OV_REPEAT times (default 2), interleaved; then (GPU_OV_LONG=0 skips) b128
 #      both ways at --max-model-len 8192 (long block tables);
