@@ -6,7 +6,9 @@
 #      group (sample_cases against the CPU, rows without logprobs among them; the draw
 #      frequencies; the faults);
 #   2. bench/gpu_sample: the op alone at 128,256 columns, 1, 16 and 128 rows, per rule,
-#      every token against the CPU backend's;
+#      every token against the CPU backend's; SAMPLE_OP_BASE=PATH: another build's
+#      gpu_sample (before a change) and this one's, twice each, interleaved, their timings
+#      side by side;
 #   2b. where the shared models are (./shared, ../shared or SAMPLE_SHARED): tpinfer on
 #      stories260K with tests/sample_prompts.jsonl (14 requests under every rule, so rows
 #      go to teams of blocks), eager and in CUDA graphs: the device's sample op against the
@@ -36,6 +38,18 @@ if timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample.log" 2>&1; then
     record "bench/gpu_sample" "$([ "$differ" = 0 ] && echo "ran; every token the CPU's" || echo "FAIL: $differ rows with tokens other than the CPU's")"
 else
     record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
+fi
+if [ -n "${SAMPLE_OP_BASE:-}" ]; then
+    for k in 1 2; do
+        timeout 300 "$SAMPLE_OP_BASE" >"$OUTDIR/gpu_sample-base$k.log" 2>&1
+        timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample-this$k.log" 2>&1
+    done
+    awk -F' *[|] *' 'FNR == 1 { f++ }
+        /^[|].* of / { k = $2 " | " $3 " | " $4; t[k] = t[k] (t[k] == "" ? "" : " / ") $5; if (f == 1) order[++n] = k }
+        END { print "| logits | rule | rows | us a call: base / this / base / this |\n| --- | --- | ---: | --- |"
+              for (i = 1; i <= n; i++) print "| " order[i] " | " t[order[i]] " |" }' \
+        "$OUTDIR"/gpu_sample-base1.log "$OUTDIR"/gpu_sample-this1.log "$OUTDIR"/gpu_sample-base2.log \
+        "$OUTDIR"/gpu_sample-this2.log >"$OUTDIR/gpu_sample-ab.md"
 fi
 SHARED=${SAMPLE_SHARED:-$( [ -d shared/models ] && echo shared || echo ../shared)}
 # engine_run MODE NAME ENV...: tpinfer on stories260K's sample prompts into $OUTDIR/engine-MODE-NAME.*
@@ -116,4 +130,5 @@ if [ "${SAMPLE_AB:-1}" = 1 ]; then
     done <"$OUTDIR/ab.log"
 fi
 cat "$OUTDIR/gpu_sample.log"
+[ -z "${SAMPLE_OP_BASE:-}" ] || cat "$OUTDIR/gpu_sample-ab.md"
 print_results
