@@ -87,6 +87,13 @@ typedef struct seq {
     int dead;          /* ended: later rows of it (already enqueued) are dropped */
 } seq;
 
+/* Where the loop with steps ahead spends its time (TPINFER_LOG=debug prints it a step):
+ * scheduling, the sampling rules, enqueueing steps and sample ops (uploads, graph launches),
+ * waiting for a step's tokens, turning them into text (detokenizing, stops, logprobs),
+ * applying them (the TP group's decisions, the scheduler, finished requests written), the
+ * output's collector. */
+enum { HOST_SCHEDULE, HOST_RULES, HOST_ENQUEUE, HOST_WAIT, HOST_TOKENS, HOST_APPLY, HOST_POLL, HOST_PHASES };
+
 /* A step enqueued ahead whose tokens the host has not read yet. */
 typedef struct ahead_step {
     int64_t id;
@@ -193,6 +200,7 @@ typedef struct engine {
     double t0;
     double forward_seconds; /* in run_stage: the forward step, GPU wait included */
     int64_t forward_steps;
+    double host_s[HOST_PHASES]; /* the loop with steps ahead: its time by phase (host_lap) */
     double load_seconds;    /* reading and placing this rank's weights */
 } engine;
 
@@ -221,6 +229,14 @@ static tp_status report_load(engine *e)
 }
 
 static double now_s(void) { return tp_monotonic_s(); }
+
+/* The time since t counted to phase; returns now, the next phase's start. */
+static double host_lap(engine *e, int phase, double t)
+{
+    const double now = now_s();
+    e->host_s[phase] += now - t;
+    return now;
+}
 
 // ----------------------------------------------------------------------------
 // phase 1: config, tokenizer (every rank alike), prompts (each replica its share)
@@ -2083,6 +2099,7 @@ static tp_status ahead_pop(engine *e, int64_t at)
 static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
 {
     const tp_sched_batch *b = &e->B[0];
+    double lap = now_s();
     tp_step step;
     make_step(e, 0, &step);
     if (e->n_extra) return tp_error(TP_ERR_INTERNAL, "a step enqueued ahead has prompt rows");
@@ -2111,24 +2128,23 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
         e->S_[key].ahead_id = a->id;
         e->S_[key].ahead_row = i;
     }
-    double t0 = now_s();
+    const double t0 = lap = host_lap(e, HOST_RULES, lap);
     if (a->unsampled)
         TP_CHECK(tp_model_forward_start_unsampled(&e->model, &e->kv, &e->buf, &step, e->tpc));
     else
         TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, a->sampled ? &rq : NULL,
                                         (int)(a->id % 2)));
-    e->forward_seconds += now_s() - t0;
+    lap = host_lap(e, HOST_ENQUEUE, lap);
+    e->forward_seconds += lap - t0;
     e->forward_steps++;
     e->steps_by_path[a->sampled]++;
     for (int32_t i = 0; i < b->n_logits; i++) e->sync[i] = TP_TOKEN_PENDING;
     TP_CHECK(tp_scheduler_commit(e->S[0], b, e->sync, NULL));
     TP_CHECK(ahead_pop(e, a->id));
+    host_lap(e, HOST_SCHEDULE, lap);
     return TP_OK;
 }
 
-/* Read step a's tokens (the steps after it keep running) and apply them: the sampler rank
- * turns them into text, checks stops and writes finished requests; over tp it shares the
- * tokens and its stop decisions, and every rank's scheduler takes them alike. */
 /* A TP peer of the sampler: its device chose the tokens its next step took, the sampler's
  * those the output keeps (e->sync). The same gathered logits, rules and kernels make them
  * alike; were they not, the ranks' KV caches would part without a word. */
@@ -2147,12 +2163,16 @@ static tp_status same_choices(const engine *e, const ahead_step *a)
     return TP_OK;
 }
 
+/* Read step a's tokens (the steps after it keep running) and apply them: the sampler rank
+ * turns them into text, checks stops and writes finished requests; over tp it shares the
+ * tokens and its stop decisions, and every rank's scheduler takes them alike. */
 static tp_status ahead_read(engine *e, ahead_step *a)
 {
     const int32_t n = a->n;
-    double t0 = now_s();
+    const double t0 = now_s();
     TP_CHECK(tp_model_forward_wait(&e->model, (int)(a->id % 2), a->sampled ? (void *)a->sout : (void *)a->ids));
-    e->forward_seconds += now_s() - t0;
+    double t = host_lap(e, HOST_WAIT, t0);
+    e->forward_seconds += t - t0;
     if (e->is_sampler) {
         for (int32_t i = 0; i < n; i++) {
             seq *q = &e->S_[a->keys[i]];
@@ -2165,6 +2185,7 @@ static tp_status ahead_read(engine *e, ahead_step *a)
         }
         e->sync[2 * n] = stop_signal != 0;
     }
+    t = host_lap(e, HOST_TOKENS, t);
     TP_CHECK(share_decisions(e, n));
     if (!e->is_sampler) TP_CHECK(same_choices(e, a));
     for (int32_t i = 0; i < n; i++) {
@@ -2182,7 +2203,9 @@ static tp_status ahead_read(engine *e, ahead_step *a)
             if (e->is_sampler) TP_CHECK(end_sequence(e, q));
         }
     }
-    return ahead_pop(e, 0); /* those resolve ended: done above */
+    TP_CHECK(ahead_pop(e, 0)); /* those resolve ended: done above */
+    host_lap(e, HOST_APPLY, t);
+    return TP_OK;
 }
 
 /* An unsampled step (its forward enqueued, the step before now read): its rows' rules, then
@@ -2190,10 +2213,11 @@ static tp_status ahead_read(engine *e, ahead_step *a)
 static tp_status ahead_sample(engine *e, const ahead_step *a)
 {
     tp_sample_request rq;
+    const double t = now_s();
     TP_CHECK(step_rules(e, &e->B[0], 0, &rq));
-    double t0 = now_s();
+    const double t0 = host_lap(e, HOST_RULES, t);
     TP_CHECK(tp_model_sample_start(&e->model, &e->buf, &rq, (int)(a->id % 2)));
-    e->forward_seconds += now_s() - t0;
+    e->forward_seconds += host_lap(e, HOST_ENQUEUE, t0) - t0;
     return TP_OK;
 }
 
@@ -2206,6 +2230,7 @@ static tp_status loop_ahead(engine *e)
         double t_tick = now_s();
         if (!e->stopping && !tp_scheduler_idle(e->S[0])) {
             TP_CHECK(tp_scheduler_schedule(e->S[0], &e->B[0]));
+            host_lap(e, HOST_SCHEDULE, t_tick);
             if (e->B[0].n_tokens > 0) {
                 note_scheduled(e, &e->B[0]);
                 profile_steps_mark(e, e->launched, 1);
@@ -2220,7 +2245,9 @@ static tp_status loop_ahead(engine *e)
             profile_steps_mark(e, prev->id - 1, 0);
         }
         if (cur && cur->unsampled) TP_CHECK(ahead_sample(e, cur));
+        const double t_poll = now_s();
         TP_CHECK(tp_collector_poll(e->collector));
+        host_lap(e, HOST_POLL, t_poll);
         if (cur && e->g->rank == 0 && tp_log_enabled(TP_LOG_DEBUG))
             tp_log(TP_LOG_DEBUG, "step %" PRId64 " at %.1f ms: %" PRId32 " tokens of %" PRId32 " sequences, %" PRId32
                    " sampled, enqueued before the step before was read%s; tick %.2f ms", tick,
@@ -2593,6 +2620,12 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                          "%.3f ms of host work per step besides", 100.0 * e.forward_seconds / dt,
                          1e3 * e.forward_seconds / (double)e.forward_steps,
                          1e3 * (dt - e.forward_seconds) / (double)e.forward_steps);
+        const double *h = e.host_s, per = e.forward_steps > 0 ? 1e3 / (double)e.forward_steps : 0;
+        if (w->grid.rank == 0 && h[HOST_WAIT] > 0)
+            tp_log(TP_LOG_DEBUG, "rank 0, steps enqueued ahead, ms a step: schedule %.3f, rules %.3f, enqueue %.3f, "
+                   "wait %.3f, tokens to text %.3f, apply %.3f, output %.3f", per * h[HOST_SCHEDULE],
+                   per * h[HOST_RULES], per * h[HOST_ENQUEUE], per * h[HOST_WAIT], per * h[HOST_TOKENS],
+                   per * h[HOST_APPLY], per * h[HOST_POLL]);
     }
     if (e.is_sampler)
         tp_log(TP_LOG_DEBUG, "tokens chosen in %" PRId64 " steps by the device's argmax, %" PRId64 " by its sample op, "
