@@ -970,7 +970,10 @@ sample_kernel(tp_tensor logits, int32_t L, const tp_sample_row *rows, const int3
         team_sync(tm); /* every block's share summed */
         if (threadIdx.x == 0) { /* the team's, in rank order (every block the same) */
             row_sums row = row_sums::none();
-            for (int q = 0; q < tm.n; q++) row.add(team_at(tm, &sm, q)->blk);
+            for (int q = 0; q < tm.n; q++) {
+                const row_sums o = team_at(tm, &sm, q)->blk; /* its loads together, then the sums */
+                row.add(o);
+            }
             sm.m = row.m;
             sm.s = row.s;
             sm.best = row.best;
