@@ -15,7 +15,8 @@
 #   4. unless GPU_OV_RULES=0: b128 both ways, GPU_OV_RULES_REPEAT times (default 1), with rules
 #      that read the tokens not read yet, whose steps go ahead unsampled (the forward enqueued,
 #      the sample op once the step before is read): a penalty (sampled) and guided JSON
-#      (greedy, gpt2's 50k vocabulary from shared/tokenizers, a schema of one free string).
+#      (greedy, gpt2's 50k vocabulary from shared/tokenizers in a checkpoint of as many ids, a
+#      schema of one free string).
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-ov-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-ov-out}
@@ -72,7 +73,10 @@ if [ "${GPU_OV_RULES:-1}" = 1 ]; then
         done <"$OUTDIR/ab-$1.log"
     }
     BENCH_REQUEST='{"temperature": 0.8, "seed": 1, "repetition_penalty": 1.1, "frequency_penalty": 0.2}' ab_rules penalty
-    BENCH_TOKENIZER=$SHARED/tokenizers/gpt2 BENCH_REQUEST='{"ignore_eos": false, "guided_json": {"type": "object",
+    # the checkpoint's vocabulary gpt2's: with more ids than the tokenizer has (the default
+    # 128,256), every guided row's allowed list would hold its ~50k ids every step
+    BENCH_SHAPES=llama-3-8b:4096:32:32:8:14336:50257 BENCH_TOKENIZER=$SHARED/tokenizers/gpt2 \
+        BENCH_REQUEST='{"ignore_eos": false, "guided_json": {"type": "object",
         "properties": {"text": {"type": "string"}}, "required": ["text"]}}' ab_rules json
 fi
 print_results
