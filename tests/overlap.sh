@@ -106,15 +106,26 @@ fi
 # tp 2: the ranks' argmax winners compared on the device, the sampler's stop decisions shared;
 # padded decode steps (as graphs run them); sampled rows sampled by both ranks, by the rules
 # the sampler sends (after the step before is read where they read its tokens)
-for input in in mixed sampled reads; do
+# tp2 NAME INPUT [flags...]: both ways at tp 2 into $TMP/tpNAME{0,1}.{jsonl,err}, the same completions
+tp2() {
+    name=$1 input=$2; shift 2
     for ov in 0 1; do
         TPINFER_LOG=debug TPINFER_PAD_DECODE=1 TPINFER_OVERLAP=$ov mpi 2 "$TPINFER" --model "$m" --backend "$backend" --tp 2 \
-            --input "$TMP/$input.jsonl" --output "$TMP/tp$input$ov.jsonl" 2>"$TMP/tp$input$ov.err" ||
-            { cat "$TMP/tp$input$ov.err"; fail "tp 2 $input, TPINFER_OVERLAP=$ov"; }
+            --input "$input" --output "$TMP/tp$name$ov.jsonl" "$@" 2>"$TMP/tp$name$ov.err" ||
+            { cat "$TMP/tp$name$ov.err"; fail "tp 2 $name, TPINFER_OVERLAP=$ov"; }
     done
-    [ "$(norm "$TMP/tp${input}0.jsonl")" = "$(norm "$TMP/tp${input}1.jsonl")" ] ||
-        { diff "$TMP/tp${input}0.jsonl" "$TMP/tp${input}1.jsonl" | head; fail "tp 2 $input: the completions differ"; }
-done
+    [ "$(norm "$TMP/tp${name}0.jsonl")" = "$(norm "$TMP/tp${name}1.jsonl")" ] ||
+        { diff "$TMP/tp${name}0.jsonl" "$TMP/tp${name}1.jsonl" | head; fail "tp 2 $name: the completions differ"; }
+}
+for input in in mixed sampled reads; do tp2 $input "$TMP/$input.jsonl"; done
+# sampled rows admitted as others finish, in chunks, and preempted (recomputed from the
+# tokens read after the next step was enqueued), the rules sent each time
+if [ "$backend" = cpu ]; then
+    tp2 reads3 "$TMP/reads.jsonl" --max-num-seqs 3
+    tp2 chunked "$TMP/sampled.jsonl" --max-num-batched-tokens 7 --max-num-seqs 3
+    tp2 tight "$TMP/sampled.jsonl" --kv-cache-memory 100KiB --max-model-len 160
+    grep -q " 0 preempted" "$TMP/tptight1.err" && { cat "$TMP/tptight1.err"; fail "tp 2: the tight KV cache did not force preemption"; }
+fi
 n=$(grep -c "enqueued before the step before was read" "$TMP/tpin1.err") && [ "$n" -gt 10 ] || fail "tp 2: $n steps enqueued ahead"
 # and the winners compared right: tp 1's greedy completions (no near ties in these)
 [ "$(norm "$TMP/tpin0.jsonl")" = "$(norm "$TMP/plain0.jsonl")" ] || fail "tp 2's greedy completions differ from tp 1's"
