@@ -198,7 +198,8 @@ typedef struct engine {
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
     double t0;
-    double forward_seconds; /* in run_stage: the forward step, GPU wait included */
+    double forward_seconds; /* the waiting loop's forward steps, GPU wait included (with steps
+                             * ahead: host_s' enqueue and wait) */
     int64_t forward_steps;
     double host_s[HOST_PHASES]; /* the loop with steps ahead: its time by phase (host_lap) */
     double load_seconds;    /* reading and placing this rank's weights */
@@ -2128,14 +2129,13 @@ static tp_status ahead_launch(engine *e, const ahead_step *prev, ahead_step *a)
         e->S_[key].ahead_id = a->id;
         e->S_[key].ahead_row = i;
     }
-    const double t0 = lap = host_lap(e, HOST_RULES, lap);
+    lap = host_lap(e, HOST_RULES, lap);
     if (a->unsampled)
         TP_CHECK(tp_model_forward_start_unsampled(&e->model, &e->kv, &e->buf, &step, e->tpc));
     else
         TP_CHECK(tp_model_forward_start(&e->model, &e->kv, &e->buf, &step, e->tpc, a->sampled ? &rq : NULL,
                                         (int)(a->id % 2)));
     lap = host_lap(e, HOST_ENQUEUE, lap);
-    e->forward_seconds += lap - t0;
     e->forward_steps++;
     e->steps_by_path[a->sampled]++;
     for (int32_t i = 0; i < b->n_logits; i++) e->sync[i] = TP_TOKEN_PENDING;
@@ -2169,10 +2169,9 @@ static tp_status same_choices(const engine *e, const ahead_step *a)
 static tp_status ahead_read(engine *e, ahead_step *a)
 {
     const int32_t n = a->n;
-    const double t0 = now_s();
+    double t = now_s();
     TP_CHECK(tp_model_forward_wait(&e->model, (int)(a->id % 2), a->sampled ? (void *)a->sout : (void *)a->ids));
-    double t = host_lap(e, HOST_WAIT, t0);
-    e->forward_seconds += t - t0;
+    t = host_lap(e, HOST_WAIT, t);
     if (e->is_sampler) {
         for (int32_t i = 0; i < n; i++) {
             seq *q = &e->S_[a->keys[i]];
@@ -2215,9 +2214,9 @@ static tp_status ahead_sample(engine *e, const ahead_step *a)
     tp_sample_request rq;
     const double t = now_s();
     TP_CHECK(step_rules(e, &e->B[0], 0, &rq));
-    const double t0 = host_lap(e, HOST_RULES, t);
+    const double t_enqueue = host_lap(e, HOST_RULES, t);
     TP_CHECK(tp_model_sample_start(&e->model, &e->buf, &rq, (int)(a->id % 2)));
-    e->forward_seconds += host_lap(e, HOST_ENQUEUE, t0) - t0;
+    host_lap(e, HOST_ENQUEUE, t_enqueue);
     return TP_OK;
 }
 
@@ -2613,14 +2612,14 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
             tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed "
                          "(of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",
                          cached, e.prompt_tokens);
-                /* what the loop spends outside forward steps (scheduling, sampling, output) is time
+        /* what the loop spends outside forward steps (scheduling, sampling, output) is time
          * the GPU waits: per step, so a change to the host path shows in any run */
+        const double *h = e.host_s, per = e.forward_steps > 0 ? 1e3 / (double)e.forward_steps : 0;
+        const double forward = e.forward_seconds + h[HOST_ENQUEUE] + h[HOST_WAIT];
         if (e.forward_steps > 0 && dt > 0)
             tp_log_info0("rank 0: %.1f%% of the loop in forward steps (%.3f ms each, GPU wait included); "
-                         "%.3f ms of host work per step besides", 100.0 * e.forward_seconds / dt,
-                         1e3 * e.forward_seconds / (double)e.forward_steps,
-                         1e3 * (dt - e.forward_seconds) / (double)e.forward_steps);
-        const double *h = e.host_s, per = e.forward_steps > 0 ? 1e3 / (double)e.forward_steps : 0;
+                         "%.3f ms of host work per step besides", 100.0 * forward / dt, per * forward,
+                         per * (dt - forward));
         if (w->grid.rank == 0 && h[HOST_WAIT] > 0)
             tp_log(TP_LOG_DEBUG, "rank 0, steps enqueued ahead, ms a step: schedule %.3f, rules %.3f, enqueue %.3f, "
                    "wait %.3f, tokens to text %.3f, apply %.3f, output %.3f", per * h[HOST_SCHEDULE],
