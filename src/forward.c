@@ -550,7 +550,7 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
 {
     const int32_t T = s->n_tokens;
     /* the backend's sample scratch is made at its first call, which must not be recorded (the
-     * engine runs that step eagerly on the sampler's TP peers too: engine.c, run_stage) */
+     * engine runs that step eagerly on the sampler's TP peers too: engine_step.c, run_stage) */
     const int bucket = out == OUT_SAMPLE && !buf->sample_ready ? -1 : graph_bucket(m, buf, s);
     int32_t L = s->n_logits; /* logit rows computed; the first s->n_logits are the step's */
     if (bucket >= 0) {
