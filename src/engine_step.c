@@ -328,6 +328,19 @@ static tp_status stokens_reserve(engine *e, size_t used, size_t n)
     return TP_OK;
 }
 
+/* A row's n ids (banned or allowed) into e->stokens after the *used there: *at their
+ * offset, *count n. */
+static tp_status put_ids(engine *e, size_t *used, const int32_t *ids, int32_t n, int32_t *at, int32_t *count)
+{
+    if (n == 0) return TP_OK;
+    TP_CHECK(stokens_reserve(e, *used, (size_t)n));
+    *at = (int32_t)*used;
+    *count = n;
+    memcpy(e->stokens + *used, ids, (size_t)n * sizeof(int32_t));
+    *used += (size_t)n;
+    return TP_OK;
+}
+
 /* Sampler rank: the sample op's rule for each logit row, as sample_one would apply it on the
  * host: the choice's stream and step, the penalty tokens (prompt, then output) where a
  * penalty is on, and min_tokens' end tokens banned. pending: the step enqueued ahead whose
@@ -394,20 +407,8 @@ static tp_status sample_rows(engine *e, const tp_sched_batch *b, int64_t pending
                 n_allowed = n;
             }
         }
-        if (n_banned) {
-            TP_CHECK(stokens_reserve(e, used, (size_t)n_banned));
-            w->banned = (int32_t)used;
-            w->n_banned = n_banned;
-            memcpy(e->stokens + used, banned, (size_t)n_banned * sizeof(int32_t));
-            used += (size_t)n_banned;
-        }
-        if (n_allowed) {
-            TP_CHECK(stokens_reserve(e, used, (size_t)n_allowed));
-            w->allowed = (int32_t)used;
-            w->n_allowed = n_allowed;
-            memcpy(e->stokens + used, allowed, (size_t)n_allowed * sizeof(int32_t));
-            used += (size_t)n_allowed;
-        }
+        TP_CHECK(put_ids(e, &used, banned, n_banned, &w->banned, &w->n_banned));
+        TP_CHECK(put_ids(e, &used, allowed, n_allowed, &w->allowed, &w->n_allowed));
         if (rp->n_bias) { /* the ids, then their biases' bits */
             TP_CHECK(stokens_reserve(e, used, 2 * (size_t)rp->n_bias));
             w->bias = (int32_t)used;
