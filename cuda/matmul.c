@@ -109,8 +109,9 @@ struct tp_cuda_gemm {
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits;
-               * 1 (any other value): the fused gate/up+SwiGLU alone */
+    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
+               * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
+               * value): the fused gate/up+SwiGLU alone */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -172,7 +173,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
+    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
     *out = g;
     return TP_OK;
 fail:
@@ -455,7 +456,10 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
     const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
+    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
+        return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
+    if (g->gemv == 3 && n == 1 && tp_cuda_gemv_fits(x, w) && !(add && bias))
+        return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
@@ -531,10 +535,11 @@ tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_te
 {
     const int64_t m = out->cols;
     if (out->rows == 0 || m == 0) return TP_OK;
-    if (g->gemv && tp_cuda_gemv_fits(x, w)) { /* no gate_up round trip (fits implies k >= 1) */
+    /* the GEMV: no gate_up round trip (fits implies k >= 1) */
+    if ((g->gemv == 3 ? x->rows == 1 : g->gemv) && tp_cuda_gemv_fits(x, w)) {
         tp_tensor none;
         memset(&none, 0, sizeof none);
-        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, 1, g->sms, stream);
+        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
     }
     TP_CHECK(tp_cuda_matmul(g, x, w, bias, gate_up, stream));
     return tp_cuda_swiglu(tp_tensor_cols(gate_up, 0, m), tp_tensor_cols(gate_up, m, m), *out, stream);
