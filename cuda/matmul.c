@@ -112,6 +112,7 @@ struct tp_cuda_gemm {
     int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
                * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
                * value): the fused gate/up+SwiGLU alone */
+    size_t gemv_one_max; /* 3: only products of at most this many bytes of weights (TPINFER_GEMV_ONE_MAX_MB) */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -174,6 +175,8 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
     g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
+    const char *most = getenv("TPINFER_GEMV_ONE_MAX_MB");
+    g->gemv_one_max = most && atol(most) > 0 ? (size_t)atol(most) << 20 : SIZE_MAX;
     *out = g;
     return TP_OK;
 fail:
@@ -445,6 +448,8 @@ done:
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+static size_t weight_bytes(const tp_tensor *w) { return (size_t)(w->rows * w->cols) * tp_dtype_size(w->dtype); }
+
 /* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
 static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                              const tp_tensor *y, int add, cudaStream_t stream)
@@ -458,7 +463,7 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
     if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
     if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
         return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
-    if (g->gemv == 3 && n == 1 && tp_cuda_gemv_fits(x, w) && !(add && bias))
+    if (g->gemv == 3 && n == 1 && weight_bytes(w) <= g->gemv_one_max && tp_cuda_gemv_fits(x, w) && !(add && bias))
         return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
@@ -536,7 +541,7 @@ tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_te
     const int64_t m = out->cols;
     if (out->rows == 0 || m == 0) return TP_OK;
     /* the GEMV: no gate_up round trip (fits implies k >= 1) */
-    if ((g->gemv == 3 ? x->rows == 1 : g->gemv) && tp_cuda_gemv_fits(x, w)) {
+    if ((g->gemv == 3 ? x->rows == 1 && weight_bytes(w) <= g->gemv_one_max : g->gemv) && tp_cuda_gemv_fits(x, w)) {
         tp_tensor none;
         memset(&none, 0, sizeof none);
         return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
