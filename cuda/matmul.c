@@ -20,9 +20,11 @@
  * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
  * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
  * alignment) where TPINFER_GEMV was set when the state was created: "all" for every product
- * of up to 8 rows (the engine sets it at tp > 1, where the slices are small enough that the
- * GEMV wins), any other value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul
- * compares them).
+ * of up to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small
+ * enough that the GEMV wins), "one" for every product of one row, the adds by its add form
+ * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights; a small model's
+ * batch-1 step gains, its kernels overlapping under PDL where cuBLASLt's do not), any other
+ * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
