@@ -164,7 +164,7 @@ template <int V, int HALF = V / 2> __device__ __forceinline__ float warp_sum_tra
  * group (1, 2, 4), the same for the whole grid. */
 template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y,
-                                                            int G)
+                                                            int G, int add)
 {
     constexpr int R = gemv_shape<N, WIDE>::R, U = gemv_shape<N, WIDE>::U;
     constexpr int P = SWIGLU ? R / 2 : R;         /* outputs per group (per row of x) */
@@ -273,6 +273,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
         if (bias.data) u += load_any(bias.data, bias.dtype, mo + j);
         t = t / (1.0f + expf(-t)) * u;
     }
+    if (add) t += load_any(y.data, y.dtype, i * y.stride + j); /* y += the product (one thread an output) */
     store_any(y.data, y.dtype, i * y.stride + j, t);
 }
 
@@ -288,20 +289,20 @@ extern "C" int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w)
 }
 
 template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
-static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int sms,
-                        cudaStream_t stream)
+static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int add,
+                        int sms, cudaStream_t stream)
 {
     constexpr int P = SWIGLU ? gemv_shape<N, WIDE>::R / 2 : gemv_shape<N, WIDE>::R;
     const int64_t groups = CEIL_DIV(y.cols, (int64_t)P), nchunks = x.cols / (16 / (int64_t)sizeof(WT));
     int G = 1;
     while (G < GEMV_WARPS && groups * G < (int64_t)GEMV_WARPS_PER_SM * sms && nchunks >= 2 * WARP_SIZE * G) G *= 2;
     const int64_t blocks = CEIL_DIV(groups, (int64_t)(GEMV_WARPS / G));
-    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G);
+    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add);
 }
 
 template <typename XT, typename WT, bool SWIGLU>
 static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y,
-                            int sms, cudaStream_t stream)
+                            int add, int sms, cudaStream_t stream)
 {
     static int wide = -1;
     if (wide < 0) {
@@ -310,45 +311,46 @@ static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_ten
     }
     switch (x.rows) {
     case 1:
-        if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, sms, stream);
-        else gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, sms, stream);
+        if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, add, sms, stream);
+        else gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, add, sms, stream);
         break;
-    case 2: gemv_launch<XT, WT, 2, SWIGLU>(x, w, bias, y, sms, stream); break;
-    case 3: gemv_launch<XT, WT, 3, SWIGLU>(x, w, bias, y, sms, stream); break;
-    case 4: gemv_launch<XT, WT, 4, SWIGLU>(x, w, bias, y, sms, stream); break;
-    case 5: gemv_launch<XT, WT, 5, SWIGLU>(x, w, bias, y, sms, stream); break;
-    case 6: gemv_launch<XT, WT, 6, SWIGLU>(x, w, bias, y, sms, stream); break;
-    case 7: gemv_launch<XT, WT, 7, SWIGLU>(x, w, bias, y, sms, stream); break;
-    default: gemv_launch<XT, WT, 8, SWIGLU>(x, w, bias, y, sms, stream); break;
+    case 2: gemv_launch<XT, WT, 2, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    case 3: gemv_launch<XT, WT, 3, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    case 4: gemv_launch<XT, WT, 4, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    case 5: gemv_launch<XT, WT, 5, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    case 6: gemv_launch<XT, WT, 6, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    case 7: gemv_launch<XT, WT, 7, SWIGLU>(x, w, bias, y, add, sms, stream); break;
+    default: gemv_launch<XT, WT, 8, SWIGLU>(x, w, bias, y, add, sms, stream); break;
     }
 }
 
 template <bool SWIGLU>
-static bool gemv_dispatch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int sms,
-                          cudaStream_t stream)
+static bool gemv_dispatch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int add,
+                          int sms, cudaStream_t stream)
 {
     if (x.dtype == w.dtype)
         return dispatch_float(w.dtype, [&](auto wt) {
             using T = decltype(wt);
-            gemv_dispatch_n<T, T, SWIGLU>(x, w, bias, y, sms, stream);
+            gemv_dispatch_n<T, T, SWIGLU>(x, w, bias, y, add, sms, stream);
         });
     if (x.dtype != TP_DTYPE_F32) return false;
-    if (w.dtype == TP_DTYPE_BF16) gemv_dispatch_n<float, bf16_t, SWIGLU>(x, w, bias, y, sms, stream);
-    else if (w.dtype == TP_DTYPE_F16) gemv_dispatch_n<float, f16_t, SWIGLU>(x, w, bias, y, sms, stream);
+    if (w.dtype == TP_DTYPE_BF16) gemv_dispatch_n<float, bf16_t, SWIGLU>(x, w, bias, y, add, sms, stream);
+    else if (w.dtype == TP_DTYPE_F16) gemv_dispatch_n<float, f16_t, SWIGLU>(x, w, bias, y, add, sms, stream);
     else return false;
     return true;
 }
 
-extern "C" tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int swiglu, int sms,
+extern "C" tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int form, int sms,
                                   cudaStream_t stream)
 {
     if (y.rows == 0 || y.cols == 0) return TP_OK;
+    const int swiglu = form == TP_GEMV_SWIGLU, add = form == TP_GEMV_ADD;
     if (!tp_cuda_gemv_fits(&x, &w) || y.rows != x.rows || w.rows != (swiglu ? 2 : 1) * y.cols ||
-        !is_float_dtype(y.dtype) || (bias.data && !is_float_dtype(bias.dtype)))
+        !is_float_dtype(y.dtype) || (bias.data && !is_float_dtype(bias.dtype)) || (add && bias.data))
         return tp_error(TP_ERR_INTERNAL, "gemv: called for a shape, dtype or alignment it does not take");
     if (sms < 1) sms = 1;
-    const bool ok = swiglu ? gemv_dispatch<true>(x, w, bias, y, sms, stream)
-                           : gemv_dispatch<false>(x, w, bias, y, sms, stream);
+    const bool ok = swiglu ? gemv_dispatch<true>(x, w, bias, y, 0, sms, stream)
+                           : gemv_dispatch<false>(x, w, bias, y, add, sms, stream);
     if (!ok) return TP_CUDA_BAD_DTYPE("gemv");
     TP_CUDA_CHECK_LAUNCH();
     return TP_OK;

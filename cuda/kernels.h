@@ -166,10 +166,14 @@ tp_status tp_cuda_bias_fill(tp_tensor y, tp_tensor bias, cudaStream_t stream);
  * with 16-bit w, both 16-byte aligned with 16-byte row pitches (gemv.cu) */
 int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w);
 
-/* y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias.data may be NULL), or with swiglu
- * y [n, m] = silu(gate) * up where [gate | up] = x @ w^T + bias, w [2m, k], bias [1, 2m];
- * only where tp_cuda_gemv_fits(x, w). sms: the GPU's multiprocessors (grid sizing). */
-tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int swiglu, int sms,
+/* The GEMV's forms: y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias.data may be
+ * NULL); SWIGLU: y [n, m] = silu(gate) * up where [gate | up] = x @ w^T + bias, w [2m, k],
+ * bias [1, 2m]; ADD: y += x @ w^T (no bias). */
+enum { TP_GEMV_PLAIN, TP_GEMV_SWIGLU, TP_GEMV_ADD };
+
+/* y by the GEMV in that form, only where tp_cuda_gemv_fits(x, w). sms: the GPU's
+ * multiprocessors (grid sizing). */
+tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int form, int sms,
                        cudaStream_t stream);
 
 #ifdef __cplusplus

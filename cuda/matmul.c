@@ -20,9 +20,11 @@
  * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
  * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
  * alignment) where TPINFER_GEMV was set when the state was created: "all" for every product
- * of up to 8 rows (the engine sets it at tp > 1, where the slices are small enough that the
- * GEMV wins), any other value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul
- * compares them).
+ * of up to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small
+ * enough that the GEMV wins), "one" for every product of one row, the adds by its add form
+ * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights; a small model's
+ * batch-1 step gains, its kernels overlapping under PDL where cuBLASLt's do not), any other
+ * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -109,8 +111,10 @@ struct tp_cuda_gemm {
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits;
-               * 1 (any other value): the fused gate/up+SwiGLU alone */
+    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
+               * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
+               * value): the fused gate/up+SwiGLU alone */
+    size_t gemv_one_max; /* 3: only products of at most this many bytes of weights (TPINFER_GEMV_ONE_MAX_MB) */
 };
 
 /* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
@@ -172,7 +176,9 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
+    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
+    const char *most = getenv("TPINFER_GEMV_ONE_MAX_MB");
+    g->gemv_one_max = most && atol(most) > 0 ? (size_t)atol(most) << 20 : SIZE_MAX;
     *out = g;
     return TP_OK;
 fail:
@@ -444,6 +450,8 @@ done:
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+static size_t weight_bytes(const tp_tensor *w) { return (size_t)(w->rows * w->cols) * tp_dtype_size(w->dtype); }
+
 /* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
 static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                              const tp_tensor *y, int add, cudaStream_t stream)
@@ -455,7 +463,10 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
     const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w)) return tp_cuda_gemv(*x, *w, bv, *y, 0, g->sms, stream);
+    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
+        return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
+    if (g->gemv == 3 && n == 1 && weight_bytes(w) <= g->gemv_one_max && tp_cuda_gemv_fits(x, w) && !(add && bias))
+        return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
@@ -531,10 +542,11 @@ tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_te
 {
     const int64_t m = out->cols;
     if (out->rows == 0 || m == 0) return TP_OK;
-    if (g->gemv && tp_cuda_gemv_fits(x, w)) { /* no gate_up round trip (fits implies k >= 1) */
+    /* the GEMV: no gate_up round trip (fits implies k >= 1) */
+    if ((g->gemv == 3 ? x->rows == 1 && weight_bytes(w) <= g->gemv_one_max : g->gemv) && tp_cuda_gemv_fits(x, w)) {
         tp_tensor none;
         memset(&none, 0, sizeof none);
-        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, 1, g->sms, stream);
+        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
     }
     TP_CHECK(tp_cuda_matmul(g, x, w, bias, gate_up, stream));
     return tp_cuda_swiglu(tp_tensor_cols(gate_up, 0, m), tp_tensor_cols(gate_up, m, m), *out, stream);

@@ -561,15 +561,33 @@ static double err_of(const char *op, const char *shape, const float *got, const 
 #ifdef HAVE_CUDA
 /* The GEMV itself (swiglu: the fused gate/up form) on the rows of x, against the reference
  * the backend's op met: matmul and matmul_swiglu take it only under TPINFER_GEMV */
-static void gemv_direct(const char *op, tp_tensor x, tp_tensor w, const pt *bias, tp_dtype ydt, int64_t m, int swiglu,
+static void gemv_direct(const char *op, tp_tensor x, tp_tensor w, const pt *bias, tp_dtype ydt, int64_t m, int form,
                         const char *shape, const float *ref, double bound)
 {
     pt y = pt_poison(ydt, x.rows, m, 5);
     tp_tensor none = {0};
-    ck_assert_msg(tp_cuda_gemv(x, w, bias ? bias->g : none, y.g, swiglu, 132, (cudaStream_t)gb->stream) == TP_OK,
+    ck_assert_msg(tp_cuda_gemv(x, w, bias ? bias->g : none, y.g, form, 132, (cudaStream_t)gb->stream) == TP_OK,
                   "%s [%s]: %s", op, shape, tp_error_message());
     err_of(op, shape, pt_get(&y, 1), ref, (size_t)(x.rows * m), bound);
     pt_guards(op, &y);
+}
+
+/* Its add form (y += x @ w^T: matmul_add at one row under TPINFER_GEMV=one) on an f32 y
+ * filled at random first, against those values plus ref; and it refuses a bias. */
+static void gemv_add_direct(tp_tensor x, tp_tensor w, int64_t m, const char *shape, const float *ref, double bound)
+{
+    pt y = pt_rand(TP_DTYPE_F32, ACT, x.rows, m, 5, -1.0f, 1.0f);
+    const float *y0 = pt_get(&y, 1);
+    float *want = host_alloc((size_t)(x.rows * m) * sizeof(float) + 1);
+    for (int64_t i = 0; i < x.rows * m; i++) want[i] = y0[i] + ref[i];
+    tp_tensor none = {0};
+    ck_assert_msg(tp_cuda_gemv(x, w, none, y.g, TP_GEMV_ADD, 132, (cudaStream_t)gb->stream) == TP_OK,
+                  "gemv add [%s]: %s", shape, tp_error_message());
+    err_of("gemv add", shape, pt_get(&y, 1), want, (size_t)(x.rows * m), bound);
+    pt_guards("gemv add", &y);
+    ck_assert_msg(tp_cuda_gemv(x, w, y.g, y.g, TP_GEMV_ADD, 132, (cudaStream_t)gb->stream) != TP_OK,
+                  "gemv add [%s]: took a bias", shape);
+    tp_error_clear();
 }
 #endif
 
@@ -610,7 +628,8 @@ static void gemv_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul y", &y);
 #ifdef HAVE_CUDA
-            if (expected) gemv_direct("gemv", xg, w.g, with_bias ? &bias : NULL, ydt, m, 0, shape, r, b);
+            if (expected) gemv_direct("gemv", xg, w.g, with_bias ? &bias : NULL, ydt, m, TP_GEMV_PLAIN, shape, r, b);
+            if (expected && !with_bias && ydt == TP_DTYPE_F32) gemv_add_direct(xg, w.g, m, shape, r, b);
 #endif
         }
     }
@@ -692,7 +711,8 @@ static void swiglu_block(int layout, tp_dtype wdt, int64_t k, int64_t m)
             if (e / b > worst / (bound > 0 ? bound : 1)) worst = e, bound = b;
             pt_guards("matmul_swiglu out", &out);
 #ifdef HAVE_CUDA
-            if (expected) gemv_direct("gemv swiglu", xg, w.g, with_bias ? &bias : NULL, ydt, m, 1, shape, r, b);
+            if (expected)
+                gemv_direct("gemv swiglu", xg, w.g, with_bias ? &bias : NULL, ydt, m, TP_GEMV_SWIGLU, shape, r, b);
 #endif
         }
     }
