@@ -1,8 +1,9 @@
 /*
  * gemv.cu: y [n, m] = x [n, k] @ w [m, k]^T + bias for decode's few rows (n <= 8), and the
  * same product with silu(gate) * up fused on (matmul_swiglu: w [2m, k] is gate rows then
- * up rows; out[:, j] = silu(gate row j) * (up row j), no gate_up round trip; matmul.c
- * sends products here only under TPINFER_GEMV, which the engine sets at tp > 1). At such n
+ * up rows; out[:, j] = silu(gate row j) * (up row j), no gate_up round trip), or added
+ * into y (y += x @ w^T, matmul_add's form: o and down into the residual). matmul.c sends
+ * products here only under TPINFER_GEMV, which the engine sets at tp > 1. At such n
  * the time is the time to stream w once, so the kernel is built for bandwidth:
  *  - a group of G warps (G = 1, 2 or 4) owns R rows of w and splits k between its threads
  *    in 16-byte chunks; a block holds 4 warps, so 4 / G groups. Each thread has U chunks
@@ -11,8 +12,8 @@
  *    for the R rows;
  *  - f32 accumulation; each thread sums its chunks, a transposing warp reduction leaves
  *    lane q with the warp's total of value q, the G warps' totals meet in shared memory,
- *    and lane q of the group's first warp adds the bias and writes one output, rounded
- *    once to y's dtype;
+ *    and lane q of the group's first warp adds the bias (or y's value) and writes one
+ *    output, rounded once to y's dtype;
  *  - G grows while the grid has fewer than 16 warps per SM, so narrow matrices (tensor-
  *    parallel slices) still keep enough loads in flight.
  * Every product is f32 (x and w widened exactly), so the result is the CPU backend's up
