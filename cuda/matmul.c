@@ -154,6 +154,21 @@ static uint32_t alignment(const void *p)
 
 static void tune_free(tune_state *t);
 
+/* TPINFER_GEMV_ONE_MAX_MB, in bytes; unset: no bound (a value that is not a count of MiB
+ * from 1 to 2^20 is said and ignored) */
+static size_t gemv_one_max(void)
+{
+    const char *v = getenv("TPINFER_GEMV_ONE_MAX_MB");
+    if (!v || !*v) return SIZE_MAX;
+    char *end;
+    const long mb = strtol(v, &end, 10);
+    if (*end || mb < 1 || mb > (1L << 20)) {
+        tp_log(TP_LOG_WARN, "TPINFER_GEMV_ONE_MAX_MB='%s' is not a count of MiB from 1 to 1048576; no bound", v);
+        return SIZE_MAX;
+    }
+    return (size_t)mb << 20;
+}
+
 tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_cuda_gemm **out)
 {
     *out = NULL;
@@ -177,8 +192,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
     g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
-    const char *most = getenv("TPINFER_GEMV_ONE_MAX_MB");
-    g->gemv_one_max = most && atol(most) > 0 ? (size_t)atol(most) << 20 : SIZE_MAX;
+    g->gemv_one_max = gemv_one_max();
     *out = g;
     return TP_OK;
 fail:

@@ -195,7 +195,7 @@ static inline double host_lap(engine *e, int phase, double t)
 int eng_stop_signal(void); /* SIGTERM, SIGINT or SIGUSR1 arrived (the signal), else 0 */
 /* the choice's rows that ask for prompt logprobs or a --dump-logits dump */
 int eng_wants_prompt_rows(const engine *e, const req *r, int32_t choice);
-/* a sequence's prompt tokens read from the prefix cache, noted on its request */
+/* a sequence just popped: its request's prompt tokens read from the prefix cache (first choice) */
 void eng_note_cached(engine *e, const tp_scheduler *s, int64_t key);
 
 /* engine_step.c */
