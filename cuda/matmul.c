@@ -80,22 +80,27 @@
 typedef struct gemm_key {
     int32_t ab_type, d_type;
     int64_t m, n, k, lda, ldb, ldd;
-    uint32_t align_a, align_b, align_d, unused;
+    uint32_t align_a, align_b, align_d;
+    uint32_t form; /* TP_GEMV_*: what the call makes of the product (cuBLASLt's path: its epilogue) */
 } gemm_key;
 
-/* A shape being tuned: its candidates, and each one's timed calls (event pairs). */
+/* A shape being tuned: its candidates, and each one's timed calls (event pairs). A call of
+ * one row the GEMV can make has the GEMV for its second candidate (cand[gemv_at] unused). */
+#define TUNE_SLOTS (TUNE_CANDIDATES + 1)
 typedef struct tune_state {
     int n_cand, next; /* candidates; the one the next call takes */
-    cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
-    int warm[TUNE_CANDIDATES];    /* its untimed first call made */
-    int samples[TUNE_CANDIDATES]; /* its timed calls */
-    cudaEvent_t ev[TUNE_CANDIDATES][TUNE_SAMPLES][2];
+    int gemv_at;      /* the GEMV's place among them, or -1 */
+    cublasLtMatmulAlgo_t cand[TUNE_SLOTS];
+    int warm[TUNE_SLOTS];    /* its untimed first call made */
+    int samples[TUNE_SLOTS]; /* its timed calls */
+    cudaEvent_t ev[TUNE_SLOTS][TUNE_SAMPLES][2];
 } tune_state;
 
 typedef struct algo_entry {
     gemm_key key;
     cublasLtMatmulAlgo_t algo;
     int valid;
+    int gemv;         /* tuned: the GEMV was the fastest, so calls of this key take it */
     tune_state *tune; /* while the state tunes and this shape has more than one candidate */
 } algo_entry;
 
@@ -111,13 +116,21 @@ struct tp_cuda_gemm {
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
-               * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
-               * value): the fused gate/up+SwiGLU alone */
+    int gemv; /* GEMV_*: which products take the GEMV (TPINFER_GEMV) */
     size_t gemv_one_max; /* 3: only products of at most this many bytes of weights (TPINFER_GEMV_ONE_MAX_MB) */
 };
 
-/* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
+/* TPINFER_GEMV: which products go to the GEMV rather than cuBLASLt */
+enum {
+    GEMV_TUNED,  /* unset: a product of one row where tuning found the GEMV faster */
+    GEMV_NONE,   /* 0: none */
+    GEMV_SWIGLU, /* any value but those named: the fused gate/up + SwiGLU alone */
+    GEMV_ALL,    /* all: every one of up to 8 rows it fits but the adds */
+    GEMV_ONE     /* one: every one of one row it fits, adds included */
+};
+
+/* One product: cuBLASLt's call D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major,
+ * with what the call does around it; and where one_row, the same call as the GEMV's. */
 typedef struct gemm_args {
     tp_dtype ab;      /* A and B */
     const void *a;    /* w: (k x m), lda */
@@ -129,6 +142,12 @@ typedef struct gemm_args {
     int64_t ldd;
     int64_t m, n, k;
     float beta;       /* 0, or 1 to add to what D holds */
+    int form;         /* TP_GEMV_*; SWIGLU: out = silu(gate) * up of D after the product */
+    tp_tensor dview;  /* D as a tensor (the bias fill's and the SwiGLU's) */
+    tp_tensor bias;   /* data NULL, or written into D before the product (beta 1) */
+    tp_tensor out;    /* SWIGLU */
+    int one_row;      /* the GEMV can make this call too (x, w): a candidate while tuning */
+    tp_tensor x, w;
 } gemm_args;
 
 static cudaDataType_t cuda_type(tp_dtype dt)
@@ -191,7 +210,10 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
+    g->gemv = !env || !*env ? GEMV_TUNED
+              : !strcmp(env, "0") ? GEMV_NONE
+              : !strcmp(env, "all") ? GEMV_ALL
+              : !strcmp(env, "one") ? GEMV_ONE : GEMV_SWIGLU;
     g->gemv_one_max = gemv_one_max();
     *out = g;
     return TP_OK;
@@ -237,14 +259,16 @@ static int recording(cudaStream_t stream)
     return cs != cudaStreamCaptureStatusNone;
 }
 
-/* The algorithm of this call, and when it is a timed call of a shape being tuned, the pair of
- * events to record around it (else ev[0] = ev[1] = NULL). */
+/* The algorithm of this call, or *gemv = 1 where the GEMV makes it, and when it is a timed
+ * call of a shape being tuned, the pair of events to record around it (else ev[0] = ev[1] =
+ * NULL). */
 static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDesc_t op,
                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                            cublasLtMatrixLayout_t ld, cudaStream_t stream, cublasLtMatmulAlgo_t *algo,
-                           cudaEvent_t ev[2])
+                           int *gemv, cudaEvent_t ev[2])
 {
     ev[0] = ev[1] = NULL;
+    *gemv = 0;
     gemm_key key;
     memset(&key, 0, sizeof key);
     key.ab_type = (int32_t)a->ab;
@@ -258,6 +282,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     key.align_a = alignment(a->a);
     key.align_b = alignment(a->b);
     key.align_d = alignment(a->dptr);
+    key.form = (uint32_t)a->form;
     /* FNV-1a over the key, then a short linear probe */
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < sizeof key; i++) h = (h ^ ((const unsigned char *)&key)[i]) * 1099511628211ull;
@@ -271,12 +296,14 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         if (!memcmp(&c->key, &key, sizeof key)) {
             tune_state *t = c->tune;
             *algo = c->algo;
+            *gemv = c->gemv;
             if (t && recording(stream)) t = NULL; /* a recording keeps the heuristic's first, and no events */
             if (t) { /* the candidates in turn: one untimed call (its kernel's first launch), then
                       * TUNE_SAMPLES timed ones; after that, the heuristic's first */
                 const int cand = t->next;
                 if (!t->warm[cand]) {
                     *algo = t->cand[cand];
+                    *gemv = cand == t->gemv_at;
                     t->warm[cand] = 1;
                 } else if (t->samples[cand] < TUNE_SAMPLES) {
                     cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
@@ -284,6 +311,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                     if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
                     if (pair[0] && pair[1]) {
                         *algo = t->cand[cand];
+                        *gemv = cand == t->gemv_at;
                         ev[0] = pair[0];
                         ev[1] = pair[1];
                         t->samples[cand]++;
@@ -341,12 +369,16 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     e->key = key;
     e->algo = res[0].algo;
     e->valid = 1;
-    if (tune && found > 1) {
+    if (tune && (found > 1 || a->one_row)) {
         tune_state *t = calloc(1, sizeof *t);
         if (t) { /* without it the shape keeps the heuristic's first */
-            for (int c = 0; c < found; c++)
-                if (res[c].state == CUBLAS_STATUS_SUCCESS && res[c].workspaceSize <= g->workspace_bytes)
-                    t->cand[t->n_cand++] = res[c].algo;
+            t->gemv_at = -1;
+            for (int c = 0; c < found; c++) {
+                if (res[c].state != CUBLAS_STATUS_SUCCESS || res[c].workspaceSize > g->workspace_bytes) continue;
+                t->cand[t->n_cand++] = res[c].algo;
+                /* second, so that a model of few layers still times it */
+                if (t->n_cand == 1 && a->one_row) t->gemv_at = t->n_cand++;
+            }
             if (t->n_cand > 1) e->tune = t;
             else free(t);
         }
@@ -357,6 +389,11 @@ done:
     g->queries++;
     g->query_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     return st;
+}
+
+static const char *form_name(int form)
+{
+    return form == TP_GEMV_ADD ? "added" : form == TP_GEMV_SWIGLU ? "with SwiGLU" : "plain";
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -393,7 +430,7 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
         return TP_OK;
     }
     g->tuning = 0;
-    int tuned = 0, changed = 0;
+    int tuned = 0, changed = 0, gemv_shapes = 0;
     double first_us = 0.0, best_us = 0.0;
     for (int i = 0; i < ALGO_CACHE; i++) {
         algo_entry *e = &g->algos[i];
@@ -413,18 +450,29 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
             changed += best != 0;
             first_us += t0;
             best_us += bt;
-            e->algo = t->cand[best];
-            tp_log(TP_LOG_DEBUG, "cuBLASLt tuned %s m=%lld n=%lld k=%lld: candidate %d of %d, %.1f us against the "
-                   "heuristic's first %.1f us", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
-                   (long long)e->key.n, (long long)e->key.k, best + 1, t->n_cand, bt, t0);
+            e->gemv = best == t->gemv_at;
+            if (!e->gemv) e->algo = t->cand[best];
+            gemv_shapes += e->gemv;
+            tp_log(TP_LOG_DEBUG, "matmul tuned %s m=%lld n=%lld k=%lld (%s): %s%d of %d, %.1f us against cuBLASLt's "
+                   "first %.1f us", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
+                   (long long)e->key.n, (long long)e->key.k, form_name((int)e->key.form),
+                   e->gemv ? "the GEMV, candidate " : "candidate ", best + 1, t->n_cand, bt, t0);
         }
         tune_free(t);
     }
     if (tuned)
-        tp_log(TP_LOG_DEBUG, "cuBLASLt: %d shapes tuned in place, %d changed; one call of each: %.1f us, %.1f with "
-               "the heuristic's first", tuned, changed, best_us, first_us);
+        tp_log(TP_LOG_DEBUG, "matmul: %d shapes tuned in place, %d changed (%d to the GEMV); one call of each: "
+               "%.1f us, %.1f with cuBLASLt's first", tuned, changed, gemv_shapes, best_us, first_us);
     if (tuned_out) *tuned_out = tuned;
     return TP_OK;
+}
+
+/* a->form's work after cuBLASLt's product: out = silu(gate) * up of D = [gate | up] */
+static tp_status epilogue(const gemm_args *a, cudaStream_t stream)
+{
+    if (a->form != TP_GEMV_SWIGLU) return TP_OK;
+    const int64_t m = a->out.cols;
+    return tp_cuda_swiglu(tp_tensor_cols(&a->dview, 0, m), tp_tensor_cols(&a->dview, m, m), a->out, stream);
 }
 
 static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stream)
@@ -445,11 +493,19 @@ static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stre
     TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&ld, cuda_type(a->d), (uint64_t)a->m, (uint64_t)a->n, a->ldd),
                    st, done);
     cudaEvent_t ev[2];
-    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, stream, &algo, ev), st, done);
+    int gemv = 0;
+    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, stream, &algo, &gemv, ev), st, done);
     if (ev[0]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], stream), st, done);
-    TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
-                                  &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
-                   st, done);
+    if (gemv) { /* the bias and the form in the GEMV's own epilogue */
+        TP_CHECK_GOTO(tp_cuda_gemv(a->x, a->w, a->bias, a->form == TP_GEMV_SWIGLU ? a->out : a->dview, a->form,
+                                   g->sms, stream), st, done);
+    } else {
+        if (a->bias.data) TP_CHECK_GOTO(tp_cuda_bias_fill(a->dview, a->bias, stream), st, done);
+        TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
+                                      &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
+                       st, done);
+        TP_CHECK_GOTO(epilogue(a, stream), st, done);
+    }
     if (ev[1]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], stream), st, done);
 done:
     if (ld) cublasLtMatrixLayoutDestroy(ld);
@@ -460,35 +516,56 @@ done:
 }
 
 // ----------------------------------------------------------------------------
-// y = x @ w^T + bias, or (add) y += x @ w^T
+// y = x @ w^T + bias, or (add) y += x @ w^T, or (swiglu) out = silu(gate) * up of y
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static size_t weight_bytes(const tp_tensor *w) { return (size_t)(w->rows * w->cols) * tp_dtype_size(w->dtype); }
 
-/* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
+/* Whether TPINFER_GEMV sends this call to the GEMV outright (GEMV_TUNED: only by tuning). */
+static int gemv_set(const tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias, int form)
+{
+    if (!tp_cuda_gemv_fits(x, w) || (form == TP_GEMV_ADD && bias)) return 0;
+    switch (g->gemv) {
+    case GEMV_ALL: return form != TP_GEMV_ADD;
+    case GEMV_ONE: return x->rows == 1 && weight_bytes(w) <= g->gemv_one_max;
+    case GEMV_SWIGLU: return form == TP_GEMV_SWIGLU;
+    default: return 0;
+    }
+}
+
+/* form: TP_GEMV_PLAIN (y = x @ w^T + bias), TP_GEMV_ADD (y += x @ w^T, y f32, no bias: beta 1
+ * on y as it is, so D is never converted) or TP_GEMV_SWIGLU (y = [gate | up] = x @ w^T + bias,
+ * then out = silu(gate) * up; the GEMV writes out alone) */
 static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
-                             const tp_tensor *y, int add, cudaStream_t stream)
+                             const tp_tensor *y, int form, const tp_tensor *out, cudaStream_t stream)
 {
     const int64_t n = x->rows, k = x->cols, m = w->rows;
     tp_tensor none;
     memset(&none, 0, sizeof none);
     const tp_tensor bv = bias ? *bias : none;
+    const int add = form == TP_GEMV_ADD;
     const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
-    if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
-        return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
-    if (g->gemv == 3 && n == 1 && weight_bytes(w) <= g->gemv_one_max && tp_cuda_gemv_fits(x, w) && !(add && bias))
-        return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
+    if (gemv_set(g, x, w, bias, form)) /* k >= 1 */
+        return tp_cuda_gemv(*x, *w, bv, form == TP_GEMV_SWIGLU ? *out : *y, form, g->sms, stream);
+    if (k == 0) { /* empty sums: y = bias, or zeros */
+        if (!add) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
+        return form == TP_GEMV_SWIGLU ? tp_cuda_swiglu(tp_tensor_cols(y, 0, out->cols),
+                                                       tp_tensor_cols(y, out->cols, out->cols), *out, stream)
+                                      : TP_OK;
+    }
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
     const tp_dtype dt = y->dtype == ab || y->dtype == TP_DTYPE_F32 ? y->dtype : TP_DTYPE_F32;
     const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype; /* add: y f32, so not d */
     if (!conv_x && !conv_w && !conv_d) {
-        if (bias) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
-        gemm_args a = {ab, w->data, w->stride, x->data, x->stride, dt, y->data, y->stride, m, n, k, beta};
+        gemm_args a = {.ab = ab, .a = w->data, .lda = w->stride, .b = x->data, .ldb = x->stride, .d = dt,
+                       .dptr = y->data, .ldd = y->stride, .m = m, .n = n, .k = k, .beta = beta, .form = form,
+                       .dview = *y, .bias = bv, .out = out ? *out : none, .x = *x, .w = *w};
+        /* one row: the GEMV is a candidate when products are tuned (GEMV_TUNED, the default) */
+        a.one_row = g->gemv == GEMV_TUNED && n == 1 && tp_cuda_gemv_fits(x, w) && !(add && bias);
         return gemm_run(g, &a, stream);
     }
 
@@ -527,41 +604,33 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
             const tp_tensor yr = tp_tensor_rows(y, n0, nc);
             const tp_tensor yv = tp_tensor_cols(&yr, m0, mc);
             const tp_tensor dv = conv_d ? tp_tensor_make(sd, TP_DTYPE_F32, nc, mc) : yv;
-            if (bias) TP_CHECK(tp_cuda_bias_fill(dv, bc, stream));
-            gemm_args a = {ab, wv.data, wv.stride, xv.data, xv.stride, dv.dtype, dv.data, dv.stride, mc, nc, k, beta};
+            gemm_args a = {.ab = ab, .a = wv.data, .lda = wv.stride, .b = xv.data, .ldb = xv.stride, .d = dv.dtype,
+                           .dptr = dv.data, .ldd = dv.stride, .m = mc, .n = nc, .k = k, .beta = beta,
+                           .form = add ? TP_GEMV_ADD : TP_GEMV_PLAIN, .dview = dv, .bias = bc};
             TP_CHECK(gemm_run(g, &a, stream));
             if (conv_d) TP_CHECK(tp_cuda_convert(dv, yv, stream));
         }
     }
-    return TP_OK;
+    return form == TP_GEMV_SWIGLU ? tp_cuda_swiglu(tp_tensor_cols(y, 0, out->cols),
+                                                   tp_tensor_cols(y, out->cols, out->cols), *out, stream)
+                                  : TP_OK;
 }
 
 tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                          const tp_tensor *y, cudaStream_t stream)
 {
-    return matmul_into(g, x, w, bias, y, 0, stream);
+    return matmul_into(g, x, w, bias, y, TP_GEMV_PLAIN, NULL, stream);
 }
 
 tp_status tp_cuda_matmul_add(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *y,
                              cudaStream_t stream)
 {
-    return matmul_into(g, x, w, NULL, y, 1, stream);
+    return matmul_into(g, x, w, NULL, y, TP_GEMV_ADD, NULL, stream);
 }
-
-// ----------------------------------------------------------------------------
-// out = silu(gate) * up where [gate | up] = x @ w^T + bias
 
 tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                                 const tp_tensor *gate_up, const tp_tensor *out, cudaStream_t stream)
 {
-    const int64_t m = out->cols;
-    if (out->rows == 0 || m == 0) return TP_OK;
-    /* the GEMV: no gate_up round trip (fits implies k >= 1) */
-    if ((g->gemv == 3 ? x->rows == 1 && weight_bytes(w) <= g->gemv_one_max : g->gemv) && tp_cuda_gemv_fits(x, w)) {
-        tp_tensor none;
-        memset(&none, 0, sizeof none);
-        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
-    }
-    TP_CHECK(tp_cuda_matmul(g, x, w, bias, gate_up, stream));
-    return tp_cuda_swiglu(tp_tensor_cols(gate_up, 0, m), tp_tensor_cols(gate_up, m, m), *out, stream);
+    if (out->rows == 0 || out->cols == 0) return TP_OK;
+    return matmul_into(g, x, w, bias, gate_up, TP_GEMV_SWIGLU, out, stream);
 }
