@@ -15,16 +15,16 @@
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
  * For n <= 8 rows (decode) the time is that of reading w once. cuBLASLt reads it at 3.4 to
- * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so by default every
- * product goes to cuBLASLt, the MLP's gate|up product too, then swiglu.cu: on an H200 at
- * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
- * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
- * alignment) where TPINFER_GEMV was set when the state was created: "all" for every product
- * of up to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small
- * enough that the GEMV wins), "one" for every product of one row, the adds by its add form
- * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights; a small model's
- * batch-1 step gains, its kernels overlapping under PDL where cuBLASLt's do not), any other
- * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
+ * 4.4 TB/s on an H200 (bench/RESULTS.md), mostly faster than gemv.cu's kernel, so by default
+ * products go to cuBLASLt, the MLP's gate|up product too, then swiglu.cu (on an H200 at tp=1
+ * 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU as it writes),
+ * but for a product of one row that the tuning below timed faster through the GEMV. Where
+ * TPINFER_GEMV was set when the state was created, the GEMV takes the shapes it fits
+ * (tp_cuda_gemv_fits: dtypes, 16-byte alignment) without timing: "all" every product of up
+ * to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small enough
+ * that the GEMV wins), "one" every product of one row, the adds by its add form
+ * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights), "0" none (cuBLASLt
+ * alone), any other value the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -32,12 +32,17 @@
  * a hashed table of 256 (TPINFER_LOG=debug reports the queries and their host time).
  *
  * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
- * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and its calls take them
- * in turn, each candidate's first call untimed (its kernel may load then), the next
- * TUNE_SAMPLES timed with a pair of events; when tuning ends the one with the lowest median
+ * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and a call of one row
+ * that the GEMV fits has the GEMV (in the call's form: plain, added, SwiGLU) for its second
+ * candidate; its calls take them one after another, each candidate's first call untimed (its
+ * kernel may load then), the next TUNE_SAMPLES timed with a pair of events around the call's
+ * whole work (bias fill, product, SwiGLU); when tuning ends the one with the lowest median
  * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
- * timed calls, as in models of few layers, is not compared). The events time the GPU, which
- * in these steps runs behind the host, so the host's own call costs stay outside.
+ * timed calls is not compared: the last ones where a step has fewer calls of the shape than
+ * the candidates take). The events time the GPU, which in these steps runs behind the host,
+ * so the host's own call costs stay outside. A small model's batch-1 step gains most from the
+ * GEMV: its kernels start while the one before ends (PDL), cuBLASLt's do not, which timing
+ * each call alone does not even count.
  * In place, because a product's time depends on its neighbours: a decode step calls each
  * layer's product once, with other weights streaming in between, so its own weights are
  * never in L2; timed alone in a loop they are, and earlier attempts that timed candidates in
@@ -88,10 +93,10 @@ typedef struct gemm_key {
  * one row the GEMV can make has the GEMV for its second candidate (cand[gemv_at] unused). */
 #define TUNE_SLOTS (TUNE_CANDIDATES + 1)
 typedef struct tune_state {
-    int n_cand, next; /* candidates; the one the next call takes */
+    int n_cand, next; /* candidates; the one the next call takes (n_cand: tuned) */
     int gemv_at;      /* the GEMV's place among them, or -1 */
     cublasLtMatmulAlgo_t cand[TUNE_SLOTS];
-    int warm[TUNE_SLOTS];    /* its untimed first call made */
+    int calls[TUNE_SLOTS];   /* its calls: the first untimed, then up to TUNE_SAMPLES timed */
     int samples[TUNE_SLOTS]; /* its timed calls */
     cudaEvent_t ev[TUNE_SLOTS][TUNE_SAMPLES][2];
 } tune_state;
@@ -298,20 +303,18 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
             *algo = c->algo;
             *gemv = c->gemv;
             if (t && recording(stream)) t = NULL; /* a recording keeps the heuristic's first, and no events */
-            if (t) { /* the candidates in turn: one untimed call (its kernel's first launch), then
-                      * TUNE_SAMPLES timed ones; after that, the heuristic's first */
+            if (t && t->next < t->n_cand) {
+                /* one candidate after another, so that each has its calls even in a model of
+                 * few layers: an untimed call (its kernel's first launch), then TUNE_SAMPLES
+                 * timed ones; after the last, cuBLASLt's first */
                 const int cand = t->next;
-                if (!t->warm[cand]) {
-                    *algo = t->cand[cand];
-                    *gemv = cand == t->gemv_at;
-                    t->warm[cand] = 1;
-                } else if (t->samples[cand] < TUNE_SAMPLES) {
+                *algo = t->cand[cand];
+                *gemv = cand == t->gemv_at;
+                if (t->calls[cand]++ > 0) {
                     cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
                     if (!pair[0] && cudaEventCreate(&pair[0]) != cudaSuccess) pair[0] = NULL;
                     if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
                     if (pair[0] && pair[1]) {
-                        *algo = t->cand[cand];
-                        *gemv = cand == t->gemv_at;
                         ev[0] = pair[0];
                         ev[1] = pair[1];
                         t->samples[cand]++;
@@ -319,7 +322,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                         (void)cudaGetLastError(); /* no events: this call untimed */
                     }
                 }
-                t->next = (cand + 1) % t->n_cand;
+                if (t->calls[cand] > TUNE_SAMPLES) t->next++;
             }
             return TP_OK;
         }
@@ -453,10 +456,11 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
             e->gemv = best == t->gemv_at;
             if (!e->gemv) e->algo = t->cand[best];
             gemv_shapes += e->gemv;
+            const double gemv_us = t->gemv_at >= 0 ? tune_median(t, t->gemv_at) : -1.0;
             tp_log(TP_LOG_DEBUG, "matmul tuned %s m=%lld n=%lld k=%lld (%s): %s%d of %d, %.1f us against cuBLASLt's "
-                   "first %.1f us", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
+                   "first %.1f us (the GEMV: %.1f us)", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
                    (long long)e->key.n, (long long)e->key.k, form_name((int)e->key.form),
-                   e->gemv ? "the GEMV, candidate " : "candidate ", best + 1, t->n_cand, bt, t0);
+                   e->gemv ? "the GEMV, candidate " : "candidate ", best + 1, t->n_cand, bt, t0, gemv_us);
         }
         tune_free(t);
     }
