@@ -5,9 +5,10 @@
 # the repository root (the -dev packages in .gpu-deps/ as for tests/gpu/run.sh):
 #   1. build tpinfer, tests/check_backend_ops; its matmul group (matmul_tuned: every
 #      candidate of every one-row form, the GEMV's included, against the CPU);
-#   2. bench/ab_decode.sh on Llama-3.2-1B's shape (b1, b2) and Llama-3-8B's (b1), the
-#      default and TPINFER_GEMV=0 interleaved GEMV_TUNED_REPEAT times (default 2), then one
-#      run at TPINFER_LOG=debug: which shapes the tuning gave the GEMV, and their times.
+#   2. bench/ab_decode.sh on Llama-3.2-1B's shape (b1, b2) and Llama-3-8B's (b1, b128), the
+#      default and TPINFER_GEMV=0 interleaved GEMV_TUNED_REPEAT times (default 2), then
+#      TPINFER_GEMV=one once (every one-row product to the GEMV, untimed), and one run at
+#      TPINFER_LOG=debug: which shapes the tuning gave the GEMV, and their times.
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-gt-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-gt-out}
@@ -21,9 +22,9 @@ else
 fi
 args=()
 for _ in $(seq "${GEMV_TUNED_REPEAT:-2}"); do args+=("" "TPINFER_GEMV=0"); done
-args+=("TPINFER_LOG=debug")
+args+=("TPINFER_GEMV=one" "TPINFER_LOG=debug")
 OUT=$OUTDIR/ab BENCH_SHAPES="llama-3.2-1b:2048:16:32:8:8192:128256 llama-3-8b:4096:32:32:8:14336:128256" \
-    BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1} BENCH_TPINFER=$B/tpinfer timeout 520 \
+    BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1 b128} BENCH_TPINFER=$B/tpinfer timeout 520 \
     bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
 while IFS= read -r line; do
     case $line in "| defaults"* | "| TPINFER_GEMV"*) record "ab" "$line" ;; esac
@@ -34,6 +35,6 @@ for log in "$OUTDIR/debug/ab-$n"/llama-*.log; do
     [ -f "$log" ] || continue
     run=$(basename "$log" .log)
     grep -o 'matmul: [0-9]* shapes tuned.*' "$log" | head -1 | while IFS= read -r l; do record "$run" "$l"; done
-    grep -o 'matmul tuned .*the GEMV.*' "$log" | while IFS= read -r l; do record "$run" "$l"; done
+    grep -o 'matmul tuned .* n=1 .*' "$log" | while IFS= read -r l; do record "$run" "$l"; done
 done
 print_results
