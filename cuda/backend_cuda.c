@@ -613,9 +613,9 @@ static tp_status cuda_qk_rope_attention(tp_backend *b, tp_tensor *q, tp_tensor *
     return cuda_attention(b, q, cache, batch, q_heads, scale, out);
 }
 
-static tp_status cuda_matmul_tune(tp_backend *b, int on, int *tuned)
+static tp_status cuda_matmul_tune(tp_backend *b, int on, int *count)
 {
-    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, tuned);
+    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, count);
 }
 
 // ----------------------------------------------------------------------------

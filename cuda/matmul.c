@@ -34,15 +34,17 @@
  * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
  * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and a call of one row
  * that the GEMV fits has the GEMV (in the call's form: plain, added, SwiGLU) for its second
- * candidate; its calls take them one after another, each candidate's first call untimed (its
- * kernel may load then), the next TUNE_SAMPLES timed with a pair of events around the call's
- * whole work (bias fill, product, SwiGLU); when tuning ends the one with the lowest median
- * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
- * timed calls is not compared: the last ones where a step has fewer calls of the shape than
- * the candidates take). The events time the GPU, which in these steps runs behind the host,
- * so the host's own call costs stay outside. A small model's batch-1 step gains most from the
- * GEMV: its kernels start while the one before ends (PDL), cuBLASLt's do not, which timing
- * each call alone does not even count.
+ * candidate (in place of cuBLASLt's last); its calls take them in turn, so that where in the
+ * step a call falls (the first layers' calls may wait for the host) weighs on each alike,
+ * each candidate's first call untimed (its kernel may load then), the next TUNE_SAMPLES
+ * timed with a pair of events around the call's whole work (bias fill, product, SwiGLU);
+ * when tuning ends the one with the lowest median stays (the heuristic's first unless another
+ * is 3 % faster; a candidate with fewer than two timed calls is not compared). A shape needs
+ * TUNE_CALLS calls for all, which the warm-up gives decode's shapes by repeating its steps
+ * where a model has fewer layers (tp_cuda_gemm_tune says how many). The events time the GPU,
+ * which in these steps runs behind the host, so the host's own call costs stay outside. A
+ * small model's batch-1 step gains most from the GEMV: its kernels start while the one before
+ * ends (PDL), cuBLASLt's do not, which timing each call alone does not even count.
  * In place, because a product's time depends on its neighbours: a decode step calls each
  * layer's product once, with other weights streaming in between, so its own weights are
  * never in L2; timed alone in a loop they are, and earlier attempts that timed candidates in
@@ -79,6 +81,7 @@
 #define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
 #define TUNE_CANDIDATES 8
 #define TUNE_SAMPLES 3 /* timed calls of each candidate, after an untimed one: 8 x 4 = one call per layer of a 32-layer step */
+#define TUNE_CALLS (TUNE_CANDIDATES * (1 + TUNE_SAMPLES)) /* a shape's calls that time every candidate */
 #define TUNE_MARGIN 0.97 /* another candidate replaces the heuristic's first when this much faster */
 
 /* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
@@ -90,15 +93,15 @@ typedef struct gemm_key {
 } gemm_key;
 
 /* A shape being tuned: its candidates, and each one's timed calls (event pairs). A call of
- * one row the GEMV can make has the GEMV for its second candidate (cand[gemv_at] unused). */
-#define TUNE_SLOTS (TUNE_CANDIDATES + 1)
+ * one row the GEMV can make has the GEMV for its second candidate (cand[gemv_at] unused)
+ * and one of cuBLASLt's fewer. */
 typedef struct tune_state {
-    int n_cand, next; /* candidates; the one the next call takes (n_cand: tuned) */
+    int n_cand, next; /* candidates; the one the next call takes */
     int gemv_at;      /* the GEMV's place among them, or -1 */
-    cublasLtMatmulAlgo_t cand[TUNE_SLOTS];
-    int calls[TUNE_SLOTS];   /* its calls: the first untimed, then up to TUNE_SAMPLES timed */
-    int samples[TUNE_SLOTS]; /* its timed calls */
-    cudaEvent_t ev[TUNE_SLOTS][TUNE_SAMPLES][2];
+    cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
+    int warm[TUNE_CANDIDATES];    /* its untimed first call made */
+    int samples[TUNE_CANDIDATES]; /* its timed calls */
+    cudaEvent_t ev[TUNE_CANDIDATES][TUNE_SAMPLES][2];
 } tune_state;
 
 typedef struct algo_entry {
@@ -303,18 +306,21 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
             *algo = c->algo;
             *gemv = c->gemv;
             if (t && recording(stream)) t = NULL; /* a recording keeps the heuristic's first, and no events */
-            if (t && t->next < t->n_cand) {
-                /* one candidate after another, so that each has its calls even in a model of
-                 * few layers: an untimed call (its kernel's first launch), then TUNE_SAMPLES
-                 * timed ones; after the last, cuBLASLt's first */
+            if (t) { /* the candidates in turn (so that where in the step a call falls weighs on
+                      * each alike): one untimed call (its kernel's first launch), then
+                      * TUNE_SAMPLES timed ones; after that, cuBLASLt's first */
                 const int cand = t->next;
-                *algo = t->cand[cand];
-                *gemv = cand == t->gemv_at;
-                if (t->calls[cand]++ > 0) {
+                if (!t->warm[cand]) {
+                    *algo = t->cand[cand];
+                    *gemv = cand == t->gemv_at;
+                    t->warm[cand] = 1;
+                } else if (t->samples[cand] < TUNE_SAMPLES) {
                     cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
                     if (!pair[0] && cudaEventCreate(&pair[0]) != cudaSuccess) pair[0] = NULL;
                     if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
                     if (pair[0] && pair[1]) {
+                        *algo = t->cand[cand];
+                        *gemv = cand == t->gemv_at;
                         ev[0] = pair[0];
                         ev[1] = pair[1];
                         t->samples[cand]++;
@@ -322,7 +328,7 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                         (void)cudaGetLastError(); /* no events: this call untimed */
                     }
                 }
-                if (t->calls[cand] > TUNE_SAMPLES) t->next++;
+                t->next = (cand + 1) % t->n_cand;
             }
             return TP_OK;
         }
@@ -376,11 +382,10 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         tune_state *t = calloc(1, sizeof *t);
         if (t) { /* without it the shape keeps the heuristic's first */
             t->gemv_at = -1;
-            for (int c = 0; c < found; c++) {
+            for (int c = 0; c < found && t->n_cand < TUNE_CANDIDATES; c++) {
                 if (res[c].state != CUBLAS_STATUS_SUCCESS || res[c].workspaceSize > g->workspace_bytes) continue;
                 t->cand[t->n_cand++] = res[c].algo;
-                /* second, so that a model of few layers still times it */
-                if (t->n_cand == 1 && a->one_row) t->gemv_at = t->n_cand++;
+                if (t->n_cand == 1 && a->one_row) t->gemv_at = t->n_cand++; /* second: timed before the last */
             }
             if (t->n_cand > 1) e->tune = t;
             else free(t);
@@ -425,9 +430,9 @@ static double tune_median(tune_state *t, int c)
     return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
 }
 
-tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count)
 {
-    if (tuned_out) *tuned_out = 0;
+    if (count) *count = on ? TUNE_CALLS : 0;
     if (on) {
         g->tuning = 1;
         return TP_OK;
@@ -467,7 +472,7 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
     if (tuned)
         tp_log(TP_LOG_DEBUG, "matmul: %d shapes tuned in place, %d changed (%d to the GEMV); one call of each: "
                "%.1f us, %.1f with cuBLASLt's first", tuned, changed, gemv_shapes, best_us, first_us);
-    if (tuned_out) *tuned_out = tuned;
+    if (count) *count = tuned;
     return TP_OK;
 }
 

@@ -27,10 +27,11 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
 void tp_cuda_gemm_destroy(tp_cuda_gemm *g); /* accepts NULL; the caller has synchronised */
 
 /* on = 1: 16-bit products of shapes first seen from now on (outside graph recordings) try
- * cuBLASLt's first candidates (and for one row the GEMV) in turn, each call timed; on = 0:
- * each such shape keeps its fastest (waits for the timed calls), and *tuned (may be NULL) is
- * how many shapes were chosen by their times. Only eager steps should run in between. */
-tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned);
+ * cuBLASLt's first candidates (and for one row the GEMV) in turn, each call timed, and
+ * *count (may be NULL) is how many calls of a shape time them all; on = 0: each such shape
+ * keeps its fastest (waits for the timed calls), and *count is how many shapes were chosen
+ * by their times. Only eager steps should run in between. */
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count);
 
 /* y [n, m] = x [n, k] @ w [m, k]^T + bias [1, m] (bias may be NULL), enqueued on stream.
  * Shapes and dtypes (f32/f16/bf16, any mix) were validated by the caller. */

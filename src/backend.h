@@ -232,10 +232,11 @@ struct tp_backend_ops {
     tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 
     /* Optional (NULL where matmul has nothing to choose): on = 1, matmuls of shapes first
-     * seen from now on try the library's candidate algorithms in turn, timed where they run;
-     * on = 0 keeps each shape's fastest and says in *tuned (may be NULL) how many shapes had
-     * their choice made by timing. Between the two, eager steps only (the warm-up). */
-    tp_status (*matmul_tune)(tp_backend *b, int on, int *tuned);
+     * seen from now on try the candidate algorithms in turn, timed where they run, and *count
+     * (may be NULL) says how many calls of one shape time them all; on = 0 keeps each shape's
+     * fastest and says in *count how many shapes had their choice made by timing. Between the
+     * two, eager steps only (the warm-up). */
+    tp_status (*matmul_tune)(tp_backend *b, int on, int *count);
 
     /* ---- a step enqueued before the previous one's tokens reach the host (optional:
      * NULL in a backend without them; then every step waits for the one before) ---- */

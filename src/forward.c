@@ -721,14 +721,15 @@ int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *bu
     return n > 0 ? n : 0;
 }
 
-/* A decode step at each graph batch size: recorded and replayed where buf->use_graphs, else eager. */
+/* A decode step at each graph batch size, reps times: recorded and replayed where
+ * buf->use_graphs, else eager. */
 static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
-                              int32_t *host)
+                              int32_t *host, int reps)
 {
     const int32_t cap = graph_cap(buf);
     for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
-        TP_CHECK(warm_step(m, kv, buf, tp, w, B, B, host, 0));
+        for (int r = 0; r < reps; r++) TP_CHECK(warm_step(m, kv, buf, tp, w, B, B, host, 0));
         if (B == cap) break;
     }
     return TP_OK;
@@ -752,7 +753,10 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
-    tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
+    int tune_calls = 0; /* calls of a shape that time all its candidates: decode's shapes get them */
+    tp_status st = tune ? b->ops->matmul_tune(b, 1, &tune_calls) : TP_OK;
+    const int tune_reps = m->dims.n_layers > 0 && tune_calls > m->dims.n_layers
+                              ? (int)TP_CEIL_DIV(tune_calls, m->dims.n_layers) : 1;
     if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, seqs, host, 1);
     if (st == TP_OK && w->after_prefill) st = w->after_prefill(w->beat_arg, n); /* the next stage's input */
     if (st == TP_OK && f > 0 && seqs_f > 0) {
@@ -766,11 +770,12 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
                (int)f, (int)seqs_f, (int)w->first_seqs);
     }
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
-     * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
+     * tuning: each graph's batch size eagerly, so the recordings take tuned products (more
+     * than once where the stage has fewer layers than a shape's tuning takes calls) */
     if (st == TP_OK && graphs && (w->sampled || tune)) {
         buf->use_graphs = 0;
         if (w->sampled) st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
-        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host);
+        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host, tune_reps);
         buf->use_graphs = 1;
     }
     if (tune) {
@@ -780,14 +785,14 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
     /* recorded, then replayed once */
-    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host);
+    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host, 1);
     if (st == TP_OK && graphs && w->unsampled) { /* the graphs whose logits stay on the device */
         tp_warm_up bare = *w;
         bare.ids = NULL;
         bare.logits = NULL;
         bare.sample_rows = NULL;
         bare.sample_out = NULL;
-        st = warm_buckets(m, kv, buf, tp, &bare, host);
+        st = warm_buckets(m, kv, buf, tp, &bare, host, 1);
     }
     if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);
