@@ -9,6 +9,7 @@
 #      default and TPINFER_GEMV=0 interleaved GEMV_TUNED_REPEAT times (default 2), then
 #      TPINFER_GEMV=one once (every one-row product to the GEMV, untimed), and one run at
 #      TPINFER_LOG=debug: which shapes the tuning gave the GEMV, and their times.
+#      GEMV_TUNED_BASE=PATH: another build's tpinfer in each round too (the tree before).
 # Prints a table last; logs in $OUT (default /tmp/tpinfer-gt-out).
 set -u
 OUTDIR=${OUT:-/tmp/tpinfer-gt-out}
@@ -21,13 +22,16 @@ else
     record "check_backend_ops matmul" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-matmul.log" | tr '|' '/' | cut -c1-200)"
 fi
 args=()
-for _ in $(seq "${GEMV_TUNED_REPEAT:-2}"); do args+=("" "TPINFER_GEMV=0"); done
+for _ in $(seq "${GEMV_TUNED_REPEAT:-2}"); do
+    args+=("" "TPINFER_GEMV=0")
+    [ -n "${GEMV_TUNED_BASE:-}" ] && args+=("BENCH_TPINFER=$GEMV_TUNED_BASE")
+done
 args+=("TPINFER_GEMV=one" "TPINFER_LOG=debug")
 OUT=$OUTDIR/ab BENCH_SHAPES="llama-3.2-1b:2048:16:32:8:8192:128256 llama-3-8b:4096:32:32:8:14336:128256" \
     BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1 b128} BENCH_TPINFER=$B/tpinfer timeout 520 \
     bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
 while IFS= read -r line; do
-    case $line in "| defaults"* | "| TPINFER_GEMV"*) record "ab" "$line" ;; esac
+    case $line in "| defaults"* | "| TPINFER_GEMV"* | "| BENCH_TPINFER"*) record "ab" "$line" ;; esac
 done <"$OUTDIR/ab.log"
 n=${#args[@]}
 mkdir -p "$OUTDIR/debug" && tar -C "$OUTDIR/debug" -xzf "$OUTDIR/ab/ab-logs.tar.gz" "ab-$n" 2>/dev/null
