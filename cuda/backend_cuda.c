@@ -618,6 +618,11 @@ static tp_status cuda_matmul_tune(tp_backend *b, int on, int *count)
     return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, count);
 }
 
+static int cuda_matmul_one_row(tp_backend *b, int own)
+{
+    return tp_cuda_gemm_one_row(ctx_of(b)->gemm, own);
+}
+
 // ----------------------------------------------------------------------------
 // graphs: a decode step recorded once per batch size and replayed (NCCL calls included)
 
@@ -784,6 +789,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .download_start = */ cuda_download_start,
     /* .download_wait  = */ cuda_download_wait,
     /* .profile_range  = */ cuda_profile_range,
+    /* .matmul_one_row = */ cuda_matmul_one_row,
     /* .destroy      = */ cuda_destroy,
 };
 

@@ -15,16 +15,18 @@
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
  * For n <= 8 rows (decode) the time is that of reading w once. cuBLASLt reads it at 3.4 to
- * 4.4 TB/s on an H200 (bench/RESULTS.md), mostly faster than gemv.cu's kernel, so by default
- * products go to cuBLASLt, the MLP's gate|up product too, then swiglu.cu (on an H200 at tp=1
- * 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU as it writes),
- * but for a product of one row that the tuning below timed faster through the GEMV. Where
- * TPINFER_GEMV was set when the state was created, the GEMV takes the shapes it fits
- * (tp_cuda_gemv_fits: dtypes, 16-byte alignment) without timing: "all" every product of up
- * to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small enough
- * that the GEMV wins), "one" every product of one row, the adds by its add form
- * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights), "0" none (cuBLASLt
- * alone), any other value the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
+ * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so by default every
+ * product goes to cuBLASLt, the MLP's gate|up product too, then swiglu.cu: on an H200 at
+ * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
+ * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
+ * alignment) where TPINFER_GEMV was set when the state was created: "all" for every product
+ * of up to 8 rows but the adds (the engine sets it at tp > 1, where the slices are small
+ * enough that the GEMV wins), "one" for every product of one row, the adds by its add form
+ * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights; a small model's
+ * batch-1 step gains, its kernels overlapping under PDL where cuBLASLt's do not), any other
+ * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them). Where it
+ * is unset, the warm-up times the batch-1 decode step both ways and keeps the faster
+ * (tp_cuda_gemm_one_row: "one" or none): timing each product alone would miss the overlap.
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -32,19 +34,14 @@
  * a hashed table of 256 (TPINFER_LOG=debug reports the queries and their host time).
  *
  * Tuning in place (tp_cuda_gemm_tune, the warm-up's eager steps): a 16-bit shape first seen
- * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and a call of one row
- * that the GEMV fits has the GEMV (in the call's form: plain, added, SwiGLU) for its second
- * candidate (in place of cuBLASLt's last); its calls take them in turn, so that where in the
- * step a call falls (the first layers' calls may wait for the host) weighs on each alike,
- * each candidate's first call untimed (its kernel may load then), the next TUNE_SAMPLES
- * timed with a pair of events around the call's whole work (bias fill, product, SwiGLU);
- * when tuning ends the one with the lowest median stays (the heuristic's first unless another
- * is 3 % faster; a candidate with fewer than two timed calls is not compared). A shape needs
- * TUNE_CALLS calls for all, which the warm-up gives decode's shapes by repeating its steps
- * where a model has fewer layers (tp_cuda_gemm_tune says how many). The events time the GPU,
- * which in these steps runs behind the host, so the host's own call costs stay outside. A
- * small model's batch-1 step gains most from the GEMV: its kernels start while the one before
- * ends (PDL), cuBLASLt's do not, which timing each call alone does not even count.
+ * while tuning gets the heuristic's first TUNE_CANDIDATES algorithms, and its calls take them
+ * in turn, each candidate's first call untimed (its kernel may load then), the next
+ * TUNE_SAMPLES timed with a pair of events; when tuning ends the one with the lowest median
+ * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
+ * timed calls is not compared). A shape needs TUNE_CALLS calls to time them all, which the
+ * warm-up gives decode's shapes by repeating its steps where a model has fewer layers
+ * (tp_cuda_gemm_tune says how many). The events time the GPU, which
+ * in these steps runs behind the host, so the host's own call costs stay outside.
  * In place, because a product's time depends on its neighbours: a decode step calls each
  * layer's product once, with other weights streaming in between, so its own weights are
  * never in L2; timed alone in a loop they are, and earlier attempts that timed candidates in
@@ -88,16 +85,12 @@
 typedef struct gemm_key {
     int32_t ab_type, d_type;
     int64_t m, n, k, lda, ldb, ldd;
-    uint32_t align_a, align_b, align_d;
-    uint32_t form; /* TP_GEMV_*: what the call makes of the product (cuBLASLt's path: its epilogue) */
+    uint32_t align_a, align_b, align_d, unused;
 } gemm_key;
 
-/* A shape being tuned: its candidates, and each one's timed calls (event pairs). A call of
- * one row the GEMV can make has the GEMV for its second candidate (cand[gemv_at] unused)
- * and one of cuBLASLt's fewer. */
+/* A shape being tuned: its candidates, and each one's timed calls (event pairs). */
 typedef struct tune_state {
     int n_cand, next; /* candidates; the one the next call takes */
-    int gemv_at;      /* the GEMV's place among them, or -1 */
     cublasLtMatmulAlgo_t cand[TUNE_CANDIDATES];
     int warm[TUNE_CANDIDATES];    /* its untimed first call made */
     int samples[TUNE_CANDIDATES]; /* its timed calls */
@@ -108,7 +101,6 @@ typedef struct algo_entry {
     gemm_key key;
     cublasLtMatmulAlgo_t algo;
     int valid;
-    int gemv;         /* tuned: the GEMV was the fastest, so calls of this key take it */
     tune_state *tune; /* while the state tunes and this shape has more than one candidate */
 } algo_entry;
 
@@ -124,21 +116,14 @@ struct tp_cuda_gemm {
     double query_seconds; /* prints them when the state is destroyed */
     int tuning;           /* tp_cuda_gemm_tune(g, 1) .. (g, 0) */
     int sms;  /* multiprocessors of the device (the GEMV's grid) */
-    int gemv; /* GEMV_*: which products take the GEMV (TPINFER_GEMV) */
+    int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
+               * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
+               * value): the fused gate/up+SwiGLU alone */
+    int gemv_env; /* TPINFER_GEMV was set: tp_cuda_gemm_one_row leaves gemv as it is */
     size_t gemv_one_max; /* 3: only products of at most this many bytes of weights (TPINFER_GEMV_ONE_MAX_MB) */
 };
 
-/* TPINFER_GEMV: which products go to the GEMV rather than cuBLASLt */
-enum {
-    GEMV_TUNED,  /* unset: a product of one row where tuning found the GEMV faster */
-    GEMV_NONE,   /* 0: none */
-    GEMV_SWIGLU, /* any value but those named: the fused gate/up + SwiGLU alone */
-    GEMV_ALL,    /* all: every one of up to 8 rows it fits but the adds */
-    GEMV_ONE     /* one: every one of one row it fits, adds included */
-};
-
-/* One product: cuBLASLt's call D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major,
- * with what the call does around it; and where one_row, the same call as the GEMV's. */
+/* One cuBLASLt call: D (m x n, ld ldd) = A^T . B (+ D when beta = 1), column-major. */
 typedef struct gemm_args {
     tp_dtype ab;      /* A and B */
     const void *a;    /* w: (k x m), lda */
@@ -150,12 +135,6 @@ typedef struct gemm_args {
     int64_t ldd;
     int64_t m, n, k;
     float beta;       /* 0, or 1 to add to what D holds */
-    int form;         /* TP_GEMV_*; SWIGLU: out = silu(gate) * up of D after the product */
-    tp_tensor dview;  /* D as a tensor (the bias fill's and the SwiGLU's) */
-    tp_tensor bias;   /* data NULL, or written into D before the product (beta 1) */
-    tp_tensor out;    /* SWIGLU */
-    int one_row;      /* the GEMV can make this call too (x, w): a candidate while tuning */
-    tp_tensor x, w;
 } gemm_args;
 
 static cudaDataType_t cuda_type(tp_dtype dt)
@@ -218,10 +197,8 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaGetDevice(&device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
-    g->gemv = !env || !*env ? GEMV_TUNED
-              : !strcmp(env, "0") ? GEMV_NONE
-              : !strcmp(env, "all") ? GEMV_ALL
-              : !strcmp(env, "one") ? GEMV_ONE : GEMV_SWIGLU;
+    g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
+    g->gemv_env = env && *env;
     g->gemv_one_max = gemv_one_max();
     *out = g;
     return TP_OK;
@@ -267,16 +244,14 @@ static int recording(cudaStream_t stream)
     return cs != cudaStreamCaptureStatusNone;
 }
 
-/* The algorithm of this call, or *gemv = 1 where the GEMV makes it, and when it is a timed
- * call of a shape being tuned, the pair of events to record around it (else ev[0] = ev[1] =
- * NULL). */
+/* The algorithm of this call, and when it is a timed call of a shape being tuned, the pair of
+ * events to record around it (else ev[0] = ev[1] = NULL). */
 static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDesc_t op,
                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                            cublasLtMatrixLayout_t ld, cudaStream_t stream, cublasLtMatmulAlgo_t *algo,
-                           int *gemv, cudaEvent_t ev[2])
+                           cudaEvent_t ev[2])
 {
     ev[0] = ev[1] = NULL;
-    *gemv = 0;
     gemm_key key;
     memset(&key, 0, sizeof key);
     key.ab_type = (int32_t)a->ab;
@@ -290,7 +265,6 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     key.align_a = alignment(a->a);
     key.align_b = alignment(a->b);
     key.align_d = alignment(a->dptr);
-    key.form = (uint32_t)a->form;
     /* FNV-1a over the key, then a short linear probe */
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < sizeof key; i++) h = (h ^ ((const unsigned char *)&key)[i]) * 1099511628211ull;
@@ -304,15 +278,12 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
         if (!memcmp(&c->key, &key, sizeof key)) {
             tune_state *t = c->tune;
             *algo = c->algo;
-            *gemv = c->gemv;
             if (t && recording(stream)) t = NULL; /* a recording keeps the heuristic's first, and no events */
-            if (t) { /* the candidates in turn (so that where in the step a call falls weighs on
-                      * each alike): one untimed call (its kernel's first launch), then
-                      * TUNE_SAMPLES timed ones; after that, cuBLASLt's first */
+            if (t) { /* the candidates in turn: one untimed call (its kernel's first launch), then
+                      * TUNE_SAMPLES timed ones; after that, the heuristic's first */
                 const int cand = t->next;
                 if (!t->warm[cand]) {
                     *algo = t->cand[cand];
-                    *gemv = cand == t->gemv_at;
                     t->warm[cand] = 1;
                 } else if (t->samples[cand] < TUNE_SAMPLES) {
                     cudaEvent_t *pair = t->ev[cand][t->samples[cand]];
@@ -320,7 +291,6 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
                     if (!pair[1] && cudaEventCreate(&pair[1]) != cudaSuccess) pair[1] = NULL;
                     if (pair[0] && pair[1]) {
                         *algo = t->cand[cand];
-                        *gemv = cand == t->gemv_at;
                         ev[0] = pair[0];
                         ev[1] = pair[1];
                         t->samples[cand]++;
@@ -378,15 +348,12 @@ static tp_status find_algo(tp_cuda_gemm *g, const gemm_args *a, cublasLtMatmulDe
     e->key = key;
     e->algo = res[0].algo;
     e->valid = 1;
-    if (tune && (found > 1 || a->one_row)) {
+    if (tune && found > 1) {
         tune_state *t = calloc(1, sizeof *t);
         if (t) { /* without it the shape keeps the heuristic's first */
-            t->gemv_at = -1;
-            for (int c = 0; c < found && t->n_cand < TUNE_CANDIDATES; c++) {
-                if (res[c].state != CUBLAS_STATUS_SUCCESS || res[c].workspaceSize > g->workspace_bytes) continue;
-                t->cand[t->n_cand++] = res[c].algo;
-                if (t->n_cand == 1 && a->one_row) t->gemv_at = t->n_cand++; /* second: timed before the last */
-            }
+            for (int c = 0; c < found; c++)
+                if (res[c].state == CUBLAS_STATUS_SUCCESS && res[c].workspaceSize <= g->workspace_bytes)
+                    t->cand[t->n_cand++] = res[c].algo;
             if (t->n_cand > 1) e->tune = t;
             else free(t);
         }
@@ -397,11 +364,6 @@ done:
     g->queries++;
     g->query_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     return st;
-}
-
-static const char *form_name(int form)
-{
-    return form == TP_GEMV_ADD ? "added" : form == TP_GEMV_SWIGLU ? "with SwiGLU" : "plain";
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -430,6 +392,13 @@ static double tune_median(tune_state *t, int c)
     return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
 }
 
+int tp_cuda_gemm_one_row(tp_cuda_gemm *g, int gemv)
+{
+    if (g->gemv_env) return 0;
+    g->gemv = gemv ? 3 : 0;
+    return 1;
+}
+
 tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count)
 {
     if (count) *count = on ? TUNE_CALLS : 0;
@@ -438,7 +407,7 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count)
         return TP_OK;
     }
     g->tuning = 0;
-    int tuned = 0, changed = 0, gemv_shapes = 0;
+    int tuned = 0, changed = 0;
     double first_us = 0.0, best_us = 0.0;
     for (int i = 0; i < ALGO_CACHE; i++) {
         algo_entry *e = &g->algos[i];
@@ -458,30 +427,18 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count)
             changed += best != 0;
             first_us += t0;
             best_us += bt;
-            e->gemv = best == t->gemv_at;
-            if (!e->gemv) e->algo = t->cand[best];
-            gemv_shapes += e->gemv;
-            const double gemv_us = t->gemv_at >= 0 ? tune_median(t, t->gemv_at) : -1.0;
-            tp_log(TP_LOG_DEBUG, "matmul tuned %s m=%lld n=%lld k=%lld (%s): %s%d of %d, %.1f us against cuBLASLt's "
-                   "first %.1f us (the GEMV: %.1f us)", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
-                   (long long)e->key.n, (long long)e->key.k, form_name((int)e->key.form),
-                   e->gemv ? "the GEMV, candidate " : "candidate ", best + 1, t->n_cand, bt, t0, gemv_us);
+            e->algo = t->cand[best];
+            tp_log(TP_LOG_DEBUG, "cuBLASLt tuned %s m=%lld n=%lld k=%lld: candidate %d of %d, %.1f us against the "
+                   "heuristic's first %.1f us", tp_dtype_name((tp_dtype)e->key.ab_type), (long long)e->key.m,
+                   (long long)e->key.n, (long long)e->key.k, best + 1, t->n_cand, bt, t0);
         }
         tune_free(t);
     }
     if (tuned)
-        tp_log(TP_LOG_DEBUG, "matmul: %d shapes tuned in place, %d changed (%d to the GEMV); one call of each: "
-               "%.1f us, %.1f with cuBLASLt's first", tuned, changed, gemv_shapes, best_us, first_us);
+        tp_log(TP_LOG_DEBUG, "cuBLASLt: %d shapes tuned in place, %d changed; one call of each: %.1f us, %.1f with "
+               "the heuristic's first", tuned, changed, best_us, first_us);
     if (count) *count = tuned;
     return TP_OK;
-}
-
-/* a->form's work after cuBLASLt's product: out = silu(gate) * up of D = [gate | up] */
-static tp_status epilogue(const gemm_args *a, cudaStream_t stream)
-{
-    if (a->form != TP_GEMV_SWIGLU) return TP_OK;
-    const int64_t m = a->out.cols;
-    return tp_cuda_swiglu(tp_tensor_cols(&a->dview, 0, m), tp_tensor_cols(&a->dview, m, m), a->out, stream);
 }
 
 static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stream)
@@ -502,19 +459,11 @@ static tp_status gemm_run(tp_cuda_gemm *g, const gemm_args *a, cudaStream_t stre
     TP_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&ld, cuda_type(a->d), (uint64_t)a->m, (uint64_t)a->n, a->ldd),
                    st, done);
     cudaEvent_t ev[2];
-    int gemv = 0;
-    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, stream, &algo, &gemv, ev), st, done);
+    TP_CHECK_GOTO(find_algo(g, a, op, la, lb, ld, stream, &algo, ev), st, done);
     if (ev[0]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[0], stream), st, done);
-    if (gemv) { /* the bias and the form in the GEMV's own epilogue */
-        TP_CHECK_GOTO(tp_cuda_gemv(a->x, a->w, a->bias, a->form == TP_GEMV_SWIGLU ? a->out : a->dview, a->form,
-                                   g->sms, stream), st, done);
-    } else {
-        if (a->bias.data) TP_CHECK_GOTO(tp_cuda_bias_fill(a->dview, a->bias, stream), st, done);
-        TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
-                                      &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
-                       st, done);
-        TP_CHECK_GOTO(epilogue(a, stream), st, done);
-    }
+    TP_CUBLAS_GOTO(cublasLtMatmul(g->lt, op, &alpha, a->a, la, a->b, lb, &a->beta, a->dptr, ld, a->dptr, ld,
+                                  &algo, g->workspace, g->workspace_bytes, (cudaStream_t)stream),
+                   st, done);
     if (ev[1]) TP_CUDA_CHECK_GOTO(cudaEventRecord(ev[1], stream), st, done);
 done:
     if (ld) cublasLtMatrixLayoutDestroy(ld);
@@ -525,56 +474,35 @@ done:
 }
 
 // ----------------------------------------------------------------------------
-// y = x @ w^T + bias, or (add) y += x @ w^T, or (swiglu) out = silu(gate) * up of y
+// y = x @ w^T + bias, or (add) y += x @ w^T
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static size_t weight_bytes(const tp_tensor *w) { return (size_t)(w->rows * w->cols) * tp_dtype_size(w->dtype); }
 
-/* Whether TPINFER_GEMV sends this call to the GEMV outright (GEMV_TUNED: only by tuning). */
-static int gemv_set(const tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias, int form)
-{
-    if (!tp_cuda_gemv_fits(x, w) || (form == TP_GEMV_ADD && bias)) return 0;
-    switch (g->gemv) {
-    case GEMV_ALL: return form != TP_GEMV_ADD;
-    case GEMV_ONE: return x->rows == 1 && weight_bytes(w) <= g->gemv_one_max;
-    case GEMV_SWIGLU: return form == TP_GEMV_SWIGLU;
-    default: return 0;
-    }
-}
-
-/* form: TP_GEMV_PLAIN (y = x @ w^T + bias), TP_GEMV_ADD (y += x @ w^T, y f32, no bias: beta 1
- * on y as it is, so D is never converted) or TP_GEMV_SWIGLU (y = [gate | up] = x @ w^T + bias,
- * then out = silu(gate) * up; the GEMV writes out alone) */
+/* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
 static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
-                             const tp_tensor *y, int form, const tp_tensor *out, cudaStream_t stream)
+                             const tp_tensor *y, int add, cudaStream_t stream)
 {
     const int64_t n = x->rows, k = x->cols, m = w->rows;
     tp_tensor none;
     memset(&none, 0, sizeof none);
     const tp_tensor bv = bias ? *bias : none;
-    const int add = form == TP_GEMV_ADD;
     const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
-    if (gemv_set(g, x, w, bias, form)) /* k >= 1 */
-        return tp_cuda_gemv(*x, *w, bv, form == TP_GEMV_SWIGLU ? *out : *y, form, g->sms, stream);
-    if (k == 0) { /* empty sums: y = bias, or zeros */
-        if (!add) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
-        return form == TP_GEMV_SWIGLU ? tp_cuda_swiglu(tp_tensor_cols(y, 0, out->cols),
-                                                       tp_tensor_cols(y, out->cols, out->cols), *out, stream)
-                                      : TP_OK;
-    }
+    if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
+    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
+        return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
+    if (g->gemv == 3 && n == 1 && weight_bytes(w) <= g->gemv_one_max && tp_cuda_gemv_fits(x, w) && !(add && bias))
+        return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
     const tp_dtype dt = y->dtype == ab || y->dtype == TP_DTYPE_F32 ? y->dtype : TP_DTYPE_F32;
     const int conv_x = x->dtype != ab, conv_w = w->dtype != ab, conv_d = dt != y->dtype; /* add: y f32, so not d */
     if (!conv_x && !conv_w && !conv_d) {
-        gemm_args a = {.ab = ab, .a = w->data, .lda = w->stride, .b = x->data, .ldb = x->stride, .d = dt,
-                       .dptr = y->data, .ldd = y->stride, .m = m, .n = n, .k = k, .beta = beta, .form = form,
-                       .dview = *y, .bias = bv, .out = out ? *out : none, .x = *x, .w = *w};
-        /* one row: the GEMV is a candidate when products are tuned (GEMV_TUNED, the default) */
-        a.one_row = g->gemv == GEMV_TUNED && n == 1 && tp_cuda_gemv_fits(x, w) && !(add && bias);
+        if (bias) TP_CHECK(tp_cuda_bias_fill(*y, bv, stream));
+        gemm_args a = {ab, w->data, w->stride, x->data, x->stride, dt, y->data, y->stride, m, n, k, beta};
         return gemm_run(g, &a, stream);
     }
 
@@ -613,33 +541,41 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
             const tp_tensor yr = tp_tensor_rows(y, n0, nc);
             const tp_tensor yv = tp_tensor_cols(&yr, m0, mc);
             const tp_tensor dv = conv_d ? tp_tensor_make(sd, TP_DTYPE_F32, nc, mc) : yv;
-            gemm_args a = {.ab = ab, .a = wv.data, .lda = wv.stride, .b = xv.data, .ldb = xv.stride, .d = dv.dtype,
-                           .dptr = dv.data, .ldd = dv.stride, .m = mc, .n = nc, .k = k, .beta = beta,
-                           .form = add ? TP_GEMV_ADD : TP_GEMV_PLAIN, .dview = dv, .bias = bc};
+            if (bias) TP_CHECK(tp_cuda_bias_fill(dv, bc, stream));
+            gemm_args a = {ab, wv.data, wv.stride, xv.data, xv.stride, dv.dtype, dv.data, dv.stride, mc, nc, k, beta};
             TP_CHECK(gemm_run(g, &a, stream));
             if (conv_d) TP_CHECK(tp_cuda_convert(dv, yv, stream));
         }
     }
-    return form == TP_GEMV_SWIGLU ? tp_cuda_swiglu(tp_tensor_cols(y, 0, out->cols),
-                                                   tp_tensor_cols(y, out->cols, out->cols), *out, stream)
-                                  : TP_OK;
+    return TP_OK;
 }
 
 tp_status tp_cuda_matmul(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                          const tp_tensor *y, cudaStream_t stream)
 {
-    return matmul_into(g, x, w, bias, y, TP_GEMV_PLAIN, NULL, stream);
+    return matmul_into(g, x, w, bias, y, 0, stream);
 }
 
 tp_status tp_cuda_matmul_add(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *y,
                              cudaStream_t stream)
 {
-    return matmul_into(g, x, w, NULL, y, TP_GEMV_ADD, NULL, stream);
+    return matmul_into(g, x, w, NULL, y, 1, stream);
 }
+
+// ----------------------------------------------------------------------------
+// out = silu(gate) * up where [gate | up] = x @ w^T + bias
 
 tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                                 const tp_tensor *gate_up, const tp_tensor *out, cudaStream_t stream)
 {
-    if (out->rows == 0 || out->cols == 0) return TP_OK;
-    return matmul_into(g, x, w, bias, gate_up, TP_GEMV_SWIGLU, out, stream);
+    const int64_t m = out->cols;
+    if (out->rows == 0 || m == 0) return TP_OK;
+    /* the GEMV: no gate_up round trip (fits implies k >= 1) */
+    if ((g->gemv == 3 ? x->rows == 1 && weight_bytes(w) <= g->gemv_one_max : g->gemv) && tp_cuda_gemv_fits(x, w)) {
+        tp_tensor none;
+        memset(&none, 0, sizeof none);
+        return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
+    }
+    TP_CHECK(tp_cuda_matmul(g, x, w, bias, gate_up, stream));
+    return tp_cuda_swiglu(tp_tensor_cols(gate_up, 0, m), tp_tensor_cols(gate_up, m, m), *out, stream);
 }

@@ -262,6 +262,10 @@ struct tp_backend_ops {
     /* Optional: a profiler's capture range (on GPUs cudaProfilerStart / Stop), so that a
      * profiler started with capture off sees only the steps TPINFER_PROFILE_STEPS names. */
     void (*profile_range)(tp_backend *b, int on);
+    /* Optional: products of one row from now on through the backend's own kernel (own = 1)
+     * or the library's (0), for the warm-up to time a batch-1 step both ways; returns 0 where
+     * the choice is not the warm-up's to make (the user's setting stands). */
+    int (*matmul_one_row)(tp_backend *b, int own);
 
     void (*destroy)(tp_backend *b);
 };

@@ -735,6 +735,46 @@ static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     return TP_OK;
 }
 
+static void drop_graphs(tp_backend *b, tp_step_buffers *buf, int bucket)
+{
+    for (int o = 0; o < 3; o++) {
+        if (b->ops->graph_free) b->ops->graph_free(b, buf->graphs[o][bucket]);
+        buf->graphs[o][bucket] = NULL;
+    }
+}
+
+/* A batch-1 decode step both ways, where the backend lets the warm-up choose: a small model's
+ * is faster with the backend's own one-row products (their kernels start while the one
+ * before ends), a large one's with the library's, which reads big weights faster; timing
+ * each product alone would miss the overlap, so whole steps are timed. Each way: its graph
+ * recorded, then ONE_ROW_STEPS steps, each way twice in turn; the backend's own stays where
+ * it was 1 % faster. */
+#define ONE_ROW_STEPS 8
+static tp_status choose_one_row(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp,
+                                const tp_warm_up *w, int32_t *host)
+{
+    tp_backend *b = m->backend;
+    double secs[2] = {0.0, 0.0}; /* [own] */
+    for (int k = 0; k < 4; k++) {
+        const int own = (k == 1 || k == 2); /* library, own, own, library */
+        if (!b->ops->matmul_one_row(b, own)) return TP_OK;
+        drop_graphs(b, buf, 0);
+        TP_CHECK(warm_step(m, kv, buf, tp, w, 1, 1, host, 0)); /* recorded, replayed once */
+        TP_CHECK(b->ops->synchronize(b));
+        const double t0 = tp_monotonic_s();
+        for (int i = 0; i < ONE_ROW_STEPS; i++) TP_CHECK(warm_step(m, kv, buf, tp, w, 1, 1, host, 0));
+        TP_CHECK(b->ops->synchronize(b));
+        secs[own] += tp_monotonic_s() - t0;
+    }
+    const int own = secs[1] < 0.99 * secs[0];
+    b->ops->matmul_one_row(b, own);
+    drop_graphs(b, buf, 0);
+    tp_log(TP_LOG_DEBUG, "warm-up: a batch-1 step takes %.3f ms with the backend's own one-row products, %.3f ms with "
+           "the library's: %s kept", 5e2 * secs[1] / ONE_ROW_STEPS, 5e2 * secs[0] / ONE_ROW_STEPS,
+           own ? "its own" : "the library's");
+    return TP_OK;
+}
+
 tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w)
 {
     const int32_t len = warm_len(kv, buf, w), n = tp_model_warm_up_tokens(kv, buf, w);
@@ -784,6 +824,8 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         if (st == TP_OK) st = off;
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
+    if (st == TP_OK && graphs && tune && b->ops->matmul_one_row && buf->use_graphs)
+        st = choose_one_row(m, kv, buf, tp, w, host);
     /* recorded, then replayed once */
     if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host, 1);
     if (st == TP_OK && graphs && w->unsampled) { /* the graphs whose logits stay on the device */

@@ -443,12 +443,13 @@ START_TEST(matmul_add_cases)
 }
 END_TEST
 
-/* matmul_tune: 16-bit products of shapes first seen while tuning take the candidates in turn
- * (up to 8: cuBLASLt's, and for one row the GEMV second; one untimed and 3 timed calls each:
- * the calls that matmul_tune says take every one, and then the first again), and tuning off
- * keeps the fastest (every shape's by timing here). Every form a product of one row has (plain,
- * with a bias, added into y, SwiGLU), and a 128-row product; every call's result, under each
- * candidate and after, against the CPU's same calls, and the output's guards. */
+/* matmul_tune: 16-bit products of shapes first seen while tuning take the library's candidate
+ * algorithms in turn (up to 8, one untimed and 3 timed calls each: the calls that matmul_tune
+ * says take every one, and then the first again), and tuning off keeps the fastest (every
+ * shape's by timing here). Every form a product has (plain, with a bias, added into y, SwiGLU)
+ * at one row, and a 128-row product; every call's result, under each candidate and after,
+ * against the CPU's same calls, and the output's guards. Then matmul_one_row: the same
+ * calls through the backend's own one-row kernel, and back through the library's. */
 enum { TUNED_PLAIN, TUNED_BIAS, TUNED_ADD, TUNED_SWIGLU };
 
 typedef struct tuned_case {
@@ -518,6 +519,19 @@ START_TEST(matmul_tuned)
             tuned_call(&cases[i], 0, "tuned");
             tuned_call(&cases[i], 1, "tuned");
             pt_guards("matmul tuned y", &cases[i].y);
+        }
+        if (!gb->ops->matmul_one_row) continue;
+        const char *env = getenv("TPINFER_GEMV"); /* set: the user's choice stands */
+        for (int own = 1; own >= 0; own--) {
+            const int applies = gb->ops->matmul_one_row(gb, own);
+            ck_assert_msg(applies == !(env && *env), "matmul_one_row(%d) gave %d with TPINFER_GEMV=%s", own, applies,
+                          env ? env : "(unset)");
+            if (!applies) break;
+            for (int i = 0; i < n_cases; i++) {
+                tuned_call(&cases[i], 0, own ? "one row, own" : "one row, library");
+                tuned_call(&cases[i], 1, own ? "one row, own" : "one row, library");
+                pt_guards("matmul one-row y", &cases[i].y);
+            }
         }
     }
 }
