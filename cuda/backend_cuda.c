@@ -613,9 +613,14 @@ static tp_status cuda_qk_rope_attention(tp_backend *b, tp_tensor *q, tp_tensor *
     return cuda_attention(b, q, cache, batch, q_heads, scale, out);
 }
 
-static tp_status cuda_matmul_tune(tp_backend *b, int on, int *tuned)
+static tp_status cuda_matmul_tune(tp_backend *b, int on, int *count)
 {
-    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, tuned);
+    return tp_cuda_gemm_tune(ctx_of(b)->gemm, on, count);
+}
+
+static int cuda_matmul_one_row(tp_backend *b, int own)
+{
+    return tp_cuda_gemm_one_row(ctx_of(b)->gemm, own);
 }
 
 // ----------------------------------------------------------------------------
@@ -784,6 +789,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .download_start = */ cuda_download_start,
     /* .download_wait  = */ cuda_download_wait,
     /* .profile_range  = */ cuda_profile_range,
+    /* .matmul_one_row = */ cuda_matmul_one_row,
     /* .destroy      = */ cuda_destroy,
 };
 

@@ -3,7 +3,8 @@
  * same product with silu(gate) * up fused on (matmul_swiglu: w [2m, k] is gate rows then
  * up rows; out[:, j] = silu(gate row j) * (up row j), no gate_up round trip), or added
  * into y (y += x @ w^T, matmul_add's form: o and down into the residual). matmul.c sends
- * products here only under TPINFER_GEMV, which the engine sets at tp > 1. At such n
+ * products here under TPINFER_GEMV, which the engine sets at tp > 1, and those of one row
+ * where the warm-up timed a batch-1 step faster so (tp_cuda_gemm_one_row). At such n
  * the time is the time to stream w once, so the kernel is built for bandwidth:
  *  - a group of G warps (G = 1, 2 or 4) owns R rows of w and splits k between its threads
  *    in 16-byte chunks; a block holds 4 warps, so 4 / G groups. Each thread has U chunks

@@ -24,7 +24,9 @@
  * enough that the GEMV wins), "one" for every product of one row, the adds by its add form
  * (TPINFER_GEMV_ONE_MAX_MB: those of at most that many MiB of weights; a small model's
  * batch-1 step gains, its kernels overlapping under PDL where cuBLASLt's do not), any other
- * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them).
+ * value but 0 for the fused gate|up + SwiGLU alone (bench/gpu_matmul compares them). Where it
+ * is unset, the warm-up times the batch-1 decode step both ways and keeps the faster
+ * (tp_cuda_gemm_one_row: "one" or none): timing each product alone would miss the overlap.
  * Conversions go through a fixed scratch buffer in tiles of rows, all on the stream.
  * The bias is written into D first (bias_fill) and the product added with beta = 1, so a
  * biased 16-bit output is rounded once. Algorithms are chosen once per (types, shape,
@@ -36,7 +38,9 @@
  * in turn, each candidate's first call untimed (its kernel may load then), the next
  * TUNE_SAMPLES timed with a pair of events; when tuning ends the one with the lowest median
  * stays (the heuristic's first unless another is 3 % faster; a candidate with fewer than two
- * timed calls, as in models of few layers, is not compared). The events time the GPU, which
+ * timed calls is not compared). A shape needs TUNE_CALLS calls to time them all, which the
+ * warm-up gives decode's shapes by repeating its steps where a model has fewer layers
+ * (tp_cuda_gemm_tune says how many). The events time the GPU, which
  * in these steps runs behind the host, so the host's own call costs stay outside.
  * In place, because a product's time depends on its neighbours: a decode step calls each
  * layer's product once, with other weights streaming in between, so its own weights are
@@ -74,6 +78,7 @@
 #define ALGO_CACHE 256 /* a power of two: the table is open-addressed by the key's hash */
 #define TUNE_CANDIDATES 8
 #define TUNE_SAMPLES 3 /* timed calls of each candidate, after an untimed one: 8 x 4 = one call per layer of a 32-layer step */
+#define TUNE_CALLS (TUNE_CANDIDATES * (1 + TUNE_SAMPLES)) /* a shape's calls that time every candidate */
 #define TUNE_MARGIN 0.97 /* another candidate replaces the heuristic's first when this much faster */
 
 /* What an algorithm was chosen for (zero-filled, so memcmp compares it). */
@@ -114,6 +119,7 @@ struct tp_cuda_gemm {
     int gemv; /* 0 (TPINFER_GEMV unset or 0): no product takes the GEMV; 2 (all): every one it fits
                * but the adds; 3 (one): every one of one row it fits, adds included; 1 (any other
                * value): the fused gate/up+SwiGLU alone */
+    int gemv_env; /* TPINFER_GEMV was set: tp_cuda_gemm_one_row leaves gemv as it is */
     size_t gemv_one_max; /* 3: only products of at most this many bytes of weights (TPINFER_GEMV_ONE_MAX_MB) */
 };
 
@@ -192,6 +198,7 @@ tp_status tp_cuda_gemm_create(size_t workspace_bytes, size_t scratch_bytes, tp_c
     TP_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, device), st, fail);
     const char *env = getenv("TPINFER_GEMV");
     g->gemv = !env || !*env || !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : !strcmp(env, "one") ? 3 : 1;
+    g->gemv_env = env && *env;
     g->gemv_one_max = gemv_one_max();
     *out = g;
     return TP_OK;
@@ -385,9 +392,16 @@ static double tune_median(tune_state *t, int c)
     return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
 }
 
-tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
+int tp_cuda_gemm_one_row(tp_cuda_gemm *g, int gemv)
 {
-    if (tuned_out) *tuned_out = 0;
+    if (g->gemv_env) return 0;
+    g->gemv = gemv ? 3 : 0;
+    return 1;
+}
+
+tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *count)
+{
+    if (count) *count = on ? TUNE_CALLS : 0;
     if (on) {
         g->tuning = 1;
         return TP_OK;
@@ -423,7 +437,7 @@ tp_status tp_cuda_gemm_tune(tp_cuda_gemm *g, int on, int *tuned_out)
     if (tuned)
         tp_log(TP_LOG_DEBUG, "cuBLASLt: %d shapes tuned in place, %d changed; one call of each: %.1f us, %.1f with "
                "the heuristic's first", tuned, changed, best_us, first_us);
-    if (tuned_out) *tuned_out = tuned;
+    if (count) *count = tuned;
     return TP_OK;
 }
 

@@ -232,10 +232,11 @@ struct tp_backend_ops {
     tp_status (*upload_staged)(tp_backend *b, void *dst, const void *host, size_t bytes);
 
     /* Optional (NULL where matmul has nothing to choose): on = 1, matmuls of shapes first
-     * seen from now on try the library's candidate algorithms in turn, timed where they run;
-     * on = 0 keeps each shape's fastest and says in *tuned (may be NULL) how many shapes had
-     * their choice made by timing. Between the two, eager steps only (the warm-up). */
-    tp_status (*matmul_tune)(tp_backend *b, int on, int *tuned);
+     * seen from now on try the candidate algorithms in turn, timed where they run, and *count
+     * (may be NULL) says how many calls of one shape time them all; on = 0 keeps each shape's
+     * fastest and says in *count how many shapes had their choice made by timing. Between the
+     * two, eager steps only (the warm-up). */
+    tp_status (*matmul_tune)(tp_backend *b, int on, int *count);
 
     /* ---- a step enqueued before the previous one's tokens reach the host (optional:
      * NULL in a backend without them; then every step waits for the one before) ---- */
@@ -261,6 +262,10 @@ struct tp_backend_ops {
     /* Optional: a profiler's capture range (on GPUs cudaProfilerStart / Stop), so that a
      * profiler started with capture off sees only the steps TPINFER_PROFILE_STEPS names. */
     void (*profile_range)(tp_backend *b, int on);
+    /* Optional: products of one row from now on through the backend's own kernel (own = 1)
+     * or the library's (0), for the warm-up to time a batch-1 step both ways; returns 0 where
+     * the choice is not the warm-up's to make (the user's setting stands). */
+    int (*matmul_one_row)(tp_backend *b, int own);
 
     void (*destroy)(tp_backend *b);
 };

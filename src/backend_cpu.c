@@ -1214,6 +1214,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .download_start = */ cpu_download_start,
     /* .download_wait  = */ cpu_download_wait,
     /* .profile_range  = */ NULL,
+    /* .matmul_one_row = */ NULL,
     /* .destroy      = */ cpu_destroy,
 };
 

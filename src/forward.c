@@ -721,16 +721,57 @@ int32_t tp_model_warm_up_tokens(const tp_kv_cache *kv, const tp_step_buffers *bu
     return n > 0 ? n : 0;
 }
 
-/* A decode step at each graph batch size: recorded and replayed where buf->use_graphs, else eager. */
+/* A decode step at each graph batch size, reps times: recorded and replayed where
+ * buf->use_graphs, else eager. */
 static tp_status warm_buckets(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp, const tp_warm_up *w,
-                              int32_t *host)
+                              int32_t *host, int reps)
 {
     const int32_t cap = graph_cap(buf);
     for (int i = 0; i < TP_GRAPH_BUCKETS; i++) {
         const int32_t B = bucket_size(i, cap);
-        TP_CHECK(warm_step(m, kv, buf, tp, w, B, B, host, 0));
+        for (int r = 0; r < reps; r++) TP_CHECK(warm_step(m, kv, buf, tp, w, B, B, host, 0));
         if (B == cap) break;
     }
+    return TP_OK;
+}
+
+static void drop_graphs(tp_backend *b, tp_step_buffers *buf, int bucket)
+{
+    for (int o = 0; o < 3; o++) {
+        if (b->ops->graph_free) b->ops->graph_free(b, buf->graphs[o][bucket]);
+        buf->graphs[o][bucket] = NULL;
+    }
+}
+
+/* A batch-1 decode step both ways, where the backend lets the warm-up choose: a small model's
+ * is faster with the backend's own one-row products (their kernels start while the one
+ * before ends), a large one's with the library's, which reads big weights faster; timing
+ * each product alone would miss the overlap, so whole steps are timed. Each way: its graph
+ * recorded, then ONE_ROW_STEPS steps, each way twice in turn; the backend's own stays where
+ * it was 1 % faster. */
+#define ONE_ROW_STEPS 8
+static tp_status choose_one_row(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, tp_comm *tp,
+                                const tp_warm_up *w, int32_t *host)
+{
+    tp_backend *b = m->backend;
+    double secs[2] = {0.0, 0.0}; /* [own] */
+    for (int k = 0; k < 4; k++) {
+        const int own = (k == 1 || k == 2); /* library, own, own, library */
+        if (!b->ops->matmul_one_row(b, own)) return TP_OK;
+        drop_graphs(b, buf, 0);
+        TP_CHECK(warm_step(m, kv, buf, tp, w, 1, 1, host, 0)); /* recorded, replayed once */
+        TP_CHECK(b->ops->synchronize(b));
+        const double t0 = tp_monotonic_s();
+        for (int i = 0; i < ONE_ROW_STEPS; i++) TP_CHECK(warm_step(m, kv, buf, tp, w, 1, 1, host, 0));
+        TP_CHECK(b->ops->synchronize(b));
+        secs[own] += tp_monotonic_s() - t0;
+    }
+    const int own = secs[1] < 0.99 * secs[0];
+    b->ops->matmul_one_row(b, own);
+    drop_graphs(b, buf, 0);
+    tp_log(TP_LOG_DEBUG, "warm-up: a batch-1 step takes %.3f ms with the backend's own one-row products, %.3f ms with "
+           "the library's: %s kept", 5e2 * secs[1] / ONE_ROW_STEPS, 5e2 * secs[0] / ONE_ROW_STEPS,
+           own ? "its own" : "the library's");
     return TP_OK;
 }
 
@@ -752,7 +793,10 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
     if (!host) return tp_error(TP_ERR_OOM, "out of memory for the warm-up steps");
     tp_backend *b = m->backend;
     const int tune = w->tune && b->ops->matmul_tune != NULL, graphs = w->graphs && buf->use_graphs;
-    tp_status st = tune ? b->ops->matmul_tune(b, 1, NULL) : TP_OK;
+    int tune_calls = 0; /* calls of a shape that time all its candidates: decode's shapes get them */
+    tp_status st = tune ? b->ops->matmul_tune(b, 1, &tune_calls) : TP_OK;
+    const int tune_reps = m->dims.n_layers > 0 && tune_calls > m->dims.n_layers
+                              ? (int)TP_CEIL_DIV(tune_calls, m->dims.n_layers) : 1;
     if (st == TP_OK && n > 0) st = warm_step(m, kv, buf, tp, w, n, seqs, host, 1);
     if (st == TP_OK && w->after_prefill) st = w->after_prefill(w->beat_arg, n); /* the next stage's input */
     if (st == TP_OK && f > 0 && seqs_f > 0) {
@@ -766,11 +810,12 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
                (int)f, (int)seqs_f, (int)w->first_seqs);
     }
     /* a sampled step's graphs exist only after an eager step sampled (the backend's scratch);
-     * tuning: each graph's batch size once eagerly, so the recordings take tuned products */
+     * tuning: each graph's batch size eagerly, so the recordings take tuned products (more
+     * than once where the stage has fewer layers than a shape's tuning takes calls) */
     if (st == TP_OK && graphs && (w->sampled || tune)) {
         buf->use_graphs = 0;
         if (w->sampled) st = warm_step(m, kv, buf, tp, w, 1, 1, host, 0);
-        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host);
+        if (st == TP_OK && tune) st = warm_buckets(m, kv, buf, tp, w, host, tune_reps);
         buf->use_graphs = 1;
     }
     if (tune) {
@@ -779,15 +824,17 @@ tp_status tp_model_warm_up(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf, t
         if (st == TP_OK) st = off;
         tp_log(TP_LOG_DEBUG, "warm-up: %d matrix product shapes tuned", tuned);
     }
+    if (st == TP_OK && graphs && tune && b->ops->matmul_one_row && buf->use_graphs)
+        st = choose_one_row(m, kv, buf, tp, w, host);
     /* recorded, then replayed once */
-    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host);
+    if (st == TP_OK && graphs && w->unsampled != 2) st = warm_buckets(m, kv, buf, tp, w, host, 1);
     if (st == TP_OK && graphs && w->unsampled) { /* the graphs whose logits stay on the device */
         tp_warm_up bare = *w;
         bare.ids = NULL;
         bare.logits = NULL;
         bare.sample_rows = NULL;
         bare.sample_out = NULL;
-        st = warm_buckets(m, kv, buf, tp, &bare, host);
+        st = warm_buckets(m, kv, buf, tp, &bare, host, 1);
     }
     if (st == TP_OK) st = b->ops->synchronize(b);
     free(host);

@@ -444,50 +444,94 @@ START_TEST(matmul_add_cases)
 END_TEST
 
 /* matmul_tune: 16-bit products of shapes first seen while tuning take the library's candidate
- * algorithms in turn (up to 8 of them, one untimed and 3 timed calls each: 36 calls take every
- * one, and then the heuristic's first again), and tuning off keeps the fastest (at least one
- * shape's by timing). Every call's result, under each candidate and after, against the CPU,
- * and the output's guards. */
+ * algorithms in turn (up to 8, one untimed and 3 timed calls each: the calls that matmul_tune
+ * says take every one, and then the first again), and tuning off keeps the fastest (every
+ * shape's by timing here). Every form a product has (plain, with a bias, added into y, SwiGLU)
+ * at one row, and a 128-row product; every call's result, under each candidate and after,
+ * against the CPU's same calls, and the output's guards. Then matmul_one_row: the same
+ * calls through the backend's own one-row kernel, and back through the library's. */
+enum { TUNED_PLAIN, TUNED_BIAS, TUNED_ADD, TUNED_SWIGLU };
+
+typedef struct tuned_case {
+    int64_t n, k, m; /* SWIGLU: w [2m, k] */
+    int form;
+    pt x, w, bias, gu, y; /* y: out for SWIGLU; f32 for ADD */
+} tuned_case;
+
+static void tuned_call(tuned_case *c, int on_gpu, const char *when)
+{
+    tp_backend *b = on_gpu ? gb : cpu;
+    tp_tensor *x = on_gpu ? &c->x.g : &c->x.c, *w = on_gpu ? &c->w.g : &c->w.c, *y = on_gpu ? &c->y.g : &c->y.c;
+    tp_tensor *bias = c->form == TUNED_BIAS ? on_gpu ? &c->bias.g : &c->bias.c : NULL;
+    tp_tensor *gu = on_gpu ? &c->gu.g : &c->gu.c;
+    static const char *names[] = {"plain", "+bias", "added", "SwiGLU"};
+    tp_error_clear();
+    const tp_status st = c->form == TUNED_ADD      ? b->ops->matmul_add(b, x, w, y)
+                         : c->form == TUNED_SWIGLU ? b->ops->matmul_swiglu(b, x, w, bias, gu, y)
+                                                   : b->ops->matmul(b, x, w, bias, y);
+    ck_assert_msg(st == TP_OK, "%s: %s", on_gpu ? "cuda" : "cpu", tp_error_message());
+    if (!on_gpu) return;
+    char shape[96];
+    snprintf(shape, sizeof shape, "%s: %s [%lld,%lld] x [%lld,%lld]^T", when, names[c->form], (long long)c->n,
+             (long long)c->k, (long long)c->w.c.rows, (long long)c->k);
+    compare("matmul", shape, pt_get(&c->y, 1), pt_get(&c->y, 0), (size_t)(c->y.rows * c->y.cols), REDUCTION,
+            c->y.g.dtype);
+}
+
 START_TEST(matmul_tuned)
 {
-    static const int64_t shapes[][3] = {{1, 256, 384}, {128, 1024, 512}}; /* n, k, m */
+    tuned_case cases[] = {{.n = 1, .k = 256, .m = 384, .form = TUNED_PLAIN},
+                          {.n = 1, .k = 320, .m = 192, .form = TUNED_BIAS},
+                          {.n = 1, .k = 256, .m = 128, .form = TUNED_ADD},
+                          {.n = 1, .k = 512, .m = 160, .form = TUNED_SWIGLU},
+                          {.n = 128, .k = 1024, .m = 512, .form = TUNED_PLAIN}};
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     FOR_EACH_GPU {
         if (!gb->ops->matmul_tune || gb->act_dtype == TP_DTYPE_F32) continue; /* f32 products are not tuned */
         seed(4);
         const tp_dtype A = gb->act_dtype;
-        pt x[2], w[2], y[2];
-        float *ref[2];
-        ck_assert_int_eq(gb->ops->matmul_tune(gb, 1, NULL), TP_OK);
-        for (int s = 0; s < 2; s++) {
-            const int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
-            x[s] = pt_rand(A, ACT, n, k, 0, -1.0f, 1.0f);
-            w[s] = pt_rand(A, WEIGHT, m, k, 0, -1.0f, 1.0f);
-            y[s] = pt_poison(A, n, m, 0);
-            ck_assert_msg(cpu->ops->matmul(cpu, &x[s].c, &w[s].c, NULL, &y[s].c) == TP_OK, "cpu: %s",
-                          tp_error_message());
-            ref[s] = pt_get(&y[s], 0);
-            for (int call = 0; call < 36; call++) {
-                ck_assert_msg(gb->ops->matmul(gb, &x[s].g, &w[s].g, NULL, &y[s].g) == TP_OK, "cuda: %s",
-                              tp_error_message());
-                char shape[96];
-                snprintf(shape, sizeof shape, "tuning, call %d: [%lld,%lld] x [%lld,%lld]^T", call, (long long)n,
-                         (long long)k, (long long)m, (long long)k);
-                compare("matmul", shape, pt_get(&y[s], 1), ref[s], (size_t)(n * m), REDUCTION, A);
-            }
+        for (int i = 0; i < n_cases; i++) {
+            tuned_case *c = &cases[i];
+            const int64_t rows = c->form == TUNED_SWIGLU ? 2 * c->m : c->m;
+            c->x = pt_rand(A, ACT, c->n, c->k, 0, -1.0f, 1.0f);
+            c->w = pt_rand(A, WEIGHT, rows, c->k, 0, -1.0f, 1.0f);
+            c->bias = pt_rand(A, WEIGHT, 1, rows, 0, -1.0f, 1.0f);
+            c->gu = pt_poison(A, c->n, rows, 0);
+            c->y = c->form == TUNED_ADD ? pt_rand(TP_DTYPE_F32, ACT, c->n, c->m, 0, -4.0f, 4.0f)
+                                        : pt_poison(A, c->n, c->m, 0);
         }
+        int calls = 0;
+        ck_assert_int_eq(gb->ops->matmul_tune(gb, 1, &calls), TP_OK);
+        ck_assert_msg(calls >= 8, "matmul_tune: %d calls would not time 2 candidates", calls);
+        for (int i = 0; i < n_cases; i++)
+            for (int call = 0; call < calls + 4; call++) {
+                char when[32];
+                snprintf(when, sizeof when, "tuning, call %d", call);
+                tuned_call(&cases[i], 0, when); /* the CPU's same call: added ones add up alike */
+                tuned_call(&cases[i], 1, when);
+            }
         int tuned = 0;
         ck_assert_int_eq(gb->ops->matmul_tune(gb, 0, &tuned), TP_OK);
-        /* the 128-row shape has several candidates on any GPU cuBLASLt tunes for */
-        ck_assert_msg(tuned >= 1, "matmul_tune: no shape was chosen by timing (%d)", tuned);
-        for (int s = 0; s < 2; s++) {
-            const int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
-            ck_assert_msg(gb->ops->matmul(gb, &x[s].g, &w[s].g, NULL, &y[s].g) == TP_OK, "cuda: %s",
-                          tp_error_message());
-            char shape[96];
-            snprintf(shape, sizeof shape, "tuned: [%lld,%lld] x [%lld,%lld]^T", (long long)n, (long long)k,
-                     (long long)m, (long long)k);
-            compare("matmul", shape, pt_get(&y[s], 1), ref[s], (size_t)(n * m), REDUCTION, A);
-            pt_guards("matmul tuned y", &y[s]);
+        /* the 128-row shape has several candidates on any GPU cuBLASLt tunes for, and every
+         * one-row shape has the GEMV beside cuBLASLt's first */
+        ck_assert_msg(tuned >= n_cases, "matmul_tune: %d shapes chosen by timing, not %d", tuned, n_cases);
+        for (int i = 0; i < n_cases; i++) {
+            tuned_call(&cases[i], 0, "tuned");
+            tuned_call(&cases[i], 1, "tuned");
+            pt_guards("matmul tuned y", &cases[i].y);
+        }
+        if (!gb->ops->matmul_one_row) continue;
+        const char *env = getenv("TPINFER_GEMV"); /* set: the user's choice stands */
+        for (int own = 1; own >= 0; own--) {
+            const int applies = gb->ops->matmul_one_row(gb, own);
+            ck_assert_msg(applies == !(env && *env), "matmul_one_row(%d) gave %d with TPINFER_GEMV=%s", own, applies,
+                          env ? env : "(unset)");
+            if (!applies) break;
+            for (int i = 0; i < n_cases; i++) {
+                tuned_call(&cases[i], 0, own ? "one row, own" : "one row, library");
+                tuned_call(&cases[i], 1, own ? "one row, own" : "one row, library");
+                pt_guards("matmul one-row y", &cases[i].y);
+            }
         }
     }
 }

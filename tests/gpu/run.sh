@@ -39,6 +39,14 @@ deps=$root/.gpu-deps/root
 lib=$deps/usr/lib/x86_64-linux-gnu
 export PKG_CONFIG_PATH=$lib/pkgconfig
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+B=$root/build-gpu
+if [ -n "${GPU_PREBUILT:-}" ]; then
+    # a build made elsewhere with --with-cuda for this machine (tests/gpu/build.sh says how)
+    B=$root/$GPU_PREBUILT
+    for t in tpinfer tests/check_backend_ops tests/compare_logits; do
+        [ -x "$B/$t" ] || { echo "GPU_PREBUILT=$GPU_PREBUILT has no $t"; exit 1; }
+    done
+else
 mkdir -p build-gpu
 ( set -e
   autoreconf -fi >/dev/null 2>&1
@@ -47,7 +55,7 @@ mkdir -p build-gpu
   make -j16 >"$OUTDIR/build.log" 2>&1
   make -j16 tests/check_backend_ops tests/compare_logits >>"$OUTDIR/build.log" 2>&1
 ) || { tail -30 "$OUTDIR/build.log" "$OUTDIR/configure.log" 2>/dev/null; echo "build failed"; exit 1; }
-B=$root/build-gpu
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 [ "$NP" -gt 1 ] && nvidia-smi topo -m | tee "$OUTDIR/topo.txt"
 launch() {
