@@ -28,14 +28,16 @@
  * JSON is parsed with jansson, per line, with JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL:
  * a "\u0000" escape may sit in a prompt (prompt_len counts it), but never in an id, a
  * role or a stop string, which are C strings.
+ *
+ * Here: the file as lines, the dialects (which fields each reads, the id, the unknown and
+ * refused fields), the list; request_fields.c reads the fields themselves.
  */
 #include "requests.h"
+#include "request_line.h"
 #include "json_schema.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,13 +46,7 @@
 
 #include "util.h"
 
-#define MAX_STOP 16                       /* stop strings per request */
-#define MAX_MESSAGE_DEPTH 64              /* nesting inside one chat message */
-#define DETECT_LINES 1000                 /* lines auto-detection may parse */
-
-static const char E_JSON[] = "invalid_json";
-static const char E_REQUEST[] = "invalid_request";
-static const char E_UTF8[] = "invalid_utf8";
+#define DETECT_LINES 1000 /* lines auto-detection may parse */
 
 int tp_input_format_from_name(const char *name, tp_input_format *out)
 {
@@ -127,1205 +123,23 @@ void tp_requests_free(tp_request_list *l)
     free(l->id_standin);
     memset(l, 0, sizeof *l);
 }
-
-/* ------------------------------------------------------------------------------------
- * Small helpers */
-
-static char *dup_n(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-    if (p) {
-        memcpy(p, s, n);
-        p[n] = '\0';
-    }
-    return p;
-}
-
-/* The length of the valid UTF-8 prefix of s (== n when all of it is valid). Rejects
- * stray continuation bytes, truncated sequences, overlong forms (C0, C1, E0 80..9F,
- * F0 80..8F), UTF-16 surrogates (ED A0..BF) and code points above U+10FFFF. */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        while (i + 8 <= n) { /* ASCII fast path */
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        if (i >= n) break;
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c == 0xE0) k = 2, lo = 0xA0;
-        else if (c >= 0xE1 && c <= 0xEC) k = 2;
-        else if (c == 0xED) k = 2, hi = 0x9F;
-        else if (c >= 0xEE && c <= 0xEF) k = 2;
-        else if (c == 0xF0) k = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) k = 3;
-        else if (c == 0xF4) k = 3, hi = 0x8F;
-        else return i;
-        if (n - i <= k) return i; /* truncated at the end of the line */
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t j = 2; j <= k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return i;
-        i += k + 1;
-    }
-    return n;
-}
-
-/* s[0..n) for a message: quoted, escaped like JSON, cut to about 48 bytes. */
-#define QUOTE_CAP 96
-static const char *quote(char buf[QUOTE_CAP], const char *s, size_t n)
-{
-    size_t o = 0, i = 0, show = n <= 48 ? n : 40;
-    if (show < n) /* do not cut a UTF-8 sequence */
-        while (show > 0 && ((unsigned char)s[show] & 0xC0) == 0x80) show--;
-    buf[o++] = '"';
-    for (; i < show; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c & 0xC0) != 0x80 && o >= QUOTE_CAP - 32) break; /* full: stop at a character */
-        if (c == '"' || c == '\\') {
-            buf[o++] = '\\';
-            buf[o++] = (char)c;
-        } else if (c == '\n') {
-            buf[o++] = '\\';
-            buf[o++] = 'n';
-        } else if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(buf + o, QUOTE_CAP - o, "\\u%04x", c);
-        } else {
-            buf[o++] = (char)c;
-        }
-    }
-    buf[o++] = '"';
-    if (i < n) snprintf(buf + o, QUOTE_CAP - o, "... (%zu bytes)", n);
-    else buf[o] = '\0';
-    return buf;
-}
-
-/* A JSON real as short as it round-trips, always with a '.' or an exponent (5.0, 1e+20),
- * so it never looks like an integer. */
-static void fmt_double(char *buf, size_t cap, double d)
-{
-    snprintf(buf, cap, "%.15g", d);
-    if (strtod(buf, NULL) != d) snprintf(buf, cap, "%.17g", d);
-    if (!strpbrk(buf, ".en")) strncat(buf, ".0", cap - strlen(buf) - 1);
-}
-
-/* A JSON value for a message. */
-static const char *repr(char buf[QUOTE_CAP], const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_STRING: return quote(buf, json_string_value(v), json_string_length(v));
-    case JSON_INTEGER: snprintf(buf, QUOTE_CAP, "%lld", (long long)json_integer_value(v)); return buf;
-    case JSON_REAL: fmt_double(buf, QUOTE_CAP, json_real_value(v)); return buf;
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    case JSON_ARRAY: return "an array";
-    case JSON_OBJECT: return "an object";
-    }
-    return "?";
-}
-
-/* A field that is absent or null reads as NULL. */
-static json_t *get(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-/* ------------------------------------------------------------------------------------
- * One line */
-
-enum { OK = 0, BAD = 1, OOM = -1 }; /* line step results: BAD = an error was recorded */
-
-#define TRY(expr)                  \
-    do {                           \
-        int try_rc_ = (expr);      \
-        if (try_rc_) return try_rc_; \
-    } while (0)
-
-typedef struct line_ctx {
-    tp_request *r;
-    int64_t line;
-    int64_t vocab;      /* token ids must be < vocab */
-    int lossy;          /* parsed with JSON_DECODE_INT_AS_REAL after an integer overflow */
-    int standin;        /* r->id is the line number, not an id the line gave */
-    const char *prefix; /* "" or "body." before field names */
-    tp_request_list *list; /* where unknown fields are counted */
-    int unknown_here;      /* this line already counted in list->unknown_lines */
-} line_ctx;
-
-/* Record the line's first error; later ones are dropped (one message per line). */
-__attribute__((format(printf, 3, 4))) static int fail(line_ctx *c, const char *code,
-                                                       const char *fmt, ...)
-{
-    if (c->r->error_code) return BAD;
-    char buf[1024];
-    int k = snprintf(buf, sizeof buf, "line %lld: ", (long long)c->line);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + k, sizeof buf - (size_t)k, fmt, ap);
-    va_end(ap);
-    c->r->error_message = strdup(buf);
-    if (!c->r->error_message) return OOM;
-    c->r->error_code = code;
-    return BAD;
-}
-
-static int set_standin_id(line_ctx *c)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%lld", (long long)c->line);
-    free(c->r->id);
-    c->r->id = strdup(buf);
-    c->standin = 1;
-    return c->r->id ? OK : OOM;
-}
-
-/* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
- * On anything else the line number stands in and an error is recorded. */
-static int read_id(line_ctx *c, const char *key, const json_t *v, int allow_int)
-{
-    char b[QUOTE_CAP];
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        size_t n = json_string_length(v);
-        if (n == 0) {
-            TRY(set_standin_id(c));
-            return fail(c, E_REQUEST, "\"%s\" is empty", key);
-        }
-        if (memchr(s, '\0', n)) {
-            TRY(set_standin_id(c));
-            return fail(c, E_REQUEST, "\"%s\" %s holds a NUL character (\\u0000)", key, quote(b, s, n));
-        }
-        c->r->id = dup_n(s, n);
-        return c->r->id ? OK : OOM;
-    }
-    if (allow_int && json_is_integer(v)) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
-        c->r->id = strdup(buf);
-        return c->r->id ? OK : OOM;
-    }
-    if (allow_int && c->lossy && json_is_real(v)) { /* an integer, read as a real */
-        double d = json_real_value(v);
-        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
-            char buf[32];
-            snprintf(buf, sizeof buf, "%.0f", d);
-            c->r->id = strdup(buf);
-            return c->r->id ? OK : OOM;
-        }
-    }
-    TRY(set_standin_id(c));
-    if (!v) return fail(c, E_REQUEST, "\"%s\" is required", key);
-    return fail(c, E_REQUEST, "\"%s\" must be a string%s, not %s", key,
-                allow_int ? " or an integer" : "", repr(b, v));
-}
-
-/* An integer field in [lo, hi]; range is how a message shows that interval. */
-static int read_int(line_ctx *c, const json_t *o, const char *key, int64_t lo, int64_t hi,
-                    const char *range, int *has, int64_t *out)
-{
-    json_t *v = get(o, key);
-    char b[QUOTE_CAP];
-    *has = 0;
-    if (!v) return OK;
-    if (json_is_integer(v)) {
-        json_int_t x = json_integer_value(v);
-        if (x < lo || x > hi)
-            return fail(c, E_REQUEST, "\"%s%s\" %lld is outside %s", c->prefix, key, (long long)x, range);
-        *out = x;
-        *has = 1;
-        return OK;
-    }
-    if (c->lossy && json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) {
-        double d = json_real_value(v);
-        if (!(d >= (double)lo && d < (double)hi + 1.0)) /* shown as the integer it was */
-            return fail(c, E_REQUEST, "\"%s%s\" %.0f is outside %s", c->prefix, key, d, range);
-        *out = (int64_t)d; /* the line is an error anyway (see parse_line) */
-        *has = 1;
-        return OK;
-    }
-    return fail(c, E_REQUEST, "\"%s%s\" must be an integer in %s, not %s", c->prefix, key, range,
-                repr(b, v));
-}
-
-static int read_real(line_ctx *c, const json_t *o, const char *key, double lo, double hi,
-                     int lo_open, const char *range, int *has, double *out)
-{
-    json_t *v = get(o, key);
-    char b[QUOTE_CAP];
-    *has = 0;
-    if (!v) return OK;
-    if (!json_is_number(v))
-        return fail(c, E_REQUEST, "\"%s%s\" must be a number in %s, not %s", c->prefix, key, range,
-                    repr(b, v));
-    double d = json_number_value(v);
-    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
-        return fail(c, E_REQUEST, "\"%s%s\" %s is outside %s", c->prefix, key, repr(b, v), range);
-    *out = d;
-    *has = 1;
-    return OK;
-}
-
-static int read_bool(line_ctx *c, const json_t *o, const char *key, int *has, int *out)
-{
-    json_t *v = get(o, key);
-    char b[QUOTE_CAP];
-    *has = 0;
-    if (!v) return OK;
-    if (!json_is_boolean(v))
-        return fail(c, E_REQUEST, "\"%s%s\" must be true or false, not %s", c->prefix, key, repr(b, v));
-    *out = json_is_true(v);
-    *has = 1;
-    return OK;
-}
-
-/* A non-empty array of token ids in [0, vocab) into a fresh array. */
-static int read_token_ids(line_ctx *c, const json_t *v, const char *key, int allow_empty,
-                          int32_t **out, int32_t *n_out)
-{
-    char b[QUOTE_CAP];
-    if (!json_is_array(v))
-        return fail(c, E_REQUEST, "\"%s%s\" must be an array of token ids, not %s", c->prefix, key,
-                    repr(b, v));
-    size_t k = json_array_size(v);
-    if (k == 0 && !allow_empty)
-        return fail(c, E_REQUEST, "\"%s%s\" is an empty array", c->prefix, key);
-    if (k > INT32_MAX) return fail(c, E_REQUEST, "\"%s%s\" holds %zu ids, too many", c->prefix, key, k);
-    int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
-    if (!ids) return OOM;
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_array_get(v, i);
-        double d = 0;
-        int is_int = json_is_integer(e);
-        if (!is_int && c->lossy && json_is_real(e)) {
-            d = json_real_value(e);
-            is_int = d == floor(d);
-        } else if (is_int) {
-            d = (double)json_integer_value(e);
-        }
-        int in_range = is_int && (json_is_integer(e) ? json_integer_value(e) >= 0 &&
-                                                           json_integer_value(e) < c->vocab
-                                                     : d >= 0 && d < (double)c->vocab);
-        if (!in_range) {
-            free(ids);
-            if (!is_int)
-                return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be an integer token id, not %s",
-                            c->prefix, key, i, repr(b, e));
-            return fail(c, E_REQUEST, "\"%s%s\"[%zu] %s is outside [0, %lld) (the vocabulary)",
-                        c->prefix, key, i, repr(b, e), (long long)c->vocab);
-        }
-        ids[i] = (int32_t)(json_is_integer(e) ? json_integer_value(e) : (json_int_t)d);
-    }
-    if (k == 0) {
-        free(ids);
-        ids = NULL;
-    }
-    *out = ids;
-    *n_out = (int32_t)k;
-    return OK;
-}
-
-static int set_prompt(line_ctx *c, const json_t *v, const char *key)
-{
-    char b[QUOTE_CAP];
-    if (!json_is_string(v))
-        return fail(c, E_REQUEST, "\"%s%s\" must be a string, not %s", c->prefix, key, repr(b, v));
-    if (json_string_length(v) == 0) return fail(c, E_REQUEST, "\"%s%s\": the prompt is empty", c->prefix, key);
-    c->r->prompt_len = json_string_length(v);
-    c->r->prompt = dup_n(json_string_value(v), c->r->prompt_len);
-    return c->r->prompt ? OK : OOM;
-}
-
-/* Nesting depth of v, or more than limit (stops counting there: no deep recursion). */
-static int depth_over(const json_t *v, int limit)
-{
-    if (limit < 0) return 1;
-    if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++)
-            if (depth_over(json_array_get(v, i), limit - 1)) return 1;
-    } else if (json_is_object(v)) {
-        const char *k;
-        json_t *e;
-        json_object_foreach((json_t *)v, k, e) if (depth_over(e, limit - 1)) return 1;
-    }
-    return 0;
-}
-
-/* A message's content: a string, null (assistant only), or an array of text parts
- * ({"type": "text", "text": "..."}), joined with '\n' as vLLM does. *out is new. */
-static int read_content(line_ctx *c, const json_t *m, size_t i, const char *role, json_t **out)
-{
-    json_t *v = get(m, "content");
-    char b[QUOTE_CAP];
-    if (!v) {
-        if (strcmp(role, "assistant"))
-            return fail(c, E_REQUEST, "\"%smessages\"[%zu].content is missing (only an assistant message may have no content)",
-                        c->prefix, i);
-        *out = json_null();
-        return OK;
-    }
-    if (json_is_string(v)) {
-        *out = json_incref(v);
-        return OK;
-    }
-    if (!json_is_array(v))
-        return fail(c, E_REQUEST, "\"%smessages\"[%zu].content must be a string or an array of text parts, not %s",
-                    c->prefix, i, repr(b, v));
-    size_t total = 0, k = json_array_size(v);
-    for (size_t j = 0; j < k; j++) {
-        json_t *part = json_array_get(v, j), *type = json_object_get(part, "type"),
-               *text = json_object_get(part, "text");
-        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
-            !json_is_string(text))
-            return fail(c, E_REQUEST,
-                        "\"%smessages\"[%zu].content[%zu] is not a text part {\"type\": \"text\", \"text\": \"...\"}: only text content is supported",
-                        c->prefix, i, j);
-        total += json_string_length(text) + 1;
-    }
-    char *s = malloc(total + 1), *p = s;
-    if (!s) return OOM;
-    for (size_t j = 0; j < k; j++) {
-        json_t *text = json_object_get(json_array_get(v, j), "text");
-        if (j) *p++ = '\n';
-        memcpy(p, json_string_value(text), json_string_length(text));
-        p += json_string_length(text);
-    }
-    *out = json_stringn_nocheck(s, (size_t)(p - s));
-    free(s);
-    return *out ? OK : OOM;
-}
-
-/* "messages": a non-empty array of {"role": string, "content": ...} (other keys kept),
- * stored re-serialized (compact, UTF-8) in messages_json. */
-static int read_messages(line_ctx *c, const json_t *v)
-{
-    char b[QUOTE_CAP];
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return fail(c, E_REQUEST, "\"%smessages\" must be a non-empty array of messages, not %s", c->prefix,
-                    json_is_array(v) ? "an empty array" : repr(b, v));
-    json_t *out = json_array();
-    if (!out) return OOM;
-    int rc = OK;
-    for (size_t i = 0; i < json_array_size(v) && rc == OK; i++) {
-        json_t *m = json_array_get(v, i), *role, *content = NULL, *nm;
-        if (!json_is_object(m)) {
-            rc = fail(c, E_REQUEST, "\"%smessages\"[%zu] must be an object, not %s", c->prefix, i, repr(b, m));
-            break;
-        }
-        role = get(m, "role");
-        if (!json_is_string(role) || json_string_length(role) == 0 ||
-            memchr(json_string_value(role), '\0', json_string_length(role))) {
-            rc = fail(c, E_REQUEST, "\"%smessages\"[%zu].role must be a non-empty string, not %s", c->prefix, i,
-                      role ? repr(b, role) : "missing");
-            break;
-        }
-        rc = read_content(c, m, i, json_string_value(role), &content);
-        if (rc) break;
-        nm = json_object();
-        if (!nm) json_decref(content);
-        /* json_*_new take their argument even when they fail */
-        if (!nm || json_array_append_new(out, nm) || json_object_set(nm, "role", role) ||
-            json_object_set_new(nm, "content", content)) {
-            rc = OOM;
-            break;
-        }
-        const char *k;
-        json_t *e;
-        json_object_foreach(m, k, e)
-        {
-            if (!strcmp(k, "role") || !strcmp(k, "content")) continue;
-            if (depth_over(e, MAX_MESSAGE_DEPTH)) {
-                rc = fail(c, E_REQUEST, "\"%smessages\"[%zu].%s is nested more than %d deep", c->prefix, i,
-                          quote(b, k, strlen(k)), MAX_MESSAGE_DEPTH);
-                break;
-            }
-            if (json_object_set(nm, k, e)) {
-                rc = OOM;
-                break;
-            }
-        }
-    }
-    if (rc == OK) {
-        c->r->messages_json = json_dumps(out, JSON_COMPACT);
-        if (!c->r->messages_json) rc = OOM;
-    }
-    json_decref(out);
-    return rc;
-}
-
-/* Whether a string or key anywhere in v holds a NUL (the chat template's values cannot) */
-static int holds_nul(const json_t *v)
-{
-    if (json_is_string(v)) return memchr(json_string_value(v), '\0', json_string_length(v)) != NULL;
-    if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++)
-            if (holds_nul(json_array_get(v, i))) return 1;
-    } else if (json_is_object(v)) {
-        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it))
-            if (memchr(json_object_iter_key(it), '\0', json_object_iter_key_len(it)) ||
-                holds_nul(json_object_iter_value(it)))
-                return 1;
-    }
-    return 0;
-}
-
-/* "tools": OpenAI's tool definitions ({"type": "function", "function": {"name": ...}}), which
- * the chat template renders into the prompt (transformers' apply_chat_template(tools=); an
- * empty list too). "tool_choice": "none": the completion is text, as vLLM's; "auto" (OpenAI's
- * default with tools): the engine parses tool calls out of the text (--tool-call-parser);
- * a named function: the text is its arguments, held to its "parameters" schema, and is
- * written as one call to it (vLLM's way); "required": the text is a list of calls, each a
- * tool's name and its parameters (vLLM's schema), at least one. A tool_choice other than
- * "none" without tools is an error, as OpenAI's and vLLM's.
- * "parallel_tool_calls": false keeps the first call ("required": makes the list one call). */
-static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out);
-
-/* whether v holds {"$ref": "#"} (a schema's reference to its own root) */
-static int refers_to_root(const json_t *v)
-{
-    if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++)
-            if (refers_to_root(json_array_get(v, i))) return 1;
-        return 0;
-    }
-    if (!json_is_object(v)) return 0;
-    const json_t *r = json_object_get(v, "$ref");
-    if (json_is_string(r) && !strcmp(json_string_value(r), "#")) return 1;
-    const char *k;
-    json_t *x;
-    json_object_foreach((json_t *)v, k, x)
-    if (refers_to_root(x)) return 1;
-    return 0;
-}
-
-/* vLLM's schema for "tool_choice": "required": {"type": "array", "minItems": 1, "items":
- * {"type": "object", "anyOf": [{"properties": {"name": {"type": "string", "enum": [NAME]},
- * "parameters": PARAMETERS}, "required": ["name", "parameters"]}, ...]}}, each tool's $defs
- * (and definitions) lifted to the top, where its $refs find them */
-static int required_schema(line_ctx *c, const json_t *tools, int single, json_t **out)
-{
-    char b[QUOTE_CAP];
-    int rc = OOM;
-    json_t *any = json_array(), *defs = json_object(), *definitions = json_object(), *p = NULL;
-    json_t *s = any ? json_pack("{s:s, s:i, s:{s:s, s:O}}", "type", "array", "minItems", 1, "items", "type", "object",
-                                "anyOf", any)
-                    : NULL;
-    if (!s || !defs || !definitions || (single && json_object_set_new(s, "maxItems", json_integer(1)))) goto out;
-    for (size_t i = 0; i < json_array_size(tools); i++) {
-        json_t *fn = get(json_array_get(tools, i), "function"), *params = get(fn, "parameters");
-        if (params && !json_is_null(params) && !json_is_object(params)) {
-            rc = fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters must be a JSON schema object, not %s",
-                      c->prefix, i, repr(b, params));
-            goto out;
-        }
-        if (refers_to_root(params)) {
-            rc = fail(c, E_REQUEST, "\"%stools\"[%zu].function.parameters refers to itself as \"#\", which "
-                      "\"tool_choice\": \"required\" cannot keep apart from the other tools' (use \"#/$defs/...\")",
-                      c->prefix, i);
-            goto out;
-        }
-        p = json_is_object(params) ? json_copy(params) : json_pack("{s:s, s:{}}", "type", "object", "properties");
-        if (!p) goto out;
-        const char *boxes[] = {"$defs", "definitions"};
-        json_t *lifted[] = {defs, definitions};
-        for (int k = 0; k < 2; k++) {
-            const char *name;
-            json_t *def;
-            json_object_foreach(get(p, boxes[k]), name, def)
-            {
-                json_t *have = json_object_get(lifted[k], name);
-                if (have && !json_equal(have, def)) {
-                    rc = fail(c, E_REQUEST, "\"%stools\" give two schemas named %s in %s; \"tool_choice\": "
-                              "\"required\" puts every tool's in one", c->prefix, quote(b, name, strlen(name)), boxes[k]);
-                    goto out;
-                }
-                json_object_set(lifted[k], name, def);
-            }
-            json_object_del(p, boxes[k]);
-        }
-        json_t *branch = json_pack("{s:{s:{s:s, s:[O]}, s:O}, s:[s, s]}", "properties", "name", "type", "string", "enum",
-                                   get(fn, "name"), "parameters", p, "required", "name", "parameters");
-        json_decref(p);
-        p = NULL;
-        if (!branch || json_array_append_new(any, branch)) goto out;
-    }
-    if ((json_object_size(defs) && json_object_set(s, "$defs", defs)) ||
-        (json_object_size(definitions) && json_object_set(s, "definitions", definitions)))
-        goto out;
-    *out = s;
-    s = NULL;
-    rc = OK;
-out:
-    json_decref(p);
-    json_decref(s);
-    json_decref(any);
-    json_decref(defs);
-    json_decref(definitions);
-    return rc;
-}
-
-static int read_tools(line_ctx *c, const json_t *o)
-{
-    char b[QUOTE_CAP];
-    const char *p = c->prefix;
-    json_t *v = get(o, "tools"), *choice = get(o, "tool_choice");
-    if (choice && json_is_null(choice)) choice = NULL;
-    const int none = json_is_string(choice) && !strcmp(json_string_value(choice), "none");
-    const int valid = !choice || (json_is_string(choice) && (none || !strcmp(json_string_value(choice), "auto") ||
-                                                             !strcmp(json_string_value(choice), "required"))) ||
-                      (json_is_object(choice) && json_is_object(get(choice, "function")));
-    if (!valid)
-        return fail(c, E_REQUEST, "\"%stool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                    "\"function\": {\"name\": ...}}, not %s", p, repr(b, choice));
-    if (v && json_is_null(v)) v = NULL;
-    if (!v || (json_is_array(v) && json_array_size(v) == 0)) {
-        if (choice && !none)
-            return fail(c, E_REQUEST, "\"%stool_choice\" %s needs \"tools\"", p, repr(b, choice));
-        if (!v || !c->r->messages_json) return OK; /* no tools */
-        c->r->tools_json = strdup("[]");
-        return c->r->tools_json ? OK : OOM;
-    }
-    if (!c->r->messages_json)
-        return fail(c, E_REQUEST, "\"%stools\" needs a chat request (\"messages\"): its chat template renders them", p);
-    if (!json_is_array(v))
-        return fail(c, E_REQUEST, "\"%stools\" must be an array of tools, not %s", p, repr(b, v));
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        json_t *t = json_array_get(v, i), *type = json_is_object(t) ? get(t, "type") : NULL;
-        json_t *fn = json_is_object(t) ? get(t, "function") : NULL, *name = json_is_object(fn) ? get(fn, "name") : NULL;
-        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name) ||
-            json_string_length(name) == 0)
-            return fail(c, E_REQUEST, "\"%stools\"[%zu] must be {\"type\": \"function\", \"function\": {\"name\": "
-                        "..., \"parameters\": ...}}, not %s", p, i, repr(b, t));
-        if (depth_over(t, MAX_MESSAGE_DEPTH))
-            return fail(c, E_REQUEST, "\"%stools\"[%zu] is nested more than %d deep", p, i, MAX_MESSAGE_DEPTH);
-        if (holds_nul(t)) return fail(c, E_REQUEST, "\"%stools\"[%zu] holds a NUL character (\\u0000)", p, i);
-    }
-    const int auto_ = !choice || (json_is_string(choice) && !strcmp(json_string_value(choice), "auto"));
-    json_t *parallel = get(o, "parallel_tool_calls");
-    if (parallel && !json_is_null(parallel) && !json_is_boolean(parallel))
-        return fail(c, E_REQUEST, "\"%sparallel_tool_calls\" must be true or false, not %s", p, repr(b, parallel));
-    if (json_is_string(choice) && !none && !auto_) { /* "required": a list of calls */
-        if (json_array_size(v) > TP_SCHEMA_MAX_ALIKE)
-            return fail(c, E_REQUEST, "\"%stool_choice\" \"required\" follows at most %d tools at once, and \"%stools\" "
-                        "gives %zu: name the function, or give fewer tools", p, TP_SCHEMA_MAX_ALIKE, p, json_array_size(v));
-        json_t *schema;
-        TRY(required_schema(c, v, json_is_false(parallel), &schema));
-        const int rc = read_schema(c, schema, "tool_choice", &c->r->p.schema);
-        json_decref(schema);
-        TRY(rc);
-        c->r->p.json_object = 1;
-        c->r->required_tools = 1;
-    }
-    if (json_is_object(choice)) { /* a named function: its arguments, held to its parameters' schema */
-        json_t *want = get(get(choice, "function"), "name"), *fn = NULL;
-        for (size_t i = 0; json_is_string(want) && !fn && i < json_array_size(v); i++) {
-            json_t *f = get(json_array_get(v, i), "function");
-            if (json_equal(get(f, "name"), want)) fn = f;
-        }
-        if (!fn)
-            return fail(c, E_REQUEST, "\"%stool_choice\" names %s, which \"tools\" does not give", p,
-                        repr(b, want ? want : choice));
-        json_t *params = get(fn, "parameters");
-        json_t *any_object = params ? NULL : json_pack("{s:s}", "type", "object");
-        const int rc = read_schema(c, params ? params : any_object, "tool_choice", &c->r->p.schema);
-        json_decref(any_object);
-        TRY(rc);
-        c->r->p.json_object = 1;
-        c->r->forced_tool = strdup(json_string_value(want));
-        if (!c->r->forced_tool) return OOM;
-    }
-    c->r->parse_tool_calls = auto_ && !c->r->forced_tool;
-    c->r->single_tool_call = json_is_false(parallel);
-    c->r->tools_json = json_dumps(v, JSON_COMPACT);
-    return c->r->tools_json ? OK : OOM;
-}
-
-static int read_stop(line_ctx *c, const json_t *o)
-{
-    json_t *v = get(o, "stop");
-    char b[QUOTE_CAP];
-    tp_request_params *p = &c->r->p;
-    if (!v) return OK;
-    size_t k = json_is_array(v) ? json_array_size(v) : 1;
-    if (!json_is_array(v) && !json_is_string(v))
-        return fail(c, E_REQUEST, "\"%sstop\" must be a string or an array of strings, not %s", c->prefix,
-                    repr(b, v));
-    if (k > MAX_STOP)
-        return fail(c, E_REQUEST, "\"%sstop\" has %zu strings, more than %d", c->prefix, k, MAX_STOP);
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_string(e))
-            return fail(c, E_REQUEST, "\"%sstop\"[%zu] must be a string, not %s", c->prefix, i, repr(b, e));
-        if (json_string_length(e) == 0 && json_is_array(v))
-            return fail(c, E_REQUEST, "\"%sstop\"[%zu] is an empty string", c->prefix, i);
-        if (json_string_length(e) == 0) return fail(c, E_REQUEST, "\"%sstop\" is an empty string", c->prefix);
-        if (memchr(json_string_value(e), '\0', json_string_length(e)))
-            return fail(c, E_REQUEST, "\"%sstop\" %s holds a NUL character (\\u0000)", c->prefix,
-                        repr(b, e));
-    }
-    if (k == 0) return OK;
-    p->stop = calloc(k, sizeof *p->stop);
-    if (!p->stop) return OOM;
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-        p->stop[i] = dup_n(json_string_value(e), json_string_length(e));
-        if (!p->stop[i]) return OOM;
-        p->n_stop = (int32_t)(i + 1);
-    }
-    return OK;
-}
-
-typedef struct bias_entry {
-    int32_t id;
-    float bias;
-    int32_t order; /* the key's place in the object: the last of equal ids wins, as a Python dict */
-} bias_entry;
-
-static int bias_entry_cmp(const void *a, const void *b)
-{
-    const bias_entry *x = a, *y = b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-/* "logit_bias": {"token id": bias, ...} as OpenAI gives it; each bias clamped to [-100, 100]
- * as vLLM does (OpenAI's range); keys naming one id twice ("7", "07"): the last wins. */
-static int read_logit_bias(line_ctx *c, const json_t *o)
-{
-    tp_request_params *p = &c->r->p;
-    char b[QUOTE_CAP];
-    json_t *v = get(o, "logit_bias");
-    if (!v) return OK;
-    if (!json_is_object(v))
-        return fail(c, E_REQUEST, "\"%slogit_bias\" must be an object mapping token ids to biases, not %s",
-                    c->prefix, repr(b, v));
-    const size_t k = json_object_size(v);
-    if (k == 0) return OK;
-    bias_entry *e = malloc(k * sizeof *e);
-    if (!e) return OOM;
-    size_t n = 0;
-    const char *key;
-    json_t *val;
-    int rc = OK;
-    json_object_foreach(v, key, val)
-    {
-        const size_t len = strlen(key);
-        int digits = len > 0;
-        long long id = 0;
-        for (size_t i = 0; digits && i < len; i++) {
-            digits = key[i] >= '0' && key[i] <= '9';
-            if (id <= c->vocab) id = 10 * id + (key[i] - '0'); /* past the vocabulary: stays past it */
-        }
-        if (!digits) {
-            rc = fail(c, E_REQUEST, "\"%slogit_bias\" key %s is not a token id (a non-negative decimal integer)",
-                      c->prefix, quote(b, key, len));
-            break;
-        }
-        if (id >= c->vocab) {
-            rc = fail(c, E_REQUEST, "\"%slogit_bias\" key %s is outside [0, %lld) (the vocabulary)",
-                      c->prefix, quote(b, key, len), (long long)c->vocab);
-            break;
-        }
-        if (!json_is_number(val)) {
-            rc = fail(c, E_REQUEST, "\"%slogit_bias\" of token %lld must be a number in [-100, 100], not %s",
-                      c->prefix, id, repr(b, val));
-            break;
-        }
-        const double d = json_number_value(val);
-        e[n].id = (int32_t)id;
-        e[n].bias = (float)(d < -100.0 ? -100.0 : d > 100.0 ? 100.0 : d);
-        e[n].order = (int32_t)n;
-        n++;
-    }
-    if (rc != OK) {
-        free(e);
-        return rc;
-    }
-    qsort(e, n, sizeof *e, bias_entry_cmp);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (m > 0 && e[m - 1].id == e[i].id) m--; /* a later key for the same id replaces it */
-        e[m++] = e[i];
-    }
-    p->bias_ids = malloc(m * sizeof *p->bias_ids);
-    p->bias = malloc(m * sizeof *p->bias);
-    if (!p->bias_ids || !p->bias) {
-        free(e);
-        return OOM;
-    }
-    for (size_t i = 0; i < m; i++) {
-        p->bias_ids[i] = e[i].id;
-        p->bias[i] = e[i].bias;
-    }
-    p->n_bias = (int32_t)m;
-    free(e);
-    return OK;
-}
-
-#define MAX_CHOICES 4096
-
-/* An array of strings, each with something besides white space and no NUL, at most max:
- * into *out (NULL when absent or null). */
-static int read_strings(line_ctx *c, const json_t *v, const char *key, int32_t max, char ***out, int32_t *n_out)
-{
-    char b[QUOTE_CAP];
-    if (!v) return OK;
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
-                    json_is_array(v) ? "an empty array" : repr(b, v));
-    const size_t k = json_array_size(v);
-    if (k > (size_t)max)
-        return fail(c, E_REQUEST, "\"%s%s\" holds %zu strings, more than %d", c->prefix, key, k, (int)max);
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_array_get(v, i);
-        const char *s = json_is_string(e) ? json_string_value(e) : NULL;
-        const size_t n = s ? json_string_length(e) : 0;
-        size_t blank = 0;
-        while (blank < n && strchr(" \t\n\r\f\v", s[blank])) blank++;
-        if (!s || blank == n)
-            return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a string with more than white space, not %s", c->prefix,
-                        key, i, repr(b, e));
-        if (memchr(s, '\0', n))
-            return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
-    }
-    char **a = calloc(k, sizeof *a);
-    if (!a) return OOM;
-    *out = a;
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_array_get(v, i);
-        a[i] = dup_n(json_string_value(e), json_string_length(e));
-        if (!a[i]) return OOM;
-        *n_out = (int32_t)(i + 1);
-    }
-    return OK;
-}
-
-/* response_format (OpenAI's): {"type": "text"}, nothing; {"type": "json_object"}, a JSON
- * object; a schema is refused (tpinfer holds the text to JSON, not to a schema). */
-static int read_response_format(line_ctx *c, const json_t *v, int *json, const json_t **schema)
-{
-    char b[QUOTE_CAP];
-    json_t *t = json_is_object(v) ? get(v, "type") : NULL;
-    const char *type = json_is_string(t) ? json_string_value(t) : NULL;
-    if (type && !strcmp(type, "text")) return OK;
-    if (type && !strcmp(type, "json_object")) {
-        *json = 1;
-        return OK;
-    }
-    if (type && !strcmp(type, "json_schema")) { /* {"json_schema": {"name", "schema", "strict"}} */
-        json_t *js = get(v, "json_schema");
-        *schema = json_is_object(js) ? get(js, "schema") : NULL;
-        if (!*schema)
-            return fail(c, E_REQUEST, "\"%sresponse_format\" \"json_schema\" needs \"json_schema\": {\"schema\": "
-                        "{...}}", c->prefix);
-        *json = 1;
-        return OK;
-    }
-    return fail(c, E_REQUEST, "\"%sresponse_format\" must be {\"type\": \"text\"}, {\"type\": \"json_object\"} "
-                "or {\"type\": \"json_schema\", ...}, not %s", c->prefix, t ? repr(b, t) : repr(b, v));
-}
-
-/* A schema (an object, true, or vLLM's JSON text of one) compiled, once per distinct
- * schema in the list, into *out; one tpinfer does not take is the line's error. */
-/* s under key (its text) in the list's compiled schemas; NULL where there is none */
-static tp_schema *interned(tp_request_list *l, const char *key)
-{
-    json_t *at = l->schema_index ? json_object_get((json_t *)l->schema_index, key) : NULL;
-    return at ? l->schemas[json_integer_value(at)] : NULL;
-}
-
-/* s, compiled, kept under key; s released where it cannot be */
-static int intern(tp_request_list *l, const char *key, tp_schema *s)
-{
-    tp_schema **grown = realloc(l->schemas, (l->n_schemas + 1) * sizeof *grown);
-    if (grown) l->schemas = grown;
-    if (!grown || (!l->schema_index && !(l->schema_index = json_object())) ||
-        json_object_set_new((json_t *)l->schema_index, key, json_integer((json_int_t)l->n_schemas))) {
-        tp_schema_free(s);
-        return OOM;
-    }
-    l->schemas[l->n_schemas++] = s;
-    return OK;
-}
-
-/* what compiling gave (st, s): s kept under name, or the line's error record saying why */
-static int keep_compiled(line_ctx *c, const char *key, tp_status st, tp_schema *s, const char *name,
-                         const struct tp_schema **out)
-{
-    if (st == TP_ERR_OOM) return OOM;
-    if (st != TP_OK) {
-        const int rc = fail(c, E_REQUEST, "\"%s%s\": %s", c->prefix, key, tp_error_message());
-        tp_error_clear();
-        return rc;
-    }
-    const int rc = intern(c->list, name, s);
-    if (rc == OK) *out = s;
-    return rc;
-}
-
-/* vLLM's guided_regex (structured_outputs.regex): the whole text matches it; compiled once
- * per list, as schemas are */
-static int read_regex(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
-{
-    char b[QUOTE_CAP];
-    if (!json_is_string(v))
-        return fail(c, E_REQUEST, "\"%s%s\" must be a regular expression (a string), not %s", c->prefix, key, repr(b, v));
-    const size_t n = json_string_length(v);
-    char *name = malloc(n + 7);
-    if (!name) return OOM;
-    memcpy(name, "regex:", 6);
-    memcpy(name + 6, json_string_value(v), n + 1); /* a NUL inside ends the key: compiled again, the same */
-    tp_schema *s = interned(c->list, name);
-    if (s) {
-        free(name);
-        *out = s;
-        return OK;
-    }
-    const tp_status st = tp_schema_compile_regex(json_string_value(v), n, &s);
-    const int rc = keep_compiled(c, key, st, s, name, out);
-    free(name);
-    return rc;
-}
-
-static int read_schema(line_ctx *c, const json_t *v, const char *key, const struct tp_schema **out)
-{
-    char b[QUOTE_CAP];
-    json_t *parsed = NULL;
-    if (json_is_string(v)) { /* vLLM takes the schema as JSON text too */
-        json_error_t err;
-        parsed = json_loadb(json_string_value(v), json_string_length(v), JSON_DECODE_ANY, &err);
-        if (!parsed) return fail(c, E_REQUEST, "\"%s%s\" is not a JSON schema: %s", c->prefix, key, err.text);
-        v = parsed;
-    }
-    if (!json_is_object(v) && !json_is_true(v)) {
-        json_decref(parsed);
-        return fail(c, E_REQUEST, "\"%s%s\" must be a JSON schema (an object), not %s", c->prefix, key, repr(b, v));
-    }
-    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY); /* insertion order kept: it is the properties' */
-    tp_schema *s = text ? interned(c->list, text) : NULL;
-    if (!text || s) {
-        free(text);
-        json_decref(parsed);
-        *out = s;
-        return s ? OK : OOM;
-    }
-    const tp_status st = tp_schema_compile(v, &s);
-    json_decref(parsed);
-    const int rc = keep_compiled(c, key, st, s, text, out);
-    free(text);
-    return rc;
-}
-
-/* vLLM's "structured_outputs": {"choice": [...]}, {"json_object": true}, {"json": SCHEMA} or
- * {"regex": PATTERN};
- * *choices its choice array, or NULL. Of its options, disable_any_whitespace (*compact) is
- * followed; disable_fallback (no other backend to fall back to) and
- * disable_additional_properties (properties a schema does not give are never written) hold
- * as they are. */
-static int read_structured_outputs(line_ctx *c, const json_t *so, json_t **choices, int *json, const json_t **schema,
-                                   int *compact, const json_t **regex)
-{
-    char b[QUOTE_CAP];
-    if (!json_is_object(so))
-        return fail(c, E_REQUEST, "\"%sstructured_outputs\" must be an object, not %s", c->prefix, repr(b, so));
-    const char *k;
-    json_t *x;
-    json_object_foreach((json_t *)so, k, x)
-    {
-        if (json_is_null(x) || !strcmp(k, "choice")) continue;
-        if (!strcmp(k, "json_object")) {
-            if (!json_is_boolean(x))
-                return fail(c, E_REQUEST, "\"%sstructured_outputs\".json_object must be true or false, not %s",
-                            c->prefix, repr(b, x));
-            *json |= json_is_true(x);
-            continue;
-        }
-        if (!strcmp(k, "json")) {
-            *schema = x;
-            *json = 1;
-            continue;
-        }
-        if (!strcmp(k, "regex")) {
-            *regex = x;
-            continue;
-        }
-        if (!strcmp(k, "disable_any_whitespace") || !strcmp(k, "disable_fallback") ||
-            !strcmp(k, "disable_additional_properties")) {
-            if (!json_is_boolean(x))
-                return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s must be true or false, not %s", c->prefix, k,
-                            repr(b, x));
-            if (!strcmp(k, "disable_any_whitespace")) *compact = json_is_true(x);
-            continue;
-        }
-        return fail(c, E_REQUEST, "\"%sstructured_outputs\".%s: guided decoding other than \"choice\", \"json\", "
-                    "\"json_object\" and \"regex\" (and the option disable_any_whitespace) is not supported", c->prefix,
-                    quote(b, k, strlen(k)));
-    }
-    *choices = get(so, "choice");
-    return OK;
-}
-
-/* Guided decoding: vLLM's guided_choice (or "structured_outputs": {"choice": [...]}), a
- * non-empty array of non-empty strings the text must be one of; or a JSON object
- * (response_format {"type": "json_object"}, "structured_outputs": {"json_object": true}).
- * One of them, and refused beside allowed_token_ids (both would say which tokens may come),
- * min_tokens (the text may be whole sooner), ignore_eos (it ends at the end token) and
- * bad_words. */
-static int read_guided(line_ctx *c, const json_t *o)
-{
-    tp_request_params *p = &c->r->p;
-    char b[QUOTE_CAP];
-    json_t *so = get(o, "structured_outputs"), *v = get(o, "guided_choice"), *rf = get(o, "response_format"),
-           *gj = get(o, "guided_json");
-    const char *key = "guided_choice";
-    int json = 0, so_json = 0, compact = 0;
-    const json_t *schema = NULL, *so_schema = NULL, *regex = get(o, "guided_regex"), *so_regex = NULL;
-    if (so && v) return fail(c, E_REQUEST, "give one of \"%sguided_choice\" and \"%sstructured_outputs\", not both",
-                             c->prefix, c->prefix);
-    if (rf) TRY(read_response_format(c, rf, &json, &schema));
-    if (so) {
-        TRY(read_structured_outputs(c, so, &v, &so_json, &so_schema, &compact, &so_regex));
-        if (regex && so_regex)
-            return fail(c, E_REQUEST, "\"%sguided_regex\" with \"%sstructured_outputs.regex\": give one", c->prefix,
-                        c->prefix);
-        key = "structured_outputs.choice";
-    }
-    const char *what = json ? "response_format" : so_schema ? "structured_outputs.json" : so_json ? "structured_outputs.json_object" : key;
-    if ((json || so_json) && gj)
-        return fail(c, E_REQUEST, "\"%sguided_json\" with \"%s%s\": give one", c->prefix, c->prefix, what);
-    if (json && so_json)
-        return fail(c, E_REQUEST, "\"%sresponse_format\" with \"%sstructured_outputs\": give one", c->prefix, c->prefix);
-    if (gj) {
-        json = 1;
-        schema = gj;
-        what = "guided_json";
-    }
-    json |= so_json;
-    if (so_schema) schema = so_schema;
-    if (so_regex) regex = so_regex;
-    if (regex) { /* the whole text matches it: held as JSON's rules are */
-        const char *rk = so_regex ? "structured_outputs.regex" : "guided_regex";
-        if (json || v)
-            return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, rk, c->prefix, json ? what : key);
-        json = 1;
-        what = rk;
-    }
-    if (c->r->forced_tool || c->r->required_tools) { /* tool_choice: its schema holds the text */
-        if (json || v)
-            return fail(c, E_REQUEST, "\"%stool_choice\" %s with \"%s%s\": give one", c->prefix,
-                        c->r->required_tools ? "\"required\"" : "naming a function", c->prefix, json ? what : key);
-        json = 1;
-        what = "tool_choice";
-    }
-    if (json && v)
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%s%s\": give one", c->prefix, key, c->prefix, what);
-    const char *why_min = json ? "the object may be whole sooner" : "a choice may end sooner";
-    if (!v && !json) return OK;
-    if (v) {
-        if (!json_is_array(v) || json_array_size(v) == 0)
-            return fail(c, E_REQUEST, "\"%s%s\" must be a non-empty array of strings, not %s", c->prefix, key,
-                        json_is_array(v) ? "an empty array" : repr(b, v));
-        const size_t k = json_array_size(v);
-        if (k > MAX_CHOICES)
-            return fail(c, E_REQUEST, "\"%s%s\" holds %zu choices, more than %d", c->prefix, key, k, MAX_CHOICES);
-        for (size_t i = 0; i < k; i++) {
-            json_t *e = json_array_get(v, i);
-            if (!json_is_string(e) || json_string_length(e) == 0)
-                return fail(c, E_REQUEST, "\"%s%s\"[%zu] must be a non-empty string, not %s", c->prefix, key, i,
-                            repr(b, e));
-            if (memchr(json_string_value(e), '\0', json_string_length(e)))
-                return fail(c, E_REQUEST, "\"%s%s\"[%zu] holds a NUL character (\\u0000)", c->prefix, key, i);
-        }
-    }
-    if (p->n_allowed_token_ids)
-        return fail(c, E_REQUEST, "\"%s%s\" and \"%sallowed_token_ids\" both say which tokens may come: give one",
-                    c->prefix, what, c->prefix);
-    if (p->has_min_tokens && p->min_tokens > 0)
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%smin_tokens\" %d: %s", c->prefix, what, c->prefix, p->min_tokens,
-                    why_min);
-    if (p->has_ignore_eos && p->ignore_eos)
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%signore_eos\": true: %s ends at the end token", c->prefix, what,
-                    c->prefix, json ? "the object" : "a choice");
-    if (get(o, "bad_words"))
-        return fail(c, E_REQUEST, "\"%s%s\" with \"%sbad_words\": %s; give one", c->prefix, what, c->prefix,
-                    json ? "a banned word could be all the object may go on with" : "the choices alone say what may come");
-    if (json) {
-        if (regex) TRY(read_regex(c, regex, what, &p->schema));
-        else if (schema && !c->r->forced_tool && !c->r->required_tools) TRY(read_schema(c, schema, what, &p->schema));
-        p->json_object = 1;
-        p->json_compact = compact;
-        return OK;
-    }
-    const size_t k = json_array_size(v);
-    p->choices = calloc(k, sizeof *p->choices);
-    if (!p->choices) return OOM;
-    for (size_t i = 0; i < k; i++) {
-        json_t *e = json_array_get(v, i);
-        p->choices[i] = dup_n(json_string_value(e), json_string_length(e));
-        if (!p->choices[i]) return OOM;
-        p->n_choices = (int32_t)(i + 1);
-    }
-    return OK;
-}
-
-/* "logprobs": an integer in [0, 20], or (chat style) true/false with "top_logprobs". */
-static int read_logprobs(line_ctx *c, const json_t *o)
-{
-    tp_request_params *p = &c->r->p;
-    json_t *v = get(o, "logprobs");
-    int has_top = 0;
-    int64_t top = 0;
-    TRY(read_int(c, o, "top_logprobs", 0, 20, "[0, 20]", &has_top, &top));
-    if (v && json_is_boolean(v)) {
-        if (has_top && !json_is_true(v))
-            return fail(c, E_REQUEST, "\"%stop_logprobs\" needs \"%slogprobs\": true", c->prefix, c->prefix);
-        p->has_logprobs = json_is_true(v); /* false: none, as if absent (OpenAI, vLLM) */
-        p->logprobs = p->has_logprobs ? (int32_t)top : 0;
-        return OK;
-    }
-    if (has_top)
-        return fail(c, E_REQUEST, "\"%stop_logprobs\" needs \"%slogprobs\": true", c->prefix, c->prefix);
-    int has;
-    int64_t x;
-    TRY(read_int(c, o, "logprobs", 0, 20, "[0, 20] (or true/false)", &has, &x));
-    if (has) {
-        p->has_logprobs = 1;
-        p->logprobs = (int32_t)x;
-    }
-    return OK;
-}
-
-typedef struct pfield {
-    const char *key;
-    char kind; /* 'i' int32, 'u' uint64 (seed), 'r' double, 'b' bool (int) */
-    int64_t ilo, ihi;
-    double rlo, rhi;
-    int lo_open;
-    const char *range;
-    size_t has_off, val_off;
-} pfield;
-
-#define PF_I(key, field, lo, hi, range) \
-    {key, 'i', lo, hi, 0, 0, 0, range, offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
-#define PF_R(key, field, lo, hi, lo_open, range) \
-    {key, 'r', 0, 0, lo, hi, lo_open, range, offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
-#define PF_B(key, field) \
-    {key, 'b', 0, 0, 0, 0, 0, "", offsetof(tp_request_params, has_##field), offsetof(tp_request_params, field)}
-
-static const pfield pfields[] = {
-    PF_I("max_tokens", max_tokens, 1, INT32_MAX, "[1, 2147483647]"),
-    PF_I("min_tokens", min_tokens, 0, INT32_MAX, "[0, 2147483647]"),
-    PF_R("temperature", temperature, 0, 100, 0, "[0, 100]"),
-    PF_I("top_k", top_k, -1, INT32_MAX, "[-1, 2147483647] (-1 and 0: off)"),
-    PF_R("top_p", top_p, 0, 1, 1, "(0, 1]"),
-    PF_R("min_p", min_p, 0, 1, 0, "[0, 1]"),
-    PF_R("repetition_penalty", repetition_penalty, 0, 100, 1, "(0, 100]"),
-    PF_R("presence_penalty", presence_penalty, -2, 2, 0, "[-2, 2]"),
-    PF_R("frequency_penalty", frequency_penalty, -2, 2, 0, "[-2, 2]"),
-    {"seed", 'u', 0, INT64_MAX, 0, 0, 0, "[0, 2^63)", offsetof(tp_request_params, has_seed),
-     offsetof(tp_request_params, seed)},
-    PF_I("n", n, 1, 128, "[1, 128]"),
-    PF_I("prompt_logprobs", prompt_logprobs, 0, 20, "[0, 20]"),
-    PF_B("ignore_eos", ignore_eos),
-    PF_B("skip_special_tokens", skip_special_tokens),
-    PF_B("include_stop_str_in_output", include_stop_str_in_output),
-    PF_B("echo", echo),
-};
-
-/* The per-request settings of o (a JSONL line, or an OpenAI body). */
-static int read_params(line_ctx *c, const json_t *o)
-{
-    tp_request_params *p = &c->r->p;
-    /* echo with max_tokens 0: the prompt alone (vLLM draws one token and drops it) */
-    json_t *mt = get(o, "max_tokens");
-    if (json_is_integer(mt) && json_integer_value(mt) == 0 && json_is_true(get(o, "echo"))) {
-        p->echo_only = 1;
-        p->has_max_tokens = 1;
-        p->max_tokens = 1;
-    }
-    for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++) {
-        const pfield *f = &pfields[i];
-        if (p->echo_only && !strcmp(f->key, "max_tokens")) continue;
-        int *has = (int *)((char *)p + f->has_off);
-        void *val = (char *)p + f->val_off;
-        int64_t x;
-        if (f->kind == 'i') {
-            TRY(read_int(c, o, f->key, f->ilo, f->ihi, f->range, has, &x));
-            if (*has) *(int32_t *)val = (int32_t)x;
-        } else if (f->kind == 'u') {
-            TRY(read_int(c, o, f->key, f->ilo, f->ihi, f->range, has, &x));
-            if (*has) *(uint64_t *)val = (uint64_t)x;
-        } else if (f->kind == 'r') {
-            TRY(read_real(c, o, f->key, f->rlo, f->rhi, f->lo_open, f->range, has, (double *)val));
-        } else {
-            TRY(read_bool(c, o, f->key, has, (int *)val));
-        }
-    }
-    /* OpenAI's newer name wins over max_tokens, as in vLLM */
-    int has;
-    int64_t x;
-    TRY(read_int(c, o, "max_completion_tokens", 1, INT32_MAX, "[1, 2147483647]", &has, &x));
-    if (has) {
-        p->has_max_tokens = 1;
-        p->max_tokens = (int32_t)x;
-    }
-    if (p->has_min_tokens && p->has_max_tokens && p->min_tokens > p->max_tokens)
-        return fail(c, E_REQUEST, "\"%smin_tokens\" %d is more than \"%smax_tokens\" %d", c->prefix,
-                    p->min_tokens, c->prefix, p->max_tokens);
-    if (p->echo && (c->r->endpoint == TP_ENDPOINT_CHAT || c->r->messages_json))
-        return fail(c, E_REQUEST, "\"%secho\" is for completions (the prompt before the text); a chat request "
-                    "cannot echo its messages", c->prefix);
-    if (p->echo_only && get(o, "max_completion_tokens"))
-        return fail(c, E_REQUEST, "\"%smax_tokens\" 0 (the prompt alone) with \"%smax_completion_tokens\": give one",
-                    c->prefix, c->prefix);
-    TRY(read_logprobs(c, o));
-    TRY(read_stop(c, o));
-    json_t *v = get(o, "stop_token_ids");
-    if (v) TRY(read_token_ids(c, v, "stop_token_ids", 1, &p->stop_token_ids, &p->n_stop_token_ids));
-    /* vLLM refuses an empty list, which would leave nothing to draw */
-    if ((v = get(o, "allowed_token_ids")))
-        TRY(read_token_ids(c, v, "allowed_token_ids", 0, &p->allowed_token_ids, &p->n_allowed_token_ids));
-    TRY(read_logit_bias(c, o));
-    TRY(read_guided(c, o));
-    TRY(read_strings(c, get(o, "bad_words"), "bad_words", MAX_CHOICES, &p->bad_words, &p->n_bad_words));
-    return OK;
-}
-
-static int read_add_generation_prompt(line_ctx *c, const json_t *o)
-{
-    int has, val;
-    TRY(read_bool(c, o, "add_generation_prompt", &has, &val));
-    if (has) c->r->add_generation_prompt = val;
-    return OK;
-}
-
 /* ------------------------------------------------------------------------------------
  * The dialects */
 
 static int jsonl_id(line_ctx *c, const json_t *o)
 {
-    json_t *id = get(o, "id"), *cid = get(o, "custom_id");
-    if (id || cid) return read_id(c, id ? "id" : "custom_id", id ? id : cid, 1);
-    return set_standin_id(c); /* no id: the line number, as for text */
+    json_t *id = rq_get(o, "id"), *cid = rq_get(o, "custom_id");
+    if (id || cid) return rq_read_id(c, id ? "id" : "custom_id", id ? id : cid, 1);
+    return rq_set_standin_id(c); /* no id: the line number, as for text */
 }
 
-static int openai_id(line_ctx *c, const json_t *o) { return read_id(c, "custom_id", get(o, "custom_id"), 0); }
-static int trtllm_id(line_ctx *c, const json_t *o) { return read_id(c, "task_id", get(o, "task_id"), 1); }
+static int openai_id(line_ctx *c, const json_t *o) { return rq_read_id(c, "custom_id", rq_get(o, "custom_id"), 0); }
+static int trtllm_id(line_ctx *c, const json_t *o) { return rq_read_id(c, "task_id", rq_get(o, "task_id"), 1); }
 
 /* ------------------------------------------------------------------------------------
  * Fields tpinfer does not read */
 
-/* read by read_params besides pfields */
+/* read by rq_read_params besides its table of fields (rq_pfield_named) */
 static const char *const param_keys[] = {"max_completion_tokens", "logprobs", "top_logprobs", "stop",
                                          "stop_token_ids", "allowed_token_ids", "logit_bias", "guided_choice",
                                          "structured_outputs", "bad_words", "response_format", "guided_json",
@@ -1355,9 +169,8 @@ static int in_list(const char *const *list, const char *k)
 
 static int is_param(const char *k)
 {
-    for (size_t i = 0; i < TP_ARRAY_LEN(pfields); i++)
-        if (!strcmp(pfields[i].key, k)) return 1;
-    return in_list(param_keys, k) || in_list(quiet_keys, k) || in_list(unsupported_keys, k) || in_list(guided_keys, k);
+    return rq_pfield_named(k) || in_list(param_keys, k) || in_list(quiet_keys, k) || in_list(unsupported_keys, k) ||
+           in_list(guided_keys, k);
 }
 
 static void count_unknown(line_ctx *c, const char *key)
@@ -1404,62 +217,62 @@ static int refuse_unsupported(line_ctx *c, const json_t *o)
     char b[QUOTE_CAP];
     const char *p = c->prefix;
     json_t *v;
-    if ((v = get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return fail(c, E_REQUEST, "\"%sfunctions\" (OpenAI's older function calling) is not supported: give \"tools\" "
-                    "with \"tool_choice\": \"none\" to have them in the prompt", p);
-    if ((v = get(o, "function_call")) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        return fail(c, E_REQUEST, "\"%sfunction_call\" %s is not supported: tpinfer does not parse function calls", p,
-                    repr(b, v));
-    if ((v = get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
-        return fail(c, E_REQUEST, "\"%ssuffix\" (fill-in-the-middle) is not supported", p);
-    json_t *n = get(o, "n"); /* best_of == n (vLLM's default) changes nothing */
+    if ((v = rq_get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return rq_fail(c, E_REQUEST, "\"%sfunctions\" (OpenAI's older function calling) is not supported: give \"tools\" "
+                       "with \"tool_choice\": \"none\" to have them in the prompt", p);
+    if ((v = rq_get(o, "function_call")) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return rq_fail(c, E_REQUEST, "\"%sfunction_call\" %s is not supported: tpinfer does not parse function calls", p,
+                       rq_repr(b, v));
+    if ((v = rq_get(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+        return rq_fail(c, E_REQUEST, "\"%ssuffix\" (fill-in-the-middle) is not supported", p);
+    json_t *n = rq_get(o, "n"); /* best_of == n (vLLM's default) changes nothing */
     const json_int_t n_value = json_is_integer(n) ? json_integer_value(n) : 1;
-    if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == n_value))
-        return fail(c, E_REQUEST, "\"%sbest_of\" %s is not supported (\"n\" is)", p, repr(b, v));
-    if ((v = get(o, "use_beam_search")) && !json_is_false(v))
-        return fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
+    if ((v = rq_get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == n_value))
+        return rq_fail(c, E_REQUEST, "\"%sbest_of\" %s is not supported (\"n\" is)", p, rq_repr(b, v));
+    if ((v = rq_get(o, "use_beam_search")) && !json_is_false(v))
+        return rq_fail(c, E_REQUEST, "\"%suse_beam_search\": beam search is not supported", p);
     for (const char *const *g = guided_keys; *g; g++)
-        if (get(o, *g))
-            return fail(c, E_REQUEST, "\"%s%s\": guided decoding by a grammar is not supported "
-                        "(guided_choice, guided_json, guided_regex and response_format are)", p, *g);
-    if ((v = get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
+        if (rq_get(o, *g))
+            return rq_fail(c, E_REQUEST, "\"%s%s\": guided decoding by a grammar is not supported "
+                           "(guided_choice, guided_json, guided_regex and response_format are)", p, *g);
+    if ((v = rq_get(o, "logits_processors")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return rq_fail(c, E_REQUEST, "\"%slogits_processors\": custom logits processors are not supported", p);
     return OK;
 }
 
 static int parse_jsonl(line_ctx *c, const json_t *o)
 {
     TRY(jsonl_id(c, o));
-    if (get(o, "id") && get(o, "custom_id"))
-        return fail(c, E_REQUEST, "give one of \"id\" and \"custom_id\", not both");
+    if (rq_get(o, "id") && rq_get(o, "custom_id"))
+        return rq_fail(c, E_REQUEST, "give one of \"id\" and \"custom_id\", not both");
     static const char *const keys[] = {"prompt", "prompt_token_ids", "input_ids", "messages"};
     json_t *given[4];
     int n_given = 0;
-    for (int i = 0; i < 4; i++) n_given += (given[i] = get(o, keys[i])) != NULL;
+    for (int i = 0; i < 4; i++) n_given += (given[i] = rq_get(o, keys[i])) != NULL;
     if (n_given != 1) {
         const char *hint = "";
         if (json_object_get(o, "body") && json_object_get(o, "url"))
             hint = " (this looks like an OpenAI batch line: use --input-format openai or auto)";
         else if (json_object_get(o, "task_id"))
             hint = " (this looks like a TensorRT-LLM line: use --input-format trtllm or auto)";
-        return fail(c, E_REQUEST,
-                    "give exactly one of \"prompt\", \"prompt_token_ids\", \"input_ids\" and \"messages\" (the line has %d)%s",
-                    n_given, hint);
+        return rq_fail(c, E_REQUEST,
+                       "give exactly one of \"prompt\", \"prompt_token_ids\", \"input_ids\" and \"messages\" (the line has %d)%s",
+                       n_given, hint);
     }
     if (given[0]) {
         if (json_is_array(given[0]))
-            return fail(c, E_REQUEST, "\"prompt\" must be a string, not an array (token ids go in \"prompt_token_ids\")");
-        TRY(set_prompt(c, given[0], "prompt"));
+            return rq_fail(c, E_REQUEST, "\"prompt\" must be a string, not an array (token ids go in \"prompt_token_ids\")");
+        TRY(rq_set_prompt(c, given[0], "prompt"));
     } else if (given[1] || given[2]) {
-        TRY(read_token_ids(c, given[1] ? given[1] : given[2], given[1] ? keys[1] : keys[2], 0,
-                           &c->r->prompt_ids, &c->r->n_prompt_ids));
+        TRY(rq_read_token_ids(c, given[1] ? given[1] : given[2], given[1] ? keys[1] : keys[2], 0,
+                              &c->r->prompt_ids, &c->r->n_prompt_ids));
     } else {
-        TRY(read_messages(c, given[3]));
+        TRY(rq_read_messages(c, given[3]));
     }
-    TRY(read_add_generation_prompt(c, o));
+    TRY(rq_read_add_generation_prompt(c, o));
     TRY(refuse_unsupported(c, o));
-    TRY(read_tools(c, o));
-    TRY(read_params(c, o));
+    TRY(rq_read_tools(c, o));
+    TRY(rq_read_params(c, o));
     note_unknown(c, o, jsonl_keys, 1);
     return OK;
 }
@@ -1468,75 +281,75 @@ static int parse_openai(line_ctx *c, const json_t *o)
 {
     char b[QUOTE_CAP];
     TRY(openai_id(c, o));
-    json_t *method = get(o, "method"), *url = get(o, "url"), *body = get(o, "body");
+    json_t *method = rq_get(o, "method"), *url = rq_get(o, "url"), *body = rq_get(o, "body");
     if (!json_is_string(method) || strcmp(json_string_value(method), "POST"))
-        return fail(c, E_REQUEST, "\"method\" must be \"POST\", not %s", method ? repr(b, method) : "missing");
+        return rq_fail(c, E_REQUEST, "\"method\" must be \"POST\", not %s", method ? rq_repr(b, method) : "missing");
     if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/completions"))
         c->r->endpoint = TP_ENDPOINT_COMPLETIONS;
     else if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/chat/completions"))
         c->r->endpoint = TP_ENDPOINT_CHAT;
     else if (!url)
-        return fail(c, E_REQUEST, "\"url\" is required: \"/v1/completions\" or \"/v1/chat/completions\"");
+        return rq_fail(c, E_REQUEST, "\"url\" is required: \"/v1/completions\" or \"/v1/chat/completions\"");
     else
-        return fail(c, E_REQUEST, "\"url\" %s is not supported: use \"/v1/completions\" or \"/v1/chat/completions\"",
-                    repr(b, url));
+        return rq_fail(c, E_REQUEST, "\"url\" %s is not supported: use \"/v1/completions\" or \"/v1/chat/completions\"",
+                       rq_repr(b, url));
     if (!json_is_object(body))
-        return fail(c, E_REQUEST, "\"body\" must be an object, not %s", body ? repr(b, body) : "missing");
+        return rq_fail(c, E_REQUEST, "\"body\" must be an object, not %s", body ? rq_repr(b, body) : "missing");
     note_unknown(c, o, openai_keys, 0);
     c->prefix = "body.";
     TRY(refuse_unsupported(c, body));
     note_unknown(c, body, body_keys, 1);
-    json_t *stream = get(body, "stream");
+    json_t *stream = rq_get(body, "stream");
     if (stream && !json_is_boolean(stream))
-        return fail(c, E_REQUEST, "\"body.stream\" must be true or false, not %s", repr(b, stream));
-    if (json_is_true(stream)) return fail(c, E_REQUEST, "\"body.stream\": stream mode is not supported in a batch");
+        return rq_fail(c, E_REQUEST, "\"body.stream\" must be true or false, not %s", rq_repr(b, stream));
+    if (json_is_true(stream)) return rq_fail(c, E_REQUEST, "\"body.stream\": stream mode is not supported in a batch");
     if (c->r->endpoint == TP_ENDPOINT_CHAT) {
-        json_t *m = get(body, "messages");
-        if (!m) return fail(c, E_REQUEST, "\"body.messages\" is required for /v1/chat/completions");
-        TRY(read_messages(c, m));
-        TRY(read_add_generation_prompt(c, body));
-        TRY(read_tools(c, body));
-        return read_params(c, body);
+        json_t *m = rq_get(body, "messages");
+        if (!m) return rq_fail(c, E_REQUEST, "\"body.messages\" is required for /v1/chat/completions");
+        TRY(rq_read_messages(c, m));
+        TRY(rq_read_add_generation_prompt(c, body));
+        TRY(rq_read_tools(c, body));
+        return rq_read_params(c, body);
     }
-    json_t *pr = get(body, "prompt");
+    json_t *pr = rq_get(body, "prompt");
     if (!pr)
-        return fail(c, E_REQUEST, "\"body.prompt\" is required for /v1/completions%s",
-                    get(body, "messages") ? " (\"messages\" needs \"url\": \"/v1/chat/completions\")" : "");
+        return rq_fail(c, E_REQUEST, "\"body.prompt\" is required for /v1/completions%s",
+                       rq_get(body, "messages") ? " (\"messages\" needs \"url\": \"/v1/chat/completions\")" : "");
     if (json_is_array(pr) && json_array_size(pr) > 0 && !json_is_integer(json_array_get(pr, 0)) &&
         !(c->lossy && json_is_real(json_array_get(pr, 0)))) {
         /* a list of prompts: one is fine */
         if (json_array_size(pr) > 1)
-            return fail(c, E_REQUEST, "\"body.prompt\" holds %zu prompts; a batch line takes one (write one line per prompt)",
-                        json_array_size(pr));
+            return rq_fail(c, E_REQUEST, "\"body.prompt\" holds %zu prompts; a batch line takes one (write one line per prompt)",
+                           json_array_size(pr));
         pr = json_array_get(pr, 0);
         if (json_is_array(pr))
-            TRY(read_token_ids(c, pr, "prompt[0]", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+            TRY(rq_read_token_ids(c, pr, "prompt[0]", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
         else
-            TRY(set_prompt(c, pr, "prompt[0]"));
+            TRY(rq_set_prompt(c, pr, "prompt[0]"));
     } else if (json_is_array(pr)) {
-        TRY(read_token_ids(c, pr, "prompt", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+        TRY(rq_read_token_ids(c, pr, "prompt", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
     } else {
-        TRY(set_prompt(c, pr, "prompt"));
+        TRY(rq_set_prompt(c, pr, "prompt"));
     }
-    TRY(read_tools(c, body)); /* none, or an error: tools need messages */
-    return read_params(c, body);
+    TRY(rq_read_tools(c, body)); /* none, or an error: tools need messages */
+    return rq_read_params(c, body);
 }
 
 static int parse_trtllm(line_ctx *c, const json_t *o)
 {
     TRY(trtllm_id(c, o));
-    json_t *ids = get(o, "input_ids"), *pr = get(o, "prompt");
-    if (get(o, "lora_request")) return fail(c, E_REQUEST, "\"lora_request\": LoRA adapters are not supported");
-    if (get(o, "media_paths")) return fail(c, E_REQUEST, "\"media_paths\": multimodal input is not supported");
+    json_t *ids = rq_get(o, "input_ids"), *pr = rq_get(o, "prompt");
+    if (rq_get(o, "lora_request")) return rq_fail(c, E_REQUEST, "\"lora_request\": LoRA adapters are not supported");
+    if (rq_get(o, "media_paths")) return rq_fail(c, E_REQUEST, "\"media_paths\": multimodal input is not supported");
     if (ids) /* input_ids wins over prompt, as in trtllm-bench */
-        TRY(read_token_ids(c, ids, "input_ids", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
+        TRY(rq_read_token_ids(c, ids, "input_ids", 0, &c->r->prompt_ids, &c->r->n_prompt_ids));
     else if (pr)
-        TRY(set_prompt(c, pr, "prompt"));
+        TRY(rq_set_prompt(c, pr, "prompt"));
     else
-        return fail(c, E_REQUEST, "give \"prompt\" or \"input_ids\"");
+        return rq_fail(c, E_REQUEST, "give \"prompt\" or \"input_ids\"");
     int has;
     int64_t x;
-    TRY(read_int(c, o, "output_tokens", 1, INT32_MAX, "[1, 2147483647]", &has, &x));
+    TRY(rq_read_int(c, o, "output_tokens", 1, INT32_MAX, "[1, 2147483647]", &has, &x));
     if (has) {
         c->r->p.has_max_tokens = 1;
         c->r->p.max_tokens = (int32_t)x;
@@ -1557,11 +370,11 @@ static int read_dialect_id(line_ctx *c, tp_input_format fmt, const json_t *o)
 static int recover_id(line_ctx *c, tp_input_format fmt, const char *s, size_t n)
 {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++, bad++) i += utf8_valid_prefix((const unsigned char *)s + i, n - i);
+    for (size_t i = 0; i < n; i++, bad++) i += rq_utf8_valid_prefix((const unsigned char *)s + i, n - i);
     char *copy = malloc(n + 2 * bad + 1), *q = copy;
     if (!copy) return OOM;
     for (size_t i = 0; i < n;) {
-        size_t ok = utf8_valid_prefix((const unsigned char *)s + i, n - i);
+        size_t ok = rq_utf8_valid_prefix((const unsigned char *)s + i, n - i);
         memcpy(q, s + i, ok);
         q += ok;
         i += ok;
@@ -1576,11 +389,11 @@ static int recover_id(line_ctx *c, tp_input_format fmt, const char *s, size_t n)
     int rc = OK;
     if (json_is_object(o)) {
         rc = read_dialect_id(c, fmt, o);
-        if (rc == OK && c->r->id && strstr(c->r->id, "\xEF\xBF\xBD")) rc = set_standin_id(c);
+        if (rc == OK && c->r->id && strstr(c->r->id, "\xEF\xBF\xBD")) rc = rq_set_standin_id(c);
         if (rc == BAD) rc = OK; /* the UTF-8 error is the one reported */
     }
     json_decref(o);
-    if (rc == OK && !c->r->id) rc = set_standin_id(c);
+    if (rc == OK && !c->r->id) rc = rq_set_standin_id(c);
     return rc;
 }
 
@@ -1609,17 +422,17 @@ static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_i
     int rc = OK;
     size_t valid;
     if (n > max_line) {
-        rc = set_standin_id(&c);
+        rc = rq_set_standin_id(&c);
         if (rc == OK)
-            rc = fail(&c, E_REQUEST, "the line is %zu bytes, more than --max-line-bytes %zu", n, max_line);
-    } else if ((valid = utf8_valid_prefix((const unsigned char *)s, n)) < n) {
-        rc = fail(&c, E_UTF8, "invalid UTF-8 at byte %zu of the line (0x%02x)", valid + 1,
-                  (unsigned char)s[valid]);
-        if (rc != OOM) rc = fmt == TP_INPUT_TEXT ? set_standin_id(&c) : recover_id(&c, fmt, s, n);
+            rc = rq_fail(&c, E_REQUEST, "the line is %zu bytes, more than --max-line-bytes %zu", n, max_line);
+    } else if ((valid = rq_utf8_valid_prefix((const unsigned char *)s, n)) < n) {
+        rc = rq_fail(&c, E_UTF8, "invalid UTF-8 at byte %zu of the line (0x%02x)", valid + 1,
+                     (unsigned char)s[valid]);
+        if (rc != OOM) rc = fmt == TP_INPUT_TEXT ? rq_set_standin_id(&c) : recover_id(&c, fmt, s, n);
     } else if (fmt == TP_INPUT_TEXT) {
-        rc = set_standin_id(&c);
+        rc = rq_set_standin_id(&c);
         if (rc == OK) {
-            r->prompt = dup_n(s, n);
+            r->prompt = rq_dup_n(s, n);
             r->prompt_len = n;
             if (!r->prompt) rc = OOM;
         }
@@ -1633,21 +446,21 @@ static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_i
             c.lossy = o != NULL;
         }
         if (!o) {
-            rc = set_standin_id(&c);
+            rc = rq_set_standin_id(&c);
             if (rc == OK && !strncmp(err.text, "invalid Unicode", 15))
-                rc = fail(&c, E_UTF8, "invalid JSON string escape at column %d: %s (a lone UTF-16 surrogate)",
-                          err.column, err.text);
+                rc = rq_fail(&c, E_UTF8, "invalid JSON string escape at column %d: %s (a lone UTF-16 surrogate)",
+                             err.column, err.text);
             else if (rc == OK)
-                rc = fail(&c, E_JSON, "invalid JSON at column %d: %s", err.column, err.text);
+                rc = rq_fail(&c, E_JSON, "invalid JSON at column %d: %s", err.column, err.text);
         } else if (!json_is_object(o)) {
-            rc = set_standin_id(&c);
-            if (rc == OK) rc = fail(&c, E_JSON, "a line must be a JSON object, not %s", type_name(o));
+            rc = rq_set_standin_id(&c);
+            if (rc == OK) rc = rq_fail(&c, E_JSON, "a line must be a JSON object, not %s", type_name(o));
         } else {
             rc = fmt == TP_INPUT_OPENAI   ? parse_openai(&c, o)
                  : fmt == TP_INPUT_TRTLLM ? parse_trtllm(&c, o)
                                           : parse_jsonl(&c, o);
             if (rc == OK && c.lossy) /* the number is not in a field we read: still an error */
-                rc = fail(&c, E_REQUEST, "at column %d, %s: integers must fit in 64 bits", err.column, err.text);
+                rc = rq_fail(&c, E_REQUEST, "at column %d, %s: integers must fit in 64 bits", err.column, err.text);
         }
         json_decref(o);
     }
@@ -1877,7 +690,7 @@ static tp_status check_unique_ids(const tp_request_list *l, const char *what)
             snprintf(note, sizeof note, " (line %lld has no readable id, so its line number stands in)",
                      (long long)(a->standin ? a->line : z->line));
         st = tp_error(TP_ERR_INVALID_ARG, "%s: id %s is used on line %lld and again on line %lld%s; ids must be unique",
-                      what, quote(b, a->id, strlen(a->id)), (long long)a->line, (long long)z->line, note);
+                      what, rq_quote(b, a->id, strlen(a->id)), (long long)a->line, (long long)z->line, note);
         break;
     }
     free(v);
