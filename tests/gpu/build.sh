@@ -29,4 +29,18 @@ gpu_build() {
 fi
 results=()
 record() { results+=("| $1 | $2 |"); echo "== $1: $2"; }
+# ops_check GROUP [TIMEOUT] [WHAT=PATTERN ...]: tests/check_backend_ops' GROUP (CK_RUN_CASE) into
+# $OUTDIR/ops-GROUP.log, recorded as PASS with, for each WHAT, the count of log lines matching
+# its PATTERN, or FAIL with the first lines that say why
+ops_check() {
+    local group=$1 limit=400 log=$OUTDIR/ops-$1.log detail= p
+    shift
+    case ${1:-} in [0-9]*) limit=$1; shift ;; esac
+    if CK_FORK=no CK_RUN_CASE=$group timeout "$limit" "$B/tests/check_backend_ops" >"$log" 2>&1; then
+        for p in "$@"; do detail+="${detail:+, }$(grep -c -- "${p#*=}" "$log") ${p%%=*}"; done
+        record "check_backend_ops $group" "PASS${detail:+ ($detail)}"
+    else
+        record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$log" | tr '|' '/' | cut -c1-200)"
+    fi
+}
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

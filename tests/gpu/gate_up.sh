@@ -15,11 +15,7 @@ OUTDIR=${OUT:-/tmp/tpinfer-gu-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 gpu_build tpinfer tests/check_backend_ops
-if CK_FORK=no CK_RUN_CASE=matmul timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-matmul.log" 2>&1; then
-    record "check_backend_ops matmul" "PASS ($(grep -c 'matmul_swiglu.*ok' "$OUTDIR/ops-matmul.log") matmul_swiglu blocks)"
-else
-    record "check_backend_ops matmul" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-matmul.log" | tr '|' '/' | cut -c1-200)"
-fi
+ops_check matmul "matmul_swiglu blocks=matmul_swiglu.*ok"
 args=()
 for _ in $(seq "${GATE_UP_REPEAT:-2}"); do args+=("" "TPINFER_GEMV=fused"); done
 OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b1 b2 b4 b8 b128} BENCH_TPINFER=$B/tpinfer timeout 480 \

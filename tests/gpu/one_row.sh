@@ -17,11 +17,7 @@ OUTDIR=${OUT:-/tmp/tpinfer-or-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 gpu_build tpinfer tests/check_backend_ops
-if CK_FORK=no CK_RUN_CASE=matmul timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-matmul.log" 2>&1; then
-    record "check_backend_ops matmul" "PASS ($(grep -c 'tuning, call.*ok' "$OUTDIR/ops-matmul.log") tuning calls, $(grep -c 'one row, .*ok' "$OUTDIR/ops-matmul.log") one-row calls checked)"
-else
-    record "check_backend_ops matmul" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-matmul.log" | tr '|' '/' | cut -c1-200)"
-fi
+ops_check matmul "tuning calls=tuning, call.*ok" "one-row calls=one row, .*ok"
 args=()
 for _ in $(seq "${ONE_ROW_REPEAT:-2}"); do
     args+=("" "TPINFER_GEMV=0")

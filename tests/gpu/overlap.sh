@@ -24,13 +24,7 @@ mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 if [ "${GPU_OV_OPS:-1}" = 1 ]; then
     gpu_build tpinfer tests/check_backend_ops
-    for group in elementwise argmax errors; do
-        if CK_FORK=no CK_RUN_CASE=$group timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
-            record "check_backend_ops $group" PASS
-        else
-            record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
-        fi
-    done
+    for group in elementwise argmax errors; do ops_check $group 300; done
 else
     gpu_build tpinfer
 fi

@@ -15,13 +15,7 @@ mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpu_build tpinfer tests/check_backend_ops bench/gpu_attention
-for group in attention errors; do
-    if CK_FORK=no CK_RUN_CASE=$group timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
-        record "check_backend_ops $group" "PASS ($(grep -c 'prefill.*ok' "$OUTDIR/ops-$group.log") prefill checks)"
-    else
-        record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
-    fi
-done
+for group in attention errors; do ops_check $group "prefill checks=prefill.*ok"; done
 if timeout 240 "$B/bench/gpu_attention" 15 >"$OUTDIR/gpu_attention.log" 2>&1; then
     while IFS= read -r line; do record "prefill (batch, context: flash / prefill)" "$line"; done \
         < <(sed -n '/^# prefill/,$p' "$OUTDIR/gpu_attention.log" | grep -E '^ *[0-9]+ +[0-9]+ \|')

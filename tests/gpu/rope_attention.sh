@@ -20,13 +20,8 @@ mkdir -p "$OUTDIR"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpu_build tpinfer tests/check_backend_ops
 T=$B/tpinfer
-for group in attention errors; do
-    if CK_FORK=no CK_RUN_CASE=$group timeout 400 "$B/tests/check_backend_ops" >"$OUTDIR/ops-$group.log" 2>&1; then
-        record "check_backend_ops $group" "PASS$([ $group = attention ] && echo " ($(grep -c 'qk_rope_attn.bits.*ok' "$OUTDIR/ops-$group.log") qk_rope_attention cases bit-identical to the two ops)")"
-    else
-        record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-$group.log" | tr '|' '/' | cut -c1-200)"
-    fi
-done
+ops_check attention "qk_rope_attention cases bit-identical to the two ops=qk_rope_attn.bits.*ok"
+ops_check errors
 
 SHARED=${TPINFER_SHARED:-$root/../shared}
 W=$(mktemp -d)

@@ -26,11 +26,7 @@ OUTDIR=${OUT:-/tmp/tpinfer-sample-out}
 mkdir -p "$OUTDIR"
 . tests/gpu/build.sh
 gpu_build tpinfer tests/check_backend_ops bench/gpu_sample
-if CK_FORK=no CK_RUN_CASE=sample timeout 300 "$B/tests/check_backend_ops" >"$OUTDIR/ops-sample.log" 2>&1; then
-    record "check_backend_ops sample" "PASS ($(grep -c 'sample .*ok' "$OUTDIR/ops-sample.log") blocks)"
-else
-    record "check_backend_ops sample" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$OUTDIR/ops-sample.log" | tr '|' '/' | cut -c1-200)"
-fi
+ops_check sample 300 "blocks=sample .*ok"
 if timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample.log" 2>&1; then
     # every row's "tokens = CPU" column reads "N of N"
     differ=$(awk -F'|' '/ of / { split($6, a, " of "); if (a[1] + 0 != a[2] + 0) n++ } END { print n + 0 }' \
