@@ -16,7 +16,11 @@
  *    and lane q of the group's first warp adds the bias (or y's value) and writes one
  *    output, rounded once to y's dtype;
  *  - G grows while the grid has fewer than 16 warps per SM, so narrow matrices (tensor-
- *    parallel slices) still keep enough loads in flight.
+ *    parallel slices) still keep enough loads in flight;
+ *  - w is no earlier kernel's output, so under programmatic dependent launch a thread's
+ *    first U chunks of each row are loaded into registers before the wait for the kernel
+ *    before (n <= 4; TPINFER_GEMV_EARLY=0: into L2 only), and the next U into L2: the
+ *    first round trip overlaps that kernel's end.
  * Every product is f32 (x and w widened exactly), so the result is the CPU backend's up
  * to the order of the f32 sums. R = 4, U = 4 for n = 1 (16 loads in flight; TPINFER_GEMV_WIDE=0:
  * R = 2, U = 4), R = 2, U = 4 for n = 2..4; R = 4, U = 2 above (x reused by more rows when n
@@ -163,11 +167,14 @@ template <int V, int HALF = V / 2> __device__ __forceinline__ float warp_sum_tra
 /* x [N, k], w [rows, k], bias [1, rows] (data NULL: none), y [N, mo]. Matmul: rows = mo,
  * group g owns rows and outputs g*R .. g*R+R-1. SWIGLU: rows = 2 mo, group g owns outputs
  * j = g*P .. g*P+P-1 (P = R/2) and reads gate rows j and up rows mo + j. G warps per
- * group (1, 2, 4), the same for the whole grid. */
+ * group (1, 2, 4), the same for the whole grid. early: a thread's first chunks of w are
+ * loaded before the wait for the previous kernel (N <= 4; at more rows their sums leave no
+ * registers for them). */
 template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y,
-                                                            int G, int add)
+                                                            int G, int add, int early)
 {
+    early = early && N <= 4;
     constexpr int R = gemv_shape<N, WIDE>::R, U = gemv_shape<N, WIDE>::U;
     constexpr int P = SWIGLU ? R / 2 : R;         /* outputs per group (per row of x) */
     constexpr int VW = 16 / (int)sizeof(WT);      /* elements of w per 16-byte chunk */
@@ -186,42 +193,43 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
 #pragma unroll
         for (int i = 0; i < N; i++) acc[r][i] = 0.0f;
 
+    const char *wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        /* outputs past mo read the last valid row (results dropped): no bounds checks */
+        const int64_t j = j0 + (SWIGLU && r >= P ? r - P : r);
+        const int64_t row = (SWIGLU && r >= P ? mo : 0) + (j < mo ? j : mo - 1);
+        wrow[r] = (const char *)w.data + row * w.stride * (int64_t)sizeof(WT);
+    }
+    uint4 wv[U][R];
+    auto load_chunks = [&](int64_t c0) { /* U chunks of each of the R rows from chunk c0 on, GT apart */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + (int64_t)u * GT;
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[u][r] = c < nchunks ? load_stream(wrow[r] + c * 16) : make_uint4(0, 0, 0, 0);
+        }
+    };
+
     /* The weights are not the previous kernel's output: while it finishes (programmatic
-     * dependent launch, common.cuh), pull this thread's first chunks into L2. */
+     * dependent launch, common.cuh), this thread's first chunks come into registers (early;
+     * else into L2) and its next ones into L2. */
     pdl_trigger();
     if (j0 < mo) {
+        if (early) load_chunks(gt);
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t j = j0 + (SWIGLU && r >= P ? r - P : r);
-            const int64_t row = (SWIGLU && r >= P ? mo : 0) + (j < mo ? j : mo - 1);
-            const char *p = (const char *)w.data + row * w.stride * (int64_t)sizeof(WT);
-            for (int64_t c = gt; c < nchunks && c < gt + (int64_t)GT * 2 * U; c += GT)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + c * 16));
-        }
+        for (int r = 0; r < R; r++)
+            for (int64_t c = gt + (early ? (int64_t)GT * U : 0); c < nchunks && c < gt + (int64_t)GT * 2 * U; c += GT)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + c * 16));
     }
     pdl_wait(); /* x (and y, which the previous kernel may still read) from here on */
 
     if (j0 < mo) { /* a group past the end only joins the __syncthreads below */
-        const char *wrow[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            /* outputs past mo read the last valid row (results dropped): no bounds checks */
-            const int64_t j = j0 + (SWIGLU && r >= P ? r - P : r);
-            const int64_t row = (SWIGLU && r >= P ? mo : 0) + (j < mo ? j : mo - 1);
-            wrow[r] = (const char *)w.data + row * w.stride * (int64_t)sizeof(WT);
-        }
         const char *xb = (const char *)x.data;
         const int64_t xp = x.stride * (int64_t)sizeof(XT); /* x's row pitch in bytes */
 
         for (int64_t c0 = gt; c0 < nchunks; c0 += (int64_t)GT * U) {
-            uint4 wv[U][R];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t c = c0 + (int64_t)u * GT;
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    wv[u][r] = c < nchunks ? load_stream(wrow[r] + c * 16) : make_uint4(0, 0, 0, 0);
-            }
+            if (c0 != gt || !early) load_chunks(c0); /* the first ones came before the wait */
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int64_t c = c0 + (int64_t)u * GT;
@@ -299,7 +307,13 @@ static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor 
     int G = 1;
     while (G < GEMV_WARPS && groups * G < (int64_t)GEMV_WARPS_PER_SM * sms && nchunks >= 2 * WARP_SIZE * G) G *= 2;
     const int64_t blocks = CEIL_DIV(groups, (int64_t)(GEMV_WARPS / G));
-    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add);
+    static int early = -1; /* TPINFER_GEMV_EARLY=0: the first chunks into L2 only, as before */
+    if (early < 0) {
+        const char *e = getenv("TPINFER_GEMV_EARLY");
+        early = !(e && !strcmp(e, "0"));
+    }
+    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add,
+              early);
 }
 
 template <typename XT, typename WT, bool SWIGLU>

@@ -172,7 +172,8 @@ int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w);
 enum { TP_GEMV_PLAIN, TP_GEMV_SWIGLU, TP_GEMV_ADD };
 
 /* y by the GEMV in that form, only where tp_cuda_gemv_fits(x, w). sms: the GPU's
- * multiprocessors (grid sizing). */
+ * multiprocessors (grid sizing). w is read before the wait for the kernels before it
+ * (programmatic dependent launch): it must be nothing they write (weights). */
 tp_status tp_cuda_gemv(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y, int form, int sms,
                        cudaStream_t stream);
 

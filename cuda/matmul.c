@@ -480,6 +480,20 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static size_t weight_bytes(const tp_tensor *w) { return (size_t)(w->rows * w->cols) * tp_dtype_size(w->dtype); }
 
+/* Whether the product of x by w in that form (TP_GEMV_PLAIN: matmul, ADD: matmul_add,
+ * SWIGLU: matmul_swiglu) goes to the GEMV, as gemv (TPINFER_GEMV, or the warm-up's choice)
+ * says */
+static int gemv_takes(const tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, int form)
+{
+    if (!tp_cuda_gemv_fits(x, w)) return 0;
+    const int one = x->rows == 1 && weight_bytes(w) <= g->gemv_one_max;
+    switch (form) {
+    case TP_GEMV_SWIGLU: return g->gemv == 3 ? one : g->gemv != 0;
+    case TP_GEMV_ADD: return g->gemv == 3 && one;
+    default: return g->gemv == 2 || (g->gemv == 3 && one);
+    }
+}
+
 /* add: beta 1 on y as it is (no bias; y f32, so D is never converted) */
 static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tensor *w, const tp_tensor *bias,
                              const tp_tensor *y, int add, cudaStream_t stream)
@@ -491,10 +505,8 @@ static tp_status matmul_into(tp_cuda_gemm *g, const tp_tensor *x, const tp_tenso
     const float beta = bias || add ? 1.0f : 0.0f;
     if (n == 0 || m == 0) return TP_OK;
     if (k == 0) return add ? TP_OK : tp_cuda_bias_fill(*y, bv, stream); /* empty sums: y = bias, or zeros */
-    if (!add && g->gemv == 2 && tp_cuda_gemv_fits(x, w))
-        return tp_cuda_gemv(*x, *w, bv, *y, TP_GEMV_PLAIN, g->sms, stream);
-    if (g->gemv == 3 && n == 1 && weight_bytes(w) <= g->gemv_one_max && tp_cuda_gemv_fits(x, w) && !(add && bias))
-        return tp_cuda_gemv(*x, *w, bv, *y, add ? TP_GEMV_ADD : TP_GEMV_PLAIN, g->sms, stream);
+    const int form = add ? TP_GEMV_ADD : TP_GEMV_PLAIN;
+    if (gemv_takes(g, x, w, form) && !(add && bias)) return tp_cuda_gemv(*x, *w, bv, *y, form, g->sms, stream);
 
     /* the product's type, D's type, and what must be converted to get there */
     const tp_dtype ab = x->dtype == w->dtype ? w->dtype : TP_DTYPE_F32;
@@ -571,7 +583,7 @@ tp_status tp_cuda_matmul_swiglu(tp_cuda_gemm *g, const tp_tensor *x, const tp_te
     const int64_t m = out->cols;
     if (out->rows == 0 || m == 0) return TP_OK;
     /* the GEMV: no gate_up round trip (fits implies k >= 1) */
-    if ((g->gemv == 3 ? x->rows == 1 && weight_bytes(w) <= g->gemv_one_max : g->gemv) && tp_cuda_gemv_fits(x, w)) {
+    if (gemv_takes(g, x, w, TP_GEMV_SWIGLU)) {
         tp_tensor none;
         memset(&none, 0, sizeof none);
         return tp_cuda_gemv(*x, *w, bias ? *bias : none, *out, TP_GEMV_SWIGLU, g->sms, stream);
