@@ -15,7 +15,8 @@
  *  - y of a third dtype (neither the product type nor f32): D is an f32 tile, then
  *    converted into y.
  * For n <= 8 rows (decode) the time is that of reading w once. cuBLASLt reads it at 3.4 to
- * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel, so by default every
+ * 4.4 TB/s on an H200 (bench/RESULTS.md), faster than gemv.cu's kernel on all but the
+ * smallest products (an 8B model's o: 32 MiB), so by default every
  * product goes to cuBLASLt, the MLP's gate|up product too, then swiglu.cu: on an H200 at
  * tp=1 that is 4-10 % faster a decode step at 1 to 8 rows than the GEMV that applies SwiGLU
  * as it writes. The GEMV takes the shapes it fits (tp_cuda_gemv_fits: dtypes, 16-byte
