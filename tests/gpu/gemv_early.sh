@@ -4,7 +4,8 @@
 # L2 only), on a GPU machine, in one call, from the repository root (the -dev packages in
 # .gpu-deps/ as for tests/gpu/run.sh; GPU_PREBUILT=DIR for binaries built elsewhere):
 #   1. build tpinfer, tests/check_backend_ops, bench/gpu_matmul; the matmul group as it is
-#      (the one-row route) and under TPINFER_GEMV=all (every GEMV shape at 1-8 rows);
+#      (the one-row route) and under TPINFER_GEMV=all (every GEMV shape at 1-8 rows), with
+#      the early loads and without (TPINFER_GEMV_EARLY=0 stays an option, so it is checked);
 #   2. bench/ab_decode.sh on Llama-3.2-1B's shape (b1, b2) and Llama-3-8B's (b1): the default
 #      and TPINFER_GEMV_EARLY=0 interleaved EARLY_REPEAT times (default 2), TPINFER_GEMV=0
 #      once, then both at TPINFER_LOG=debug: the warm-up's timings of a batch-1 step through
@@ -18,6 +19,7 @@ mkdir -p "$OUTDIR"
 gpu_build tpinfer tests/check_backend_ops bench/gpu_matmul
 ops_check matmul 200 "one-row calls=one row, .*ok"
 TPINFER_GEMV=all ops_check matmul 200
+TPINFER_GEMV=all TPINFER_GEMV_EARLY=0 ops_check matmul 200
 args=()
 for _ in $(seq "${EARLY_REPEAT:-2}"); do args+=("TPINFER_GEMV_EARLY=0" ""); done
 args+=("TPINFER_GEMV=0" "TPINFER_LOG=debug" "TPINFER_LOG=debug TPINFER_GEMV_EARLY=0")
