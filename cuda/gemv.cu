@@ -170,12 +170,13 @@ template <int V, int HALF = V / 2> __device__ __forceinline__ float warp_sum_tra
  * group (1, 2, 4), the same for the whole grid. early: a thread's first chunks of w are
  * loaded before the wait for the previous kernel (N <= 4; at more rows their sums leave no
  * registers for them). */
-template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
+template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false, bool PIPE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_tensor w, tp_tensor bias, tp_tensor y,
                                                             int G, int add, int early)
 {
     early = early && N <= 4;
     constexpr int R = gemv_shape<N, WIDE>::R, U = gemv_shape<N, WIDE>::U;
+    static_assert(U % 2 == 0, "pipe refills half a round at a time");
     constexpr int P = SWIGLU ? R / 2 : R;         /* outputs per group (per row of x) */
     constexpr int VW = 16 / (int)sizeof(WT);      /* elements of w per 16-byte chunk */
     constexpr int V = pow2_ceil(R * N);           /* sums per group, padded for the reduction */
@@ -228,23 +229,58 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
         const char *xb = (const char *)x.data;
         const int64_t xp = x.stride * (int64_t)sizeof(XT); /* x's row pitch in bytes */
 
-        for (int64_t c0 = gt; c0 < nchunks; c0 += (int64_t)GT * U) {
-            if (c0 != gt || !early) load_chunks(c0); /* the first ones came before the wait */
+        if constexpr (!PIPE) {
+            for (int64_t c0 = gt; c0 < nchunks; c0 += (int64_t)GT * U) {
+                if (c0 != gt || !early) load_chunks(c0); /* the first ones came before the wait */
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t c = c0 + (int64_t)u * GT;
-                if (c >= nchunks) break;
-                float wf[R][VW];
+                for (int u = 0; u < U; u++) {
+                    const int64_t c = c0 + (int64_t)u * GT;
+                    if (c >= nchunks) break;
+                    float wf[R][VW];
 #pragma unroll
-                for (int r = 0; r < R; r++) widen(wv[u][r], wf[r], WT{});
+                    for (int r = 0; r < R; r++) widen(wv[u][r], wf[r], WT{});
 #pragma unroll
-                for (int i = 0; i < N; i++) {
-                    float xf[VW];
-                    load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
+                    for (int i = 0; i < N; i++) {
+                        float xf[VW];
+                        load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
 #pragma unroll
-                    for (int r = 0; r < R; r++)
+                        for (int r = 0; r < R; r++)
 #pragma unroll
-                        for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+                            for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+                    }
+                }
+            }
+        } else {
+            /* slots take the next round's chunks as each half round is used, so that half a
+             * round's loads or more are always in flight (the same sums, in the same order) */
+            if (!early) load_chunks(gt);
+            for (int64_t c0 = gt; c0 < nchunks; c0 += (int64_t)GT * U) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int64_t c = c0 + (int64_t)u * GT;
+                    if (c < nchunks) {
+                        float wf[R][VW];
+#pragma unroll
+                        for (int r = 0; r < R; r++) widen(wv[u][r], wf[r], WT{});
+#pragma unroll
+                        for (int i = 0; i < N; i++) {
+                            float xf[VW];
+                            load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+                        }
+                    }
+                    if (u % (U / 2) == U / 2 - 1) {
+#pragma unroll
+                        for (int v = u + 1 - U / 2; v <= u; v++) {
+                            const int64_t cn = c0 + (int64_t)(U + v) * GT;
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+                                wv[v][r] = cn < nchunks ? load_stream(wrow[r] + cn * 16) : make_uint4(0, 0, 0, 0);
+                        }
+                    }
                 }
             }
         }
@@ -298,7 +334,7 @@ extern "C" int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w)
     return (same || widened) && rows_aligned16(*x) && rows_aligned16(*w);
 }
 
-template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false>
+template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false, bool PIPE = false>
 static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int add,
                         int sms, cudaStream_t stream)
 {
@@ -312,7 +348,7 @@ static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor 
         const char *e = getenv("TPINFER_GEMV_EARLY");
         early = !(e && !strcmp(e, "0"));
     }
-    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add,
+    tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE, PIPE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add,
               early);
 }
 
@@ -320,14 +356,17 @@ template <typename XT, typename WT, bool SWIGLU>
 static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y,
                             int add, int sms, cudaStream_t stream)
 {
-    static int wide = -1;
+    static int wide = -1, pipe = 0;
     if (wide < 0) {
         const char *e = getenv("TPINFER_GEMV_WIDE");
         wide = !(e && !strcmp(e, "0"));
+        const char *p = getenv("TPINFER_GEMV_PIPE"); /* 1: one row's next chunks asked for half a round at a time */
+        pipe = p && !strcmp(p, "1");
     }
     switch (x.rows) {
     case 1:
-        if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, add, sms, stream);
+        if (wide && pipe) gemv_launch<XT, WT, 1, SWIGLU, true, true>(x, w, bias, y, add, sms, stream);
+        else if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, add, sms, stream);
         else gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, add, sms, stream);
         break;
     case 2: gemv_launch<XT, WT, 2, SWIGLU>(x, w, bias, y, add, sms, stream); break;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/gpu/gemv_early.sh: the GEMV's first weight chunks loaded before the wait for the kernel
 # before (TPINFER_GEMV_EARLY, on by default) against the old way (=0, their first chunks into
-# L2 only), on a GPU machine, in one call, from the repository root (the -dev packages in
+# L2 only) and, on branch gemv-pipe, one row's next chunks asked for half a round at a time
+# (TPINFER_GEMV_PIPE=1, off by default), on a GPU machine, in one call, from the repository root (the -dev packages in
 # .gpu-deps/ as for tests/gpu/run.sh; GPU_PREBUILT=DIR for binaries built elsewhere):
 #   1. build tpinfer, tests/check_backend_ops, bench/gpu_matmul; the matmul group as it is
 #      (the one-row route) and under TPINFER_GEMV=all (every GEMV shape at 1-8 rows), with
@@ -21,7 +22,7 @@ ops_check matmul 200 "one-row calls=one row, .*ok"
 TPINFER_GEMV=all ops_check matmul 200
 TPINFER_GEMV=all TPINFER_GEMV_EARLY=0 ops_check matmul 200
 args=()
-for _ in $(seq "${EARLY_REPEAT:-2}"); do args+=("TPINFER_GEMV_EARLY=0" ""); done
+for _ in $(seq "${EARLY_REPEAT:-2}"); do args+=("TPINFER_GEMV_EARLY=0" "" "TPINFER_GEMV_PIPE=1"); done
 args+=("TPINFER_GEMV=0" "TPINFER_LOG=debug" "TPINFER_LOG=debug TPINFER_GEMV_EARLY=0")
 OUT=$OUTDIR/ab BENCH_SHAPES="llama-3.2-1b:2048:16:32:8:8192:128256 llama-3-8b:4096:32:32:8:14336:128256" \
     BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1} BENCH_TPINFER=$B/tpinfer timeout 330 \
@@ -35,8 +36,9 @@ for log in "$OUTDIR"/debug/ab-*/llama-*.log; do
     [ -f "$log" ] || continue
     l=$(grep -o 'warm-up: a batch-1 step takes.*' "$log") && record "$(basename "$(dirname "$log")") $(basename "$log" .log)" "$l"
 done
-for e in 1 0; do
-    TPINFER_GEMV_EARLY=$e timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-early$e.log" 2>&1
-    while IFS= read -r l; do record "gpu_matmul EARLY=$e" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-early$e.log")
+for v in "TPINFER_GEMV_EARLY=1" "TPINFER_GEMV_EARLY=0" "TPINFER_GEMV_PIPE=1"; do
+    env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$v.log" 2>&1
+    while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$v.log")
 done
+TPINFER_GEMV=all TPINFER_GEMV_PIPE=1 ops_check matmul 200
 print_results
