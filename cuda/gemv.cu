@@ -20,7 +20,11 @@
  *  - w is no earlier kernel's output, so under programmatic dependent launch a thread's
  *    first U chunks of each row are loaded into registers before the wait for the kernel
  *    before (n <= 4; TPINFER_GEMV_EARLY=0: into L2 only), and the next U into L2: the
- *    first round trip overlaps that kernel's end.
+ *    first round trip overlaps that kernel's end;
+ *  - at n = 1 a thread's slots take the next round's chunks as each half round is used
+ *    (PIPE), so half a round's loads or more stay in flight where a round's last sums
+ *    would leave none (Llama-3-8B batch-1 decode 5.90 against 6.06 ms on an H100;
+ *    TPINFER_GEMV_PIPE=0: the next round is loaded when this one is summed).
  * Every product is f32 (x and w widened exactly), so the result is the CPU backend's up
  * to the order of the f32 sums. R = 4, U = 4 for n = 1 (16 loads in flight; TPINFER_GEMV_WIDE=0:
  * R = 2, U = 4), R = 2, U = 4 for n = 2..4; R = 4, U = 2 above (x reused by more rows when n
@@ -360,8 +364,8 @@ static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_ten
     if (wide < 0) {
         const char *e = getenv("TPINFER_GEMV_WIDE");
         wide = !(e && !strcmp(e, "0"));
-        const char *p = getenv("TPINFER_GEMV_PIPE"); /* 1: one row's next chunks asked for half a round at a time */
-        pipe = p && !strcmp(p, "1");
+        const char *p = getenv("TPINFER_GEMV_PIPE"); /* 0: one row's next round loaded when this one is summed */
+        pipe = !(p && !strcmp(p, "0"));
     }
     switch (x.rows) {
     case 1:
