@@ -207,13 +207,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
         wrow[r] = (const char *)w.data + row * w.stride * (int64_t)sizeof(WT);
     }
     uint4 wv[U][R];
+    auto load_slot = [&](uint4 (&slot)[R], int64_t c) { /* chunk c of each of the R rows (zeros past k) */
+#pragma unroll
+        for (int r = 0; r < R; r++) slot[r] = c < nchunks ? load_stream(wrow[r] + c * 16) : make_uint4(0, 0, 0, 0);
+    };
     auto load_chunks = [&](int64_t c0) { /* U chunks of each of the R rows from chunk c0 on, GT apart */
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t c = c0 + (int64_t)u * GT;
-#pragma unroll
-            for (int r = 0; r < R; r++) wv[u][r] = c < nchunks ? load_stream(wrow[r] + c * 16) : make_uint4(0, 0, 0, 0);
-        }
+        for (int u = 0; u < U; u++) load_slot(wv[u], c0 + (int64_t)u * GT);
     };
 
     /* The weights are not the previous kernel's output: while it finishes (programmatic
@@ -233,6 +233,20 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
         const char *xb = (const char *)x.data;
         const int64_t xp = x.stride * (int64_t)sizeof(XT); /* x's row pitch in bytes */
 
+        auto sum_chunk = [&](const uint4 (&slot)[R], int64_t c) { /* acc += chunk c of the R rows (in slot) . x's */
+            float wf[R][VW];
+#pragma unroll
+            for (int r = 0; r < R; r++) widen(slot[r], wf[r], WT{});
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                float xf[VW];
+                load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+            }
+        };
         if constexpr (!PIPE) {
             for (int64_t c0 = gt; c0 < nchunks; c0 += (int64_t)GT * U) {
                 if (c0 != gt || !early) load_chunks(c0); /* the first ones came before the wait */
@@ -240,18 +254,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
                 for (int u = 0; u < U; u++) {
                     const int64_t c = c0 + (int64_t)u * GT;
                     if (c >= nchunks) break;
-                    float wf[R][VW];
-#pragma unroll
-                    for (int r = 0; r < R; r++) widen(wv[u][r], wf[r], WT{});
-#pragma unroll
-                    for (int i = 0; i < N; i++) {
-                        float xf[VW];
-                        load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-#pragma unroll
-                            for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-                    }
+                    sum_chunk(wv[u], c);
                 }
             }
         } else {
@@ -262,29 +265,10 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     const int64_t c = c0 + (int64_t)u * GT;
-                    if (c < nchunks) {
-                        float wf[R][VW];
+                    if (c < nchunks) sum_chunk(wv[u], c);
+                    if (u % (U / 2) == U / 2 - 1)
 #pragma unroll
-                        for (int r = 0; r < R; r++) widen(wv[u][r], wf[r], WT{});
-#pragma unroll
-                        for (int i = 0; i < N; i++) {
-                            float xf[VW];
-                            load_x<VW>(xb + i * xp + c * VW * (int64_t)sizeof(XT), xf, XT{});
-#pragma unroll
-                            for (int r = 0; r < R; r++)
-#pragma unroll
-                                for (int e = 0; e < VW; e++) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-                        }
-                    }
-                    if (u % (U / 2) == U / 2 - 1) {
-#pragma unroll
-                        for (int v = u + 1 - U / 2; v <= u; v++) {
-                            const int64_t cn = c0 + (int64_t)(U + v) * GT;
-#pragma unroll
-                            for (int r = 0; r < R; r++)
-                                wv[v][r] = cn < nchunks ? load_stream(wrow[r] + cn * 16) : make_uint4(0, 0, 0, 0);
-                        }
-                    }
+                        for (int v = u + 1 - U / 2; v <= u; v++) load_slot(wv[v], c0 + (int64_t)(U + v) * GT);
                 }
             }
         }
