@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4) gemv_kernel(tp_tensor x, tp_t
 {
     early = early && N <= 4;
     constexpr int R = gemv_shape<N, WIDE>::R, U = gemv_shape<N, WIDE>::U;
-    static_assert(U % 2 == 0, "pipe refills half a round at a time");
+    static_assert(!PIPE || U % 2 == 0, "pipe refills half a round at a time");
     constexpr int P = SWIGLU ? R / 2 : R;         /* outputs per group (per row of x) */
     constexpr int VW = 16 / (int)sizeof(WT);      /* elements of w per 16-byte chunk */
     constexpr int V = pow2_ceil(R * N);           /* sums per group, padded for the reduction */
@@ -322,6 +322,28 @@ extern "C" int tp_cuda_gemv_fits(const tp_tensor *x, const tp_tensor *w)
     return (same || widened) && rows_aligned16(*x) && rows_aligned16(*w);
 }
 
+/* The kernel's later ways, read once: each is on unless its variable is 0, which gives the
+ * way before it, kept for comparison (man tpinfer). wide: n = 1 in the 4-row shape
+ * (TPINFER_GEMV_WIDE); early: the first chunks into registers before the wait, not only
+ * into L2 (TPINFER_GEMV_EARLY); pipe: one row's next round half a round at a time, not
+ * once this one is summed (TPINFER_GEMV_PIPE). */
+struct gemv_options {
+    bool wide, early, pipe;
+};
+
+static bool env_not_0(const char *name)
+{
+    const char *v = getenv(name);
+    return !(v && !strcmp(v, "0"));
+}
+
+static const gemv_options &gemv_opts()
+{
+    static const gemv_options o = {env_not_0("TPINFER_GEMV_WIDE"), env_not_0("TPINFER_GEMV_EARLY"),
+                                   env_not_0("TPINFER_GEMV_PIPE")};
+    return o;
+}
+
 template <typename XT, typename WT, int N, bool SWIGLU, bool WIDE = false, bool PIPE = false>
 static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y, int add,
                         int sms, cudaStream_t stream)
@@ -331,30 +353,19 @@ static void gemv_launch(const tp_tensor &x, const tp_tensor &w, const tp_tensor 
     int G = 1;
     while (G < GEMV_WARPS && groups * G < (int64_t)GEMV_WARPS_PER_SM * sms && nchunks >= 2 * WARP_SIZE * G) G *= 2;
     const int64_t blocks = CEIL_DIV(groups, (int64_t)(GEMV_WARPS / G));
-    static int early = -1; /* TPINFER_GEMV_EARLY=0: the first chunks into L2 only, as before */
-    if (early < 0) {
-        const char *e = getenv("TPINFER_GEMV_EARLY");
-        early = !(e && !strcmp(e, "0"));
-    }
     tp_launch(gemv_kernel<XT, WT, N, SWIGLU, WIDE, PIPE>, (unsigned)blocks, GEMV_THREADS, 0, stream, x, w, bias, y, G, add,
-              early);
+              (int)gemv_opts().early);
 }
 
 template <typename XT, typename WT, bool SWIGLU>
 static void gemv_dispatch_n(const tp_tensor &x, const tp_tensor &w, const tp_tensor &bias, const tp_tensor &y,
                             int add, int sms, cudaStream_t stream)
 {
-    static int wide = -1, pipe = 0;
-    if (wide < 0) {
-        const char *e = getenv("TPINFER_GEMV_WIDE");
-        wide = !(e && !strcmp(e, "0"));
-        const char *p = getenv("TPINFER_GEMV_PIPE"); /* 0: one row's next round loaded when this one is summed */
-        pipe = !(p && !strcmp(p, "0"));
-    }
+    const gemv_options &o = gemv_opts();
     switch (x.rows) {
     case 1:
-        if (wide && pipe) gemv_launch<XT, WT, 1, SWIGLU, true, true>(x, w, bias, y, add, sms, stream);
-        else if (wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, add, sms, stream);
+        if (o.wide && o.pipe) gemv_launch<XT, WT, 1, SWIGLU, true, true>(x, w, bias, y, add, sms, stream);
+        else if (o.wide) gemv_launch<XT, WT, 1, SWIGLU, true>(x, w, bias, y, add, sms, stream);
         else gemv_launch<XT, WT, 1, SWIGLU>(x, w, bias, y, add, sms, stream);
         break;
     case 2: gemv_launch<XT, WT, 2, SWIGLU>(x, w, bias, y, add, sms, stream); break;
