@@ -43,4 +43,18 @@ ops_check() {
         record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$log" | tr '|' '/' | cut -c1-200)"
     fi
 }
+# ab_lines AB_OUT PATTERN RUN...: from bench/ab_decode.sh's logs (AB_OUT/ab-logs.tar.gz), each
+# line of the runs named (ab-K: the K-th variant) that matches PATTERN (grep -o), recorded
+# under its run and model
+ab_lines() {
+    local dir=$1 pattern=$2 run log l
+    shift 2
+    mkdir -p "$dir/lines" && tar -C "$dir/lines" -xzf "$dir/ab-logs.tar.gz" "$@" 2>/dev/null
+    for run in "$@"; do
+        for log in "$dir/lines/$run"/llama-*.log; do
+            [ -f "$log" ] || continue
+            while IFS= read -r l; do record "$run $(basename "$log" .log)" "$l"; done < <(grep -o -- "$pattern" "$log")
+        done
+    done
+}
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

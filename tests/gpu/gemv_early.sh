@@ -37,11 +37,7 @@ while IFS= read -r line; do
     case $line in "| defaults"* | "| TPINFER_"*) record "ab" "$line" ;; esac
 done <"$OUTDIR/ab.log"
 n=${#args[@]}
-mkdir -p "$OUTDIR/debug" && tar -C "$OUTDIR/debug" -xzf "$OUTDIR/ab/ab-logs.tar.gz" "ab-$((n - 1))" "ab-$n" 2>/dev/null
-for log in "$OUTDIR"/debug/ab-*/llama-*.log; do
-    [ -f "$log" ] || continue
-    l=$(grep -o 'warm-up: a batch-1 step takes.*' "$log") && record "$(basename "$(dirname "$log")") $(basename "$log" .log)" "$l"
-done
+ab_lines "$OUTDIR/ab" "warm-up: a batch-1 step takes.*" "ab-$((n - 1))" "ab-$n"
 i=0
 for v in "TPINFER_GEMV_PIPE=1" "TPINFER_GEMV_PIPE=0" "TPINFER_GEMV_EARLY=0"; do
     i=$((i + 1)) # the device tool returns no file with '=' in its name

@@ -31,11 +31,5 @@ while IFS= read -r line; do
     case $line in "| defaults"* | "| TPINFER_GEMV"* | "| BENCH_TPINFER"*) record "ab" "$line" ;; esac
 done <"$OUTDIR/ab.log"
 n=${#args[@]}
-mkdir -p "$OUTDIR/debug" && tar -C "$OUTDIR/debug" -xzf "$OUTDIR/ab/ab-logs.tar.gz" "ab-$n" 2>/dev/null
-for log in "$OUTDIR/debug/ab-$n"/llama-*.log; do
-    [ -f "$log" ] || continue
-    run=$(basename "$log" .log)
-    grep -o 'warm-up: a batch-1 step takes.*\|matmul: [0-9]* shapes tuned.*\|warm-up before the first step: [0-9]* ms' "$log" |
-        while IFS= read -r l; do record "$run" "$l"; done
-done
+ab_lines "$OUTDIR/ab" 'warm-up: a batch-1 step takes.*\|matmul: [0-9]* shapes tuned.*\|warm-up before the first step: [0-9]* ms' "ab-$n"
 print_results
