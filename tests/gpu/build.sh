@@ -49,12 +49,25 @@ ops_check() {
 ab_lines() {
     local dir=$1 pattern=$2 run log l
     shift 2
-    mkdir -p "$dir/lines" && tar -C "$dir/lines" -xzf "$dir/ab-logs.tar.gz" "$@" 2>/dev/null
+    local tmp
+    tmp=$(mktemp -d) # outside $OUT: the logs are in the tarball already
+    tar -C "$tmp" -xzf "$dir/ab-logs.tar.gz" "$@" 2>/dev/null
     for run in "$@"; do
-        for log in "$dir/lines/$run"/llama-*.log; do
+        for log in "$tmp/$run"/llama-*.log; do
             [ -f "$log" ] || continue
             while IFS= read -r l; do record "$run $(basename "$log" .log)" "$l"; done < <(grep -o -- "$pattern" "$log")
         done
+    done
+    rm -rf "$tmp"
+}
+# matmul_rows VAR=VALUE...: bench/gpu_matmul under each setting, its one-row rows recorded
+# (logs matmul-K.log, K the setting's place: the device tool returns no file with '=' in its name)
+matmul_rows() {
+    local v l i=0
+    for v in "$@"; do
+        i=$((i + 1))
+        env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$i.log" 2>&1
+        while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$i.log")
     done
 }
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

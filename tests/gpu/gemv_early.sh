@@ -38,10 +38,5 @@ while IFS= read -r line; do
 done <"$OUTDIR/ab.log"
 n=${#args[@]}
 ab_lines "$OUTDIR/ab" "warm-up: a batch-1 step takes.*" "ab-$((n - 1))" "ab-$n"
-i=0
-for v in "TPINFER_GEMV_PIPE=1" "TPINFER_GEMV_PIPE=0" "TPINFER_GEMV_EARLY=0"; do
-    i=$((i + 1)) # the device tool returns no file with '=' in its name
-    env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$i.log" 2>&1
-    while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$i.log")
-done
+matmul_rows "TPINFER_GEMV_PIPE=1" "TPINFER_GEMV_PIPE=0" "TPINFER_GEMV_EARLY=0"
 print_results
