@@ -61,12 +61,14 @@ ab_lines() {
     rm -rf "$tmp"
 }
 # matmul_rows VAR=VALUE...: bench/gpu_matmul under each setting, its one-row rows recorded
-# (logs matmul-K.log, K the setting's place: the device tool returns no file with '=' in its name)
+# (FAIL with its last lines where it fails); logs matmul-K.log, K the setting's place (the
+# device tool returns no file with '=' in its name)
 matmul_rows() {
     local v l i=0
     for v in "$@"; do
         i=$((i + 1))
-        env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$i.log" 2>&1
+        env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$i.log" 2>&1 ||
+            record "gpu_matmul $v" "FAIL: $(tail -2 "$OUTDIR/matmul-$i.log" | tr '|\n' '/ ' | cut -c1-200)"
         while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$i.log")
     done
 }
