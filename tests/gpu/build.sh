@@ -72,4 +72,19 @@ matmul_rows() {
         while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$i.log")
     done
 }
+# ab_rows LABEL LOG: each row of bench/ab_decode.sh's comparison table in LOG (not its header,
+# not the per-operation tables after it), recorded under LABEL
+ab_rows() {
+    local line in_table=0
+    [ -f "$2" ] || { record "$1" "FAIL: no $2"; return 0; }
+    while IFS= read -r line; do
+        case $line in
+        "| variant |"*) in_table=1 ;;
+        "| ---"*) ;;
+        "| "*) [ $in_table = 1 ] && record "$1" "$line" ;;
+        *) [ $in_table = 1 ] && break ;;
+        esac
+    done <"$2"
+    return 0
+}
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

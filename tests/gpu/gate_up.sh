@@ -20,9 +20,7 @@ args=()
 for _ in $(seq "${GATE_UP_REPEAT:-2}"); do args+=("" "TPINFER_GEMV=fused"); done
 OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b1 b2 b4 b8 b128} BENCH_TPINFER=$B/tpinfer timeout 480 \
     bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
-while IFS= read -r line; do
-    case $line in "| defaults"* | "| TPINFER_GEMV"*) record "ab" "$line" ;; esac
-done <"$OUTDIR/ab.log"
+ab_rows "ab" "$OUTDIR/ab.log"
 if [ "${GATE_UP_PROFILE:-1}" = 1 ]; then
     OUT=$OUTDIR/prof BENCH_RUNS="b1 b2" BENCH_TPINFER=$B/tpinfer timeout 200 \
         bash bench/ab_decode.sh "TPINFER_PROFILE_OPS=1" >"$OUTDIR/prof.log" 2>&1

@@ -33,9 +33,7 @@ args+=("TPINFER_GEMV=0" "TPINFER_LOG=debug" "TPINFER_LOG=debug TPINFER_GEMV_PIPE
 OUT=$OUTDIR/ab BENCH_SHAPES="llama-3.2-1b:2048:16:32:8:8192:128256 llama-3-8b:4096:32:32:8:14336:128256" \
     BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1} BENCH_TPINFER=$B/tpinfer timeout 420 \
     bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
-while IFS= read -r line; do
-    case $line in "| defaults"* | "| TPINFER_"*) record "ab" "$line" ;; esac
-done <"$OUTDIR/ab.log"
+ab_rows "ab" "$OUTDIR/ab.log"
 n=${#args[@]}
 ab_lines "$OUTDIR/ab" "warm-up: a batch-1 step takes.*" "ab-$((n - 1))" "ab-$n"
 matmul_rows "TPINFER_GEMV_PIPE=1" "TPINFER_GEMV_PIPE=0" "TPINFER_GEMV_EARLY=0"

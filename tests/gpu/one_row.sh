@@ -27,9 +27,7 @@ args+=("TPINFER_GEMV=one" "TPINFER_LOG=debug")
 OUT=$OUTDIR/ab BENCH_SHAPES="llama-3.2-1b:2048:16:32:8:8192:128256 llama-3-8b:4096:32:32:8:14336:128256" \
     BENCH_RUNS=${BENCH_RUNS:-b1 b2} BENCH_RUNS_OTHER=${BENCH_RUNS_OTHER:-b1 b128} BENCH_TPINFER=$B/tpinfer timeout 520 \
     bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
-while IFS= read -r line; do
-    case $line in "| defaults"* | "| TPINFER_GEMV"* | "| BENCH_TPINFER"*) record "ab" "$line" ;; esac
-done <"$OUTDIR/ab.log"
+ab_rows "ab" "$OUTDIR/ab.log"
 n=${#args[@]}
 ab_lines "$OUTDIR/ab" 'warm-up: a batch-1 step takes.*\|matmul: [0-9]* shapes tuned.*\|warm-up before the first step: [0-9]* ms' "ab-$n"
 print_results

@@ -43,28 +43,22 @@ if [ "${GPU_OV_AB:-1}" = 1 ]; then
     for _ in $(seq "${GPU_OV_REPEAT:-2}"); do args+=("TPINFER_OVERLAP=0" ""); done
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 b1} BENCH_TPINFER=$B/tpinfer timeout 500 bash bench/ab_decode.sh "${args[@]}" \
         >"$OUTDIR/ab.log" 2>&1
-    while IFS= read -r line; do
-        case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab" "$line" ;; esac
-    done <"$OUTDIR/ab.log"
+    ab_rows "ab" "$OUTDIR/ab.log"
     # and b128 at --max-model-len 8192 (the block table of 512 columns a sequence: 256 KiB of
     # a step's upload at batch 128, which waited for the stream before the upload buffers grew)
     if [ "${GPU_OV_LONG:-1}" = 1 ]; then
         OUT=$OUTDIR/ab-long BENCH_RUNS=b128 BENCH_ARGS="--max-model-len 8192" BENCH_TPINFER=$B/tpinfer timeout 300 \
             bash bench/ab_decode.sh "TPINFER_OVERLAP=0" "" >"$OUTDIR/ab-long.log" 2>&1
-        while IFS= read -r line; do
-            case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab, --max-model-len 8192" "$line" ;; esac
-        done <"$OUTDIR/ab-long.log"
+        ab_rows "ab, --max-model-len 8192" "$OUTDIR/ab-long.log"
     fi
 fi
 if [ "${GPU_OV_RULES:-1}" = 1 ]; then
     ab_rules() { # ab_rules NAME: bench/ab_decode.sh b128 both ways under the exported BENCH_REQUEST
-        local args=() line
+        local args=()
         for _ in $(seq "${GPU_OV_RULES_REPEAT:-1}"); do args+=("TPINFER_OVERLAP=0" ""); done
         OUT=$OUTDIR/ab-$1 BENCH_RUNS=b128 BENCH_TPINFER=$B/tpinfer timeout 400 bash bench/ab_decode.sh "${args[@]}" \
             >"$OUTDIR/ab-$1.log" 2>&1
-        while IFS= read -r line; do
-            case $line in "| defaults"* | "| TPINFER_OVERLAP"*) record "ab, $1" "$line" ;; esac
-        done <"$OUTDIR/ab-$1.log"
+        ab_rows "ab, $1" "$OUTDIR/ab-$1.log"
     }
     BENCH_REQUEST='{"temperature": 0.8, "seed": 1, "repetition_penalty": 1.1, "frequency_penalty": 0.2}' ab_rules penalty
     # the checkpoint's vocabulary gpt2's: with more ids than the tokenizer has (the default

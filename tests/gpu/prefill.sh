@@ -26,9 +26,7 @@ if [ "${GPU_PF_AB:-1}" = 1 ]; then
     eval "args=(${GPU_PF_VARIANTS:-\"\"})"
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 o256x2048x128} BENCH_TPINFER=$B/tpinfer timeout 400 \
         bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
-    while IFS= read -r line; do
-        case $line in "| variant"* | "| ---"*) ;; "| "*) record "ab" "$line" ;; esac
-    done <"$OUTDIR/ab.log"
+    ab_rows "ab" "$OUTDIR/ab.log"
 fi
 print_results
 ! printf '%s\n' "${results[@]}" | grep -q "FAIL"

@@ -22,8 +22,6 @@ else
 fi
 OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-s1024x1024x128x128 b128 o1024x128x128} BENCH_TPINFER=$B/tpinfer \
     timeout "${PC_AB_TIMEOUT:-420}" bash bench/ab_decode.sh "" "BENCH_ARGS=--no-enable-prefix-caching" >"$OUTDIR/ab.log" 2>&1
-while IFS= read -r line; do
-    case $line in "| defaults"* | "| BENCH_ARGS"*) record "ab" "$line" ;; esac
-done <"$OUTDIR/ab.log"
+ab_rows "ab" "$OUTDIR/ab.log"
 tar -xzOf "$OUTDIR/ab/ab-logs.tar.gz" 2>/dev/null | grep -h "prefix cache" | head -3
 print_results

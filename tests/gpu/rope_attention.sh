@@ -71,9 +71,7 @@ if [ "${GPU_RA_AB:-1}" = 1 ]; then
     for _ in $(seq "${GPU_RA_REPEAT:-2}"); do args+=("TPINFER_ROPE_ATTENTION=0" ""); done
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128 b1} BENCH_TPINFER=$T timeout 400 bash bench/ab_decode.sh "${args[@]}" \
         >"$OUTDIR/ab.log" 2>&1
-    while IFS= read -r line; do
-        case $line in "| defaults"* | "| TPINFER_ROPE"*) record "ab" "$line" ;; esac
-    done <"$OUTDIR/ab.log"
+    ab_rows "ab" "$OUTDIR/ab.log"
 fi
 rm -rf "$W"
 print_results

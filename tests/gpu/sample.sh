@@ -121,9 +121,7 @@ if [ "${SAMPLE_AB:-1}" = 1 ]; then
     done
     OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-b128} BENCH_TPINFER=$B/tpinfer timeout ${SAMPLE_AB_TIMEOUT:-400} \
         bash bench/ab_decode.sh "${args[@]}" >"$OUTDIR/ab.log" 2>&1
-    while IFS= read -r line; do
-        case $line in "| defaults"* | "| BENCH_REQUEST"* | "| BENCH_TPINFER"*) record "ab" "$line" ;; esac
-    done <"$OUTDIR/ab.log"
+    ab_rows "ab" "$OUTDIR/ab.log"
 fi
 cat "$OUTDIR/gpu_sample.log"
 [ -z "${SAMPLE_OP_BASE:-}" ] || cat "$OUTDIR/gpu_sample-ab.md"
