@@ -73,18 +73,21 @@ matmul_rows() {
     done
 }
 # ab_rows LABEL LOG: each row of bench/ab_decode.sh's comparison table in LOG (not its header,
-# not the per-operation tables after it), recorded under LABEL
+# not the per-operation tables after it), recorded under LABEL; FAIL with LOG's last lines
+# where it holds no row (ab_decode.sh cut by its timeout prints no table)
 ab_rows() {
-    local line in_table=0
-    [ -f "$2" ] || { record "$1" "FAIL: no $2"; return 0; }
-    while IFS= read -r line; do
-        case $line in
-        "| variant |"*) in_table=1 ;;
-        "| ---"*) ;;
-        "| "*) [ $in_table = 1 ] && record "$1" "$line" ;;
-        *) [ $in_table = 1 ] && break ;;
-        esac
-    done <"$2"
+    local line in_table=0 rows=0
+    if [ -f "$2" ]; then
+        while IFS= read -r line; do
+            case $line in
+            "| variant |"*) in_table=1 ;;
+            "| ---"*) ;;
+            "| "*) [ $in_table = 0 ] || { record "$1" "$line"; rows=$((rows + 1)); } ;;
+            *) [ $in_table = 0 ] || break ;;
+            esac
+        done <"$2"
+    fi
+    [ $rows -gt 0 ] || record "$1" "FAIL: no rows in $2: $(tail -2 "$2" 2>/dev/null | tr '|\n' '/ ' | cut -c1-200)"
     return 0
 }
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }
