@@ -43,6 +43,8 @@ ops_check() {
         record "check_backend_ops $group" "FAIL: $(grep -m2 -E 'Failure|Error|error|FAIL' "$log" | tr '|' '/' | cut -c1-200)"
     fi
 }
+# log_tail FILE [N]: FILE's last N lines (2) as one table cell
+log_tail() { tail -"${2:-2}" "$1" 2>/dev/null | tr '|\n' '/ ' | cut -c1-200; }
 # ab_lines AB_OUT PATTERN RUN...: from bench/ab_decode.sh's logs (AB_OUT/ab-logs.tar.gz), each
 # line of the runs named (ab-K: the K-th variant) that matches PATTERN (grep -o), recorded
 # under its run and model
@@ -68,7 +70,7 @@ matmul_rows() {
     for v in "$@"; do
         i=$((i + 1))
         env "$v" timeout 60 "$B/bench/gpu_matmul" >"$OUTDIR/matmul-$i.log" 2>&1 ||
-            record "gpu_matmul $v" "FAIL: $(tail -2 "$OUTDIR/matmul-$i.log" | tr '|\n' '/ ' | cut -c1-200)"
+            record "gpu_matmul $v" "FAIL: $(log_tail "$OUTDIR/matmul-$i.log")"
         while IFS= read -r l; do record "gpu_matmul $v" "$l"; done < <(grep -E "^\| [a-z_+]+ \| 1 \|" "$OUTDIR/matmul-$i.log")
     done
 }
@@ -87,7 +89,7 @@ ab_rows() {
             esac
         done <"$2"
     fi
-    [ $rows -gt 0 ] || record "$1" "FAIL: no rows in $2: $(tail -2 "$2" 2>/dev/null | tr '|\n' '/ ' | cut -c1-200)"
+    [ $rows -gt 0 ] || record "$1" "FAIL: no rows in $2: $(log_tail "$2")"
     return 0
 }
 print_results() { printf '\n| check | result |\n| --- | --- |\n'; printf '%s\n' "${results[@]}"; }

@@ -20,7 +20,7 @@ if timeout 240 "$B/bench/gpu_attention" 15 >"$OUTDIR/gpu_attention.log" 2>&1; th
     while IFS= read -r line; do record "prefill (batch, context: flash / prefill)" "$line"; done \
         < <(sed -n '/^# prefill/,$p' "$OUTDIR/gpu_attention.log" | grep -E '^ *[0-9]+ +[0-9]+ \|')
 else
-    record "bench/gpu_attention" "FAIL: $(tail -2 "$OUTDIR/gpu_attention.log" | tr '|\n' '/ ' | cut -c1-200)"
+    record "bench/gpu_attention" "FAIL: $(log_tail "$OUTDIR/gpu_attention.log")"
 fi
 if [ "${GPU_PF_AB:-1}" = 1 ]; then
     eval "args=(${GPU_PF_VARIANTS:-\"\"})"

@@ -18,7 +18,7 @@ if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED PREFIX_BACKEND=cuda M
     timeout 300 bash tests/prefix_cache.sh >"$OUTDIR/prefix-cache.log" 2>&1; then
     record "tests/prefix_cache.sh, cuda f32 (tokens equal, cache on / off)" PASS
 else
-    record "tests/prefix_cache.sh, cuda f32" "FAIL: $(tail -3 "$OUTDIR/prefix-cache.log" | tr '|\n' '/ ' | cut -c1-200)"
+    record "tests/prefix_cache.sh, cuda f32" "FAIL: $(log_tail "$OUTDIR/prefix-cache.log" 3)"
 fi
 OUT=$OUTDIR/ab BENCH_RUNS=${BENCH_RUNS:-s1024x1024x128x128 b128 o1024x128x128} BENCH_TPINFER=$B/tpinfer \
     timeout "${PC_AB_TIMEOUT:-420}" bash bench/ab_decode.sh "" "BENCH_ARGS=--no-enable-prefix-caching" >"$OUTDIR/ab.log" 2>&1

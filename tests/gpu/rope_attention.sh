@@ -63,7 +63,7 @@ if top_srcdir=$root top_builddir=$B TPINFER_SHARED=$SHARED PRUNE_BACKEND=cuda MP
     timeout 300 bash tests/prune_last.sh >"$OUTDIR/prune-last.log" 2>&1; then
     record "tests/prune_last.sh on cuda" "PASS ($([ "$mpirun" = no ] && echo tp1 || echo "tp1, tp2, pp2"))"
 else
-    record "tests/prune_last.sh on cuda" "FAIL: $(tail -2 "$OUTDIR/prune-last.log" | tr '|\n' '/ ' | cut -c1-200)"
+    record "tests/prune_last.sh on cuda" "FAIL: $(log_tail "$OUTDIR/prune-last.log")"
 fi
 
 if [ "${GPU_RA_AB:-1}" = 1 ]; then

@@ -33,7 +33,7 @@ if timeout 300 "$B/bench/gpu_sample" >"$OUTDIR/gpu_sample.log" 2>&1; then
         "$OUTDIR/gpu_sample.log")
     record "bench/gpu_sample" "$([ "$differ" = 0 ] && echo "ran; every token the CPU's" || echo "FAIL: $differ rows with tokens other than the CPU's")"
 else
-    record "bench/gpu_sample" "FAIL rc $?: $(tail -2 "$OUTDIR/gpu_sample.log" | tr '|\n' '/ ' | cut -c1-200)"
+    record "bench/gpu_sample" "FAIL rc $?: $(log_tail "$OUTDIR/gpu_sample.log")"
 fi
 if [ -n "${SAMPLE_OP_BASE:-}" ]; then
     for k in 1 2; do
