@@ -16,19 +16,37 @@
 #include <string.h>
 #include <time.h>
 
-/* TPINFER_BENCH_SKIP_ALLREDUCE=1 leaves out the layers' all-reduces (wrong results, said
- * in a warning): bench/ times a step with and without them to find their share. */
-static int skip_all_reduce(void)
+static const struct {
+    const char *name;
+    unsigned bit;
+} skip_parts[] = {
+    {"embedding", TP_SKIP_EMBEDDING}, {"norm", TP_SKIP_NORM}, {"qkv", TP_SKIP_QKV},
+    {"attention", TP_SKIP_ATTENTION}, {"o", TP_SKIP_O},       {"gate_up", TP_SKIP_GATE_UP},
+    {"down", TP_SKIP_DOWN},           {"lm_head", TP_SKIP_LM_HEAD}, {"allreduce", TP_SKIP_ALLREDUCE},
+};
+
+tp_status tp_bench_skip_parse(const char *list, unsigned *mask)
 {
-    static int skip = -1;
-    if (skip < 0) {
-        const char *v = getenv("TPINFER_BENCH_SKIP_ALLREDUCE");
-        skip = v && !strcmp(v, "1");
-        if (skip) tp_log(TP_LOG_WARN, "TPINFER_BENCH_SKIP_ALLREDUCE=1: the layers' all-reduces are left out; the "
-                         "output is wrong (a benchmark setting)");
+    *mask = 0;
+    if (!list) return TP_OK;
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        unsigned bit = 0;
+        for (size_t i = 0; i < sizeof skip_parts / sizeof skip_parts[0]; i++)
+            if (strlen(skip_parts[i].name) == n && !strncmp(p, skip_parts[i].name, n)) bit = skip_parts[i].bit;
+        if (!bit)
+            return tp_error(TP_ERR_INVALID_ARG, "TPINFER_BENCH_SKIP=%s: '%.*s' is not a part of the step; name "
+                            "some of embedding, norm, qkv, attention, o, gate_up, down, lm_head, allreduce, "
+                            "separated by commas", list, (int)n, p);
+        *mask |= bit;
+        p += n;
+        if (*p == ',') p++;
     }
-    return skip;
+    return TP_OK;
 }
+
+/* Whether every step leaves part out (TPINFER_BENCH_SKIP). */
+static int skip(const tp_model *m, unsigned part) { return (m->bench_skip & part) != 0; }
 
 /* Whether a step's o and down products may be added into the residual in their own epilogue
  * (matmul_add) rather than written to delta for the next add_rmsnorm to add: one tensor
@@ -54,16 +72,21 @@ static int residual_add(const tp_model *m)
  * into_x, else into delta (all-reduced over tp), which the next add_rmsnorm adds; *pending
  * says which. */
 static tp_status residual_product(tp_model *m, const tp_tensor *in, const tp_tensor *w, const tp_tensor *bias,
-                                  int into_x, tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending)
+                                  int into_x, tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending,
+                                  unsigned part)
 {
     tp_backend *b = m->backend;
+    if (skip(m, part)) { /* the residual stays; nothing pending */
+        *pending = 0;
+        return TP_OK;
+    }
     if (into_x && !bias) {
         TP_CHECK(b->ops->matmul_add(b, in, w, x));
         *pending = 0;
         return TP_OK;
     }
     TP_CHECK(b->ops->matmul(b, in, w, bias, delta));
-    if (m->plan.tp > 1 && !skip_all_reduce())
+    if (m->plan.tp > 1 && !skip(m, TP_SKIP_ALLREDUCE))
         TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(x->rows * m->dims.d), delta->dtype,
                                         b->stream));
     *pending = 1;
@@ -113,7 +136,8 @@ static tp_status upload_step(tp_model *m, tp_step_buffers *buf, const tp_step *s
 static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp, tp_tensor *x)
 {
     tp_backend *b = m->backend;
-    TP_CHECK(b->ops->embedding(b, buf->ids, T, &m->embed, m->plan.vocab.begin, x));
+    if (!skip(m, TP_SKIP_EMBEDDING))
+        TP_CHECK(b->ops->embedding(b, buf->ids, T, &m->embed, m->plan.vocab.begin, x));
     if (m->plan.tp > 1)
         TP_CHECK(tp_comm_all_reduce_sum(tp, x->data, x->data, (size_t)(T * m->dims.d), x->dtype, b->stream));
     return TP_OK;
@@ -135,14 +159,17 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     const float eps = (float)m->cfg.rms_norm_eps;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), qkv = tp_tensor_rows(&buf->qkv, 0, T);
     tp_tensor attn = tp_tensor_rows(&buf->attn, 0, T);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->attn_norm, eps, &xn));
+    if (!skip(m, TP_SKIP_NORM))
+        TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->attn_norm, eps, &xn));
     *pending = 0;
-    TP_CHECK(b->ops->matmul(b, &xn, &L->qkv, opt(&L->qkv_bias), &qkv));
+    if (!skip(m, TP_SKIP_QKV)) TP_CHECK(b->ops->matmul(b, &xn, &L->qkv, opt(&L->qkv_bias), &qkv));
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
     tp_tensor v = tp_tensor_cols(&qkv, (d->hq + d->hk) * d->hd, d->hk * d->hd);
     const float scale = 1.0f / sqrtf((float)d->hd);
-    if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */
+    if (skip(m, TP_SKIP_ATTENTION)) {
+        /* attn keeps what it held */
+    } else if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */
         TP_CHECK(b->ops->qk_rope_attention(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
                                            m->inv_freq, cache, ab, (int32_t)d->hq, scale, &attn));
     } else {
@@ -173,7 +200,7 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
         T = R;
         if (R == 0) return TP_OK; /* no row samples: nothing past the keys and values */
     }
-    return residual_product(m, &attn, &L->o, opt(&L->o_bias), into_x, tp, x, delta, pending);
+    return residual_product(m, &attn, &L->o, opt(&L->o_bias), into_x, tp, x, delta, pending, TP_SKIP_O);
 }
 
 /* into_x: the down product may go into the residual (residual_product). */
@@ -184,16 +211,19 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
     const tp_model_dims *d = &m->dims;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), gu = tp_tensor_rows(&buf->gate_up, 0, T);
     tp_tensor act = tp_tensor_rows(&buf->act, 0, T);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->mlp_norm, (float)m->cfg.rms_norm_eps, &xn));
+    if (!skip(m, TP_SKIP_NORM))
+        TP_CHECK(b->ops->add_rmsnorm(b, x, *pending ? delta : NULL, &L->mlp_norm, (float)m->cfg.rms_norm_eps, &xn));
     *pending = 0;
-    if (b->ops->matmul_swiglu) {
+    if (skip(m, TP_SKIP_GATE_UP)) {
+        /* act keeps what it held */
+    } else if (b->ops->matmul_swiglu) {
         TP_CHECK(b->ops->matmul_swiglu(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu, &act));
     } else {
         TP_CHECK(b->ops->matmul(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu));
         tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
         TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
     }
-    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x, tp, x, delta, pending);
+    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x, tp, x, delta, pending, TP_SKIP_DOWN);
 }
 
 /* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
@@ -207,14 +237,15 @@ static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, in
     const tp_model_dims *d = &m->dims;
     if (L == 0) return TP_OK;
     tp_tensor xn = tp_tensor_rows(&buf->xn, 0, T), rows = tp_tensor_rows(&buf->rows, 0, L);
-    TP_CHECK(b->ops->add_rmsnorm(b, x, pending ? delta : NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, &xn));
+    if (!skip(m, TP_SKIP_NORM))
+        TP_CHECK(b->ops->add_rmsnorm(b, x, pending ? delta : NULL, &m->final_norm, (float)m->cfg.rms_norm_eps, &xn));
     if (in_order) rows = tp_tensor_rows(&xn, 0, L);
     else TP_CHECK(b->ops->gather_rows(b, &xn, buf->logit_rows, L, &rows));
     /* [L, vocab_pad]: the padding columns past this rank's slice stay zero */
     tp_tensor lg = tp_tensor_rows(&buf->logits, 0, L);
     if (d->vocab < d->vocab_pad)
         TP_CHECK(b->ops->memset0(b, lg.data, (size_t)(L * d->vocab_pad) * sizeof(float)));
-    if (d->vocab > 0) {
+    if (d->vocab > 0 && !skip(m, TP_SKIP_LM_HEAD)) {
         tp_tensor part = tp_tensor_cols(&lg, 0, d->vocab);
         TP_CHECK(b->ops->matmul(b, &rows, &m->lm_head, NULL, &part));
     }

@@ -257,6 +257,11 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
     m->backend = b;
     m->weight_dtype = weight_dtype;
     m->alloc_what = "this rank's weights";
+    const char *skip = getenv("TPINFER_BENCH_SKIP");
+    TP_CHECK(tp_bench_skip_parse(skip, &m->bench_skip));
+    if (m->bench_skip)
+        tp_log(TP_LOG_WARN, "TPINFER_BENCH_SKIP=%s: every step leaves these parts out; the output is wrong (a "
+               "benchmark setting)", skip);
     tp_model_dims *d = &m->dims;
     d->d = cfg->hidden_size;
     d->hq = plan->q_heads.end - plan->q_heads.begin;
@@ -392,6 +397,13 @@ tp_status tp_step_buffers_create(tp_model *m, int32_t T, int32_t L, int32_t max_
     TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, L, d->vocab_pad, &s->logits));
     if (m->plan.tp > 1) /* every rank's logits, gathered (at tp 1 the step's own are all) */
         TP_CHECK(alloc_tensor(m, TP_DTYPE_F32, (int64_t)m->plan.tp * L, d->vocab_pad, &s->gathered));
+    if (m->bench_skip) { /* a part left out leaves its output as it was: zeros, not what the memory held */
+        const tp_tensor *out[] = {&s->x, &s->delta, &s->xn, &s->qkv, &s->attn, &s->gate_up, &s->act, &s->rows,
+                                  &s->logits};
+        for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+            TP_CHECK(m->backend->ops->memset0(m->backend, out[i]->data,
+                                              (size_t)(out[i]->rows * out[i]->cols) * tp_dtype_size(out[i]->dtype)));
+    }
     /* the KV cache was sized to leave this much: a buffer added here must be counted there */
     const int64_t used = m->allocated_bytes - before, counted = tp_step_buffers_bytes(m, T, L, max_seqs, max_blocks);
     if (used > counted)

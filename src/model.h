@@ -58,7 +58,26 @@ typedef struct tp_model {
     int64_t allocated_bytes; /* asked of the backend through them */
     int64_t weight_bytes;
     const char *alloc_what; /* what the allocations are for now, for out-of-memory messages */
+    unsigned bench_skip;    /* TP_SKIP_* parts every step leaves out (TPINFER_BENCH_SKIP) */
 } tp_model;
+
+/* TPINFER_BENCH_SKIP: parts of the forward step left out of every step, so that bench/ can
+ * time a step with and without each (the output is then wrong). */
+enum {
+    TP_SKIP_EMBEDDING = 1u << 0,
+    TP_SKIP_NORM = 1u << 1,      /* every add_rmsnorm (the residual adds in them too) */
+    TP_SKIP_QKV = 1u << 2,
+    TP_SKIP_ATTENTION = 1u << 3, /* q/k norms, rope, the K/V store and the attention */
+    TP_SKIP_O = 1u << 4,
+    TP_SKIP_GATE_UP = 1u << 5,   /* with its SwiGLU */
+    TP_SKIP_DOWN = 1u << 6,
+    TP_SKIP_LM_HEAD = 1u << 7,
+    TP_SKIP_ALLREDUCE = 1u << 8, /* the layers' tensor-parallel all-reduces */
+};
+
+/* The parts a comma-separated list names (NULL or "": none) into *mask; an unknown name is
+ * TP_ERR_INVALID_ARG naming it and the parts there are. */
+tp_status tp_bench_skip_parse(const char *list, unsigned *mask);
 
 /* HF's RoPE inverse frequencies for head_dim / 2 pairs, scaling applied (default, linear,
  * llama3), as float32 (the dtype HF computes them in). */

@@ -79,7 +79,7 @@ part bench && {
         [ "$tp" -eq 1 ] && [ "$pp" -eq 1 ] && runs="b128"
         bench "tp$tp-pp$pp-dp$dp" "$tp" "$pp" "$dp" "$runs"
         if [ $first = 1 ]; then
-            bench "tp$tp-pp$pp-dp$dp-no-allreduce" "$tp" "$pp" "$dp" "$runs" TPINFER_BENCH_SKIP_ALLREDUCE=1
+            bench "tp$tp-pp$pp-dp$dp-no-allreduce" "$tp" "$pp" "$dp" "$runs" TPINFER_BENCH_SKIP=allreduce
             first=0
         fi
     done
