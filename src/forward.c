@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+/* The parts TPINFER_BENCH_SKIP names. */
 static const struct {
     const char *name;
     unsigned bit;
@@ -34,10 +35,14 @@ tp_status tp_bench_skip_parse(const char *list, unsigned *mask)
         unsigned bit = 0;
         for (size_t i = 0; i < sizeof skip_parts / sizeof skip_parts[0]; i++)
             if (strlen(skip_parts[i].name) == n && !strncmp(p, skip_parts[i].name, n)) bit = skip_parts[i].bit;
-        if (!bit)
+        if (!bit) {
+            char names[128] = "";
+            for (size_t i = 0; i < sizeof skip_parts / sizeof skip_parts[0]; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                         skip_parts[i].name);
             return tp_error(TP_ERR_INVALID_ARG, "TPINFER_BENCH_SKIP=%s: '%.*s' is not a part of the step; name "
-                            "some of embedding, norm, qkv, attention, o, gate_up, down, lm_head, allreduce, "
-                            "separated by commas", list, (int)n, p);
+                            "some of %s, separated by commas", list, (int)n, p, names);
+        }
         *mask |= bit;
         p += n;
         if (*p == ',') p++;
