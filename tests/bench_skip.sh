@@ -20,9 +20,14 @@ run() {
         --output "$TMP/$name.jsonl" --dump-logits "$TMP/$name.dump" 2>"$TMP/$name.err" ||
         { cat "$TMP/$name.err"; fail "$name: TPINFER_BENCH_SKIP=$parts failed"; }
 }
-# same_logits A B: every dumped logit of the two runs is the same
+# same_logits A B: every dumped logit of the two runs is the same (both runs dumped both
+# requests: a missing dump is a failure, not a difference)
 same_logits() {
-    for f in "$TMP/$1.dump"/*; do cmp -s "$f" "$TMP/$2.dump/${f##*/}" || return 1; done
+    for r in a b; do
+        [ -s "$TMP/$1.dump/$r.safetensors" ] && [ -s "$TMP/$2.dump/$r.safetensors" ] ||
+            fail "$1 or $2: no dump of request $r"
+        cmp -s "$TMP/$1.dump/$r.safetensors" "$TMP/$2.dump/$r.safetensors" || return 1
+    done
 }
 # zero_logits NAME: every dumped logit (the F32 tensors) of the run is 0
 zero_logits() {
