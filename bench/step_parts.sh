@@ -29,16 +29,17 @@ awk -F'|' -v base="$base" '
         n++; rows[n] = r; parts[n] = part; fwds[n] = fwd; itls[n] = itl
     }
     END {
-        print "| run | left out | ITL p50 ms | forward ms a step | the part costs ms | share of the step |"
-        print "| --- | --- | ---: | ---: | ---: | ---: |"
-        for (r in full) printf "| %s | nothing%s | %s | %s | | |\n", r, base == "" ? "" : " (" base ")", full_itl[r], full[r]
+        print "| run | left out | ITL p50 ms | forward ms a step | the part costs ms (forward) | share of the step | the part costs ms (ITL) |"
+        print "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+        for (r in full) printf "| %s | nothing%s | %s | %s | | | |\n", r, base == "" ? "" : " (" base ")", full_itl[r], full[r]
         for (i = 1; i <= n; i++) {
             r = rows[i]
+            di = (full_itl[r] ~ /^[0-9.]+$/ && itls[i] ~ /^[0-9.]+$/) ? sprintf("%.2f", full_itl[r] - itls[i]) : "?"
             if (!(r in full) || full[r] + 0 <= 0 || fwds[i] !~ /^[0-9.]+$/) {
-                printf "| %s | %s | %s | %s | ? | ? |\n", r, parts[i], itls[i], fwds[i]; continue
+                printf "| %s | %s | %s | %s | ? | ? | %s |\n", r, parts[i], itls[i], fwds[i], di; continue
             }
             d = full[r] - fwds[i]
-            printf "| %s | %s | %s | %s | %.3f | %.1f %% |\n", r, parts[i], itls[i], fwds[i], d, 100 * d / full[r]
+            printf "| %s | %s | %s | %s | %.3f | %.1f %% | %s |\n", r, parts[i], itls[i], fwds[i], d, 100 * d / full[r], di
         }
     }' "$OUTDIR/ab-results.md" >"$OUTDIR/step-parts.md" 2>/dev/null ||
     { tail -5 "$OUTDIR/ab.log"; exit 1; }
