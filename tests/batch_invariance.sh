@@ -1,8 +1,9 @@
 #!/bin/sh
 # A request's output does not depend on what it is batched with (CPU backend, tp 1):
 # each prompt alone, all together, in tiny prefill chunks, under KV-cache pressure that
-# forces preemption and recomputation, and split over two data-parallel replicas, gives
-# bit-identical logits and the same completions.
+# forces preemption and recomputation, split over two data-parallel replicas, and over two
+# pipeline stages, gives bit-identical logits and the same completions (tpinfer(1),
+# Reproducibility).
 . "$top_srcdir/tests/lib.sh"
 need_shared
 export OMP_NUM_THREADS=1
@@ -39,6 +40,10 @@ grep -q "preempted" "$TMP/tight.err" && ! grep -q " 0 preempted" "$TMP/tight.err
     { cat "$TMP/tight.err"; fail "the tight KV cache did not force preemption"; }
 same_dumps tight together
 cmp -s "$TMP/together.jsonl" "$TMP/tight.jsonl" || fail "completions differ under preemption"
+# two pipeline stages (each rank its layers; the activations passed on): the same bits
+mpi 2 "$TPINFER" --model "$m" --backend cpu --pp 2 --input "$TMP/all.jsonl" --output "$TMP/pp2.jsonl" \
+    --dump-logits "$TMP/pp2" 2>"$TMP/pp2.err" || { cat "$TMP/pp2.err"; fail "pp 2"; }
+same_dumps pp2 together
 # decode steps padded to the batch sizes of the CUDA graphs (as they run on a GPU): the
 # padding rows change nothing, at tp 1 and at tp 2 (whose gathered logits carry the padded
 # row count)
