@@ -15,7 +15,9 @@ run() { # run NAME INPUT [flags...]
     "$TPINFER" --model "$m" --backend cpu --input "$input" --output "$TMP/$name.jsonl" --dump-logits "$TMP/$name" "$@" \
         2>"$TMP/$name.err" || { cat "$TMP/$name.err"; fail "run $name"; }
 }
-same_dumps() { # same_dumps A B: every dump file of A equals B's byte for byte
+same_dumps() { # same_dumps A B: A and B dumped the same requests, each file byte for byte
+    [ "$(cd "$TMP/$1" && ls)" = "$(cd "$TMP/$2" && ls)" ] ||
+        fail "'$1' and '$2' dumped other requests: $(ls "$TMP/$1" | tr '\n' ' ')/ $(ls "$TMP/$2" | tr '\n' ' ')"
     for f in "$TMP/$1"/*.safetensors; do
         cmp -s "$f" "$TMP/$2/$(basename "$f")" || fail "$(basename "$f"): logits of '$1' and '$2' differ"
     done
