@@ -10,11 +10,14 @@ export OMP_NUM_THREADS=1
 m="$MODELS/stories260K-hf"
 cmp_logits="$top_builddir/tests/compare_logits"
 "$cmp_logits" --make-input "$m/reference/logits.safetensors" "$TMP/all.jsonl" || fail "reference"
-run() { # run NAME INPUT [flags...]
-    name=$1 input=$2; shift 2
-    "$TPINFER" --model "$m" --backend cpu --input "$input" --output "$TMP/$name.jsonl" --dump-logits "$TMP/$name" "$@" \
-        2>"$TMP/$name.err" || { cat "$TMP/$name.err"; fail "run $name"; }
+run_on() { # run_on RANKS NAME INPUT [flags...]: tpinfer over RANKS ranks (1: without mpirun)
+    ranks=$1 name=$2 input=$3; shift 3
+    launch=
+    [ "$ranks" -gt 1 ] && launch="mpi $ranks"
+    $launch "$TPINFER" --model "$m" --backend cpu --input "$input" --output "$TMP/$name.jsonl" \
+        --dump-logits "$TMP/$name" "$@" 2>"$TMP/$name.err" || { cat "$TMP/$name.err"; fail "run $name"; }
 }
+run() { run_on 1 "$@"; } # run NAME INPUT [flags...]
 same_dumps() { # same_dumps A B: A and B dumped the same requests, each file byte for byte
     [ "$(cd "$TMP/$1" && ls)" = "$(cd "$TMP/$2" && ls)" ] ||
         fail "'$1' and '$2' dumped other requests: $(ls "$TMP/$1" | tr '\n' ' ')/ $(ls "$TMP/$2" | tr '\n' ' ')"
@@ -43,8 +46,7 @@ grep -q "preempted" "$TMP/tight.err" && ! grep -q " 0 preempted" "$TMP/tight.err
 same_dumps tight together
 cmp -s "$TMP/together.jsonl" "$TMP/tight.jsonl" || fail "completions differ under preemption"
 # two pipeline stages (each rank its layers; the activations passed on): the same bits
-mpi 2 "$TPINFER" --model "$m" --backend cpu --pp 2 --input "$TMP/all.jsonl" --output "$TMP/pp2.jsonl" \
-    --dump-logits "$TMP/pp2" 2>"$TMP/pp2.err" || { cat "$TMP/pp2.err"; fail "pp 2"; }
+run_on 2 pp2 "$TMP/all.jsonl" --pp 2
 same_dumps pp2 together
 # decode steps padded to the batch sizes of the CUDA graphs (as they run on a GPU): the
 # padding rows change nothing, at tp 1 and at tp 2 (whose gathered logits carry the padded
@@ -52,11 +54,7 @@ same_dumps pp2 together
 TPINFER_PAD_DECODE=1 run padded "$TMP/all.jsonl"
 same_dumps padded together
 cmp -s "$TMP/together.jsonl" "$TMP/padded.jsonl" || fail "completions differ with padded decode steps"
-for pad in 0 1; do
-    TPINFER_PAD_DECODE=$pad mpi 2 "$TPINFER" --model "$m" --backend cpu --tp 2 --input "$TMP/all.jsonl" \
-        --output "$TMP/tp2pad$pad.jsonl" --dump-logits "$TMP/tp2pad$pad" 2>"$TMP/tp2pad$pad.err" ||
-        { cat "$TMP/tp2pad$pad.err"; fail "tp 2, TPINFER_PAD_DECODE=$pad"; }
-done
+for pad in 0 1; do TPINFER_PAD_DECODE=$pad run_on 2 tp2pad$pad "$TMP/all.jsonl" --tp 2; done
 same_dumps tp2pad1 tp2pad0
 cmp -s "$TMP/tp2pad0.jsonl" "$TMP/tp2pad1.jsonl" || fail "completions differ with padded decode steps at tp 2"
 # the warm-up before the first step (on by default on a GPU: a prefill-sized step and every
@@ -109,8 +107,7 @@ for grid in tp1 tp2 pp2; do
 done
 cmp -s "$TMP/w0-all-tp1.jsonl" "$TMP/w0-sampled-tp1.jsonl" && fail "the sampled input was not sampled"
 # two data-parallel replicas split the prompts
-mpi 2 "$TPINFER" --model "$m" --backend cpu --input "$TMP/all.jsonl" --output "$TMP/dp2.jsonl" --dump-logits "$TMP/dp2" \
-    2>"$TMP/dp2.err" || { cat "$TMP/dp2.err"; fail "dp 2"; }
+run_on 2 dp2 "$TMP/all.jsonl"
 same_dumps dp2 together
 # (replicas finish in their own order: compare the sets of lines)
 sort "$TMP/together.jsonl" >"$TMP/a.sorted"
