@@ -98,6 +98,19 @@ static int32_t blocks_for(const tp_scheduler *s, int64_t n_tokens)
     return (int32_t)((n_tokens + s->cfg.block_size - 1) / s->cfg.block_size);
 }
 
+/* Whether a waiting sequence holding held blocks may join n_running others: the blocks for
+ * all of its known tokens must be free beside one block for each running sequence's next
+ * block_size tokens. Admitting on its first chunk alone let a preempted sequence back in as
+ * soon as a few blocks were free, only to be preempted again before it made a token (an
+ * H100 run of 1024 x 128 / 2048 at 256 at once: 939 preemptions, each a recompute of up to
+ * 2,000 tokens); vLLM's note on its "full ISL" option and V0's watermark say the same. With
+ * nothing running it goes on its first chunk: waiting could not make more room. */
+static int admit_fits(const tp_scheduler *s, const seq *sq, int32_t held, int64_t free_blocks, int32_t n_running)
+{
+    if (n_running == 0) return 1;
+    return (int64_t)blocks_for(s, sq->len) - held + n_running <= free_blocks;
+}
+
 /* realloc array p to n elements, or jump to label on failure (p then unchanged) */
 #define RESIZE(p, n, label)                                      \
     do {                                                         \
@@ -680,8 +693,9 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
         seq *sq = s->waiting.head;
         const int32_t hit = take_cached_prefix(s, sq);
         if (hit < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
-        const int32_t want = admit_want(s, sq, budget, tp_block_alloc_n_free(s->alloc));
-        if (want < 1 || waits_for_inflight(s, sq)) {
+        const int64_t free_blocks = tp_block_alloc_n_free(s->alloc);
+        const int32_t want = admit_want(s, sq, budget, free_blocks);
+        if (want < 1 || !admit_fits(s, sq, sq->n_blocks, free_blocks, s->running.n) || waits_for_inflight(s, sq)) {
             release_blocks(s, sq); /* what it took waits in the cache with it */
             sq->n_computed = 0;
             break;
@@ -822,7 +836,7 @@ void tp_scheduler_peek_first(const tp_scheduler *s, int32_t *n_tokens, int32_t *
     int32_t n_flight = 0;
     for (const seq *sq = s->waiting.head; sq && n < s->cfg.max_num_seqs && budget > 0; sq = sq->next, n++) {
         const int32_t want = admit_want(s, sq, budget, free_blocks);
-        if (want < 1) break;
+        if (want < 1 || !admit_fits(s, sq, 0, free_blocks, n)) break;
         int waits = 0;
         if (flight && !sq->no_hits && (min32(sq->n_prompt, sq->len) - 1) / bs >= 1)
             for (int32_t k = 0; k < n_flight && !waits; k++)

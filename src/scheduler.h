@@ -4,7 +4,10 @@
  * chunks, decode one token a step, and give their blocks back when finished. When a
  * running sequence's step needs a block and none is free, the most recently admitted
  * running sequence not yet in the step is preempted: its blocks are freed and it is recomputed later from its
- * tokens, so nothing is lost. Pure host logic, deterministic: every rank of a replica
+ * tokens, so nothing is lost. A sequence is admitted beside running ones only when the
+ * blocks for all of its known tokens are free with one more for each running sequence,
+ * so a preempted one does not come back until it can run (alone, it goes on its first
+ * chunk). Pure host logic, deterministic: every rank of a replica
  * runs an identical scheduler and reaches identical decisions.
  *
  * Prefix caching (cfg.prefix_caching): a block full of prompt tokens is registered when

@@ -593,6 +593,32 @@ START_TEST(tight_blocks_chunked_prefill)
 }
 END_TEST
 
+/* The offline shape that thrashed (H100, 1024 prompts of 128 / 2048 at 256 at once where
+ * the cache holds ~213 whole: 939 preemptions): sequences of one length that fill the
+ * cache together. Once the cache is full a preempted sequence must wait for room for all
+ * of its tokens, so none is preempted twice and what is recomputed is at most one full
+ * length of each sequence that did not fit. */
+START_TEST(lockstep_overflow_preempts_each_once)
+{
+    const int32_t bs = 16, n = 32, fit = 24, prompt = 16, max_new = 240; /* 16 blocks each */
+    for (int caching = 0; caching < 2; caching++) {
+        engine e;
+        engine_init(&e, &(tp_sched_config){bs, fit * (prompt + max_new) / bs, n, 512, prompt + max_new, caching}, 0);
+        uint64_t rng = 77 + (uint64_t)caching;
+        for (int32_t i = 0; i < n; i++) engine_random_seq(&e, &rng, prompt, max_new, 0, 0);
+        engine_run(&e);
+        int32_t most = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (e.seqs[i].restarts > most) most = e.seqs[i].restarts;
+        ck_assert_int_gt(e.stats.preemptions, 0);
+        ck_assert_int_le(most, 1);
+        ck_assert_int_le(e.stats.preemptions, n - fit);
+        ck_assert_int_le(e.stats.prefill_tokens, (int64_t)n * prompt + (int64_t)(n - fit) * (prompt + max_new));
+        engine_free(&e);
+    }
+}
+END_TEST
+
 static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
                         const int32_t *first_pos, const int32_t *lens, int32_t n_logits)
 {
@@ -605,11 +631,11 @@ static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
     }
 }
 
-/* A hand-traced run: 4 blocks of 2, two sequences that each need all 4. */
+/* A hand-traced run: 6 blocks of 2, two sequences that each need 4 when whole. */
 START_TEST(preempted_sequence_resumes_first)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 6, 2, 16, 8, 0}, &s), TP_OK);
     const int32_t p[3] = {1, 2, 3};
     ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
     ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
@@ -618,51 +644,77 @@ START_TEST(preempted_sequence_resumes_first)
     int32_t tok[2] = {4, 4};
     tp_sched_stats st;
 
-    /* 1: both prompts (2 blocks each); C waits for a sequence slot */
+    /* 1: both prompts (2 blocks each; B's 2 fit beside a block for A); C waits for a slot */
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){0, 0}, (int32_t[]){3, 3}, 2);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
-    /* 2: two decodes at position 3, inside their second blocks */
+    /* 2-4: decodes at positions 3, 4 (a third block each: none left) and 5 */
+    for (int32_t pos = 3; pos <= 5; pos++) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){pos, pos}, (int32_t[]){1, 1}, 2);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    }
+    /* 5: A needs a fourth block: B, the newest, is preempted; nobody is admitted */
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
-    expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){3, 3}, (int32_t[]){1, 1}, 2);
-    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
-    /* 3: A needs a third block: B, the newest, is preempted; nobody is admitted */
-    ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
-    expect_rows(&b, 1, (int64_t[]){10}, (int32_t[]){4}, (int32_t[]){1}, 1);
+    expect_rows(&b, 1, (int64_t[]){10}, (int32_t[]){6}, (int32_t[]){1}, 1);
     tp_scheduler_stats(s, &st);
     ck_assert_int_eq(st.preemptions, 1);
     ck_assert_int_eq(st.waiting, 2);
     ck_assert_int_eq(st.running, 1);
-    ck_assert_int_eq(st.free_blocks, 1);
-    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
-    /* 4: A decodes first; B, ahead of C, recomputes what the one free block holds */
+    ck_assert_int_eq(st.free_blocks, 2);
+    ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK); /* A's fifth token: done */
+    /* 6: B, ahead of C, recomputes its 7 known tokens at once; C's one block fits beside
+     * a block for B */
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
-    expect_rows(&b, 2, (int64_t[]){10, 20}, (int32_t[]){5, 0}, (int32_t[]){1, 2}, 1);
-    ck_assert_int_eq(b.tokens[1], 1);
-    ck_assert_int_eq(b.tokens[2], 2);
+    expect_rows(&b, 2, (int64_t[]){20, 30}, (int32_t[]){0, 0}, (int32_t[]){7, 1}, 2);
+    const int32_t b_known[7] = {1, 2, 3, 4, 4, 4, 4};
+    ck_assert_mem_eq(b.tokens, b_known, sizeof b_known);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    ck_assert(tp_scheduler_idle(s));
 
-    while (!tp_scheduler_idle(s)) {
-        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
-        ck_assert_int_gt(b.n_tokens, 0);
-        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
-    }
     int64_t key;
     const int32_t *gen;
     int32_t n;
-    int64_t order[3];
+    const int64_t order[3] = {10, 20, 30};
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 1);
-        order[i] = key;
+        ck_assert_int_eq(key, order[i]);
         ck_assert_int_eq(n, key == 30 ? 1 : 5);
     }
-    /* A finishes at step 5 (after preempting B again), then B recomputes and C, one
-     * token long, is admitted beside it and done at once */
-    ck_assert_int_eq(order[0], 10);
-    ck_assert_int_eq(order[1], 30);
-    ck_assert_int_eq(order[2], 20);
     tp_scheduler_stats(s, &st);
-    ck_assert_int_eq(st.preemptions, 2);
+    ck_assert_int_eq(st.preemptions, 1);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
+/* The rule that keeps a preempted sequence out until all of its tokens fit: 4 blocks of 2,
+ * A and B each need all 4 when whole, so B waits for A rather than being admitted beside
+ * it and preempted (the earlier rule, on the first chunk, preempted B twice here). */
+START_TEST(admission_waits_for_the_whole_sequence)
+{
+    tp_scheduler *s;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8, 0}, &s), TP_OK);
+    const int32_t p[3] = {1, 2, 3};
+    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
+    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
+    tp_sched_batch b;
+    int32_t tok[2] = {4, 4};
+    tp_sched_stats st;
+    /* 1-5: A alone (B's 2 blocks and one for A's growth are 3; 2 are free) */
+    for (int32_t step = 1; step <= 5; step++) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        expect_rows(&b, 1, (int64_t[]){10}, (int32_t[]){step == 1 ? 0 : step + 1}, (int32_t[]){step == 1 ? 3 : 1}, 1);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    }
+    /* 6-10: B alone, after A */
+    for (int32_t step = 6; step <= 10; step++) {
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        expect_rows(&b, 1, (int64_t[]){20}, (int32_t[]){step == 6 ? 0 : step - 4}, (int32_t[]){step == 6 ? 3 : 1}, 1);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, tok, NULL), TP_OK);
+    }
+    ck_assert(tp_scheduler_idle(s));
+    tp_scheduler_stats(s, &st);
+    ck_assert_int_eq(st.preemptions, 0);
     tp_scheduler_destroy(s);
 }
 END_TEST
@@ -1401,6 +1453,8 @@ int main(void)
     tcase_add_test(tc, tight_blocks_preempt_and_recompute);
     tcase_add_test(tc, tight_blocks_chunked_prefill);
     tcase_add_test(tc, preempted_sequence_resumes_first);
+    tcase_add_test(tc, admission_waits_for_the_whole_sequence);
+    tcase_add_test(tc, lockstep_overflow_preempts_each_once);
     tcase_add_test(tc, one_sequence_at_a_time);
     tcase_add_test(tc, block_sizes_1_and_16);
     tcase_add_test(tc, continuous_batching);

@@ -61,8 +61,11 @@ assert total >= sum(cached.values()) > 0, (total, cached)
 PY
 ab chunked "$TMP/in.jsonl" "$TPINFER" --max-num-seqs 2 --max-num-batched-tokens 7
 # 10 blocks of 16 tokens (20 KiB each), room for about two sequences: cached blocks are
-# evicted and running sequences preempted (on the CPU backend)
-ab tight "$TMP/in.jsonl" "$TPINFER" --kv-cache-memory 200KiB --max-model-len 160
+# evicted and running sequences preempted (on the CPU backend), each request asking for 40
+# new tokens: sequences are admitted only when all of their tokens fit, so they must grow
+# after admission for the cache to run short
+sed 's/"max_tokens": [0-9]*/"max_tokens": 40/' "$TMP/in.jsonl" >"$TMP/long.jsonl"
+ab tight "$TMP/long.jsonl" "$TPINFER" --kv-cache-memory 200KiB --max-model-len 160
 # (--kv-cache-memory sizes the CPU backend's cache; a GPU's comes from --gpu-memory-utilization)
 [ "$backend" != cpu ] || grep -q " [1-9][0-9]* preempted" "$TMP/tight-on.err" ||
     { cat "$TMP/tight-on.err"; fail "tight: no preemption"; }
