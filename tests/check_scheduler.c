@@ -631,15 +631,24 @@ static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
     }
 }
 
-/* A hand-traced run: 6 blocks of 2, two sequences that each need 4 when whole. */
-START_TEST(preempted_sequence_resumes_first)
+/* The hand-traced runs' scheduler: blocks of 2, two sequences at once; A (key 10) and B
+ * (20) of 3 prompt tokens and 5 new ones, 4 blocks each when whole; with_c, C (30) of one
+ * token and one new. */
+static tp_scheduler *hand_traced(int32_t n_blocks, int with_c)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 6, 2, 16, 8, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, n_blocks, 2, 16, 8, 0}, &s), TP_OK);
     const int32_t p[3] = {1, 2, 3};
-    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
-    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
-    ck_assert_int_eq(tp_scheduler_add(s, 30, p, 1, 1, 0), TP_OK); /* C */
+    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK);
+    if (with_c) ck_assert_int_eq(tp_scheduler_add(s, 30, p, 1, 1, 0), TP_OK);
+    return s;
+}
+
+/* A hand-traced run: 6 blocks, A, B and C. */
+START_TEST(preempted_sequence_resumes_first)
+{
+    tp_scheduler *s = hand_traced(6, 1);
     tp_sched_batch b;
     int32_t tok[2] = {4, 4};
     tp_sched_stats st;
@@ -692,11 +701,7 @@ END_TEST
  * it and preempted (the earlier rule, on the first chunk, preempted B twice here). */
 START_TEST(admission_waits_for_the_whole_sequence)
 {
-    tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, 4, 2, 16, 8, 0}, &s), TP_OK);
-    const int32_t p[3] = {1, 2, 3};
-    ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK); /* A */
-    ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK); /* B */
+    tp_scheduler *s = hand_traced(4, 0);
     tp_sched_batch b;
     int32_t tok[2] = {4, 4};
     tp_sched_stats st;
