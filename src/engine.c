@@ -748,19 +748,28 @@ static int32_t logit_rows(const engine *e, int32_t T)
  * 1024 (on an H200, 8B's 1024 prompts of 2048 / 128 all at once preempted 92 sequences and
  * took 4 % longer than 256 at once; the cache holds ~400 of them whole); elsewhere 256; never
  * more than the replica has (fewer graphs to record in the warm-up). */
-static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
+/* This replica's sequences (*n), the blocks they take at full length, prompt + max_tokens
+ * (*need), and their prompts' full blocks (*prompt_blocks). */
+static void full_length_blocks(const engine *e, int64_t *n, int64_t *need, int64_t *prompt_blocks)
 {
     const int64_t bs = e->o->kv_block_size;
-    int64_t n = 0, need = 0, prompt_blocks = 0;
+    *n = *need = *prompt_blocks = 0;
     for (size_t i = 0; i < e->reqs.n; i++) {
         const req *r = &e->R[i];
         if (r->runnable < 0) continue;
         int64_t len = (int64_t)r->n_prompt + r->max_new;
         if (len > e->max_model_len) len = e->max_model_len;
-        n += r->n;
-        need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
-        prompt_blocks += r->n_prompt / bs;
+        *n += r->n;
+        *need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
+        *prompt_blocks += r->n_prompt / bs;
     }
+}
+
+static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
+{
+    const int64_t bs = e->o->kv_block_size;
+    int64_t n, need, prompt_blocks;
+    full_length_blocks(e, &n, &need, &prompt_blocks);
     /* with prefix caching, the blocks of prompts that start alike are held once (counted over
      * the first 4M prefixes, 64 MiB at most; a sizing, so done without where memory is short) */
     tp_prefix_count *pc = NULL;
@@ -774,6 +783,26 @@ static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
     tp_prefix_count_destroy(pc);
     int32_t seqs = large ? tp_sched_fit_seqs(blocks, need, n, 256, 1024) : 256;
     return n > 0 && n < seqs ? (int32_t)n : seqs;
+}
+
+/* Said at the end of a run where sequences were preempted: the cost, and the --max-num-seqs
+ * that the KV cache holds at full length (vLLM warns of preemption likewise). Prompts that
+ * share prefixes are counted whole here, so the count errs low. */
+static void warn_preempted(const engine *e, int64_t preempted)
+{
+    int64_t n, need, prompt_blocks;
+    full_length_blocks(e, &n, &need, &prompt_blocks);
+    const int32_t fit = tp_sched_fit_seqs(e->blocks_per_engine, need / e->P, n / e->P, 1, INT32_MAX);
+    char advice[160] = "";
+    if (fit < e->max_seqs)
+        snprintf(advice, sizeof advice, " Where outputs run to max_tokens, --max-num-seqs %d avoids this;", (int)fit);
+    tp_log(TP_LOG_WARN,
+           "replica 0: %" PRId64 " sequence(s) were preempted (their KV blocks freed, their tokens computed again "
+           "later) as the KV cache ran short: its %d blocks of %d tokens%s hold about %d of this run's sequences at "
+           "full length (prompt + max_tokens), and --max-num-seqs let %d run at once.%s more room for the cache "
+           "also avoids it (--gpu-memory-utilization, --kv-cache-memory on the CPU, or more GPUs with --tp or --pp)",
+           preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size, e->P > 1 ? " a micro-batch" : "",
+           (int)fit, (int)e->max_seqs, advice);
 }
 
 /* The KV cache's bytes on this rank: --kv-cache-memory (CPU), or on a GPU its share less
@@ -1306,6 +1335,7 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
                      "%" PRId64 " steps, %" PRId64 " preempted",
                      e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
                      preempted);
+        if (preempted > 0 && w->grid.rank == 0) warn_preempted(&e, preempted);
         if (cached > 0)
             tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed "
                          "(of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",

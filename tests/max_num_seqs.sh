@@ -62,6 +62,20 @@ same mixed mixed2
 prompts 1200 5 3 >"$TMP/many.jsonl"
 TPINFER_LARGE_GPU_DEFAULTS=1 run many --kv-cache-memory $((2000 * BLOCK))
 [ "$(at_once many)" = 1024 ] || fail "1200 sequences, 2000 blocks: '$(at_once many)' at once, wanted 1024"
+# 40 sequences of 5 + 60 tokens (5 blocks each when whole) in 100 blocks at --max-num-seqs 40:
+# all admitted on their first block, they outgrow the cache and some are preempted; the
+# closing warning names what the cache holds whole (20) as the --max-num-seqs that avoids it;
+# at 20 none is preempted, no warning, the same completions
+prompts 40 5 60 >"$TMP/tight.jsonl"
+cp "$TMP/tight.jsonl" "$TMP/tight20.jsonl"
+run tight --kv-cache-memory $((100 * BLOCK)) --max-model-len 128 --max-num-seqs 40
+[ "$(preempted tight)" -gt 0 ] || { cat "$TMP/tight.log"; fail "tight: nothing preempted"; }
+grep -q "preempted .* its 100 blocks of 16 tokens hold about 20 of this run's sequences at full length .* --max-num-seqs let 40 run at once. Where outputs run to max_tokens, --max-num-seqs 20 avoids this" "$TMP/tight.log" ||
+    { cat "$TMP/tight.log"; fail "tight: no warning naming --max-num-seqs 20"; }
+run tight20 --kv-cache-memory $((100 * BLOCK)) --max-model-len 128 --max-num-seqs 20
+[ "$(preempted tight20)" = 0 ] || fail "tight20: $(preempted tight20) preempted"
+! grep -q "were preempted" "$TMP/tight20.log" || fail "tight20: a preemption warning without preemption"
+same tight tight20
 # 3 prompts, one with n = 2: 4 sequences at once (a warm-up of graphs up to 4)
 prompts 3 5 4 | sed '1s/}$/, "n": 2}/' >"$TMP/few.jsonl"
 TPINFER_LARGE_GPU_DEFAULTS=1 run few
