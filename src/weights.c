@@ -1,8 +1,9 @@
 /*
  * weights.c: open a model directory's safetensors files. A sharded index's weight_map is
  * attacker-controlled (transformers#47176), so every shard name must be a bare file name
- * whose realpath stays inside the directory, and the index and the shards' headers must
- * agree tensor by tensor (anchors/reliability.md §1.7).
+ * whose realpath stays inside the directory (or, in a snapshot of the Hugging Face hub's
+ * cache, its repository's blobs/, where huggingface_hub's links go), and the index and the
+ * shards' headers must agree tensor by tensor (anchors/reliability.md §1.7).
  */
 #include "weights.h"
 
@@ -53,7 +54,32 @@ static tp_status check_bare_name(const char *dir, const char *tensor, json_t *v)
     return TP_OK;
 }
 
-/* The shard must exist and, symlinks resolved, still lie inside the directory. */
+/* Where a shard may resolve besides the directory: a snapshot of the Hugging Face hub's
+ * cache (.../models--ORG--NAME/snapshots/REV) holds links to ../../blobs/HASH, as
+ * huggingface_hub lays it out, so there that repository's blobs/ too. NULL otherwise. */
+static char *hub_blobs_dir(const char *real_dir)
+{
+    const char *rev = strrchr(real_dir, '/');
+    if (!rev || rev == real_dir) return NULL;
+    const size_t parent_len = (size_t)(rev - real_dir);
+    static const char snapshots[] = "/snapshots";
+    const size_t k = sizeof snapshots - 1;
+    if (parent_len <= k || memcmp(real_dir + parent_len - k, snapshots, k)) return NULL;
+    char *blobs = malloc(parent_len - k + sizeof "/blobs");
+    if (!blobs) return NULL;
+    memcpy(blobs, real_dir, parent_len - k);
+    strcpy(blobs + parent_len - k, "/blobs");
+    return blobs;
+}
+
+static int is_under(const char *real, const char *root)
+{
+    const size_t n = strlen(root);
+    return strncmp(real, root, n) == 0 && (real[n] == '/' || !strcmp(root, "/"));
+}
+
+/* The shard must exist and, symlinks resolved, still lie inside the directory (or its hub
+ * repository's blobs/). */
 static tp_status check_inside(const char *dir, const char *real_dir, const char *name)
 {
     char *path = tp_path_join(dir, name);
@@ -64,11 +90,15 @@ static tp_status check_inside(const char *dir, const char *real_dir, const char 
     if (!real)
         return tp_error(TP_ERR_IO, "%s/" INDEX_NAME ": shard \"%s\" cannot be opened: %s", dir,
                         name, strerror(err));
-    size_t n = strlen(real_dir);
-    int inside = strncmp(real, real_dir, n) == 0 && (real[n] == '/' || !strcmp(real_dir, "/"));
+    char *blobs = hub_blobs_dir(real_dir);
+    const int inside = is_under(real, real_dir) || (blobs && is_under(real, blobs));
     tp_status st = inside ? TP_OK
                           : tp_error(TP_ERR_FORMAT, "%s/" INDEX_NAME ": shard \"%s\" resolves "
-                                     "to %s, outside the model directory", dir, name, real);
+                                     "to %s, outside the model directory%s; a shard may be a link only "
+                                     "within it (or, in a Hugging Face hub cache snapshot, into the "
+                                     "repository's blobs/): copy the files into the directory",
+                                     dir, name, real, blobs ? " and its repository's blobs/" : "");
+    free(blobs);
     free(real);
     return st;
 }

@@ -279,6 +279,55 @@ START_TEST(test_dir_case)
 }
 END_TEST
 
+/* A snapshot of the Hugging Face hub's cache as huggingface_hub lays it out: the files of
+ * models--o--m/snapshots/rev are relative links to ../../blobs/HASH. Its shards load; a link
+ * elsewhere in the repository (not blobs/) is still refused, saying what to do. */
+START_TEST(test_hub_cache_snapshot)
+{
+    char *root = stb_tmpdir();
+    char *repo = stb_strdupf("%s/models--o--m", root), *blobs = stb_strdupf("%s/blobs", repo),
+         *snaps = stb_strdupf("%s/snapshots", repo), *snap = stb_strdupf("%s/rev", snaps),
+         *other = stb_strdupf("%s/refs", repo);
+    ck_assert_int_eq(mkdir(repo, 0755), 0);
+    ck_assert_int_eq(mkdir(blobs, 0755), 0);
+    ck_assert_int_eq(mkdir(snaps, 0755), 0);
+    ck_assert_int_eq(mkdir(snap, 0755), 0);
+    ck_assert_int_eq(mkdir(other, 0755), 0);
+    write_shards(blobs, "h1=a,b;h2=c");
+    write_index(blobs, "{'weight_map':{" MAP_AB "}}");
+    write_shard(other, "h3", "a");
+    const char *links[][2] = {{"s1.safetensors", "../../blobs/h1"}, {"s2.safetensors", "../../blobs/h2"},
+                              {INDEX, "../../blobs/" INDEX}, {"s3.safetensors", "../../refs/h3"}};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        char *link = stb_strdupf("%s/%s", snap, links[i][0]);
+        ck_assert_int_eq(symlink(links[i][1], link), 0);
+        free(link);
+    }
+    tp_weights w;
+    tp_error_clear();
+    ck_assert_msg(tp_weights_open(snap, &w) == TP_OK, "%s", tp_error_message());
+    ck_assert_uint_eq(w.n_shards, 2);
+    tp_weights_free(&w);
+    /* the index now maps a to the link into refs/ */
+    char *index = stb_strdupf("%s/" INDEX, blobs);
+    ck_assert_int_eq(unlink(index), 0);
+    write_index(blobs, "{'weight_map':{'a':'s3.safetensors'}}");
+    tp_error_clear();
+    ck_assert_int_eq(tp_weights_open(snap, &w), TP_ERR_FORMAT);
+    const char *m = tp_error_message();
+    ck_assert_msg(strstr(m, "shard \"s3.safetensors\" resolves to") && strstr(m, "repository's blobs/") &&
+                  strstr(m, "copy the files into the directory"), "%s", m);
+    free(index);
+    stb_rmtree(root);
+    free(root);
+    free(repo);
+    free(blobs);
+    free(snaps);
+    free(snap);
+    free(other);
+}
+END_TEST
+
 /* tp_weights_parse_index: deduplicated shard names in first-seen order. */
 START_TEST(test_parse_index)
 {
@@ -392,6 +441,7 @@ static Suite *weights_suite(void)
     TCase *tc = tcase_create("index");
     tcase_add_loop_test(tc, test_dir_case, 0, (int)(sizeof dir_cases / sizeof dir_cases[0]));
     tcase_add_test(tc, test_parse_index);
+    tcase_add_test(tc, test_hub_cache_snapshot);
     tcase_add_test(tc, test_missing_dir);
     suite_add_tcase(s, tc);
     tc = tcase_create("shared");
