@@ -1242,6 +1242,23 @@ static void free_output(tp_output *o)
     free(o);
 }
 
+/* OUTPUT.manifest.json is replaced whole at every update (a rename): neither the input nor
+ * the errors file may be it, or that file would be lost. */
+static tp_status check_manifest_clash(const char *output, const char *input, const char *errors)
+{
+    char *manifest = str_cat(output, ".manifest.json");
+    if (!manifest) return tp_error(TP_ERR_OOM, "out of memory");
+    tp_status st = TP_OK;
+    if (input && same_file(input, manifest, -1))
+        st = tp_error(TP_ERR_INVALID_ARG, "the input file %s is the output's manifest %s, which the run replaces; "
+                      "copy the input elsewhere or give another --output", input, manifest);
+    else if (errors && same_file(errors, manifest, -1))
+        st = tp_error(TP_ERR_INVALID_ARG, "the errors file %s is the output's manifest %s, which the run replaces; "
+                      "give --errors another file", errors, manifest);
+    free(manifest);
+    return st;
+}
+
 tp_status tp_output_open(const tp_output_config *cfg, const tp_manifest *m, tp_output **out)
 {
     *out = NULL;
@@ -1253,6 +1270,7 @@ tp_status tp_output_open(const tp_output_config *cfg, const tp_manifest *m, tp_o
         return tp_error(TP_ERR_INVALID_ARG, "the errors file and the output are both %s; give two files", cfg->path);
 
     const char *input_path = (m && m->input_path && strcmp(m->input_path, "-") != 0) ? m->input_path : NULL;
+    if (cfg->path && m) TP_CHECK(check_manifest_clash(cfg->path, input_path, cfg->errors_path));
     struct stat in_st;
     const struct stat *in_stp = (input_path && stat(input_path, &in_st) == 0) ? &in_st : NULL;
 

@@ -40,6 +40,14 @@ expect_fail 2 "the errors file and the output are both $TMP/o.jsonl; give two fi
     --input "$TMP/p.txt" --output "$TMP/o.jsonl" --errors "$TMP/o.jsonl"
 expect_fail 2 "are the same file; give two files" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" \
     --output "$TMP/o.jsonl" --errors "$TMP/./o.jsonl"
+# the manifest beside the output is replaced at each update: not the errors file, not the input
+expect_fail 2 "the errors file $TMP/o.jsonl.manifest.json is the output's manifest" "$TPINFER" --model "$TMP/m" \
+    --input "$TMP/p.txt" --output "$TMP/o.jsonl" --errors "$TMP/o.jsonl.manifest.json"
+cp "$TMP/p.txt" "$TMP/o.jsonl.manifest.json"
+expect_fail 2 "the input file $TMP/./o.jsonl.manifest.json is the output's manifest" "$TPINFER" --model "$TMP/m" \
+    --input "$TMP/./o.jsonl.manifest.json" --output "$TMP/o.jsonl"
+cmp -s "$TMP/p.txt" "$TMP/o.jsonl.manifest.json" || fail "a refused run changed the input named like the manifest"
+rm -f "$TMP/o.jsonl.manifest.json"
 [ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
 CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
     2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
