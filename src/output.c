@@ -67,8 +67,13 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 tp_status tp_hash_file(const char *path, char hex[17])
 {
     hex[0] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused, not waited on */
     if (fd < 0) return tp_error(TP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tp_error(TP_ERR_IO, "%s is not a regular file (a directory, pipe or device); give a file", path);
+    }
     unsigned char *buf = malloc(HASH_CHUNK);
     if (!buf) {
         close(fd);

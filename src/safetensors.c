@@ -394,7 +394,7 @@ tp_status tp_st_open(const char *path, tp_st_file *f)
     memset(f, 0, sizeof *f);
     f->fd = -1;
     if (!(f->path = strdup(path))) return tp_error(TP_ERR_OOM, "out of memory");
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused, not waited on */
     tp_status st = f->fd < 0 ? st_fail(TP_ERR_IO, f, NULL, "cannot open: %s", strerror(errno))
                              : open_fd(f);
     if (st != TP_OK) tp_st_free(f);

@@ -17,7 +17,8 @@ tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *l
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (to be refused below) rather than wait for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return tp_error(TP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -26,7 +27,7 @@ tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *l
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tp_error(TP_ERR_IO, "%s is not a regular file", path);
+        return tp_error(TP_ERR_IO, "%s is not a regular file (a directory, pipe or device); give a file", path);
     }
     if ((uint64_t)st.st_size > max_bytes) {
         close(fd);

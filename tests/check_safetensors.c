@@ -703,6 +703,12 @@ START_TEST(test_open_errors)
     expect_error(tp_st_open(missing, &f), TP_ERR_IO, "missing", missing, "cannot open");
     tp_error_clear();
     expect_error(tp_st_open(dir, &f), TP_ERR_IO, "directory", dir, "not a regular file");
+    char *fifo = stb_strdupf("%s/fifo.safetensors", dir); /* no writer: refused, not waited on */
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    tp_error_clear();
+    expect_error(tp_st_open(fifo, &f), TP_ERR_IO, "FIFO", fifo, "not a regular file");
+    unlink(fifo);
+    free(fifo);
     size_t len;
     unsigned char *img = stb_image(2, "{}", 2, 0, &len);
     char *empty = write_image(dir, "e.safetensors", img, len);

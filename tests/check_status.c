@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "status.h"
@@ -60,6 +61,20 @@ START_TEST(read_file_errors)
     tp_error_clear();
     ck_assert_int_eq(tp_read_file("/", 100, &buf, &len), TP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "not a regular file"));
+    /* a FIFO with no writer: refused at once, not waited on */
+    char fifo[] = "/tmp/tp_status_fifo_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(fifo));
+    char *named = malloc(sizeof fifo + 8);
+    ck_assert_ptr_nonnull(named);
+    strcpy(named, fifo);
+    strcat(named, "/fifo");
+    ck_assert_int_eq(mkfifo(named, 0600), 0);
+    tp_error_clear();
+    ck_assert_int_eq(tp_read_file(named, 100, &buf, &len), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "not a regular file"));
+    unlink(named);
+    rmdir(fifo);
+    free(named);
     char path[] = "/tmp/tp_status_XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);

@@ -102,6 +102,13 @@ static void setup_dir_shard(const char *dir)
     free(d);
 }
 
+static void setup_fifo_shard(const char *dir)
+{
+    char *p = stb_strdupf("%s/f.safetensors", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    free(p);
+}
+
 static void setup_garbage_shard(const char *dir)
 {
     ck_assert_int_eq(stb_write_text(dir, "g.safetensors", "not a safetensors file"), 0);
@@ -196,6 +203,8 @@ static const dir_case dir_cases[] = {
      TP_ERR_FORMAT, "/g.safetensors: header length", 0, 0},
     {"shard is a directory", NULL, "{'weight_map':{'a':'d.safetensors'}}", setup_dir_shard,
      TP_ERR_IO, "/d.safetensors: not a regular file", 0, 0},
+    {"shard is a FIFO (refused, not waited on)", NULL, "{'weight_map':{'a':'f.safetensors'}}", setup_fifo_shard,
+     TP_ERR_IO, "/f.safetensors: not a regular file", 0, 0},
     {"no weights at all", "other.safetensors=a", NULL, NULL, TP_ERR_IO,
      "no weights: neither model.safetensors nor " INDEX " exists", 0, 0},
 };
