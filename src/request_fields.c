@@ -163,12 +163,22 @@ int rq_set_standin_id(line_ctx *c)
     snprintf(buf, sizeof buf, "%lld", (long long)c->line);
     free(c->r->id);
     c->r->id = strdup(buf);
-    c->standin = 1;
+    c->standin = STANDIN_LINE;
+    return c->r->id ? OK : OOM;
+}
+
+int rq_set_unreadable_id(line_ctx *c)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "line %lld", (long long)c->line);
+    free(c->r->id);
+    c->r->id = strdup(buf);
+    c->standin = STANDIN_UNREADABLE;
     return c->r->id ? OK : OOM;
 }
 
 /* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
- * On anything else the line number stands in and an error is recorded. */
+ * On anything else "line N" stands in (rq_set_unreadable_id) and an error is recorded. */
 int rq_read_id(line_ctx *c, const char *key, const json_t *v, int allow_int)
 {
     char b[QUOTE_CAP];
@@ -176,11 +186,11 @@ int rq_read_id(line_ctx *c, const char *key, const json_t *v, int allow_int)
         const char *s = json_string_value(v);
         size_t n = json_string_length(v);
         if (n == 0) {
-            TRY(rq_set_standin_id(c));
+            TRY(rq_set_unreadable_id(c));
             return rq_fail(c, E_REQUEST, "\"%s\" is empty", key);
         }
         if (memchr(s, '\0', n)) {
-            TRY(rq_set_standin_id(c));
+            TRY(rq_set_unreadable_id(c));
             return rq_fail(c, E_REQUEST, "\"%s\" %s holds a NUL character (\\u0000)", key, rq_quote(b, s, n));
         }
         c->r->id = rq_dup_n(s, n);
@@ -201,7 +211,7 @@ int rq_read_id(line_ctx *c, const char *key, const json_t *v, int allow_int)
             return c->r->id ? OK : OOM;
         }
     }
-    TRY(rq_set_standin_id(c));
+    TRY(rq_set_unreadable_id(c));
     if (!v) return rq_fail(c, E_REQUEST, "\"%s\" is required", key);
     return rq_fail(c, E_REQUEST, "\"%s\" must be a string%s, not %s", key,
                    allow_int ? " or an integer" : "", rq_repr(b, v));

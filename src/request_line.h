@@ -30,7 +30,7 @@ typedef struct line_ctx {
     int64_t line;
     int64_t vocab;      /* token ids must be < vocab */
     int lossy;          /* parsed with JSON_DECODE_INT_AS_REAL after an integer overflow */
-    int standin;        /* r->id is the line number, not an id the line gave */
+    int standin;        /* r->id is not one the line gave: STANDIN_LINE or STANDIN_UNREADABLE */
     const char *prefix; /* "" or "body." before field names */
     tp_request_list *list; /* where unknown fields are counted */
     int unknown_here;      /* this line already counted in list->unknown_lines */
@@ -51,7 +51,14 @@ json_t *rq_get(const json_t *o, const char *key); /* a field that is absent or n
 /* ---- one line: each returns OK, BAD (the line's error recorded) or OOM */
 /* Record the line's first error; later ones are dropped (one message per line). */
 __attribute__((format(printf, 3, 4))) int rq_fail(line_ctx *c, const char *code, const char *fmt, ...);
-int rq_set_standin_id(line_ctx *c); /* the line number as the id */
+/* A line with no id (text, JSONL without one): its line number is its id. */
+#define STANDIN_LINE 1
+int rq_set_standin_id(line_ctx *c);
+/* A line whose id cannot be read (not JSON, a bad id, a dialect's required id missing): an
+ * error record with id "line N", which no line's own id is likely to be, where the bare
+ * number would clash with ids counted from 0 (line N + 1's id N). */
+#define STANDIN_UNREADABLE 2
+int rq_set_unreadable_id(line_ctx *c);
 /* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
  * On anything else the line number stands in and an error is recorded. */
 int rq_read_id(line_ctx *c, const char *key, const json_t *v, int allow_int);

@@ -389,11 +389,11 @@ static int recover_id(line_ctx *c, tp_input_format fmt, const char *s, size_t n)
     int rc = OK;
     if (json_is_object(o)) {
         rc = read_dialect_id(c, fmt, o);
-        if (rc == OK && c->r->id && strstr(c->r->id, "\xEF\xBF\xBD")) rc = rq_set_standin_id(c);
+        if (rc == OK && c->r->id && strstr(c->r->id, "\xEF\xBF\xBD")) rc = rq_set_unreadable_id(c);
         if (rc == BAD) rc = OK; /* the UTF-8 error is the one reported */
     }
     json_decref(o);
-    if (rc == OK && !c->r->id) rc = rq_set_standin_id(c);
+    if (rc == OK && !c->r->id) rc = rq_set_unreadable_id(c);
     return rc;
 }
 
@@ -422,7 +422,7 @@ static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_i
     int rc = OK;
     size_t valid;
     if (n > max_line) {
-        rc = rq_set_standin_id(&c);
+        rc = fmt == TP_INPUT_TEXT ? rq_set_standin_id(&c) : rq_set_unreadable_id(&c);
         if (rc == OK)
             rc = rq_fail(&c, E_REQUEST, "the line is %zu bytes, more than --max-line-bytes %zu", n, max_line);
     } else if ((valid = rq_utf8_valid_prefix((const unsigned char *)s, n)) < n) {
@@ -446,14 +446,14 @@ static int parse_line(tp_request *r, const char *s, size_t n, int64_t line, tp_i
             c.lossy = o != NULL;
         }
         if (!o) {
-            rc = rq_set_standin_id(&c);
+            rc = rq_set_unreadable_id(&c);
             if (rc == OK && !strncmp(err.text, "invalid Unicode", 15))
                 rc = rq_fail(&c, E_UTF8, "invalid JSON string escape at column %d: %s (a lone UTF-16 surrogate)",
                              err.column, err.text);
             else if (rc == OK)
                 rc = rq_fail(&c, E_JSON, "invalid JSON at column %d: %s", err.column, err.text);
         } else if (!json_is_object(o)) {
-            rc = rq_set_standin_id(&c);
+            rc = rq_set_unreadable_id(&c);
             if (rc == OK) rc = rq_fail(&c, E_JSON, "a line must be a JSON object, not %s", type_name(o));
         } else {
             rc = fmt == TP_INPUT_OPENAI   ? parse_openai(&c, o)
@@ -686,9 +686,12 @@ static tp_status check_unique_ids(const tp_request_list *l, const char *what)
         if (strcmp(v[i - 1].id, v[i].id)) continue;
         char b[QUOTE_CAP], note[160] = "";
         const id_ref *a = &v[i - 1], *z = &v[i];
-        if (a->standin || z->standin)
-            snprintf(note, sizeof note, " (line %lld has no readable id, so its line number stands in)",
-                     (long long)(a->standin ? a->line : z->line));
+        const id_ref *s = a->standin ? a : z;
+        if (s->standin == STANDIN_LINE)
+            snprintf(note, sizeof note, " (line %lld has no id, so its line number stands in)", (long long)s->line);
+        else if (s->standin)
+            snprintf(note, sizeof note, " (line %lld has no readable id, so \"line %lld\" stands in)",
+                     (long long)s->line, (long long)s->line);
         st = tp_error(TP_ERR_INVALID_ARG, "%s: id %s is used on line %lld and again on line %lld%s; ids must be unique",
                       what, rq_quote(b, a->id, strlen(a->id)), (long long)a->line, (long long)z->line, note);
         break;
@@ -735,7 +738,7 @@ tp_status tp_requests_put_id(tp_request_list *l, size_t pos, const char *id, int
     memcpy(l->id_text + l->id_len, id, k);
     l->id_len += k;
     l->id_line[pos] = line;
-    l->id_standin[pos] = (unsigned char)(standin != 0);
+    l->id_standin[pos] = (unsigned char)standin;
     return TP_OK;
 }
 

@@ -81,7 +81,7 @@ typedef struct tp_request {
     char *id;               /* "custom_id" / "id" / "task_id" (integers as decimal), or the line number for text */
     int64_t line;           /* 1-based line in the input */
     int64_t pos;            /* 0-based among the file's requests (its non-blank lines) */
-    int standin;            /* the id is the line number: the line gave none that could be read */
+    int standin;            /* the id is not the line's own: 1 its line number (it gave none), 2 "line N" (unreadable) */
     tp_endpoint endpoint;
     char *prompt;           /* text (may hold NUL bytes), or NULL */
     size_t prompt_len;
@@ -128,7 +128,7 @@ typedef struct tp_request_list {
     size_t id_len, id_cap;
     size_t *id_at;          /* [id_n] offsets into id_text, SIZE_MAX: none yet */
     int64_t *id_line;       /* [id_n] their lines, until tp_requests_check_ids */
-    unsigned char *id_standin; /* [id_n] the line number stands in for the id */
+    unsigned char *id_standin; /* [id_n] the request's standin */
     size_t id_n;
     int64_t unknown_lines;  /* lines holding fields tpinfer does not read (ignored) */
     int n_unknown;          /* distinct such fields kept, the first TP_UNKNOWN_FIELDS_KEPT */

@@ -337,8 +337,8 @@ static const struct detect_case {
      TP_ENDPOINT_COMPLETIONS, 1},
     {"{\"task_id\":3,\"prompt\":\"p\"}", "3", "p", NULL, TP_ENDPOINT_NONE, 1},
     {"{\"custom_id\":\"o\",\"meth\n{\"custom_id\":\"o2\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}",
-     "1", NULL, "invalid_json", TP_ENDPOINT_NONE, 2}, /* broken first line; the second picks openai */
-    {"{not json at all\n", "1", NULL, "invalid_json", TP_ENDPOINT_NONE, 1},
+     "line 1", NULL, "invalid_json", TP_ENDPOINT_NONE, 2}, /* broken first line; the second picks openai */
+    {"{not json at all\n", "line 1", NULL, "invalid_json", TP_ENDPOINT_NONE, 1},
     {"[1, 2]\n", "1", NULL, "text", TP_ENDPOINT_NONE, 1}, /* not '{': text */
     {"\"quoted\"\n", "1", "\"quoted\"", NULL, TP_ENDPOINT_NONE, 1},
 };
@@ -390,24 +390,24 @@ typedef struct bad_case {
 
 static const bad_case bad_cases[] = {
     /* P1: truncated, trailing comma, single quotes, trailing garbage */
-    {J, "{\"id\":\"bad\",\"prompt\":\"x\"", 0, EJ, "invalid JSON at column", "2"},
-    {J, "{\"id\":\"bad\",\"prompt\":\"x\",}", 0, EJ, "invalid JSON", "2"},
-    {J, "{'id':'bad','prompt':'x'}", 0, EJ, "invalid JSON", "2"},
-    {J, "{\"id\":\"bad\",\"prompt\":\"x\"} junk", 0, EJ, "invalid JSON", "2"},
-    {J, "{\"id\":\"bad\",\"prompt\":\"x\"}{}", 0, EJ, "invalid JSON", "2"},
-    {J, "{", 0, EJ, "invalid JSON", "2"},
-    {J, "not json", 0, EJ, "invalid JSON", "2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"x\"", 0, EJ, "invalid JSON at column", "line 2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"x\",}", 0, EJ, "invalid JSON", "line 2"},
+    {J, "{'id':'bad','prompt':'x'}", 0, EJ, "invalid JSON", "line 2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"x\"} junk", 0, EJ, "invalid JSON", "line 2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"x\"}{}", 0, EJ, "invalid JSON", "line 2"},
+    {J, "{", 0, EJ, "invalid JSON", "line 2"},
+    {J, "not json", 0, EJ, "invalid JSON", "line 2"},
     {O, "{\"custom_id\":\"bad\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}", 0, EJ,
-     "invalid JSON", "2"},
-    {T, "{\"task_id\":\"bad\",\"prompt\":", 0, EJ, "invalid JSON", "2"},
+     "invalid JSON", "line 2"},
+    {T, "{\"task_id\":\"bad\",\"prompt\":", 0, EJ, "invalid JSON", "line 2"},
     /* P2: valid JSON, not an object */
-    {J, "[]", 0, EJ, "must be a JSON object, not an array", "2"},
-    {J, "\"x\"", 0, EJ, "must be a JSON object, not a string", "2"},
-    {J, "42", 0, EJ, "must be a JSON object, not a number", "2"},
-    {J, "null", 0, EJ, "must be a JSON object, not null", "2"},
-    {J, "true", 0, EJ, "must be a JSON object, not a boolean", "2"},
-    {O, "[{\"custom_id\":\"bad\"}]", 0, EJ, "must be a JSON object", "2"},
-    {T, "3.5", 0, EJ, "must be a JSON object", "2"},
+    {J, "[]", 0, EJ, "must be a JSON object, not an array", "line 2"},
+    {J, "\"x\"", 0, EJ, "must be a JSON object, not a string", "line 2"},
+    {J, "42", 0, EJ, "must be a JSON object, not a number", "line 2"},
+    {J, "null", 0, EJ, "must be a JSON object, not null", "line 2"},
+    {J, "true", 0, EJ, "must be a JSON object, not a boolean", "line 2"},
+    {O, "[{\"custom_id\":\"bad\"}]", 0, EJ, "must be a JSON object", "line 2"},
+    {T, "3.5", 0, EJ, "must be a JSON object", "line 2"},
     /* P3: missing prompt, prompt of the wrong type, bad ids */
     {J, "{\"id\":\"bad\"}", 0, ER, "give exactly one of \"prompt\", \"prompt_token_ids\", \"input_ids\" and \"messages\" (the line has 0)", "bad"},
     {J, "{\"id\":\"bad\",\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}", 0, ER, "(the line has 2)", "bad"},
@@ -415,12 +415,12 @@ static const bad_case bad_cases[] = {
     {J, "{\"id\":\"bad\",\"prompt\":[\"a\"]}", 0, ER, "\"prompt\" must be a string, not an array", "bad"},
     {J, "{\"id\":\"bad\",\"prompt\":{\"a\":1}}", 0, ER, "\"prompt\" must be a string, not an object", "bad"},
     {J, "{\"id\":\"bad\",\"prompt\":5}", 0, ER, "\"prompt\" must be a string, not 5", "bad"},
-    {J, "{\"id\":true,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not true", "2"},
-    {J, "{\"id\":1.5,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not 1.5", "2"},
-    {J, "{\"id\":2.0,\"prompt\":\"x\"}", 0, ER, "not 2.0", "2"},
-    {J, "{\"id\":{},\"prompt\":\"x\"}", 0, ER, "not an object", "2"},
-    {J, "{\"id\":\"\",\"prompt\":\"x\"}", 0, ER, "\"id\" is empty", "2"},
-    {J, "{\"id\":\"a\\u0000b\",\"prompt\":\"x\"}", 0, ER, "\"id\" \"a\\u0000b\" holds a NUL character", "2"},
+    {J, "{\"id\":true,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not true", "line 2"},
+    {J, "{\"id\":1.5,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not 1.5", "line 2"},
+    {J, "{\"id\":2.0,\"prompt\":\"x\"}", 0, ER, "not 2.0", "line 2"},
+    {J, "{\"id\":{},\"prompt\":\"x\"}", 0, ER, "not an object", "line 2"},
+    {J, "{\"id\":\"\",\"prompt\":\"x\"}", 0, ER, "\"id\" is empty", "line 2"},
+    {J, "{\"id\":\"a\\u0000b\",\"prompt\":\"x\"}", 0, ER, "\"id\" \"a\\u0000b\" holds a NUL character", "line 2"},
     {J, "{\"id\":\"bad\",\"custom_id\":\"c\",\"prompt\":\"x\"}", 0, ER, "give one of \"id\" and \"custom_id\", not both", "bad"},
     {J, "{\"custom_id\":\"bad\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", 0, ER,
      "this looks like an OpenAI batch line: use --input-format openai", "bad"},
@@ -458,8 +458,8 @@ static const bad_case bad_cases[] = {
      "invalid UTF-8", "bad"},
     {T, "{\"task_id\":\"bad\",\"prompt\":\"\x80\"}", 0, EU, "(0x80)", "bad"},
     {X, "plain \xFF text", 0, EU, "invalid UTF-8 at byte 7 of the line (0xff)", "2"},
-    {J, "{\"id\":\"b\xFF\",\"prompt\":\"x\"}", 0, EU, "invalid UTF-8", "2"},  /* the id itself is broken */
-    {J, "{\"id\":\"bad\",\"prompt\":\"x\"\xFF}", 0, EU, "invalid UTF-8", "2"}, /* outside a string: no JSON */
+    {J, "{\"id\":\"b\xFF\",\"prompt\":\"x\"}", 0, EU, "invalid UTF-8", "line 2"},  /* the id itself is broken */
+    {J, "{\"id\":\"bad\",\"prompt\":\"x\"\xFF}", 0, EU, "invalid UTF-8", "line 2"}, /* outside a string: no JSON */
     /* P9: overlong forms, encoded surrogates, beyond U+10FFFF, truncated, escaped surrogates */
     {J, "{\"id\":\"bad\",\"prompt\":\"\xC0\xAF\"}", 0, EU, "(0xc0)", "bad"},
     {J, "{\"id\":\"bad\",\"prompt\":\"\xC1\xBF\"}", 0, EU, "(0xc1)", "bad"},
@@ -471,19 +471,19 @@ static const bad_case bad_cases[] = {
     {J, "{\"id\":\"bad\",\"prompt\":\"\xE2\x82\"}", 0, EU, "(0xe2)", "bad"},
     {X, "truncated at the end \xE2\x82", 0, EU, "(0xe2)", "2"},
     {X, "overlong \xC0\xAF", 0, EU, "(0xc0)", "2"},
-    {J, "{\"id\":\"bad\",\"prompt\":\"\\ud800\"}", 0, EU, "lone UTF-16 surrogate", "2"},
-    {J, "{\"id\":\"bad\",\"prompt\":\"\\udc00x\"}", 0, EU, "lone UTF-16 surrogate", "2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"\\ud800\"}", 0, EU, "lone UTF-16 surrogate", "line 2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"\\udc00x\"}", 0, EU, "lone UTF-16 surrogate", "line 2"},
     /* P10: a raw NUL byte in a JSON line */
-    {J, "{\"id\":\"bad\",\"prompt\":\"a\0b\"}", 25, EJ, "invalid JSON", "2"},
-    {J, "{\"id\":\"bad\",\0\"prompt\":\"a\"}", 25, EJ, "invalid JSON", "2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"a\0b\"}", 25, EJ, "invalid JSON", "line 2"},
+    {J, "{\"id\":\"bad\",\0\"prompt\":\"a\"}", 25, EJ, "invalid JSON", "line 2"},
     /* P12 (small): a line over max_line_bytes (the table runs with 4096) */
-    {J, NULL, 5000, ER, "the line is 5000 bytes, more than --max-line-bytes 4096", "2"},
+    {J, NULL, 5000, ER, "the line is 5000 bytes, more than --max-line-bytes 4096", "line 2"},
     {X, NULL, 4097, ER, "the line is 4097 bytes, more than --max-line-bytes 4096", "2"},
     /* P14: duplicate keys */
-    {J, "{\"id\":\"bad\",\"prompt\":\"a\",\"prompt\":\"b\"}", 0, EJ, "duplicate object key", "2"},
-    {J, "{\"id\":\"bad\",\"id\":\"b\",\"prompt\":\"a\"}", 0, EJ, "duplicate object key", "2"},
-    {O, OA("\"max_tokens\":1,\"max_tokens\":2"), 0, EJ, "duplicate object key", "2"},
-    {J, "{\"id\":\"bad\",\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"x\"}]}", 0, EJ, "duplicate object key", "2"},
+    {J, "{\"id\":\"bad\",\"prompt\":\"a\",\"prompt\":\"b\"}", 0, EJ, "duplicate object key", "line 2"},
+    {J, "{\"id\":\"bad\",\"id\":\"b\",\"prompt\":\"a\"}", 0, EJ, "duplicate object key", "line 2"},
+    {O, OA("\"max_tokens\":1,\"max_tokens\":2"), 0, EJ, "duplicate object key", "line 2"},
+    {J, "{\"id\":\"bad\",\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"x\"}]}", 0, EJ, "duplicate object key", "line 2"},
     /* P16: sampling ranges (CVE-2026-21869 style), every field, both edges */
     {J, JP("\"max_tokens\":0"), 0, ER, "line 2: \"max_tokens\" 0 is outside [1, 2147483647]", "bad"},
     {J, JP("\"max_tokens\":-1"), 0, ER, "\"max_tokens\" -1 is outside [1, 2147483647]", "bad"},
@@ -534,7 +534,7 @@ static const bad_case bad_cases[] = {
     {J, JP("\"stop_token_ids\":[1,1000]"), 0, ER, "\"stop_token_ids\"[1] 1000 is outside [0, 1000)", "bad"},
     {J, JP("\"stop_token_ids\":7"), 0, ER, "\"stop_token_ids\" must be an array of token ids, not 7", "bad"},
     {J, JP("\"unknown\":99999999999999999999"), 0, ER, "too big integer near '99999999999999999999': integers must fit in 64 bits", "bad"},
-    {J, "{\"id\":99999999999999999999,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not 1e+20", "2"},
+    {J, "{\"id\":99999999999999999999,\"prompt\":\"x\"}", 0, ER, "\"id\" must be a string or an integer, not 1e+20", "line 2"},
     /* OpenAI schema: every required field, the body's fields with "body." */
     {O, OA("\"max_tokens\":0"), 0, ER, "\"body.max_tokens\" 0 is outside [1, 2147483647]", "bad"},
     {O, OA("\"seed\":18446744073709551616"), 0, ER, "\"body.seed\" 18446744073709551616 is outside [0, 2^63)", "bad"},
@@ -577,14 +577,14 @@ static const bad_case bad_cases[] = {
     {O, "{\"custom_id\":\"bad\",\"method\":\"POST\",\"url\":\"/v1/completions\"}", 0, ER, "\"body\" must be an object, not missing", "bad"},
     {O, "{\"custom_id\":\"bad\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":[]}", 0, ER,
      "\"body\" must be an object, not an array", "bad"},
-    {O, "{\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", 0, ER, "\"custom_id\" is required", "2"},
+    {O, "{\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", 0, ER, "\"custom_id\" is required", "line 2"},
     {O, "{\"custom_id\":17,\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", 0, ER,
-     "\"custom_id\" must be a string, not 17", "2"},
+     "\"custom_id\" must be a string, not 17", "line 2"},
     {O, "{\"custom_id\":null,\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", 0, ER,
-     "\"custom_id\" is required", "2"},
+     "\"custom_id\" is required", "line 2"},
     /* TensorRT-LLM */
-    {T, "{\"prompt\":\"x\"}", 0, ER, "\"task_id\" is required", "2"},
-    {T, "{\"task_id\":true,\"prompt\":\"x\"}", 0, ER, "\"task_id\" must be a string or an integer, not true", "2"},
+    {T, "{\"prompt\":\"x\"}", 0, ER, "\"task_id\" is required", "line 2"},
+    {T, "{\"task_id\":true,\"prompt\":\"x\"}", 0, ER, "\"task_id\" must be a string or an integer, not true", "line 2"},
     {T, "{\"task_id\":\"bad\"}", 0, ER, "give \"prompt\" or \"input_ids\"", "bad"},
     {T, "{\"task_id\":\"bad\",\"input_ids\":[]}", 0, ER, "\"input_ids\" is an empty array", "bad"},
     {T, "{\"task_id\":\"bad\",\"input_ids\":[1.5]}", 0, ER, "\"input_ids\"[0] must be an integer token id, not 1.5", "bad"},
@@ -593,12 +593,12 @@ static const bad_case bad_cases[] = {
     {T, "{\"task_id\":\"bad\",\"prompt\":\"x\",\"lora_request\":{\"lora_name\":\"a\"}}", 0, ER, "LoRA adapters are not supported", "bad"},
     {T, "{\"task_id\":\"bad\",\"prompt\":\"x\",\"media_paths\":[\"a.png\"]}", 0, ER, "multimodal input is not supported", "bad"},
     /* explicit format, line of another dialect */
-    {O, "{\"id\":\"x\",\"prompt\":\"p\"}", 0, ER, "\"custom_id\" is required", "2"},
-    {T, "{\"id\":\"x\",\"prompt\":\"p\"}", 0, ER, "\"task_id\" is required", "2"},
+    {O, "{\"id\":\"x\",\"prompt\":\"p\"}", 0, ER, "\"custom_id\" is required", "line 2"},
+    {T, "{\"id\":\"x\",\"prompt\":\"p\"}", 0, ER, "\"task_id\" is required", "line 2"},
     {J, "{\"task_id\":\"t\",\"input_ids\":[1],\"prompt\":\"p\"}", 0, ER, "this looks like a TensorRT-LLM line", "2"},
-    {J, "just some text", 0, EJ, "invalid JSON", "2"},
-    {O, "just some text", 0, EJ, "invalid JSON", "2"},
-    {T, "just some text", 0, EJ, "invalid JSON", "2"},
+    {J, "just some text", 0, EJ, "invalid JSON", "line 2"},
+    {O, "just some text", 0, EJ, "invalid JSON", "line 2"},
+    {T, "just some text", 0, EJ, "invalid JSON", "line 2"},
 };
 
 static const char *good_line(tp_input_format fmt, int which)
@@ -1213,7 +1213,7 @@ START_TEST(megabyte_id)
     /* with --max-line-bytes 1 MiB the line is an error record with its line number */
     ck_assert_int_eq(parse_n(buf, n / 2, TP_INPUT_AUTO, 1 << 20), TP_OK);
     ck_assert_str_eq(L.v[0].error_code, "invalid_request");
-    ck_assert_str_eq(L.v[0].id, "1");
+    ck_assert_str_eq(L.v[0].id, "line 1");
     free(buf);
 }
 END_TEST
@@ -1228,9 +1228,9 @@ static const struct dup_case {
      "prompts.jsonl: id \"a\" is used on line 1 and again on line 4; ids must be unique"},
     {"{\"id\":1,\"prompt\":\"x\"}\n{\"id\":\"1\",\"prompt\":\"x\"}\n", TP_INPUT_AUTO, "id \"1\" is used on line 1 and again on line 2"},
     {"{\"prompt\":\"x\"}\n{\"id\":\"1\",\"prompt\":\"x\"}\n", TP_INPUT_AUTO,
-     "id \"1\" is used on line 1 and again on line 2 (line 1 has no readable id, so its line number stands in)"},
-    {"{\"id\":0,\"prompt\":\"x\"}\n{\"id\":1,\"prompt\n{\"id\":2,\"prompt\":\"x\"}\n", TP_INPUT_AUTO,
-     "id \"2\" is used on line 2 and again on line 3 (line 2 has no readable id"},
+     "id \"1\" is used on line 1 and again on line 2 (line 1 has no id, so its line number stands in)"},
+    {"{\"id\":\"line 2\",\"prompt\":\"x\"}\n{\"id\":1,\"prompt\n", TP_INPUT_AUTO,
+     "id \"line 2\" is used on line 1 and again on line 2 (line 2 has no readable id, so \"line 2\" stands in)"},
     {"{\"id\":\"e\",\"prompt\":\"\"}\n{\"id\":\"e\",\"prompt\":\"x\",\"n\":0}\n", TP_INPUT_AUTO,
      "id \"e\" is used on line 1 and again on line 2"},
     {"{\"custom_id\":\"r\\n1\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}\n"
@@ -1245,6 +1245,22 @@ START_TEST(duplicate_ids)
     expect_error(c->needle);
     ck_assert_uint_eq(L.n, 0);
     ck_assert_ptr_null(L.v);
+}
+END_TEST
+
+/* A line whose id cannot be read gets "line N", never the bare number that ids counted from
+ * 0 give the next line: one broken line among them is one error record, the rest run. */
+START_TEST(unreadable_id_takes_no_other_lines_id)
+{
+    ck_assert_int_eq(parse("{\"id\":0,\"prompt\":\"x\"}\n{\"id\":1,\"prompt\n{\"id\":2,\"prompt\":\"z\"}\n",
+                           TP_INPUT_AUTO), TP_OK);
+    ck_assert_uint_eq(L.n, 3);
+    ck_assert_uint_eq(L.n_errors, 1);
+    ck_assert_str_eq(L.v[0].id, "0");
+    ck_assert_str_eq(L.v[1].id, "line 2");
+    ck_assert_str_eq(L.v[1].error_code, "invalid_json");
+    ck_assert_str_eq(L.v[2].id, "2");
+    assert_prompt(&L.v[2], "z");
 }
 END_TEST
 
@@ -1323,14 +1339,14 @@ START_TEST(explicit_format_mismatch)
     ck_assert_int_eq(parse("one\ntwo\n\nthree\n", TP_INPUT_JSONL), TP_OK);
     ck_assert_uint_eq(L.n, 3);
     ck_assert_uint_eq(L.n_errors, 3);
-    ck_assert_str_eq(L.v[2].id, "4");
+    ck_assert_str_eq(L.v[2].id, "line 4");
     ck_assert_str_eq(L.v[2].error_code, "invalid_json");
 
     /* a JSONL file read as openai: each line says what is missing */
     ck_assert_int_eq(parse("{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"y\"}\n", TP_INPUT_OPENAI), TP_OK);
     ck_assert_uint_eq(L.n_errors, 2);
     ck_assert(strstr(L.v[1].error_message, "line 2: \"custom_id\" is required"));
-    ck_assert_str_eq(L.v[1].id, "2");
+    ck_assert_str_eq(L.v[1].id, "line 2");
 
     /* a TensorRT-LLM line read as JSONL: "task_id" is an unknown field, the id the line number */
     ck_assert_int_eq(parse("{\"task_id\":\"t\",\"prompt\":\"p\"}\n", TP_INPUT_JSONL), TP_OK);
@@ -1379,7 +1395,7 @@ START_TEST(hundred_megabyte_line)
         assert_prompt(&L.v[0], "before");
         assert_prompt(&L.v[2], "after");
         ck_assert_str_eq(L.v[1].error_code, "invalid_request");
-        ck_assert_str_eq(L.v[1].id, "2");
+        ck_assert_str_eq(L.v[1].id, text ? "2" : "line 2"); /* a text line's id is its number */
         ck_assert_str_eq(L.v[1].error_message, "line 2: the line is 104857600 bytes, more than --max-line-bytes 1048576");
         double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         ck_assert_msg(s < 2.0 * SLOW, "took %.2f s", s);
@@ -1554,7 +1570,7 @@ START_TEST(stream_matches_memory)
     ck_assert_str_eq(L.v[0].id, "first");
     ck_assert_int_eq(L.v[0].line, 1);
     ck_assert_uint_eq(L.v[20002].prompt_len, (size_t)3 << 19);
-    ck_assert_str_eq(L.v[30003].id, "30007"); /* 3 lines before r0, 2 with the first big line */
+    ck_assert_str_eq(L.v[30003].id, "line 30007"); /* 3 lines before r0, 2 with the first big line */
     char want[128];
     snprintf(want, sizeof want, "line 30007: the line is %zu bytes, more than --max-line-bytes %zu",
              ((size_t)3 << 20) + 29, max_line); /* the line less its "\r" */
@@ -1662,7 +1678,7 @@ START_TEST(share_of_requests)
     ck_assert_int_eq(n_kept_seen, 3);
     ck_assert_int_eq(kept_pos[0], 1); ck_assert_int_eq(kept_pos[1], 4); ck_assert_int_eq(kept_pos[2], 7);
     ck_assert_str_eq(l.v[0].id, "b"); ck_assert_int_eq(l.v[0].line, 2);
-    ck_assert_str_eq(l.v[1].id, "6"); ck_assert_int_eq(l.v[1].pos, 4);
+    ck_assert_str_eq(l.v[1].id, "line 6"); ck_assert_int_eq(l.v[1].pos, 4);
     ck_assert_str_eq(l.v[1].error_code, "invalid_json");
     ck_assert_str_eq(l.v[2].id, "same"); ck_assert_int_eq(l.v[2].line, 9);
     ck_assert_ptr_null(l.v[0].prompt);
@@ -1683,7 +1699,7 @@ START_TEST(share_of_requests)
     ck_assert_int_eq(tp_requests_parse_share(unique, strlen(unique), "x", TP_INPUT_JSONL, VOCAB, 0, &sh, &l), TP_OK);
     ck_assert_uint_eq(l.n_total, 4);
     ck_assert_uint_eq(l.n, 1);
-    ck_assert_str_eq(l.v[0].id, "2"); ck_assert_str_eq(l.v[0].error_code, "invalid_json");
+    ck_assert_str_eq(l.v[0].id, "line 2"); ck_assert_str_eq(l.v[0].error_code, "invalid_json");
     ck_assert_str_eq(tp_requests_id(&l, 0), "a"); ck_assert_str_eq(tp_requests_id(&l, 3), "d");
     ck_assert_int_eq(l.unknown_lines, 1); /* seen on a line of another share */
     ck_assert_int_eq(l.any_endpoint, 0);  /* a JSONL line: no endpoint */
@@ -1723,6 +1739,7 @@ int main(void)
     TCase *bad = tcase_create("bad_input");
     tcase_add_loop_test(bad, bad_line, 0, (int)TP_ARRAY_LEN(bad_cases));
     tcase_add_loop_test(bad, duplicate_ids, 0, (int)TP_ARRAY_LEN(dup_cases));
+    tcase_add_test(bad, unreadable_id_takes_no_other_lines_id);
     tcase_add_test(bad, long_ids_in_messages);
     tcase_add_test(bad, no_requests);
     tcase_add_test(bad, read_files);

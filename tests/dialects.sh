@@ -24,8 +24,8 @@ rc=0
 py "$TMP/openai.out" <<'PY' || fail "OpenAI batch output"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-# an unreadable line is known by its line number
-assert [l["custom_id"] for l in lines] == ["c1", "2", "c2", "long"], [l["custom_id"] for l in lines]
+# an unreadable line is known by its line number, as "line N"
+assert [l["custom_id"] for l in lines] == ["c1", "line 2", "c2", "long"], [l["custom_id"] for l in lines]
 c1, bad, c2, long_ = lines
 assert c1["response"]["status_code"] == 200 and c1["error"] is None
 b = c1["response"]["body"]

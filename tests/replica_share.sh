@@ -47,7 +47,7 @@ cmp -s "$TMP/dp1.plain" "$TMP/dp3.plain" ||
 for name in dp1 dp3; do
     grep -q "4 request(s) failed" "$TMP/$name.err" || { cat "$TMP/$name.err"; fail "$name: not 4 failed requests"; }
 done
-grep -q '"id":"5","line":5,"code":"invalid_json"' "$TMP/dp3.jsonl" || fail "replica 1's invalid line"
+grep -q '"id":"line 5","line":5,"code":"invalid_json"' "$TMP/dp3.jsonl" || fail "replica 1's invalid line"
 grep -q '"id":"too-long".*"code":"context_length_exceeded"' "$TMP/dp3.jsonl" || fail "replica 2's long prompt"
 grep -q '"id":"top-p".*"code":"invalid_request"' "$TMP/dp3.jsonl" || fail "replica 0's bad top_p"
 grep -q '"id":"chat".*"code":"invalid_request".*chat template' "$TMP/dp3.jsonl" || fail "replica 1's chat request"
@@ -90,18 +90,22 @@ run oa2 2 "$TMP/batch.jsonl"
 plain "$TMP/oa1.jsonl" >"$TMP/oa1.plain"
 plain "$TMP/oa2.jsonl" >"$TMP/oa2.plain"
 cmp -s "$TMP/oa1.plain" "$TMP/oa2.plain" || { diff "$TMP/oa1.plain" "$TMP/oa2.plain"; fail "OpenAI records differ at dp 2"; }
-grep -q '"custom_id":"2".*"status_code":400' "$TMP/oa2.jsonl" || { cat "$TMP/oa2.jsonl"; fail "replica 1's bad line is not an OpenAI record"; }
+grep -q '"custom_id":"line 2".*"status_code":400' "$TMP/oa2.jsonl" || { cat "$TMP/oa2.jsonl"; fail "replica 1's bad line is not an OpenAI record"; }
 
 # rank 0 gathers the replicas' ids: a duplicate across replicas stops the job before any
-# output, naming both lines (one a line number standing in for an unreadable id), and the
-# fields no replica reads are summed over them
+# output, naming both lines; a line whose id cannot be read is "line N", so it takes no
+# other line's id (line 3's 2 here); and the fields no replica reads are summed over them
 printf '{"id":"a","prompt":"x"}\n{"id":"b","prompt":"y"}\n{"id":"c","prompt":"z"}\n{"id":"b","prompt":"w"}\n' >"$TMP/dup.jsonl"
 expect_fail 2 'dup.jsonl: id "b" is used on line 2 and again on line 4; ids must be unique' \
     mpi 3 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/dup.jsonl" --output "$TMP/dup.out"
 [ ! -e "$TMP/dup.out" ] || fail "a refused input left an output"
-printf '{"id":"a","prompt":"x"}\nnot json\n{"id":"2","prompt":"z"}\n' >"$TMP/standin.jsonl"
-expect_fail 2 '(line 2 has no readable id, so its line number stands in)' \
-    mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/standin.jsonl" --output "$TMP/dup.out"
+printf '{"id":"a","prompt":"x","max_tokens":1}\nnot json\n{"id":"2","prompt":"z","max_tokens":1}\n' >"$TMP/standin.jsonl"
+rc=0
+mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/standin.jsonl" --output "$TMP/standin.out" \
+    2>"$TMP/standin.err" || rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/standin.err"; fail "a broken line beside an id of its number: exit $rc, wanted 1"; }
+grep -q '"id":"line 2","line":2,"code":"invalid_json"' "$TMP/standin.out" && grep -q '"id":"2","text"' "$TMP/standin.out" &&
+    grep -q '"id":"a","text"' "$TMP/standin.out" || { cat "$TMP/standin.out"; fail "standin: the records"; }
 printf '{"id":"a","prompt":"x","max_tokens":1}\n{"id":"b","prompt":"y","max_token":1}\n{"id":"c","prompt":"z","max_tokens":1,"shade":1}\n{"id":"d","prompt":"w","max_tokens":1,"max_token":1,"colour":1}\n{"id":"e","prompt":"v","max_token":1,"max_tokens":1}\n' >"$TMP/fields.jsonl"
 mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/fields.jsonl" --output "$TMP/fields.out" 2>"$TMP/fields.err" ||
     { cat "$TMP/fields.err"; fail "unknown fields at dp 2"; }
