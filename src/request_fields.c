@@ -157,25 +157,18 @@ int rq_fail(line_ctx *c, const char *code, const char *fmt, ...)
     return BAD;
 }
 
-int rq_set_standin_id(line_ctx *c)
+static int set_standin(line_ctx *c, const char *form, int kind)
 {
     char buf[32];
-    snprintf(buf, sizeof buf, "%lld", (long long)c->line);
+    snprintf(buf, sizeof buf, form, (long long)c->line);
     free(c->r->id);
     c->r->id = strdup(buf);
-    c->standin = STANDIN_LINE;
+    c->standin = kind;
     return c->r->id ? OK : OOM;
 }
 
-int rq_set_unreadable_id(line_ctx *c)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "line %lld", (long long)c->line);
-    free(c->r->id);
-    c->r->id = strdup(buf);
-    c->standin = STANDIN_UNREADABLE;
-    return c->r->id ? OK : OOM;
-}
+int rq_set_standin_id(line_ctx *c) { return set_standin(c, "%lld", STANDIN_LINE); }
+int rq_set_unreadable_id(line_ctx *c) { return set_standin(c, "line %lld", STANDIN_UNREADABLE); }
 
 /* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
  * On anything else "line N" stands in (rq_set_unreadable_id) and an error is recorded. */
