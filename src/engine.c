@@ -452,6 +452,60 @@ static void warn_unknown_fields(const engine *e)
 
 /* Every rank must read the same file, or the replicas' shares overlap and miss: each
  * compares its count of requests with rank 0's, before anything is written. */
+/* The FNV-1a 64 of a model directory's files, in order, an absent one as a mark. */
+static tp_status hash_model_files(const char *dir, const char *const *names, uint64_t *h)
+{
+    *h = TP_FNV_OFFSET;
+    for (; *names; names++) {
+        char *path = tp_path_join(dir, *names);
+        if (!path) return tp_error(TP_ERR_OOM, "out of memory");
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            free(path);
+            *h = tp_fnv1a(*h, "", 1);
+            continue;
+        }
+        char *text;
+        size_t len;
+        const tp_status st = tp_read_file(path, (size_t)1 << 30, &text, &len);
+        free(path);
+        TP_CHECK(st);
+        *h = tp_fnv1a(*h, text, len + 1);
+        free(text);
+    }
+    return TP_OK;
+}
+
+/* Every rank must read the same model: where a node's own copy differed (stale, partial,
+ * another checkpoint of the same shapes) the ranks computed garbage together, or met in
+ * collectives of other sizes. Each rank compares its fingerprints of the configs, the
+ * tokenizer and the weights (tp_weights_fingerprint) with rank 0's. */
+static tp_status same_model(engine *e)
+{
+    static const char *const configs[] = {"config.json", "generation_config.json", NULL},
+                             *const tokenizer[] = {"tokenizer.json", "tokenizer_config.json", NULL},
+                             *const parts[] = {"config.json / generation_config.json",
+                                               "tokenizer.json / tokenizer_config.json", "weights (safetensors)"};
+    uint64_t mine[3], rank0[3];
+    TP_CHECK(hash_model_files(e->o->model, configs, &mine[0]));
+    TP_CHECK(hash_model_files(e->o->model, tokenizer, &mine[1]));
+    tp_weights w;
+    TP_CHECK(tp_weights_open(e->o->model, &w));
+    const tp_status st = tp_weights_fingerprint(&w, &mine[2]);
+    tp_weights_free(&w);
+    TP_CHECK(st);
+    memcpy(rank0, mine, sizeof mine);
+    TP_CHECK(tp_comm_broadcast(e->w->world, rank0, 2 * 3, TP_DTYPE_I32, 0, NULL));
+    for (int k = 0; k < 3; k++)
+        if (mine[k] != rank0[k])
+            return tp_error(TP_ERR_INVALID_ARG,
+                            "rank %d reads another model in %s than rank 0 does: its %s differ (a copy on this "
+                            "node's disk that is stale, partial or of another checkpoint); give every rank the same "
+                            "model: one directory on a shared filesystem, or the same copy on every node",
+                            e->g->rank, e->o->model, parts[k]);
+    return TP_OK;
+}
+
 static tp_status same_count(engine *e)
 {
     const size_t n = e->reqs.n_total;
@@ -1147,6 +1201,8 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
     if (o->dump_logits && mkdir(o->dump_logits, 0755) != 0 && errno != EEXIST)
         st = tp_error(TP_ERR_IO, "cannot create --dump-logits directory %s: %s", o->dump_logits, strerror(errno));
     if (st == TP_OK) st = setup(e);
+    TP_CHECK(agree(e, st, n_failed));
+    st = e->w->world->size > 1 ? same_model(e) : TP_OK;
     TP_CHECK(agree(e, st, n_failed));
     st = same_count(e);
     TP_CHECK(agree(e, st, n_failed));

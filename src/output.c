@@ -49,20 +49,7 @@
 #define MANIFEST_MAX ((size_t)64 << 20)
 
 /* ---------------------------------------------------------------------------
- * FNV-1a 64 */
-
-#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
-#define FNV_PRIME UINT64_C(0x100000001b3)
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
+ * A file's FNV-1a 64 */
 
 tp_status tp_hash_file(const char *path, char hex[17])
 {
@@ -79,7 +66,7 @@ tp_status tp_hash_file(const char *path, char hex[17])
         close(fd);
         return tp_error(TP_ERR_OOM, "out of memory hashing %s", path);
     }
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = TP_FNV_OFFSET;
     for (;;) {
         ssize_t r = read(fd, buf, HASH_CHUNK);
         if (r < 0 && errno == EINTR) continue;
@@ -90,7 +77,7 @@ tp_status tp_hash_file(const char *path, char hex[17])
             return tp_error(TP_ERR_IO, "cannot read %s: %s", path, strerror(e));
         }
         if (r == 0) break;
-        h = fnv1a(h, buf, (size_t)r);
+        h = tp_fnv1a(h, buf, (size_t)r);
     }
     free(buf);
     close(fd);
@@ -325,7 +312,7 @@ typedef struct id_set {
     size_t count;
 } id_set;
 
-static uint64_t str_hash(const char *s, size_t n) { return fnv1a(FNV_OFFSET, s, n); }
+static uint64_t str_hash(const char *s, size_t n) { return tp_fnv1a(TP_FNV_OFFSET, s, n); }
 
 static int idset_grow(id_set *s)
 {

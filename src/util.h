@@ -21,6 +21,10 @@ extern "C" {
  * A missing file is TP_ERR_IO with a message naming path and the OS reason. */
 tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
+/* 64-bit FNV-1a over n bytes, continuing from h (TP_FNV_OFFSET to start). */
+#define TP_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+uint64_t tp_fnv1a(uint64_t h, const void *data, size_t n);
+
 /* "dir/name" in a malloc'ed string (NULL on OOM). */
 char *tp_path_join(const char *dir, const char *name);
 

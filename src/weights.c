@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -311,6 +312,40 @@ void tp_weights_free(tp_weights *w)
     free(w->refs);
     free(w->dir);
     memset(w, 0, sizeof *w);
+}
+
+tp_status tp_weights_fingerprint(const tp_weights *w, uint64_t *fingerprint)
+{
+    enum { SAMPLES = 16, SAMPLE_BYTES = 4096 };
+    unsigned char block[SAMPLE_BYTES];
+    uint64_t h = TP_FNV_OFFSET;
+    for (size_t i = 0; i < w->n_shards; i++) {
+        const tp_st_file *f = &w->shards[i];
+        h = tp_fnv1a(h, &f->file_size, sizeof f->file_size);
+        h = tp_fnv1a(h, &f->data_offset, sizeof f->data_offset);
+        for (size_t k = 0; k < f->n_tensors; k++) {
+            const tp_st_tensor *t = &f->tensors[k];
+            h = tp_fnv1a(h, t->name, strlen(t->name) + 1);
+            h = tp_fnv1a(h, &t->dtype, sizeof t->dtype);
+            h = tp_fnv1a(h, t->shape, (size_t)t->rank * sizeof *t->shape);
+            h = tp_fnv1a(h, &t->begin, sizeof t->begin);
+            h = tp_fnv1a(h, &t->end, sizeof t->end);
+        }
+        const uint64_t data = f->file_size - f->data_offset;
+        for (int s = 0; s < SAMPLES && data > 0; s++) {
+            const uint64_t at = f->data_offset + (data > SAMPLE_BYTES ? (data - SAMPLE_BYTES) / (SAMPLES - 1) * (uint64_t)s : 0);
+            const size_t n = data < SAMPLE_BYTES ? (size_t)data : SAMPLE_BYTES;
+            ssize_t got;
+            do got = pread(f->fd, block, n, (off_t)at);
+            while (got < 0 && errno == EINTR);
+            if (got != (ssize_t)n)
+                return tp_error(TP_ERR_IO, "%s: cannot read %zu bytes at %" PRIu64 ": %s", f->path, n, at,
+                                got < 0 ? strerror(errno) : "the file is shorter than its header says");
+            h = tp_fnv1a(h, block, n);
+        }
+    }
+    *fingerprint = h;
+    return TP_OK;
 }
 
 const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name)

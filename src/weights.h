@@ -36,6 +36,11 @@ void tp_weights_free(tp_weights *w);
 tp_status tp_weights_parse_index(const char *json_text, size_t len, const char *dir,
                                  char ***shard_names, size_t *n_shards);
 
+/* A fingerprint of the weights as stored, for comparing two copies without reading either
+ * whole: each shard's size and tensor table (names, dtypes, shapes, offsets) and 16 blocks
+ * of 4 KiB spread over its data (another checkpoint of the same shapes differs in each). */
+tp_status tp_weights_fingerprint(const tp_weights *w, uint64_t *fingerprint);
+
 /* NULL if absent. */
 const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name);
 

@@ -8,7 +8,9 @@
 # unused tensor (as transformers warns), and a model whose every tensor is used gets none;
 # a tokenizer whose ids pass the model's vocab_size fails those requests (an error record
 # saying so, the others done), never embeds zeros; weights holding NaN end the job with
-# exit 1 (not 2, a usage error) and a message that says what to do.
+# exit 1 (not 2, a usage error) and a message that says what to do; ranks whose copies of the
+# model differ (weights of the same shapes, config, tokenizer) stop before any output, saying
+# which part differs.
 . "$top_srcdir/tests/lib.sh"
 [ "$PYTHON3" != no ] || skip "python3 not found"
 printf 'Once upon a time\n' >"$TMP/p.txt"
@@ -122,5 +124,43 @@ for temp in 0 0.8; do
     grep -q '"status": "failed"' "$TMP/nan.status" || { cat "$TMP/nan.status"; fail "the status file of a fatal error"; }
     grep -q "the model computed NaN or Inf: its weights may hold such values.*(--dtype bfloat16 or float32))" "$TMP/err" ||
         { cat "$TMP/err"; fail "temperature $temp: the NaN failure does not say what to do"; }
+done
+# ranks whose copies of the model differ (a node's own stale copy): each part named, before
+# any output; copies alike in another directory run
+[ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ] || exit 0
+"$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/r0" || fail "gen_tiny_model.py"
+for v in same weights config tokenizer; do cp -r "$TMP/r0" "$TMP/r$v"; done
+"$PYTHON3" - "$TMP" <<'PY' || fail "making the differing copies"
+import json, struct, sys
+t = sys.argv[1]
+with open(t + "/rweights/model.safetensors", "r+b") as f:  # the same shapes, other values
+    d = bytearray(f.read())
+    n = struct.unpack("<Q", d[:8])[0]
+    for i in range(8 + n, len(d), 2):
+        d[i] ^= 1
+    f.seek(0)
+    f.write(d)
+c = json.load(open(t + "/rconfig/config.json"))
+c["num_hidden_layers"] -= 1
+json.dump(c, open(t + "/rconfig/config.json", "w"))
+with open(t + "/rtokenizer/tokenizer_config.json", "a") as f:
+    f.write("\n")
+PY
+# pair OTHER: rank 0 on r0, rank 1 on rOTHER, --tp 2
+pair() {
+    rm -f "$TMP/pair.jsonl"*
+    mpi 1 "$TPINFER" --model "$TMP/r0" --backend cpu --tp 2 --input "$TMP/p.txt" --output "$TMP/pair.jsonl" \
+        --max-tokens 2 : -np 1 "$TPINFER" --model "$TMP/r$1" --backend cpu --tp 2 --input "$TMP/p.txt" \
+        --output "$TMP/pair.jsonl" --max-tokens 2 >"$TMP/pair.out" 2>"$TMP/err"
+}
+pair same || { cat "$TMP/err"; fail "two ranks on copies alike"; }
+for v in weights:"weights (safetensors)" config:"config.json / generation_config.json" \
+    tokenizer:"tokenizer.json / tokenizer_config.json"; do
+    rc=0
+    pair "${v%%:*}" || rc=$?
+    [ $rc -eq 2 ] || { cat "$TMP/err"; fail "copies of other ${v%%:*}: exit $rc, wanted 2"; }
+    grep -q "rank 1 reads another model in $TMP/r${v%%:*} than rank 0 does: its ${v#*:} differ" "$TMP/err" ||
+        { cat "$TMP/err"; fail "copies of other ${v%%:*}: the message"; }
+    [ ! -e "$TMP/pair.jsonl" ] || fail "copies of other ${v%%:*}: an output was made"
 done
 exit 0
