@@ -450,8 +450,6 @@ static void warn_unknown_fields(const engine *e)
            "their spelling (tpinfer(1), Input, lists the fields)", e->o->input, e->reqs.unknown_lines, fields);
 }
 
-/* Every rank must read the same file, or the replicas' shares overlap and miss: each
- * compares its count of requests with rank 0's, before anything is written. */
 /* The FNV-1a 64 of a model directory's files, in order, an absent one as a mark. */
 static tp_status hash_model_files(const char *dir, const char *const *names, uint64_t *h)
 {
@@ -506,6 +504,8 @@ static tp_status same_model(engine *e)
     return TP_OK;
 }
 
+/* Every rank must read the same file, or the replicas' shares overlap and miss: each
+ * compares its count of requests with rank 0's, before anything is written. */
 static tp_status same_count(engine *e)
 {
     const size_t n = e->reqs.n_total;

@@ -60,7 +60,7 @@ int rq_set_standin_id(line_ctx *c);
 #define STANDIN_UNREADABLE 2
 int rq_set_unreadable_id(line_ctx *c);
 /* An id from a JSON value: a non-empty string without NUL, or an integer (as decimal).
- * On anything else the line number stands in and an error is recorded. */
+ * On anything else "line N" stands in (rq_set_unreadable_id) and an error is recorded. */
 int rq_read_id(line_ctx *c, const char *key, const json_t *v, int allow_int);
 /* An integer field in [lo, hi]; range is how a message shows that interval. */
 int rq_read_int(line_ctx *c, const json_t *o, const char *key, int64_t lo, int64_t hi, const char *range, int *has,
