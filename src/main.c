@@ -20,7 +20,8 @@
 #include "status.h"
 #include "tokenize_mode.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 3 };
+/* 4: the run finished, but some requests got error records (scripts tell it from 1, a fatal failure) */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 3, EXIT_REQUEST_ERRORS = 4 };
 
 static int exit_code(tp_status st)
 {
@@ -110,7 +111,7 @@ static int run(const tp_options *o, int rank, int world_size)
         if (rank == 0)
             tp_log(TP_LOG_WARN, "%lld request(s) failed; their lines in %s say why", (long long)request_errors,
                    o->errors ? o->errors : o->output ? o->output : "the output");
-        return EXIT_FAIL;
+        return EXIT_REQUEST_ERRORS;
     }
     return exit_code(st);
 }

@@ -20,7 +20,7 @@ cat >"$TMP/openai.jsonl" <<'EOF2'
 EOF2
 rc=0
 "$TPINFER" --model "$qw" --input "$TMP/openai.jsonl" --output "$TMP/openai.out" --ordered 2>"$TMP/err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/err"; fail "OpenAI batch with failures: exit $rc, wanted 1"; }
+[ $rc -eq 4 ] || { cat "$TMP/err"; fail "OpenAI batch with failures: exit $rc, wanted 4"; }
 py "$TMP/openai.out" <<'PY' || fail "OpenAI batch output"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -249,7 +249,7 @@ EOF2
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools.out" --ordered --chat-template "$TMP/tools.jinja" \
     2>"$TMP/err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/err"; fail "tools: exit $rc, wanted 1 (error records)"; }
+[ $rc -eq 4 ] || { cat "$TMP/err"; fail "tools: exit $rc, wanted 4 (error records)"; }
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/tools.jsonl" --output "$TMP/tools-parsed.out" --ordered \
     --chat-template "$TMP/tools.jinja" --tool-call-parser hermes 2>"$TMP/err" || rc=$?
@@ -295,7 +295,7 @@ PY
 printf '%s\n' '{"id": "a", "prompt": "Once"}' '{"id": "b", "prompt": "x", "top_p": 1.5}' '{"id": "c", "prompt": "Once"}' >"$TMP/mixed.jsonl"
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/mixed.jsonl" --output "$TMP/m.out" --errors "$TMP/m.err" 2>"$TMP/err" || rc=$?
-[ $rc -eq 1 ] || fail "one bad request: exit $rc, wanted 1"
+[ $rc -eq 4 ] || fail "one bad request: exit $rc, wanted 4"
 [ "$(wc -l <"$TMP/m.out")" -eq 2 ] && [ "$(wc -l <"$TMP/m.err")" -eq 1 ] || fail "--errors did not separate the records"
 grep -q '"code":"invalid_request"' "$TMP/m.err" && grep -q '"line":2' "$TMP/m.err" || fail "error record: $(cat "$TMP/m.err")"
 
@@ -306,7 +306,7 @@ printf '%s\n' '{"id": "t1", "prompt": "Once", "max_token": 2, "model": "m"}' \
     '{"id": "t3", "prompt": "Once", "max_tokens": 2, "max_token": 9}' >"$TMP/typo.jsonl"
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/typo.jsonl" --output "$TMP/typo.out" 2>"$TMP/typo.err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/typo.err"; fail "a line with suffix: exit $rc, wanted 1"; }
+[ $rc -eq 4 ] || { cat "$TMP/typo.err"; fail "a line with suffix: exit $rc, wanted 4"; }
 grep -q 'typo.jsonl: 2 line(s) hold fields tpinfer does not read, which it ignores: "max_token" (2 lines, first line 1); check their spelling' \
     "$TMP/typo.err" || { cat "$TMP/typo.err"; fail "no warning naming the misspelt field"; }
 grep -q '"model"' "$TMP/typo.err" && fail "the warning names \"model\", which means nothing in a batch"
@@ -316,7 +316,7 @@ grep -q '"id":"t2".*"suffix\\" (fill-in-the-middle) is not supported' "$TMP/typo
 grep -v '"id":"t3"' "$TMP/typo.out" >"$TMP/typo.cut" && cat "$TMP/typo.cut" >"$TMP/typo.out"
 rc=0
 "$TPINFER" --model "$st" --input "$TMP/typo.jsonl" --output "$TMP/typo.out" --resume 2>"$TMP/typo2.err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/typo2.err"; fail "a resume over an earlier error record: exit $rc, wanted 1"; }
+[ $rc -eq 4 ] || { cat "$TMP/typo2.err"; fail "a resume over an earlier error record: exit $rc, wanted 4"; }
 grep -q -- "--resume: the output holds 1 error record(s) from an earlier run" "$TMP/typo2.err" ||
     { cat "$TMP/typo2.err"; fail "the resume did not say it counts the earlier error record"; }
 [ "$(grep -c '"finish_reason"' "$TMP/typo.out")" -eq 2 ] || fail "the resume did not finish the cut request"

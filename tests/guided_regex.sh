@@ -17,7 +17,7 @@ cat >"$TMP/out.in" <<'EOF2'
 {"id": "e", "prompt": "Lily", "max_tokens": 30, "temperature": 0.9, "seed": 4, "guided_regex": "\u00e9t\u00e9 [^\\n]{1,20}!"}
 {"id": "f", "prompt": "Lily", "guided_regex": "a(?=b)"}
 EOF2
-both_samplers out 1
+both_samplers out 4
 python3 - "$TMP/out-0.jsonl" <<'PY' || fail "a completion does not match its pattern: $(cat "$TMP/out-0.jsonl")"
 import itertools, json, re, sys
 patterns = {"a": "(yes|no|maybe)", "b": r"[A-Z][a-z]{2,8}( [a-z]{1,8}){0,3}\.", "c": r"\d{3}-\d{4}", "d": "(ab|cd)+x",

@@ -29,7 +29,7 @@ printf '%s\n' \
   "{\"id\": \"d\", \"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"guided_json\": $person}" \
   '{"id": "e", "prompt": "Once", "guided_json": {"type": "integer", "multipleOf": 3}}' \
   > "$TMP/out.in"
-both_samplers out 1
+both_samplers out 4
 PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
 from json_prefix_check import completable
 person = json.loads(sys.argv[2])

@@ -52,7 +52,7 @@ ab_output() { if [ "$backend" = cpu ]; then completions "$1"; else completions "
 
 # run_lines NAME LINE...: tpinfer on the model $m (CPU backend, plus $lines_flags) over the
 # JSONL lines, its output in $TMP/NAME.jsonl; a failed run fails the test. run_lines_with_errors
-# wants the exit status 1 instead: some lines are error records, the others ran.
+# wants the exit status 4 instead: some lines are error records, the others ran.
 run_lines_exit() {
     local rl_want=$1 rl_name=$2 rl_rc=0; shift 2
     printf '%s\n' "$@" >"$TMP/$rl_name.in"
@@ -77,7 +77,7 @@ both_samplers() {
     cmp -s "$TMP/$bs_name-0.jsonl" "$TMP/$bs_name-1.jsonl" ||
         { diff "$TMP/$bs_name-0.jsonl" "$TMP/$bs_name-1.jsonl" | head -4; fail "$bs_name: the sample op and the host sampler differ"; }
 }
-run_lines_with_errors() { run_lines_exit 1 "$@"; }
+run_lines_with_errors() { run_lines_exit 4 "$@"; }
 
 # expect_fail CODE NEEDLE CMD...: CMD exits CODE and its stderr contains NEEDLE.
 expect_fail() {

@@ -27,13 +27,13 @@ while [ $i -lt 30 ]; do
     i=$((i + 1))
 done >"$TMP/in.jsonl"
 
-run() { # run NAME NP INPUT [flags...]: exits 1 (some requests failed)
+run() { # run NAME NP INPUT [flags...]: exits 4 (some requests failed)
     name=$1 np=$2 input=$3
     shift 3
     rc=0
     TPINFER_LOG=debug mpi "$np" "$TPINFER" --model "$TMP/m" --backend cpu --input "$input" \
         --output "$TMP/$name.jsonl" --max-model-len 128 --ordered "$@" 2>"$TMP/$name.err" || rc=$?
-    [ "$rc" -eq 1 ] || { cat "$TMP/$name.err"; fail "$name exited $rc, wanted 1 (failed requests)"; }
+    [ "$rc" -eq 4 ] || { cat "$TMP/$name.err"; fail "$name exited $rc, wanted 4 (failed requests)"; }
 }
 plain() { sed 's/"created":[0-9]*,//' "$1"; }
 
@@ -103,7 +103,7 @@ printf '{"id":"a","prompt":"x","max_tokens":1}\nnot json\n{"id":"2","prompt":"z"
 rc=0
 mpi 2 "$TPINFER" --model "$TMP/m" --backend cpu --input "$TMP/standin.jsonl" --output "$TMP/standin.out" \
     2>"$TMP/standin.err" || rc=$?
-[ $rc -eq 1 ] || { cat "$TMP/standin.err"; fail "a broken line beside an id of its number: exit $rc, wanted 1"; }
+[ $rc -eq 4 ] || { cat "$TMP/standin.err"; fail "a broken line beside an id of its number: exit $rc, wanted 4"; }
 grep -q '"id":"line 2","line":2,"code":"invalid_json"' "$TMP/standin.out" && grep -q '"id":"2","text"' "$TMP/standin.out" &&
     grep -q '"id":"a","text"' "$TMP/standin.out" || { cat "$TMP/standin.out"; fail "standin: the records"; }
 printf '{"id":"a","prompt":"x","max_tokens":1}\n{"id":"b","prompt":"y","max_token":1}\n{"id":"c","prompt":"z","max_tokens":1,"shade":1}\n{"id":"d","prompt":"w","max_tokens":1,"max_token":1,"colour":1}\n{"id":"e","prompt":"v","max_token":1,"max_tokens":1}\n' >"$TMP/fields.jsonl"
