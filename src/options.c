@@ -424,7 +424,7 @@ void tp_options_print_help(FILE *out)
         if (d->deflt) fprintf(out, " (default: %s)", d->deflt);
         fputc('\n', out);
     }
-    fprintf(out, "\nExit status: 0 all requests succeeded, 1 some failed (or a fatal error), 2 usage error,\n"
-                 "3 interrupted (continue with --resume).\n"
+    fprintf(out, "\nExit status: 0 all requests succeeded, 1 a fatal error, 2 usage error,\n"
+                 "3 interrupted (continue with --resume), 4 finished with some requests failed.\n"
                  "See tpinfer(1) for details.\n");
 }
