@@ -450,7 +450,8 @@ static void warn_unknown_fields(const engine *e)
            "their spelling (tpinfer(1), Input, lists the fields)", e->o->input, e->reqs.unknown_lines, fields);
 }
 
-/* The FNV-1a 64 of a model directory's files, in order, an absent one as a mark. */
+/* A fingerprint of a model directory's files, in order: each one's tp_hash_file (read in
+ * chunks, not held whole), an absent one as a mark. */
 static tp_status hash_model_files(const char *dir, const char *const *names, uint64_t *h)
 {
     *h = TP_FNV_OFFSET;
@@ -458,18 +459,11 @@ static tp_status hash_model_files(const char *dir, const char *const *names, uin
         char *path = tp_path_join(dir, *names);
         if (!path) return tp_error(TP_ERR_OOM, "out of memory");
         struct stat sb;
-        if (stat(path, &sb) != 0) {
-            free(path);
-            *h = tp_fnv1a(*h, "", 1);
-            continue;
-        }
-        char *text;
-        size_t len;
-        const tp_status st = tp_read_file(path, (size_t)1 << 30, &text, &len);
+        char hex[17] = "";
+        const tp_status st = stat(path, &sb) == 0 ? tp_hash_file(path, hex) : TP_OK;
         free(path);
         TP_CHECK(st);
-        *h = tp_fnv1a(*h, text, len + 1);
-        free(text);
+        *h = tp_fnv1a(*h, hex, sizeof hex);
     }
     return TP_OK;
 }
