@@ -795,7 +795,7 @@ static int32_t logit_rows(const engine *e, int32_t T)
  * (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, from 256 to
  * 1024 (on an H200, 8B's 1024 prompts of 2048 / 128 all at once preempted 92 sequences and
  * took 4 % longer than 256 at once; the cache holds ~400 of them whole); elsewhere 256; never
- * more than the replica has (fewer graphs to record in the warm-up). */
+ * more than a micro-batch has (fewer graphs to record in the warm-up). */
 /* This replica's sequences (*n), the blocks they take at full length, prompt + max_tokens
  * (*need), and their prompts' full blocks (*prompt_blocks). */
 static void full_length_blocks(const engine *e, int64_t *n, int64_t *need, int64_t *prompt_blocks)
@@ -830,7 +830,8 @@ static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
     }
     tp_prefix_count_destroy(pc);
     int32_t seqs = large ? tp_sched_fit_seqs(blocks, need, n, 256, 1024) : 256;
-    return n > 0 && n < seqs ? (int32_t)n : seqs;
+    const int64_t each = TP_CEIL_DIV(n, e->g->pp); /* sequences go to the micro-batches in turn */
+    return each > 0 && each < seqs ? (int32_t)each : seqs;
 }
 
 /* Said at the end of a run where sequences were preempted: the cost, and the --max-num-seqs
@@ -841,16 +842,17 @@ static void warn_preempted(const engine *e, int64_t preempted)
     int64_t n, need, prompt_blocks;
     full_length_blocks(e, &n, &need, &prompt_blocks);
     const int32_t fit = tp_sched_fit_seqs(e->blocks_per_engine, need / e->P, n / e->P, 1, INT32_MAX);
-    char advice[160] = "";
+    char advice[160] = "", each[48] = "";
+    if (e->P > 1) snprintf(each, sizeof each, " in each of %d micro-batches", e->P);
     if (fit < e->max_seqs)
         snprintf(advice, sizeof advice, " Where outputs run to max_tokens, --max-num-seqs %d avoids this;", (int)fit);
     tp_log(TP_LOG_WARN,
            "replica 0: %" PRId64 " sequence(s) were preempted (their KV blocks freed, their tokens computed again "
            "later) as the KV cache ran short: its %d blocks of %d tokens%s hold about %d of this run's sequences at "
-           "full length (prompt + max_tokens), and --max-num-seqs let %d run at once.%s more room for the cache "
+           "full length (prompt + max_tokens), and --max-num-seqs let %d run at once%s.%s more room for the cache "
            "also avoids it (--gpu-memory-utilization, --kv-cache-memory on the CPU, or more GPUs with --tp or --pp)",
            preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size, e->P > 1 ? " a micro-batch" : "",
-           (int)fit, (int)e->max_seqs, advice);
+           (int)fit, (int)e->max_seqs, each, advice);
 }
 
 /* The KV cache's bytes on this rank: --kv-cache-memory (CPU), or on a GPU its share less
@@ -1274,8 +1276,8 @@ static tp_status phases(engine *e, int *n_failed, int *must_abort)
             tp_log(TP_LOG_INFO,
                    "replica %d: %d sequences at once (the default --max-num-seqs on this GPU: as many of the run's "
                    "sequences as the KV cache holds at full length, prompt + max_tokens, from 256 to 1024, at most "
-                   "the run's own)",
-                   e->g->dp_rank, (int)e->max_seqs);
+                   "the run's own)%s",
+                   e->g->dp_rank, (int)e->max_seqs, e->g->pp > 1 ? ", in each pipeline micro-batch" : "");
         if (st == TP_OK) st = make_schedulers(e, n_blocks);
         TP_CHECK(agree(e, st, n_failed));
         /* the warm-up's steps are collectives of the whole group, under the watchdog as the

@@ -76,6 +76,32 @@ run tight20 --kv-cache-memory $((100 * BLOCK)) --max-model-len 128 --max-num-seq
 [ "$(preempted tight20)" = 0 ] || fail "tight20: $(preempted tight20) preempted"
 ! grep -q "were preempted" "$TMP/tight20.log" || fail "tight20: a preemption warning without preemption"
 same tight tight20
+# the same at --pp 2 (two ranks): sequences go to the two micro-batches in turn, each with half
+# of the cache's blocks; 80 prompts in a cache of 200 blocks a rank (half the layers a rank,
+# so half the K/V a token) are 40 a micro-batch in 100 blocks: preempted at 40, whose warning
+# says it is per micro-batch, none at 20; the default counts a micro-batch's own sequences (40)
+# and says so
+prompts 80 5 60 >"$TMP/pp.jsonl"
+# run_pp NAME ARGS...: run at --pp 2 under mpirun
+run_pp() {
+    name=$1; shift
+    cp "$TMP/pp.jsonl" "$TMP/$name.jsonl"
+    mpi 2 -x TPINFER_LARGE_GPU_DEFAULTS "$TPINFER" --model "$MODEL" --pp 2 --input "$TMP/$name.jsonl" \
+        --output "$TMP/$name.out" --kv-cache-memory $((100 * BLOCK)) --max-model-len 128 "$@" >"$TMP/$name.log" 2>&1 ||
+        { cat "$TMP/$name.log"; fail "$name: tpinfer --pp 2 $*"; }
+}
+TPINFER_LARGE_GPU_DEFAULTS=0 run_pp pp40 --max-num-seqs 40
+[ "$(preempted pp40)" -gt 0 ] || { cat "$TMP/pp40.log"; fail "pp40: nothing preempted"; }
+grep -q "preempted .* its 100 blocks of 16 tokens a micro-batch hold about 20 of this run's sequences at full length .* --max-num-seqs let 40 run at once in each of 2 micro-batches. Where outputs run to max_tokens, --max-num-seqs 20 avoids this" "$TMP/pp40.log" ||
+    { cat "$TMP/pp40.log"; fail "pp40: no warning naming --max-num-seqs 20 a micro-batch"; }
+TPINFER_LARGE_GPU_DEFAULTS=0 run_pp pp20 --max-num-seqs 20
+[ "$(preempted pp20)" = 0 ] || fail "pp20: $(preempted pp20) preempted"
+same pp40 pp20
+TPINFER_LARGE_GPU_DEFAULTS=1 run_pp ppdefault
+[ "$(at_once ppdefault)" = 40 ] || fail "--pp 2, 80 sequences: '$(at_once ppdefault)' at once, wanted 40 (a micro-batch's own)"
+grep -q "sequences at once .*, in each pipeline micro-batch" "$TMP/ppdefault.log" || fail "ppdefault: the line does not say it is per micro-batch"
+same pp40 ppdefault
+
 # 3 prompts, one with n = 2: 4 sequences at once (a warm-up of graphs up to 4)
 prompts 3 5 4 | sed '1s/}$/, "n": 2}/' >"$TMP/few.jsonl"
 TPINFER_LARGE_GPU_DEFAULTS=1 run few
