@@ -70,7 +70,7 @@ static const option_doc docs[] = {
     {{"model", required_argument, 0, OPT_MODEL}, NULL, "DIR",
      "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", NULL},
     {{"input", required_argument, 0, OPT_INPUT}, NULL, "FILE", "prompts: text lines or JSONL", NULL},
-    {{"output", required_argument, 0, OPT_OUTPUT}, NULL, "FILE", "completions as JSONL", "stdout"},
+    {{"output", required_argument, 0, OPT_OUTPUT}, NULL, "FILE", "completions as JSONL (- for stdout)", "stdout"},
     {{"tensor-parallel-size", required_argument, 0, OPT_TP}, "tp", "N",
      "ranks that split each layer (Megatron tensor parallel)", "1"},
     {{"pipeline-parallel-size", required_argument, 0, OPT_PP}, "pp", "N",
@@ -395,6 +395,13 @@ tp_status tp_options_parse(int argc, char *const argv[], tp_options *o)
                         "--input is required to generate (or give --dry-run to check the plan)");
     if ((o->mode == TP_MODE_TOKENIZE || o->mode == TP_MODE_DETOKENIZE) && !o->input)
         return tp_error(TP_ERR_INVALID_ARG, "--input is required with --tokenize and --detokenize");
+    if (o->output && !strcmp(o->output, "-")) o->output = NULL; /* "-": standard output, as the default */
+    if (o->errors && !strcmp(o->errors, "-"))
+        return tp_error(TP_ERR_INVALID_ARG, "--errors needs a file's path, not '-': without --errors, error records "
+                        "go inline in --output (standard output by default)");
+    if (o->status_file && !strcmp(o->status_file, "-"))
+        return tp_error(TP_ERR_INVALID_ARG, "--status-file needs a file's path, not '-': the status is a JSON "
+                        "document rewritten whole at each update");
     if (o->resume && !o->output)
         return tp_error(TP_ERR_INVALID_ARG, "--resume needs --output FILE (there is nothing to resume on stdout)");
     if (o->force && !o->resume)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Bad flags: one line from rank 0 naming the flag, exit 2 on every rank, nobody left
 # waiting; --help and --version exit 0. --errors naming the output (by any spelling) is a
-# usage error; --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
+# usage error, as are --errors and --status-file "-" ("-" is standard output for --output);
+# --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
 # on the CPU (in a build with CUDA; --backend cpu does not warn).
 . "$top_srcdir/tests/lib.sh"
 
@@ -49,6 +50,19 @@ expect_fail 2 "the input file $TMP/./o.jsonl.manifest.json is the output's manif
 cmp -s "$TMP/p.txt" "$TMP/o.jsonl.manifest.json" || fail "a refused run changed the input named like the manifest"
 rm -f "$TMP/o.jsonl.manifest.json"
 [ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+# "-" is standard output for --output (no file named "-"), as leaving it out; --errors and
+# --status-file need files; --resume has nothing to resume on standard output
+(cd "$TMP" && "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output - --max-tokens 2 >"$TMP/dash.out" 2>"$TMP/err") ||
+    { cat "$TMP/err"; fail "--output -"; }
+[ -e "$TMP/-" ] && fail "--output - wrote a file named '-'"
+"$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --max-tokens 2 >"$TMP/stdout.out" 2>"$TMP/err" ||
+    { cat "$TMP/err"; fail "a run to standard output"; }
+[ "$(completions "$TMP/dash.out")" = "$(completions "$TMP/stdout.out")" ] && [ -s "$TMP/dash.out" ] ||
+    fail "--output - and no --output differ: $(cat "$TMP/dash.out") / $(cat "$TMP/stdout.out")"
+expect_fail 2 "--errors needs a file's path, not '-'" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --errors -
+expect_fail 2 "--status-file needs a file's path, not '-'" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" \
+    --status-file -
+expect_fail 2 "--resume needs --output FILE" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output - --resume
 CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
     2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
 if grep -q "define HAVE_CUDA 1" "$top_builddir/config.h"; then
