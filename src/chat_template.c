@@ -13,6 +13,7 @@
 
 #include "chat_template_internal.h"
 #include "unicode.h"
+#include "util.h"
 
 #define HINT "; give a template within tpinfer's Jinja subset with --chat-template FILE"
 #define MAX_DEPTH 200
@@ -1274,6 +1275,21 @@ tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_templa
     tpl->partial = partial;
     *out = tpl;
     return TP_OK;
+}
+
+tp_status tp_chat_template_create_from_file(const char *path, char **source, tp_chat_template **out)
+{
+    size_t len = 0;
+    *out = NULL;
+    tp_status st = tp_read_file(path, (size_t)1 << 20, source, &len);
+    if (st == TP_OK) st = tp_chat_template_create(*source, len, out);
+    if (st == TP_OK) return TP_OK;
+    free(*source);
+    *source = NULL;
+    char why[512];
+    snprintf(why, sizeof why, "%s", tp_error_message());
+    tp_error_clear();
+    return tp_error(st, "--chat-template %s: %s", path, why);
 }
 
 void tp_chat_template_destroy(tp_chat_template *tpl)

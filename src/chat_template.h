@@ -24,6 +24,9 @@ typedef struct tp_chat_template tp_chat_template;
  * called (tpinfer is the more lenient in loops and macros, where jinja2 refuses an unknown
  * filter at once): a rendering that reaches it fails, naming it and its line. */
 tp_status tp_chat_template_create(const char *source, size_t len, tp_chat_template **out);
+/* The template in file path (--chat-template), read (its text in *source, malloc'd, the
+ * caller's to free; 1 MiB at most) and parsed as above; a failure names the option and path. */
+tp_status tp_chat_template_create_from_file(const char *path, char **source, tp_chat_template **out);
 void tp_chat_template_destroy(tp_chat_template *tpl);
 
 /* Those constructs in conditional code ("filter \"fromjson\" (line 66), ..."), or NULL. */

@@ -314,30 +314,27 @@ static tp_status prepare_request(engine *e, req *r)
 
 static tp_status load_chat_template(engine *e)
 {
+    const char *own = e->o->chat_template;
     const char *src = tp_tokenizer_chat_template(e->tok);
     char *file = NULL;
-    size_t n = 0;
-    if (e->o->chat_template) {
-        TP_CHECK(tp_read_file(e->o->chat_template, 1 << 20, &file, &n));
-        src = file;
-    }
     tp_status st = TP_OK;
-    if (src) {
-        e->tool_parser_hint = tp_tool_parser_of_template(src);
-        st = tp_chat_template_create(src, file ? n : strlen(src), &e->tpl);
-        if (st == TP_ERR_UNSUPPORTED && !e->o->chat_template)
+    if (own) {
+        TP_CHECK(tp_chat_template_create_from_file(own, &file, &e->tpl));
+        src = file;
+    } else if (src) {
+        st = tp_chat_template_create(src, strlen(src), &e->tpl);
+        if (st == TP_ERR_UNSUPPORTED) {
             tp_log_info0("the model's chat template is not supported (%s); \"messages\" requests need "
                          "--chat-template FILE", tp_error_message());
-        if (st == TP_ERR_UNSUPPORTED && !e->o->chat_template) {
             tp_error_clear();
             st = TP_OK;
         }
-        if (st == TP_OK && tp_chat_template_partial(e->tpl))
-            tp_log_info0("the chat template has code outside tpinfer's Jinja subset in branches that not every "
-                         "request takes: %s; a request whose rendering reaches it becomes an error record naming it%s",
-                         tp_chat_template_partial(e->tpl),
-                         e->o->chat_template ? "" : " (--chat-template FILE gives a template of your own)");
     }
+    if (src) e->tool_parser_hint = tp_tool_parser_of_template(src);
+    if (st == TP_OK && e->tpl && tp_chat_template_partial(e->tpl))
+        tp_log_info0("the chat template has code outside tpinfer's Jinja subset in branches that not every "
+                     "request takes: %s; a request whose rendering reaches it becomes an error record naming it%s",
+                     tp_chat_template_partial(e->tpl), own ? "" : " (--chat-template FILE gives a template of your own)");
     free(file);
     return st;
 }

@@ -16,7 +16,6 @@
 #include "util.h"
 
 #define MAX_LINE ((size_t)64 << 20)
-#define MAX_TEMPLATE ((size_t)16 << 20)
 
 typedef struct run {
     tp_tokenizer *tok;
@@ -157,11 +156,8 @@ tp_status tp_tokenize_run(const char *model_dir, const char *input_path, const c
     tp_status st;
     TP_CHECK_GOTO(tp_tokenizer_load(model_dir, &r.tok), st, done);
     r.tpl_source = tp_tokenizer_chat_template(r.tok);
-    if (chat_template_path && !detokenize) {
-        size_t n;
-        TP_CHECK_GOTO(tp_read_file(chat_template_path, MAX_TEMPLATE, &tpl_file, &n), st, done);
-        TP_CHECK_GOTO(tp_chat_template_create(tpl_file, n, &r.tpl), st, done);
-    }
+    if (chat_template_path && !detokenize)
+        TP_CHECK_GOTO(tp_chat_template_create_from_file(chat_template_path, &tpl_file, &r.tpl), st, done);
     in = fopen(input_path, "r");
     if (!in) {
         st = tp_error(TP_ERR_IO, "cannot open %s: %s", input_path, strerror(errno));

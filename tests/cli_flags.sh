@@ -1,7 +1,8 @@
 #!/bin/sh
 # Bad flags: one line from rank 0 naming the flag, exit 2 on every rank, nobody left
 # waiting; --help and --version exit 0. --errors naming the output (by any spelling) is a
-# usage error, as are --errors and --status-file "-" ("-" is standard output for --output);
+# usage error, as are --errors and --status-file "-" ("-" is standard output for --output); a
+# --chat-template that cannot be read or parsed is named;
 # --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
 # on the CPU (in a build with CUDA; --backend cpu does not warn).
 . "$top_srcdir/tests/lib.sh"
@@ -63,6 +64,15 @@ expect_fail 2 "--errors needs a file's path, not '-'" "$TPINFER" --model "$TMP/m
 expect_fail 2 "--status-file needs a file's path, not '-'" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" \
     --status-file -
 expect_fail 2 "--resume needs --output FILE" "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output - --resume
+# a --chat-template that cannot be read or parsed: the message names the option and the file,
+# in a run and in --tokenize
+printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%' >"$TMP/bad.jinja"
+for mode in "" --tokenize; do
+    expect_fail 1 "--chat-template $TMP/bad.jinja: chat template: line 1: unclosed tag" "$TPINFER" $mode \
+        --model "$TMP/m" --input "$TMP/p.txt" --chat-template "$TMP/bad.jinja"
+    expect_fail 1 "--chat-template $TMP/none.jinja: cannot open" "$TPINFER" $mode --model "$TMP/m" \
+        --input "$TMP/p.txt" --chat-template "$TMP/none.jinja"
+done
 CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
     2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
 if grep -q "define HAVE_CUDA 1" "$top_builddir/config.h"; then
