@@ -101,7 +101,7 @@ typedef struct engine {
     int openai;             /* the input holds OpenAI batch lines: error records answer in that shape */
     int64_t n_encoded;      /* prompts this rank tokenized (its part of its replica's) */
     tp_ids encode_scratch;  /* encode_input's vector, reused prompt after prompt */
-    size_t n_kept_read;     /* requests of the share read so far (take_kept) */
+    size_t n_kept_read;     /* requests of the share read so far (eng_take_kept) */
     int reread;             /* --resume: the share read again, of the requests to go */
     int32_t *exchange_heads; /* prepare_all's exchanges: [3 * replica size] */
     int abort_startup;      /* a rank failed with peers in a collective of the startup: abort the job */
@@ -197,6 +197,13 @@ int eng_stop_signal(void); /* SIGTERM, SIGINT or SIGUSR1 arrived (the signal), e
 int eng_wants_prompt_rows(const engine *e, const req *r, int32_t choice);
 /* a sequence just popped: its request's prompt tokens read from the prefix cache (first choice) */
 void eng_note_cached(engine *e, const tp_scheduler *s, int64_t key);
+
+/* engine_requests.c */
+tp_status eng_load_chat_template(engine *e);     /* --chat-template, or the model's */
+tp_status eng_take_kept(void *arg, tp_request *in); /* the reader's callback: a request of the share, as read */
+void eng_drop_prompt(tp_request *in);             /* its text and ids freed */
+tp_status eng_make_requests(engine *e);          /* the engine's side of each request kept */
+tp_status eng_prepare_request(engine *e, req *r); /* its settings and prompt checked, or its error */
 
 /* engine_step.c */
 tp_status eng_warm_up(engine *e);   /* before the first step */
