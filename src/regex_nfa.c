@@ -35,7 +35,16 @@ typedef struct parser {
     const unsigned char *p;
     size_t len, i;
     int anchored_start, anchored_end;
+    int depth;   /* groups open (the parse recurses into each) */
+    long atoms;  /* atoms parsed so far, each copy of a repeat's again */
 } parser;
+
+/* A request's pattern must neither overflow the stack nor hold up the job: groups nested
+ * deeper than MAX_GROUP_DEPTH (each level a few frames of the recursive descent) are refused,
+ * and so are repeats that parse more than MAX_ATOMS atoms, which only groups matching the
+ * empty text can reach within TP_REGEX_MAX_STATES (((){1000}){1000}){1000} took 11 s). */
+#define MAX_GROUP_DEPTH 100
+#define MAX_ATOMS 100000
 
 static void set_bit(tp_regex_set *s, int b) { s->w[b / 64] |= (uint64_t)1 << (b % 64); }
 static int has_bit(const tp_regex_set *s, int b) { return (int)(s->w[b / 64] >> (b % 64) & 1); }
@@ -44,8 +53,12 @@ static int set_empty(const tp_regex_set *s) { return !s->w[0] && !s->w[1]; }
 
 static tp_status refuse(const parser *P, const char *what)
 {
-    return tp_error(TP_ERR_UNSUPPORTED, "the regular expression \"%.*s\": %s (at byte %zu)", (int)P->len,
-                    (const char *)P->p, what, P->i);
+    /* a long pattern is quoted in part (cut between UTF-8 characters), so the reason shows */
+    enum { QUOTED = 120 };
+    int n = P->len > QUOTED ? QUOTED : (int)P->len;
+    while (n < (int)P->len && n > 0 && (P->p[n] & 0xC0) == 0x80) n--;
+    return tp_error(TP_ERR_UNSUPPORTED, "the regular expression \"%.*s%s\": %s (at byte %zu)", n,
+                    (const char *)P->p, n < (int)P->len ? "..." : "", what, P->i);
 }
 
 static frag empty_frag(void)
@@ -253,6 +266,7 @@ static tp_status parse_alt(parser *P, frag *out);
 
 static tp_status parse_atom(parser *P, frag *f)
 {
+    if (++P->atoms > MAX_ATOMS) return refuse(P, "repeats that expand to more than 100000 atoms");
     const unsigned char b = P->p[P->i];
     if (b == '(') {
         P->i++;
@@ -260,7 +274,10 @@ static tp_status parse_atom(parser *P, frag *f)
             if (P->i + 1 < P->len && P->p[P->i + 1] == ':') P->i += 2;
             else return refuse(P, "lookaround, named groups and flags are not supported");
         }
+        if (P->depth == MAX_GROUP_DEPTH) return refuse(P, "groups nested more than 100 deep");
+        P->depth++;
         TP_CHECK(parse_alt(P, f));
+        P->depth--;
         if (P->i >= P->len || P->p[P->i] != ')') return refuse(P, "a group without its ')'");
         P->i++;
         return TP_OK;
@@ -391,7 +408,7 @@ tp_status tp_regex_compile(const char *pattern, size_t len, int search, tp_regex
     tp_regex *r = calloc(1, sizeof *r);
     if (!r) return tp_error(TP_ERR_OOM, "out of memory compiling a regular expression");
     r->n = 1; /* the start */
-    parser P = {r, (const unsigned char *)pattern, len, 0, 0, 0};
+    parser P = {.r = r, .p = (const unsigned char *)pattern, .len = len};
     frag f;
     tp_status st = parse_alt(&P, &f);
     if (st == TP_OK && P.i < len) st = refuse(&P, "a ')' without its '('");
