@@ -914,10 +914,7 @@ static tp_status cpu_argmax(tp_backend *b, const tp_tensor *logits, int32_t *ids
  * field or token; this names the row). */
 static tp_status sample_row_error(tp_status st, int32_t r)
 {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", tp_error_message());
-    tp_error_clear();
-    return tp_error(st, "sample: row %d: %s", (int)r, msg);
+    return tp_error_prefix(st, "sample: row %d", (int)r);
 }
 
 /* Whether column j is never drawn: banned, or not among the allowed (when some are). */

@@ -1286,10 +1286,7 @@ tp_status tp_chat_template_create_from_file(const char *path, char **source, tp_
     if (st == TP_OK) return TP_OK;
     free(*source);
     *source = NULL;
-    char why[512];
-    snprintf(why, sizeof why, "%s", tp_error_message());
-    tp_error_clear();
-    return tp_error(st, "--chat-template %s: %s", path, why);
+    return tp_error_prefix(st, "--chat-template %s", path);
 }
 
 void tp_chat_template_destroy(tp_chat_template *tpl)

@@ -193,10 +193,7 @@ static tp_status write_status(const tp_progress *p, const char *status, int dura
  * option's name (the option is what to fix) */
 static tp_status start_error(tp_status st, const char *status_path)
 {
-    char why[2048];
-    snprintf(why, sizeof why, "%s", tp_error_message());
-    tp_error_clear();
-    return tp_error(st, "--status-file %s: %s", status_path, why);
+    return tp_error_prefix(st, "--status-file %s", status_path);
 }
 
 /* A tp_progress started now that writes status_path (may be NULL); NULL: out of memory */

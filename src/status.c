@@ -35,6 +35,22 @@ tp_status tp_error_at(tp_status st, const char *file, int line, const char *fmt,
     return st;
 }
 
+tp_status tp_error_prefix(tp_status st, const char *fmt, ...)
+{
+    if (st == TP_OK) return st;
+    char prefix[512], old[sizeof error_message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    snprintf(old, sizeof old, "%s", error_set ? error_message : "");
+    /* a message past the buffer is cut at its end, as tp_error's */
+    if (snprintf(error_message, sizeof error_message, "%s%s%s", prefix, *old ? ": " : "", old) < 0)
+        snprintf(error_message, sizeof error_message, "%s", prefix);
+    error_set = 1;
+    return st;
+}
+
 const char *tp_error_message(void) { return error_set ? error_message : ""; }
 const char *tp_error_where(void) { return error_set ? error_where : ""; }
 

@@ -36,6 +36,10 @@ tp_status tp_error_at(tp_status st, const char *file, int line, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 #define tp_error(st, ...) tp_error_at((st), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Put "<fmt ...>: " before the recorded message (the failure said with what the user named,
+ * as the option that gave a file); the file:line stays the root cause's. Returns st. */
+tp_status tp_error_prefix(tp_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The recorded message ("" if none) and the file:line that recorded it. */
 const char *tp_error_message(void);
 const char *tp_error_where(void);

@@ -3,6 +3,7 @@
  * number parsing and file reads.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +21,35 @@ START_TEST(first_error_wins)
     ck_assert_ptr_nonnull(strstr(tp_error_where(), "check_status.c:"));
     tp_error_clear();
     ck_assert_str_eq(tp_error_message(), "");
+}
+END_TEST
+
+/* a prefix names what the user gave (an option and its file) before the root cause, whose
+ * file:line stays; with nothing recorded it is the message; OK passes through untouched */
+START_TEST(error_prefix)
+{
+    tp_error_clear();
+    tp_error(TP_ERR_IO, "cannot open %s", "x.jinja");
+    char where[256];
+    snprintf(where, sizeof where, "%s", tp_error_where());
+    ck_assert_int_eq(tp_error_prefix(TP_ERR_IO, "--chat-template %s", "x.jinja"), TP_ERR_IO);
+    ck_assert_str_eq(tp_error_message(), "--chat-template x.jinja: cannot open x.jinja");
+    ck_assert_str_eq(tp_error_where(), where);
+    ck_assert_int_eq(tp_error_prefix(TP_OK, "never"), TP_OK);
+    ck_assert_str_eq(tp_error_message(), "--chat-template x.jinja: cannot open x.jinja");
+    tp_error_clear();
+    ck_assert_int_eq(tp_error_prefix(TP_ERR_INTERNAL, "row %d", 3), TP_ERR_INTERNAL);
+    ck_assert_str_eq(tp_error_message(), "row 3");
+    /* a long cause is cut at its end, the prefix kept */
+    char longer[3000];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    tp_error_clear();
+    tp_error(TP_ERR_FORMAT, "%s", longer);
+    tp_error_prefix(TP_ERR_FORMAT, "--opt f");
+    ck_assert(!strncmp(tp_error_message(), "--opt f: aaa", 12));
+    ck_assert_uint_eq(strlen(tp_error_message()), 2047);
+    tp_error_clear();
 }
 END_TEST
 
@@ -107,6 +137,7 @@ int main(void)
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, first_error_wins);
+    tcase_add_test(tc, error_prefix);
     tcase_add_test(tc, status_names);
     tcase_add_test(tc, parse_numbers);
     tcase_add_test(tc, read_file_errors);
