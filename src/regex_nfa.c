@@ -45,6 +45,8 @@ typedef struct parser {
  * empty text can reach within TP_REGEX_MAX_STATES (((){1000}){1000}){1000} took 11 s). */
 #define MAX_GROUP_DEPTH 100
 #define MAX_ATOMS 100000
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a bound in its message */
 
 static void set_bit(tp_regex_set *s, int b) { s->w[b / 64] |= (uint64_t)1 << (b % 64); }
 static int has_bit(const tp_regex_set *s, int b) { return (int)(s->w[b / 64] >> (b % 64) & 1); }
@@ -266,7 +268,7 @@ static tp_status parse_alt(parser *P, frag *out);
 
 static tp_status parse_atom(parser *P, frag *f)
 {
-    if (++P->atoms > MAX_ATOMS) return refuse(P, "repeats that expand to more than 100000 atoms");
+    if (++P->atoms > MAX_ATOMS) return refuse(P, "repeats that expand to more than " STR(MAX_ATOMS) " atoms");
     const unsigned char b = P->p[P->i];
     if (b == '(') {
         P->i++;
@@ -274,7 +276,7 @@ static tp_status parse_atom(parser *P, frag *f)
             if (P->i + 1 < P->len && P->p[P->i + 1] == ':') P->i += 2;
             else return refuse(P, "lookaround, named groups and flags are not supported");
         }
-        if (P->depth == MAX_GROUP_DEPTH) return refuse(P, "groups nested more than 100 deep");
+        if (P->depth == MAX_GROUP_DEPTH) return refuse(P, "groups nested more than " STR(MAX_GROUP_DEPTH) " deep");
         P->depth++;
         TP_CHECK(parse_alt(P, f));
         P->depth--;

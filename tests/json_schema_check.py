@@ -404,7 +404,10 @@ BAD = [({"type": "string", "pattern": "(?=a)"}, "lookaround"), ({"type": "string
        # a pattern of 200,000 nested groups overflowed the parser's stack (the whole job died);
        # nested repeats of empty groups took 11 s for three levels (the one here), hours for four
        ({"type": "string", "pattern": "(" * 200000 + "a" + ")" * 200000}, "groups nested more than 100 deep"),
-       ({"type": "string", "pattern": "((((){1000}){1000}){1000})a"}, "expand to more than 100000 atoms")]
+       ({"type": "string", "pattern": "((((){1000}){1000}){1000})a"}, "expand to more than 100000 atoms"),
+       # the message quotes a long pattern's first 120 bytes, cut between characters (byte 120
+       # is inside the first "é"): valid UTF-8, and the reason after it
+       ({"type": "string", "pattern": "a" * 119 + "\u00e9" * 10}, "more than 127")]
 # 100 nested groups are taken (the bound is past what a written pattern needs)
 rc, out, _ = run({"type": "string", "pattern": "^" + "(" * 100 + "a" + ")" * 100 + "$"}, ['"a"', '"b"'])
 if out != ["whole", "refused 1"]: fails.append(("pattern", "100 nested groups", out))
