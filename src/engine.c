@@ -558,11 +558,11 @@ static void warn_preempted(const engine *e, int64_t preempted)
     if (fit < e->max_seqs)
         snprintf(advice, sizeof advice, " Where outputs run to max_tokens, --max-num-seqs %d avoids this;", (int)fit);
     tp_log(TP_LOG_WARN,
-           "replica 0: %" PRId64 " sequence(s) were preempted (their KV blocks freed, their tokens computed again "
+           "replica %d: %" PRId64 " sequence(s) were preempted (their KV blocks freed, their tokens computed again "
            "later) as the KV cache ran short: its %d blocks of %d tokens%s hold about %d of this run's sequences at "
            "full length (prompt + max_tokens), and --max-num-seqs let %d run at once%s.%s more room for the cache "
            "also avoids it (--gpu-memory-utilization, --kv-cache-memory on the CPU, or more GPUs with --tp or --pp)",
-           preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size, e->P > 1 ? " a micro-batch" : "",
+           e->g->dp_rank, preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size, e->P > 1 ? " a micro-batch" : "",
            (int)fit, (int)e->max_seqs, each, advice);
 }
 
@@ -1094,15 +1094,19 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
             preempted += ss.preemptions;
             cached += ss.cached_tokens;
         }
-        tp_log_info0("replica 0: %" PRId64 " prompt + %" PRId64 " generated tokens in %.2f s: %.1f generated tok/s; "
-                     "%" PRId64 " steps, %" PRId64 " preempted",
-                     e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0, steps,
-                     preempted);
-        if (preempted > 0 && w->grid.rank == 0) warn_preempted(&e, preempted);
-        if (cached > 0)
-            tp_log_info0("replica 0: %" PRId64 " prompt tokens read from the prefix cache instead of computed "
-                         "(of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",
-                         cached, e.prompt_tokens);
+        /* each replica's first rank speaks for it: one replica's cache may run short and
+         * another's not */
+        const int says = e.g->tp_rank == 0 && e.g->pp_rank == 0, replica = e.g->dp_rank;
+        if (says)
+            tp_log(TP_LOG_INFO, "replica %d: %" PRId64 " prompt + %" PRId64 " generated tokens in %.2f s: %.1f "
+                   "generated tok/s; %" PRId64 " steps, %" PRId64 " preempted",
+                   replica, e.prompt_tokens, e.generated_tokens, dt, dt > 0 ? (double)e.generated_tokens / dt : 0.0,
+                   steps, preempted);
+        if (says && preempted > 0) warn_preempted(&e, preempted);
+        if (says && cached > 0)
+            tp_log(TP_LOG_INFO, "replica %d: %" PRId64 " prompt tokens read from the prefix cache instead of "
+                   "computed (of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",
+                   replica, cached, e.prompt_tokens);
         /* what the loop spends outside forward steps (scheduling, sampling, output) is time
          * the GPU waits: per step, so a change to the host path shows in any run */
         const double *h = e.host_s, per = e.forward_steps > 0 ? 1e3 / (double)e.forward_steps : 0;

@@ -101,6 +101,20 @@ TPINFER_LARGE_GPU_DEFAULTS=1 run_pp ppdefault
 [ "$(at_once ppdefault)" = 40 ] || fail "--pp 2, 80 sequences: '$(at_once ppdefault)' at once, wanted 40 (a micro-batch's own)"
 grep -q "sequences at once .*, in each pipeline micro-batch" "$TMP/ppdefault.log" || fail "ppdefault: the line does not say it is per micro-batch"
 same pp40 ppdefault
+# two replicas (two ranks at --tp 1 --pp 1): each replica has 40 of the 80 and a cache of 100 blocks, so each is
+# preempted at 40, and each replica's first rank says so for its own (replica 1's warning came
+# from no rank while only rank 0 spoke)
+cp "$TMP/pp.jsonl" "$TMP/dp40.jsonl"
+mpi 2 "$TPINFER" --model "$MODEL" --input "$TMP/dp40.jsonl" --output "$TMP/dp40.out" \
+    --kv-cache-memory $((100 * BLOCK)) --max-model-len 128 --max-num-seqs 40 >"$TMP/dp40.log" 2>&1 ||
+    { cat "$TMP/dp40.log"; fail "dp40: tpinfer on two ranks"; }
+for r in 0 1; do
+    n=$(sed -n "s/.*replica $r: .* steps, \([0-9]*\) preempted.*/\1/p" "$TMP/dp40.log")
+    [ -n "$n" ] && [ "$n" -gt 0 ] || { cat "$TMP/dp40.log"; fail "dp40: replica $r: '$n' preempted, wanted some"; }
+    grep -q "replica $r: $n sequence(s) were preempted .* its 100 blocks of 16 tokens hold about 20 of this run's sequences at full length .* --max-num-seqs let 40 run at once. Where outputs run to max_tokens, --max-num-seqs 20 avoids this" "$TMP/dp40.log" ||
+        { cat "$TMP/dp40.log"; fail "dp40: no preemption warning of replica $r"; }
+done
+same pp40 dp40
 
 # 3 prompts, one with n = 2: 4 sequences at once (a warm-up of graphs up to 4)
 prompts 3 5 4 | sed '1s/}$/, "n": 2}/' >"$TMP/few.jsonl"
