@@ -93,7 +93,8 @@ static tp_status new_entries(compiler *c, int32_t n, int32_t count)
     }
     s->nodes[n].first = s->n_entries;
     s->nodes[n].count = count;
-    memset(&s->entries[s->n_entries], 0, (size_t)count * sizeof *s->entries);
+    if (count > 0) /* none yet: entries may be NULL, and NULL + 0 is undefined */
+        memset(&s->entries[s->n_entries], 0, (size_t)count * sizeof *s->entries);
     s->n_entries += count;
     return TP_OK;
 }
