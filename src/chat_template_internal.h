@@ -1,6 +1,6 @@
 /*
  * chat_template_internal.h: the syntax tree shared by the chat-template parser
- * (chat_template.c) and its evaluator (chat_template_eval.c).
+ * (chat_template.c) and its evaluator (chat_template_eval.c, chat_template_value.h).
  */
 #ifndef TP_CHAT_TEMPLATE_INTERNAL_H
 #define TP_CHAT_TEMPLATE_INTERNAL_H
@@ -107,6 +107,7 @@ tp_status py_percent(const char *fmt, size_t n, json_t *args, json_t **out);
 
 /* chat_template_eval.c */
 tp_status ct_render(const ct_node *root, json_t *vars, char **out, size_t *len);
+/* chat_template_builtins.c: the names the parser accepts */
 int ct_known_filter(const char *name);
 int ct_known_test(const char *name);
 int ct_known_function(const char *name);
