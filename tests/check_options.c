@@ -119,6 +119,24 @@ static const struct {
     {"--dtype", "float64", "auto, float32, float16, bfloat16"},
     {"--dtype", "int32", "auto, float32"},
     {"--backend", "tpu", "auto, cpu, cuda"},
+    {"--max-tokens", "0", "--max-tokens: '0' is not allowed; give a whole number from 1 to"},
+    {"--temperature", "-0.5", "--temperature: '-0.5' is not allowed; give a number from 0 to 100"},
+    {"--temperature", "101", "from 0 to 100"},
+    {"--temperature", "hot", "--temperature: 'hot'"},
+    {"--top-p", "0", "--top-p: '0' is not allowed; give a number in (0, 1]"},
+    {"--top-p", "1.01", "(0, 1]"},
+    {"--top-k", "-2", "--top-k: '-2' is not allowed; give a whole number from -1 to"},
+    {"--kv-block-size", "0", "from 1 to 1024"},
+    {"--kv-block-size", "2048", "from 1 to 1024"},
+    {"--kv-cache-memory", "lots", "--kv-cache-memory: 'lots' is not allowed; give bytes with an optional unit"},
+    {"--kv-cache-memory", "0", "such as 512MiB or 4GiB"},
+    {"--input-format", "csv", "auto, text, jsonl, openai, trtllm"},
+    {"--max-line-bytes", "0", "--max-line-bytes: '0' is not allowed; give bytes such as 64MiB"},
+    {"--max-line-bytes", "1XB", "give bytes such as 64MiB"},
+    {"--progress-interval", "-1", "--progress-interval: '-1' is not allowed; give seconds from 0 to 86400"},
+    {"--progress-interval", "86401", "from 0 to 86400"},
+    {"--tool-call-parser", "pythonic", "--tool-call-parser: 'pythonic' is not allowed; give hermes"},
+    {"--check-max-bytes", "1KiB", "--check-max-bytes: '1KiB' is not allowed; give bytes from 4KiB to 8GiB"},
 };
 
 START_TEST(bad_value)
@@ -148,6 +166,17 @@ START_TEST(bad_usage)
     expect_error("--input is required");
     ck_assert_int_eq(parse("--model", "m", "--dry-run", "stray", NULL), TP_ERR_INVALID_ARG);
     expect_error("unexpected argument 'stray'");
+    ck_assert_int_eq(parse("--model", "m", "--input", "p", "--output", "o", "--resume", "--overwrite", NULL),
+                     TP_ERR_INVALID_ARG);
+    expect_error("--resume and --overwrite contradict each other; give one");
+    ck_assert_int_eq(parse("--model", "m", "--input", "p", "--output", "o", "--force", NULL), TP_ERR_INVALID_ARG);
+    expect_error("--force only applies with --resume");
+    ck_assert_int_eq(parse("--model", "m", "--input", "p", "--resume", NULL), TP_ERR_INVALID_ARG);
+    expect_error("--resume needs --output FILE");
+    ck_assert_int_eq(parse("--model", "m", "--tokenize", NULL), TP_ERR_INVALID_ARG);
+    expect_error("--input is required with --tokenize and --detokenize");
+    ck_assert_int_eq(parse("--model", "m", "--detokenize", NULL), TP_ERR_INVALID_ARG);
+    expect_error("--input is required with --tokenize and --detokenize");
 }
 END_TEST
 
