@@ -141,6 +141,10 @@ static tp_status encode_input(engine *e, tp_request *in)
     ids->n = 0;
     tp_status st = in->messages_json ? render_chat(e, &probe, ids)
                                      : tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, ids);
+    if (st == TP_OK && in->messages_json && ids->n == 0) /* nothing for the model to go on */
+        st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the chat template (%s%s) renders these messages as no text",
+                      (long long)in->line, e->o->chat_template ? "--chat-template " : "the model's",
+                      e->o->chat_template ? e->o->chat_template : "");
     /* past vocab_size the embedding reads zeros */
     for (size_t i = 0; st == TP_OK && i < ids->n; i++)
         if (ids->v[i] < 0 || ids->v[i] >= e->cfg.vocab_size)

@@ -813,6 +813,27 @@ START_TEST(unknown_fields_ignored)
     ck_assert_int_eq(parse(deep, TP_INPUT_AUTO), TP_OK);
     ck_assert_str_eq(L.v[0].error_code, "invalid_request");
     ck_assert(strstr(L.v[0].error_message, "is nested more than 64 deep"));
+    /* and so is a tool's */
+    char deep_tool[640] = "{\"id\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                          "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"k\":";
+    for (int i = 0; i < 70; i++) strcat(deep_tool, "[");
+    for (int i = 0; i < 70; i++) strcat(deep_tool, "]");
+    strcat(deep_tool, "}}}]}");
+    ck_assert_int_eq(parse(deep_tool, TP_INPUT_AUTO), TP_OK);
+    ck_assert_str_eq(L.v[0].error_code, "invalid_request");
+    ck_assert_msg(strstr(L.v[0].error_message, "\"tools\"[0] is nested more than 64 deep"), "%s", L.v[0].error_message);
+    /* "bad_words": at most 4096 strings */
+    const size_t cap = 64 + 4097 * 4;
+    char *words = malloc(cap);
+    ck_assert_ptr_nonnull(words);
+    size_t len = (size_t)snprintf(words, cap, "{\"id\":\"b\",\"prompt\":\"x\",\"bad_words\":[");
+    for (int i = 0; i < 4097; i++) len += (size_t)snprintf(words + len, cap - len, "%s\"w\"", i ? "," : "");
+    snprintf(words + len, cap - len, "]}");
+    ck_assert_int_eq(parse(words, TP_INPUT_AUTO), TP_OK);
+    ck_assert_str_eq(L.v[0].error_code, "invalid_request");
+    ck_assert_msg(strstr(L.v[0].error_message, "\"bad_words\" holds 4097 strings, more than 4096"), "%s",
+                  L.v[0].error_message);
+    free(words);
 }
 END_TEST
 
@@ -942,6 +963,8 @@ START_TEST(logit_bias_and_allowed_ids)
         {"\"structured_outputs\":{\"grammar\":\"x\"}", "other than \"choice\", \"json\", \"json_object\" and \"regex\" (and the option disable_any_whitespace) is not supported"},
         {"\"response_format\":{\"type\":\"json_object\"},\"allowed_token_ids\":[1]", "both say which tokens may come"},
         {"\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "\"guided_json\" with \"response_format\": give one"},
+        {"\"response_format\":{\"type\":\"json_object\"},\"structured_outputs\":{\"json_object\":true}",
+         "\"response_format\" with \"structured_outputs\": give one"},
         {"\"guided_json\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "\"guided_json\": the JSON schema at its root: the regular expression \"(?=a)\": lookaround"},
         {"\"guided_json\":{\"type\":\"integer\",\"multipleOf\":3}", "\"guided_json\": the JSON schema at its root: multipleOf is not supported"},
         {"\"structured_outputs\":{\"json\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}",

@@ -2,7 +2,8 @@
 # Bad flags: one line from rank 0 naming the flag, exit 2 on every rank, nobody left
 # waiting; --help and --version exit 0. --errors naming the output (by any spelling) is a
 # usage error, as are --errors and --status-file "-" ("-" is standard output for --output); a
-# --chat-template that cannot be read or parsed is named;
+# --chat-template that cannot be read or parsed is named, and one that renders a line's
+# messages as nothing is that line's error;
 # --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
 # on the CPU (in a build with CUDA; --backend cpu does not warn).
 . "$top_srcdir/tests/lib.sh"
@@ -73,6 +74,16 @@ for mode in "" --tokenize; do
     expect_fail 1 "--chat-template $TMP/none.jinja: cannot open" "$TPINFER" $mode --model "$TMP/m" \
         --input "$TMP/p.txt" --chat-template "$TMP/none.jinja"
 done
+# a chat template that renders a line's messages as nothing: that line's error record, the
+# others run
+printf '{%% if false %%}x{%% endif %%}' >"$TMP/empty.jinja"
+printf '%s\n' '{"id":"c","messages":[{"role":"user","content":"hi"}]}' '{"id":"p","prompt":"hi"}' >"$TMP/chat.jsonl"
+"$TPINFER" --model "$TMP/m" --input "$TMP/chat.jsonl" --output "$TMP/chat.out" --max-tokens 2 \
+    --chat-template "$TMP/empty.jinja" 2>"$TMP/err"
+[ $? = 4 ] || { cat "$TMP/err"; fail "an empty rendering: exit status not 4 (some requests failed)"; }
+grep -q '"id":"c",.*"code":"invalid_request","message":"line 1: the chat template (--chat-template '"$TMP"'/empty.jinja) renders these messages as no text"' "$TMP/chat.out" ||
+    fail "an empty rendering: no error record naming the template: $(cat "$TMP/chat.out")"
+grep -q '"id":"p",.*"finish_reason":"length"' "$TMP/chat.out" || fail "the prompt beside an empty rendering did not run"
 CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
     2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
 if grep -q "define HAVE_CUDA 1" "$top_builddir/config.h"; then
