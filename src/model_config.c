@@ -497,8 +497,12 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
             const char *t = json_string_value(json_array_get(types, i));
             if (t && strcmp(t, "sliding_attention") == 0)
                 any_sliding_layer = 1;
-            else if (!t || strcmp(t, "full_attention") != 0)
-                return bad_value(what, NULL, "layer_types", allowed, json_array_get(types, i));
+            else if (!t || strcmp(t, "full_attention") != 0) {
+                char key[48];
+                snprintf(key, sizeof key, "layer_types[%zu]", i);
+                return bad_value(what, NULL, key, "\"full_attention\" or \"sliding_attention\"",
+                                 json_array_get(types, i));
+            }
         }
     }
 

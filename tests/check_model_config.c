@@ -500,6 +500,12 @@ static const cfg_case cfg_cases[] = {
      "sliding_window 4096 is not supported yet", NULL},
     {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\"]}", NULL, TP_ERR_FORMAT,
      "layer_types must be a list of 3", NULL},
+    {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\",\"local\",\"full_attention\"]}", NULL, TP_ERR_FORMAT,
+     "layer_types[1] must be \"full_attention\" or \"sliding_attention\", found the string \"local\"", NULL},
+    {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\",\"full_attention\",null]}", NULL, TP_ERR_FORMAT,
+     "layer_types[2] must be \"full_attention\" or \"sliding_attention\", found null", NULL},
+    {llama_base, NULL, "{\"hidden_size\":8192,\"num_attention_heads\":4,\"num_key_value_heads\":2}", NULL,
+     TP_ERR_FORMAT, "head_dim hidden_size / num_attention_heads = 2048 is more than the 1024 supported", NULL},
     {qwen2_base, NULL, "{\"use_sliding_window\":\"false\"}", NULL, TP_ERR_FORMAT,
      "use_sliding_window must be true or false, found the string \"false\"", NULL},
     {qwen2_base, NULL, "{\"sliding_window\":\"4096\"}", NULL, TP_ERR_FORMAT,
@@ -743,6 +749,14 @@ START_TEST(generation_config_values)
     cfg.vocab_size = 7;
     ck_assert_int_eq(tp_generation_config_check(&g, &cfg, GEN_WHAT), TP_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "eos_token_id 7 is not below vocab_size 7"));
+    g.bos_token_id = 7;
+    cfg.vocab_size = 8;
+    ck_assert_int_eq(tp_generation_config_check(&g, &cfg, GEN_WHAT), TP_OK);
+    cfg.vocab_size = 7;
+    g.n_eos = 0;
+    tp_error_clear();
+    ck_assert_int_eq(tp_generation_config_check(&g, &cfg, GEN_WHAT), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tp_error_message(), "bos_token_id 7 is not below vocab_size 7"));
 }
 END_TEST
 
