@@ -3,7 +3,7 @@
 # waiting; --help and --version exit 0. --errors naming the output (by any spelling) is a
 # usage error, as are --errors and --status-file "-" ("-" is standard output for --output); a
 # --chat-template that cannot be read or parsed is named, and one that renders a line's
-# messages as nothing is that line's error;
+# messages as nothing is that line's error, as is a guided line on a model without an end token;
 # --backend auto where CUDA_VISIBLE_DEVICES hides every GPU warns that it runs
 # on the CPU (in a build with CUDA; --backend cpu does not warn).
 . "$top_srcdir/tests/lib.sh"
@@ -84,6 +84,26 @@ printf '%s\n' '{"id":"c","messages":[{"role":"user","content":"hi"}]}' '{"id":"p
 grep -q '"id":"c",.*"code":"invalid_request","message":"line 1: the chat template (--chat-template '"$TMP"'/empty.jinja) renders these messages as no text"' "$TMP/chat.out" ||
     fail "an empty rendering: no error record naming the template: $(cat "$TMP/chat.out")"
 grep -q '"id":"p",.*"finish_reason":"length"' "$TMP/chat.out" || fail "the prompt beside an empty rendering did not run"
+# a model that names no end-of-sequence token (none in config.json, generation_config.json or
+# tokenizer_config.json): a guided line, which can only end at that token, is that line's
+# error record; the other line runs
+mkdir "$TMP/noeos"
+for f in "$TMP"/m/*; do ln -s "$f" "$TMP/noeos/"; done
+"$PYTHON3" - "$TMP/noeos" <<'PY' || fail "writing the model without an end token"
+import json, os, sys
+for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
+    path = os.path.join(sys.argv[1], name)
+    d = json.load(open(path))
+    d = {k: v for k, v in d.items() if "eos" not in k}
+    os.remove(path)  # the link to the original
+    json.dump(d, open(path, "w"))
+PY
+printf '%s\n' '{"id":"g","prompt":"hi","guided_choice":["a","b"]}' '{"id":"p","prompt":"hi"}' >"$TMP/noeos.jsonl"
+"$TPINFER" --model "$TMP/noeos" --input "$TMP/noeos.jsonl" --output "$TMP/noeos.out" --max-tokens 2 2>"$TMP/err"
+[ $? = 4 ] || { cat "$TMP/err"; fail "a guided line on a model without an end token: exit status not 4"; }
+grep -q '"id":"g",.*"code":"invalid_request","message":"line 1: guided_choice needs the model'"'"'s end-of-sequence token to end the text, and noeos names none' "$TMP/noeos.out" ||
+    fail "a guided line on a model without an end token: $(cat "$TMP/noeos.out")"
+grep -q '"id":"p",.*"finish_reason":"length"' "$TMP/noeos.out" || fail "the line beside the refused guided one did not run"
 CUDA_VISIBLE_DEVICES= "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/a.jsonl" --max-tokens 2 \
     2>"$TMP/err" || { cat "$TMP/err"; fail "a run with CUDA_VISIBLE_DEVICES empty"; }
 if grep -q "define HAVE_CUDA 1" "$top_builddir/config.h"; then
