@@ -52,6 +52,19 @@ expect_fail 2 "the input file $TMP/./o.jsonl.manifest.json is the output's manif
 cmp -s "$TMP/p.txt" "$TMP/o.jsonl.manifest.json" || fail "a refused run changed the input named like the manifest"
 rm -f "$TMP/o.jsonl.manifest.json"
 [ -e "$TMP/o.jsonl" ] && fail "a refused run left an output behind"
+# the output may not be the input (by any spelling, even with --overwrite), nor a directory;
+# --resume does not read back a pipe
+for flag in "" --overwrite; do
+    expect_fail 2 "--output $TMP/./p.txt is the input file $TMP/p.txt (the same file); writing it would destroy the input" \
+        "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output "$TMP/./p.txt" $flag
+done
+[ "$(cat "$TMP/p.txt")" = "Once upon a time" ] || fail "a refused run changed the input named as the output"
+mkdir "$TMP/outdir"
+expect_fail 2 "--output $TMP/outdir is a directory; give a file name" "$TPINFER" --model "$TMP/m" \
+    --input "$TMP/p.txt" --output "$TMP/outdir"
+mkfifo "$TMP/outfifo"
+expect_fail 2 "cannot --resume into $TMP/outfifo: not a regular file" "$TPINFER" --model "$TMP/m" \
+    --input "$TMP/p.txt" --output "$TMP/outfifo" --resume
 # "-" is standard output for --output (no file named "-"), as leaving it out; --errors and
 # --status-file need files; --resume has nothing to resume on standard output
 (cd "$TMP" && "$TPINFER" --model "$TMP/m" --input "$TMP/p.txt" --output - --max-tokens 2 >"$TMP/dash.out" 2>"$TMP/err") ||
