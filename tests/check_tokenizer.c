@@ -246,6 +246,65 @@ START_TEST(test_small_tokenizer)
 }
 END_TEST
 
+/* Malformed parts of tokenizer.json, each refused by a message that names what is wrong. */
+START_TEST(test_malformed_named)
+{
+    static const struct {
+        const char *path, *json, *needle;
+    } cases[] = {
+        {"pre_tokenizer", "[1]", "a pre_tokenizer must be an object, not an array"},
+        {"pre_tokenizer", "{\"type\":\"Sequence\"}", "pre_tokenizer Sequence needs a \"pretokenizers\" array"},
+        {"pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Glob\":\"*\"},\"behavior\":\"Isolated\",\"invert\":false}",
+         "pattern must be {\"String\": ...} or {\"Regex\": ...}"},
+        {"pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\\u0000b\"},\"behavior\":\"Isolated\",\"invert\":false}",
+         "regex contains a NUL character"},
+        {"pre_tokenizer", "{\"type\":\"Metaspace\",\"replacement\":\"ab\",\"prepend_scheme\":\"always\",\"split\":true}",
+         "replacement must be exactly one character"},
+        {"pre_tokenizer", "{\"type\":\"Metaspace\",\"replacement\":\"_\",\"prepend_scheme\":\"sometimes\",\"split\":true}",
+         "prepend_scheme must be always, first or never"},
+        {"post_processor", "\"TemplateProcessing\"", "a post_processor must be an object, not a string"},
+        {"post_processor", "{\"type\":\"Sequence\"}", "post_processor Sequence needs a \"processors\" array"},
+        {"post_processor", "{\"type\":\"TemplateProcessing\",\"pair\":[],\"special_tokens\":{}}",
+         "TemplateProcessing needs a \"single\" array and a \"special_tokens\" object"},
+        {"post_processor", "{\"type\":\"TemplateProcessing\",\"single\":[],\"pair\":[],\"special_tokens\":{}}",
+         "TemplateProcessing \"single\" has no Sequence A"},
+        {"post_processor", "{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"B\",\"type_id\":0}}],"
+                           "\"pair\":[],\"special_tokens\":{}}",
+         "TemplateProcessing \"single\" must hold sequence A exactly once"},
+        {"post_processor", "{\"type\":\"BertProcessing\",\"cls\":[\"<s>\"],\"sep\":[\"</s>\",2]}",
+         "needs \"cls\" and \"sep\" as [token, id]"},
+        {"added_tokens", "[{\"id\":\"6\",\"content\":\"<x>\"}]", "added token \"<x>\" has no valid \"id\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        ck_assert_msg(v != NULL, "bad test json %zu", i);
+        tp_tokenizer *tok = NULL;
+        ck_assert_msg(load_variant(cases[i].path, v, &tok) != TP_OK, "case %zu (%s = %s) was accepted", i,
+                      cases[i].path, cases[i].json);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(tp_error_message(), cases[i].needle), "case %zu: '%s' lacks '%s'", i, tp_error_message(),
+                      cases[i].needle);
+    }
+    /* tokenizer_config.json beside it */
+    static const char *const configs[][2] = {
+        {"[]", "tokenizer_config.json: the top level must be an object"},
+        {"{\"bos_token\":5}", "tokenizer_config.json: \"bos_token\" must be a string, an object with \"content\", or null"},
+        {"{\"eos_token\":{\"content\":[1]}}", "\"eos_token\" must be a string"},
+        {"{\"chat_template\":{\"default\":\"x\"}}", "tokenizer_config.json: \"chat_template\" must be a string"},
+        {"{\"bos_token\":\"<nope>\"}", "tokenizer_config.json: bos_token \"<nope>\" is not a token"},
+    };
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        tp_tokenizer *tok = NULL;
+        tp_error_clear();
+        ck_assert_msg(tp_tokenizer_load_json(BASE, strlen(BASE), configs[i][0], strlen(configs[i][0]), &tok) != TP_OK,
+                      "config %zu accepted", i);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(tp_error_message(), configs[i][1]), "config %zu: '%s' lacks '%s'", i, tp_error_message(),
+                      configs[i][1]);
+    }
+}
+END_TEST
+
 START_TEST(test_malformed)
 {
     struct {
@@ -519,6 +578,7 @@ static Suite *tokenizer_suite(void)
     tcase_set_timeout(bad, 120);
     tcase_add_test(bad, test_small_tokenizer);
     tcase_add_test(bad, test_malformed);
+    tcase_add_test(bad, test_malformed_named);
     tcase_add_test(bad, test_big_prompt);
     suite_add_tcase(s, bad);
     TCase *str = tcase_create("stream_and_mode");
