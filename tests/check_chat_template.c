@@ -61,6 +61,21 @@ static void expect_render_fails(const char *src, const char *says)
     ck_assert_msg(!says || strstr(tp_error_message(), says), "%s: %s", src, tp_error_message());
 }
 
+/* Calls and escapes outside the subset: refused at load where every rendering reaches them,
+ * else the rendering that reaches them fails, each naming what and where. */
+START_TEST(test_unsupported_calls)
+{
+    expect_create_fails("{{ \"\\uD800\" }}", TP_ERR_FORMAT, "line 1: escape \\uD800 is not a character");
+    expect_create_fails("a\n{{ \"\\U00110000\" }}", TP_ERR_FORMAT, "line 2: escape \\U110000 is not a character");
+    expect_create_fails("{{ x[0]() }}", TP_ERR_UNSUPPORTED, "line 1: calling an expression is not supported");
+    expect_create_fails("{{ caller() }}", TP_ERR_UNSUPPORTED, "line 1: function caller() is not supported");
+    expect_render_fails("{% if true %}\n{{ caller() }}{% endif %}",
+                        "line 2: caller() is not supported: tpinfer has no {% call %} blocks");
+    expect_render_fails("{% if true %}{% set f = 1 %}{{ f() }}{% endif %}",
+                        "line 1: calling something that is not a function (f)");
+}
+END_TEST
+
 START_TEST(test_reference_renderings)
 {
     const struct chat_case *c = &CHAT_CASES[_i];
@@ -528,6 +543,7 @@ static Suite *chat_suite(void)
     tcase_add_test(t, test_macros);
     tcase_add_test(t, test_filters_and_methods);
     tcase_add_test(t, test_partial_templates);
+    tcase_add_test(t, test_unsupported_calls);
     tcase_add_test(t, test_tools);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
