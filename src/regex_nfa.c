@@ -404,6 +404,8 @@ static tp_status anything(parser *P, frag *f)
     return TP_OK;
 }
 
+static int class_meets(const tp_regex *r, int q, uint32_t lo, uint32_t hi);
+
 tp_status tp_regex_compile(const char *pattern, size_t len, int search, tp_regex **out)
 {
     *out = NULL;
@@ -429,11 +431,18 @@ tp_status tp_regex_compile(const char *pattern, size_t len, int search, tp_regex
     r->follow[0] = f.first;
     r->accept = f.last;
     if (f.nullable) set_bit(&r->accept, 0);
-    r->live = r->accept; /* and every state that reaches it */
+    /* a class that holds no character ([^\x00-\U0010FFFF]) is never entered: neither it nor
+     * what comes only through it is live (else the guide would walk into it and stop there,
+     * its text unmatched) */
+    tp_regex_set can_enter = {{1, 0}};
+    for (int s = 1; s < r->n; s++)
+        if (class_meets(r, s, 0, 0xD7FF) || class_meets(r, s, 0xE000, 0x10FFFF)) set_bit(&can_enter, s);
+    r->live.w[0] = r->accept.w[0] & can_enter.w[0]; /* and every state that reaches it */
+    r->live.w[1] = r->accept.w[1] & can_enter.w[1];
     for (int changed = 1; changed;) {
         changed = 0;
         for (int s = 0; s < r->n; s++)
-            if (!has_bit(&r->live, s) &&
+            if (!has_bit(&r->live, s) && has_bit(&can_enter, s) &&
                 ((r->follow[s].w[0] & r->live.w[0]) || (r->follow[s].w[1] & r->live.w[1]))) {
                 set_bit(&r->live, s);
                 changed = 1;
