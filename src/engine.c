@@ -562,8 +562,8 @@ static void warn_preempted(const engine *e, int64_t preempted)
            "later) as the KV cache ran short: its %d blocks of %d tokens%s hold about %d of this run's sequences at "
            "full length (prompt + max_tokens), and --max-num-seqs let %d run at once%s.%s more room for the cache "
            "also avoids it (--gpu-memory-utilization, --kv-cache-memory on the CPU, or more GPUs with --tp or --pp)",
-           e->g->dp_rank, preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size, e->P > 1 ? " a micro-batch" : "",
-           (int)fit, (int)e->max_seqs, each, advice);
+           e->g->dp_rank, preempted, (int)e->blocks_per_engine, (int)e->o->kv_block_size,
+           e->P > 1 ? " a micro-batch" : "", (int)fit, (int)e->max_seqs, each, advice);
 }
 
 /* The KV cache's bytes on this rank: --kv-cache-memory (CPU), or on a GPU its share less
