@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -60,6 +61,45 @@ static void expect_render_fails(const char *src, const char *says)
     ck_assert(strlen(tp_error_message()) > 0);
     ck_assert_msg(!says || strstr(tp_error_message(), says), "%s: %s", src, tp_error_message());
 }
+
+/* Builtins no reference template reaches, each as jinja2 3.1 renders it: str.find (by code
+ * point), str.join, a string through list and reverse, abs, the "in" test, dict.values(),
+ * strftime_now (Llama 3.1 and 3.2's date line). */
+START_TEST(test_more_builtins)
+{
+    static const struct {
+        const char *tpl, *expect;
+    } cases[] = {
+        {"{{ 'hello world'.find('wor') }}|{{ 'h\\u00e9llo'.find('l') }}|{{ 'abc'.find('z') }}", "6|2|-1"},
+        {"{{ ', '.join(['a', 'b']) }}|{{ ''.join([]) }}", "a, b|"},
+        {"{{ 'ab\\u00e9'|list }}{{ 'ab\\u00e9'|reverse }}", "['a', 'b', '\xc3\xa9']\xc3\xa9" "ba"},
+        {"{{ (-3)|abs }}|{{ (-2.5)|abs }}|{{ 4|abs }}", "3|2.5|4"},
+        {"{{ 2 is in [1, 2] }}{{ 'x' is in 'xyz' }}{{ 3 is in [1, 2] }}", "TrueTrueFalse"},
+        {"{{ {'a': 1, 'b': 2}.values()|list }}", "[1, 2]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_render("builtin", i, cases[i].tpl, "{}", cases[i].expect);
+    /* strftime_now: the local time now, by strftime's format (a render near midnight of 31
+     * December may straddle the year: one retry) */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char want[16];
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        strftime(want, sizeof want, "%Y", &tm);
+        char *out;
+        size_t len;
+        ck_assert_msg(render("{{ strftime_now('%Y') }}", "{}", &out, &len) == TP_OK, "%s", tp_error_message());
+        const int same = len == strlen(want) && memcmp(out, want, len) == 0;
+        free(out);
+        if (same) break;
+        ck_assert_msg(attempt == 0, "strftime_now('%%Y') is not this year, %s", want);
+    }
+    expect_render_fails("{{ strftime_now(5) }}", "strftime_now() needs a string argument");
+    expect_render_fails("{{ 'a'.find(1) }}", "find() needs a string argument");
+    expect_render_fails("{{ ', '.join('ab') }}", "join() needs a list");
+    expect_render_fails("{{ ''.join([1]) }}", "str.join() needs strings");
+}
+END_TEST
 
 /* Calls and escapes outside the subset: refused at load where every rendering reaches them,
  * else the rendering that reaches them fails, each naming what and where. */
@@ -544,6 +584,7 @@ static Suite *chat_suite(void)
     tcase_add_test(t, test_filters_and_methods);
     tcase_add_test(t, test_partial_templates);
     tcase_add_test(t, test_unsupported_calls);
+    tcase_add_test(t, test_more_builtins);
     tcase_add_test(t, test_tools);
     suite_add_tcase(s, t);
     TCase *e = tcase_create("errors");
