@@ -191,6 +191,20 @@ def variants(tj):
         m2 = copy.deepcopy(tj["model"])
         m2["byte_fallback"] = False
         v("fuse_unk_only", model=m2)
+    # added tokens with HF's matching flags (lstrip, rstrip, single_word, normalized), special
+    # and not: every real tokenizer's are plain, so these paths are met only here (contents
+    # no vocabulary holds: HF gives a token the vocabulary has its vocabulary id)
+    nxt = 1 + max([i for i in tj["model"]["vocab"].values()] + [t["id"] for t in tj.get("added_tokens", [])])
+    extra = []
+    for content, lstrip, rstrip, single, normalized, special in [
+            ("<mask>", True, False, False, False, True), ("[SEP]", False, True, False, False, True),
+            ("<both>", True, True, False, False, True), ("qzxword", False, False, True, False, False),
+            ("Hqzxllo", False, False, False, True, False), ("naïvqzx", False, False, True, True, False),
+            ("mqzxd", True, True, True, False, False)]:
+        extra.append({"id": nxt, "content": content, "single_word": single, "lstrip": lstrip, "rstrip": rstrip,
+                      "normalized": normalized, "special": special})
+        nxt += 1
+    v("added_flags", added_tokens=copy.deepcopy(tj.get("added_tokens", [])) + extra)
     return out
 
 
@@ -263,11 +277,14 @@ def main():
             continue
         texts = gen_strings(a.seed + i, max(1000, a.count // 10), specials, astral=False)
         for vname, vt in variants(tj):
+            vspecials = [t["content"] for t in vt.get("added_tokens", [])]
+            vtexts = texts if vspecials == specials else gen_strings(a.seed + i, max(1000, a.count // 10), vspecials,
+                                                                     astral=False)
             with tempfile.TemporaryDirectory() as td:
                 p = os.path.join(td, "tokenizer.json")
                 with open(p, "w", encoding="utf-8") as f:
                     json.dump(vt, f, ensure_ascii=False)
-                total += compare(name + "+" + vname, p, td, a.driver, texts, a.show)
+                total += compare(name + "+" + vname, p, td, a.driver, vtexts, a.show)
     print("total mismatches: %d" % total)
     return 1 if total else 0
 
