@@ -205,6 +205,15 @@ def variants(tj):
                       "normalized": normalized, "special": special})
         nxt += 1
     v("added_flags", added_tokens=copy.deepcopy(tj.get("added_tokens", [])) + extra)
+    # BERT's and RoBERTa's post-processors (cls first, sep last), alone and in a Sequence
+    vocab = tj["model"]["vocab"]
+    (c_tok, c_id), (s_tok, s_id) = sorted(vocab.items(), key=lambda kv: kv[1])[:2]
+    bert = {"type": "BertProcessing", "sep": [s_tok, s_id], "cls": [c_tok, c_id]}
+    v("bert_post", post_processor=bert)
+    v("roberta_post_seq", post_processor={"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        {"type": "RobertaProcessing", "sep": [s_tok, s_id], "cls": [c_tok, c_id], "trim_offsets": True,
+         "add_prefix_space": False}]})
     return out
 
 
