@@ -176,11 +176,15 @@ def variants(tj):
             {"type": "Digits", "individual_digits": False}, {"type": "Whitespace"}, bl_norx]})
         v("wssplit", pre_tokenizer={"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, bl_norx]})
         v("no_decoder", decoder=None)
+        v("nfkd", normalizer={"type": "NFKD"})
     else:  # a SentencePiece-style vocabulary
         for scheme in ["first", "always", "never"]:
             for split in [False, True]:
                 ms = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": scheme, "split": split}
                 v("metaspace_%s_%s" % (scheme, split), normalizer=None, pre_tokenizer=ms, decoder=ms)
+        # files from before prepend_scheme: add_prefix_space alone (tokenizers 0.23 loads only true)
+        ms = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
+        v("metaspace_legacy", normalizer=None, pre_tokenizer=ms, decoder=ms)
         v("metaspace_digits", normalizer=None, pre_tokenizer={"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": True},
             {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}]})
