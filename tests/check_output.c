@@ -1063,6 +1063,22 @@ START_TEST(resume_refuses_changed_settings_or_model)
     tp_error_clear();
     resume_open(out, &m, TP_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(tp_error_message(), "config_hash"));
+
+    /* a manifest that is not a JSON object (cut short, overwritten): refused, unless --force,
+     * which goes on (the output's lines are kept) */
+    char man[PATH_MAX];
+    P(man, "out.jsonl.manifest.json");
+    put_str(man, "{\"tpinfer_version\": \"0.1");
+    tp_error_clear();
+    resume_open(out, &m, TP_ERR_FORMAT);
+    ck_assert_msg(strstr(tp_error_message(), "is not a valid manifest; --force overrides"), "%s", tp_error_message());
+    tp_output_config cf = cfg_for(out);
+    cf.resume = 1;
+    cf.force = 1;
+    tp_error_clear();
+    ck_assert_msg(tp_output_open(&cf, &m, &o) == TP_OK, "%s", tp_error_message());
+    ck_assert_int_eq(tp_output_done_count(o), 1);
+    ck_assert_int_eq(tp_output_close(o, 0), TP_OK);
 }
 END_TEST
 
