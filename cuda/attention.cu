@@ -1,7 +1,11 @@
 /*
  * attention.cu: causal grouped-query attention over the paged KV cache. Token i attends
- * to positions 0..pos[i] of sequence seq[i]; q head h reads KV head h / (q_heads /
- * kv_heads). The kernels (the tensor-core decode kernel, which now does most of the flash
+ * to positions 0..pos[i] of sequence seq[i], or with a sliding window (batch.window > 0) to
+ * pos[i] - window + 1 .. pos[i]; q head h reads KV head h / (q_heads / kv_heads). Under a
+ * window the split kernels take the keys from the window's first rounded down to a multiple
+ * of WINDOW_ALIGN (their tiles stay aligned; the keys below the window are masked), the
+ * prefill kernel starts at the run's first key tile and skips a warp's tiles below its rows'
+ * windows. The kernels (the tensor-core decode kernel, which now does most of the flash
  * kernel's work, is the last):
  *
  * flash (flash-decoding on CUDA cores): one block per (token, KV head, split) computes
@@ -229,6 +233,13 @@ __device__ __forceinline__ bool pf_took(const tp_attn_batch &batch, int64_t i, i
     return pf_run(starts, ok, (int)(i - t0), &r0, &r1);
 }
 
+/* A sliding window (batch.window > 0): the first key a token at pos reads (tp_attn_first_key),
+ * and where the split kernels start, that rounded down to a multiple of WINDOW_ALIGN keys so
+ * that their tiles keep the alignment they have from 0 (the keys in between are masked). */
+#define WINDOW_ALIGN 64
+__device__ __forceinline__ int window_first(int pos, int window) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
+__device__ __forceinline__ int window_base(int pos, int window) { return window_first(pos, window) & ~(WINDOW_ALIGN - 1); }
+
 // ----------------------------------------------------------------------------
 // the simple kernel: one block per (token, q head)
 
@@ -274,7 +285,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const int np = pos + 1;
     float m = -INFINITY, l = 0.0f; /* the same values in every thread */
 
-    for (int p0 = 0; p0 < np; p0 += ATTN_CHUNK) {
+    for (int p0 = window_first(pos, batch.window); p0 < np; p0 += ATTN_CHUNK) {
         const int cnt = min(ATTN_CHUNK, np - p0);
         /* scores: one warp per position */
         for (int c = warp; c < cnt; c += nwarps) {
@@ -429,9 +440,10 @@ __global__ void __launch_bounds__(FA_THREADS, GMAX >= 8 ? 2 : 4)
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * hd + e, 0.0f);
         return;
     }
-    const int np = pos + 1, se = token_splits(np, S, P.min_split);
+    const int lo = window_first(pos, batch.window), base = lo & ~(WINDOW_ALIGN - 1);
+    const int np = pos + 1 - base, se = token_splits(np, S, P.min_split);
     if (s >= se) return; /* a split this token does not use: the combine reads se splits */
-    const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
+    const int c = CEIL_DIV(np, se), b0 = base + s * c, b1 = min(pos + 1, b0 + c);
     const int64_t pbase = (i * P.q_heads + h0) * S + s; /* partial of head h0 + g: pbase + g * S */
     if (b0 >= b1) { /* an empty split (only with se > 1) */
         if (tid < gn) {
@@ -482,7 +494,7 @@ __global__ void __launch_bounds__(FA_THREADS, GMAX >= 8 ? 2 : 4)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int p = t0 + r * NG + grp;
-            ok[r] = p < b1;
+            ok[r] = p < b1 && p >= lo;
             row[r] = 0;
             if (ok[r]) { /* uniform over the group */
                 if (blk[r] < 0 || blk[r] >= cache.n_blocks) {
@@ -642,7 +654,7 @@ __global__ void __launch_bounds__(FA_COMBINE_THREADS)
     const int64_t pbase = (i * P.q_heads + h) * S;
     float M = -INFINITY;
     if (!zero) {
-        se = token_splits(pos + 1, S, P.min_split);
+        se = token_splits(pos + 1 - window_base(pos, batch.window), S, P.min_split);
         if (se == 1) return;
         for (int s = 0; s < se; s++) {
             if (P.part_l[pbase + s] < 0.0f) zero = true;
@@ -951,6 +963,9 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS)
         const int wlo = max(warp * 16, r0), whi = min(warp * 16 + 16, r1) - 1;
         const int wmax = wlo <= whi ? pos0 + whi - r0 : -1;       /* the warp's last position */
         const int wmin = wlo <= whi ? pos0 + wlo - r0 : INT32_MAX; /* its first */
+        const int W = batch.window; /* > 0: a row at p reads keys p - W + 1 .. p */
+        const int wfirst = wlo <= whi ? window_first(wmin, W) : 0; /* the warp's first key */
+        const int kt0 = window_first(pos0, W) / PF_BN; /* the run's first key tile */
         const int32_t *bt = batch.block_table + (int64_t)seq * batch.max_blocks;
 
         __syncthreads(); /* the previous run is done with the buffers and bad_from_s */
@@ -1000,33 +1015,36 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS)
 #pragma unroll
         for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-        place(0, 0, entry(0));
-        place(1, 1, entry(1));
+        place(kt0, kt0 & 1, entry(kt0));
+        place(kt0 + 1, (kt0 + 1) & 1, entry(kt0 + 1));
         __syncthreads();
-        load(0);
+        load(kt0 & 1);
         pf_cp_async_commit();
-        for (int kt = 0; kt < nkt; kt++) {
+        for (int kt = kt0; kt < nkt; kt++) {
             if (kt + 1 < nkt) load((kt + 1) & 1); /* the next tile travels while this one is used */
             pf_cp_async_commit();                 /* (an empty group at the end: the wait stays 1) */
             pf_cp_async_wait<1>();
             __syncthreads();
             const int32_t next = entry(kt + 2); /* in flight during the products */
             const int k0 = kt * PF_BN;
-            if (k0 <= wmax) { /* else every key of the tile is past the warp's rows */
+            if (k0 <= wmax && k0 + PF_BN > wfirst) { /* else every key of the tile is past the warp's rows
+                                                      * or before their windows */
                 const T *kt_s = kbuf + (kt & 1) * PF_BN * LD, *vt_s = vbuf + (kt & 1) * PF_BN * LD;
                 /* S = Q K^T: 16 rows x PF_BN keys */
                 float s[NS][4];
 #pragma unroll
                 for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
                 fa_qk<T, KS, NS / 2, LD>(s, qf, kt_s, lane);
-                /* scale to the log2 domain; causal mask where a key may pass a row's position */
-                const bool mask = k0 + PF_BN - 1 > wmin;
+                /* scale to the log2 domain; causal mask where a key may pass a row's position, the
+                 * window's where one may be W or more before it */
+                const bool mask = k0 + PF_BN - 1 > wmin, wmask = W > 0 && k0 < window_first(wmax, W);
 #pragma unroll
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[n][e] * P.qscale;
-                        if (mask && k0 + n * 8 + 2 * tig + (e & 1) > (e < 2 ? pa : pb)) x = -INFINITY;
+                        const int key = k0 + n * 8 + 2 * tig + (e & 1), pr = e < 2 ? pa : pb;
+                        if ((mask && key > pr) || (wmask && pr - key >= W)) x = -INFINITY;
                         s[n][e] = x;
                     }
                 float mx[2];
@@ -1187,9 +1205,10 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
         return;
     }
-    const int np = pos + 1, se = token_splits(np, S, P.min_split);
+    const int lo = window_first(pos, batch.window), base = lo & ~(WINDOW_ALIGN - 1);
+    const int np = pos + 1 - base, se = token_splits(np, S, P.min_split);
     if (s >= se) return;
-    const int c = CEIL_DIV(np, se), b0 = s * c, b1 = min(np, b0 + c);
+    const int c = CEIL_DIV(np, se), b0 = base + s * c, b1 = min(pos + 1, b0 + c);
     const int64_t pbase = (i * P.q_heads + h0) * S + s;
     if (tid == 0) bad_s = 0, early_bad_blk_s = INT32_MIN;
     __syncthreads(); /* before any load can set them */
@@ -1256,7 +1275,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
             const int key = tid / CPR + j * (DT_THREADS / CPR), p = b0 + kt * DT_BN + key;
             const T *ksrc = kc, *vsrc = vc;
             int bytes = 0;
-            if (p < b1) {
+            if (p < b1 && p >= lo) {
                 int32_t blk;
                 const int64_t row = kv_row_at(bt, p, bs, P.bs_shift, cache.n_blocks, width, &blk);
                 if (row < 0) {
@@ -1326,7 +1345,8 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float x = sc[n][e] * P.qscale;
-                    if (k0 + n * 8 + 2 * tig + (e & 1) >= b1) x = -INFINITY;
+                    const int key = k0 + n * 8 + 2 * tig + (e & 1);
+                    if (key >= b1 || key < lo) x = -INFINITY;
                     sc[n][e] = x;
                 }
             float mx[2];
@@ -1615,7 +1635,10 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     const int64_t target = (int64_t)blocks_per_sm * (scratch.sm_count > 0 ? scratch.sm_count : 1);
     if (scratch.data && base < target) {
         S = CEIL_DIV(target, base);
-        S = S < batch.max_pos / min_split ? S : batch.max_pos / min_split;
+        /* keys a token reads at most: its context, or its window from a multiple of WINDOW_ALIGN */
+        const int64_t reach = batch.window > 0 && batch.window + WINDOW_ALIGN < batch.max_pos
+                                  ? batch.window + WINDOW_ALIGN : batch.max_pos;
+        S = S < reach / min_split ? S : reach / min_split;
         S = S < FA_MAX_SPLITS ? S : FA_MAX_SPLITS;
         const int64_t per_split = n * q_heads * (hd + 2) * (int64_t)sizeof(float);
         const int64_t fit = (int64_t)(scratch.bytes / (size_t)per_split);

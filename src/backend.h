@@ -58,8 +58,8 @@ static inline tp_tensor tp_tensor_rows(const tp_tensor *t, int64_t row0, int64_t
 
 /* Where the tokens of one forward step sit in the paged KV cache. All arrays are in
  * backend memory. Token i belongs to sequence seq[i] at position pos[i] and attends to
- * positions 0..pos[i] of that sequence (causal), whose keys/values were stored earlier
- * or by kv_store() of this same step. The arrays (and rope's inv_freq, the norms' weights)
+ * positions tp_attn_first_key(pos[i], window)..pos[i] of that sequence (causal; 0..pos[i]
+ * without a window), whose keys/values were stored earlier or by kv_store() of this same step. The arrays (and rope's inv_freq, the norms' weights)
  * must come from uploads, never from an operation of the step: the CUDA kernels read them
  * while the previous kernel is still running (programmatic dependent launch). */
 typedef struct tp_attn_batch {
@@ -77,7 +77,15 @@ typedef struct tp_attn_batch {
                                  * one waits for all earlier work (the step's uploads do) and (b) no
                                  * token of the step stores into a block another sequence reads
                                  * below its position (no shared blocks; padding has slot -1). */
+    int32_t window;             /* > 0: a sliding window, the layer's (the forward sets it per
+                                 * layer): token i attends to its last window positions only */
 } tp_attn_batch;
+
+/* The first position a token at pos attends to (HF's sliding mask: pos - key < window) */
+static inline int32_t tp_attn_first_key(int32_t pos, int32_t window)
+{
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
 
 /* One layer's KV cache: K and V each [n_blocks, block_size, n_kv_heads, head_dim]. */
 typedef struct tp_kv_layer {

@@ -617,6 +617,7 @@ static tp_status check_attn_batch(const tp_kv_layer *c, const tp_attn_batch *ab)
     if (ab->max_blocks <= 0 || ab->max_pos <= 0)
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
                         "must be > 0", ab->max_blocks, ab->max_pos);
+    if (ab->window < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has window %d", ab->window);
     for (int32_t i = 0; i < ab->n_tokens; i++) {
         int32_t s = ab->seq[i], p = ab->pos[i];
         if (s < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has sequence %d", i, s);
@@ -699,18 +700,18 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t i = t / q_heads, h = t % q_heads, kh = h / group;
-            const int32_t np = batch->pos[i] + 1;
+            const int32_t np = batch->pos[i] + 1, lo = tp_attn_first_key(batch->pos[i], batch->window);
             const int32_t *bt = batch->block_table + (int64_t)batch->seq[i] * batch->max_blocks;
             const float *qv = row_f32(q, i) + h * hd;
             float mx = -INFINITY;
-            for (int32_t p = 0; p < np; p++) {
+            for (int32_t p = lo; p < np; p++) {
                 float s = scale * dot(qv, cache_row(cache, cache->k, bt, p, kh, kbuf), hd);
                 scores[p] = s;
                 if (s > mx) mx = s;
             }
             float sum = 0.0f;
             memset(acc, 0, (size_t)hd * sizeof(float));
-            for (int32_t p = 0; p < np; p++) {
+            for (int32_t p = lo; p < np; p++) {
                 float e = expf(scores[p] - mx);
                 sum += e;
                 axpy(acc, e, cache_row(cache, cache->v, bt, p, kh, vbuf), hd);

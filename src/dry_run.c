@@ -94,9 +94,15 @@ tp_status tp_dry_run_rank(const tp_options *o, const tp_grid *g, const tp_model_
         appendf(text, cap, &len, "  GPU %d %s (%s)\n", dev->index, dev->name, dev->pci_bus);
     else
         appendf(text, cap, &len, "  CPU\n");
-    appendf(text, cap, &len, "  layers      [%" PRId64 ", %" PRId64 ")%s%s\n", plan.layers.begin,
+    int64_t sliding = 0;
+    for (int64_t l = plan.layers.begin; l < plan.layers.end; l++) sliding += cfg->sliding_layer[l];
+    appendf(text, cap, &len, "  layers      [%" PRId64 ", %" PRId64 ")%s%s", plan.layers.begin,
             plan.layers.end, plan.has_embedding ? "  + embedding" : "",
             plan.has_lm_head ? "  + final norm, LM head" : "");
+    if (sliding > 0)
+        appendf(text, cap, &len, "  (%" PRId64 " of them a sliding window of %" PRId64 ")", sliding,
+                cfg->sliding_window);
+    appendf(text, cap, &len, "\n");
     appendf(text, cap, &len,
             "  query heads [%" PRId64 ", %" PRId64 ")  KV heads [%" PRId64 ", %" PRId64
             ")%s  MLP [%" PRId64 ", %" PRId64 ")  vocab [%" PRId64 ", %" PRId64 ")\n",

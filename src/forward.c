@@ -154,6 +154,12 @@ static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp
  * They are gathered into buffers free by then (the residual into delta's, the attention's
  * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views.
  * into_x: o's product may go into the residual (residual_product). */
+/* Layer l of this stage's sliding window (0: it attends to the whole context) */
+static int32_t layer_window(const tp_model *m, int64_t l)
+{
+    return m->cfg.sliding_layer[m->plan.layers.begin + l] ? (int32_t)m->cfg.sliding_window : 0;
+}
+
 static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
                                  const int32_t *pos, tp_comm *tp, tp_tensor *x, tp_tensor *delta,
@@ -435,8 +441,10 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
     for (int64_t l = 0; l < m->dims.n_layers; l++) {
         const tp_layer_weights *Lw = &m->layers[l];
         const int keep = prune && m->plan.has_lm_head && l == m->dims.n_layers - 1 && L < T;
-        TP_CHECK(attention_block(m, Lw, &kv->layers[l], ab, buf, T, buf->pos, tp, &x, &delta, &pending, in_place,
-                                 keep ? buf->logit_rows : NULL, L));
+        tp_attn_batch layer_ab = *ab;
+        layer_ab.window = layer_window(m, l);
+        TP_CHECK(attention_block(m, Lw, &kv->layers[l], &layer_ab, buf, T, buf->pos, tp, &x, &delta, &pending,
+                                 in_place, keep ? buf->logit_rows : NULL, L));
         if (keep) {
             tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
             rows = L;
@@ -596,14 +604,14 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
         TP_CHECK(upload_step(m, buf, &padded));
         /* positions bounded by the table's capacity, so one recording serves every step */
         tp_attn_batch ab = {B, buf->seq, buf->pos, buf->slot, buf->block_table, padded.max_blocks,
-                            padded.max_blocks * kv->block_size, 1};
+                            padded.max_blocks * kv->block_size, 1, 0};
         TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, out));
         L = B;
     } else {
         if (out == OUT_SAMPLE) TP_CHECK(sample_prepare(m, buf, L, L, sample));
         TP_CHECK(upload_step(m, buf, s));
         tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos,
-                            one_per_seq(s)};
+                            one_per_seq(s), 0};
         int in_order = 1;
         for (int32_t i = 0; i < L && in_order; i++) in_order = s->logit_rows[i] == i;
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out, in_order, buf->prune_last));

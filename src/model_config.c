@@ -465,9 +465,11 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
                     parent, shown);
 }
 
-/* A window narrower than the context changes the attention mask; tpinfer has no sliding
- * attention yet, so such a config is refused rather than silently run with full attention.
- * Llama's modeling code never reads sliding_window, so there it is only type-checked. */
+/* Sliding-window attention as Hugging Face's modeling code applies it: Mistral slides every
+ * layer when sliding_window is set; Qwen2 and Qwen3 only with use_sliding_window, and then the
+ * layers from max_window_layers on, or those an explicit layer_types list marks. Llama's code
+ * never reads sliding_window, so there it is only type-checked. A window as wide as the
+ * context changes nothing and is dropped. */
 static tp_status parse_sliding_window(const char *what, const json_t *root,
                                       tp_model_config *cfg)
 {
@@ -483,7 +485,8 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
 
     /* Qwen: an explicit layer_types list overrides max_window_layers */
     int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3;
-    int any_sliding_layer = max_window_layers < cfg->n_layers;
+    memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
+    for (int64_t i = max_window_layers; i < cfg->n_layers; i++) cfg->sliding_layer[i] = 1;
     const json_t *types = json_object_get(root, "layer_types");
     if (qwen && types && !json_is_null(types)) {
         char allowed[128];
@@ -492,12 +495,13 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
                  (long long)cfg->n_layers);
         if (!json_is_array(types) || (int64_t)json_array_size(types) != cfg->n_layers)
             return bad_value(what, NULL, "layer_types", allowed, types);
-        any_sliding_layer = 0;
         for (size_t i = 0; i < json_array_size(types); i++) {
             const char *t = json_string_value(json_array_get(types, i));
             if (t && strcmp(t, "sliding_attention") == 0)
-                any_sliding_layer = 1;
-            else if (!t || strcmp(t, "full_attention") != 0) {
+                cfg->sliding_layer[i] = 1;
+            else if (t && strcmp(t, "full_attention") == 0)
+                cfg->sliding_layer[i] = 0;
+            else {
                 char key[48];
                 snprintf(key, sizeof key, "layer_types[%zu]", i);
                 return bad_value(what, NULL, key, "\"full_attention\" or \"sliding_attention\"",
@@ -510,21 +514,26 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     switch (cfg->arch) {
     case TP_ARCH_MISTRAL:
         used = has_window;
+        memset(cfg->sliding_layer, 1, (size_t)cfg->n_layers);
         break;
     case TP_ARCH_QWEN2:
     case TP_ARCH_QWEN3:
-        /* HF drops the window unless use_sliding_window, then slides the layers
-         * >= max_window_layers (or those layer_types marks) */
-        used = has_window && use && any_sliding_layer;
+        used = has_window && use; /* HF drops the window unless use_sliding_window */
         break;
     default:
         break;
     }
-    if (used && window < cfg->max_position_embeddings)
-        return tp_error(TP_ERR_UNSUPPORTED,
-                        "%s: sliding_window %lld is not supported yet (it is below "
-                        "max_position_embeddings %lld; only full attention is implemented)",
-                        what, (long long)window, (long long)cfg->max_position_embeddings);
+    if (used && window == 0)
+        return tp_error(TP_ERR_FORMAT, "%s: sliding_window must be a positive integer or null, "
+                        "found 0", what);
+    int any = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) any |= cfg->sliding_layer[i];
+    if (!used || !any || window >= cfg->max_position_embeddings) {
+        cfg->sliding_window = 0;
+        memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
+    } else {
+        cfg->sliding_window = window;
+    }
     return TP_OK;
 }
 

@@ -54,6 +54,10 @@ typedef struct tp_model_config {
     int o_bias;                /* o_proj bias (Llama attention_bias) */
     int mlp_bias;
     int qk_norm;               /* Qwen3 per-head q/k RMSNorm */
+    int64_t sliding_window;    /* > 0: a token of a layer sliding_layer marks attends to its last
+                                * sliding_window positions only (itself and the window - 1 before
+                                * it); 0: every layer attends to the whole context */
+    uint8_t sliding_layer[TP_MAX_LAYERS]; /* 1: layer i (of the whole model) slides */
     tp_dtype torch_dtype;      /* F32 when absent */
     int64_t bos_token_id;      /* -1 when absent */
     int64_t eos_token_ids[TP_MAX_EOS_IDS];

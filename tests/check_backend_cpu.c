@@ -428,11 +428,12 @@ END_TEST
 
 /* One step of a paged-attention scenario: sequence s has hist[s] positions stored by an
  * earlier kv_store, and chunk[s] new tokens in this step (interleaved across sequences);
- * physical blocks are a random permutation. */
+ * physical blocks are a random permutation. window: the sliding window (0: none). */
 typedef struct attn_case {
     tp_dtype cache_dt;
     int kvh, ratio, hd, bs, n_seqs;
     int hist[4], chunk[4];
+    int window;
 } attn_case;
 
 typedef struct attn_state {
@@ -507,7 +508,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
                 }
             }
         tp_attn_batch hb = {nh, dev_copy(seq, (size_t)nh * 4), dev_copy(pos, (size_t)nh * 4),
-                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20, 0};
+                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20, 0, 0};
         ck_assert_int_eq(be->ops->kv_store(be, &hk.t, &hv.t, &st->cache, &hb), TP_OK);
     }
 
@@ -539,7 +540,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
             vref[st->seq[i]][st->pos[i] * width + e] = round_to(c->cache_dt, (float)row[width + e]);
         }
     st->batch = (tp_attn_batch){n, dev_copy(st->seq, (size_t)n * 4), dev_copy(st->pos, (size_t)n * 4),
-                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos, 0};
+                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos, 0, c->window};
     st->out = mat_new(TP_DTYPE_F32, n, qh * hd, 3, -1, 1);
     st->scale = 1.0f / sqrtf((float)hd);
     tp_error_clear();
@@ -572,24 +573,26 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
     for (int i = 0; i < n; i++)
         for (int h = 0; h < qh; h++) {
             const int sq = st->seq[i], kh = h / c->ratio, np = st->pos[i] + 1;
+            /* with a window, keys p with pos - p < window (Hugging Face's sliding mask) */
+            const int lo = c->window > 0 && np > c->window ? np - c->window : 0;
             const double *qv = st->qkv.ref + (size_t)i * qkv_cols + h * hd;
             double mx = -INFINITY, sum = 0.0;
-            for (int p = 0; p < np; p++) {
+            for (int p = lo; p < np; p++) {
                 double d = 0.0;
                 for (int e = 0; e < hd; e++) d += qv[e] * kref[sq][p * width + kh * hd + e];
                 w[p] = d * st->scale;
                 if (w[p] > mx) mx = w[p];
             }
-            for (int p = 0; p < np; p++) sum += w[p] = exp(w[p] - mx);
+            for (int p = lo; p < np; p++) sum += w[p] = exp(w[p] - mx);
             for (int e = 0; e < hd; e++) {
                 double o = 0.0;
-                for (int p = 0; p < np; p++) o += w[p] * vref[sq][p * width + kh * hd + e];
+                for (int p = lo; p < np; p++) o += w[p] * vref[sq][p * width + kh * hd + e];
                 ref[(size_t)i * qh * hd + h * hd + e] = o / sum;
             }
         }
     char what[128];
-    snprintf(what, sizeof what, "attention %s kvh=%d ratio=%d hd=%d bs=%d", tp_dtype_name(c->cache_dt),
-             kvh, c->ratio, hd, bs);
+    snprintf(what, sizeof what, "attention %s kvh=%d ratio=%d hd=%d bs=%d window=%d", tp_dtype_name(c->cache_dt),
+             kvh, c->ratio, hd, bs, c->window);
     assert_close(what, got, ref, (size_t)(n * qh * hd), 2e-6, 2e-5);
     ck_assert_msg(nmse(got, ref, (size_t)(n * qh * hd)) <= NMSE_F32, "%s: nmse %g", what,
                   nmse(got, ref, (size_t)(n * qh * hd)));
@@ -599,17 +602,22 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
 
 static const attn_case attn_cases[] = {
     /* one sequence, a prefill chunk from scratch: later tokens see earlier ones */
-    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}},
+    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 0},
     /* three sequences: a chunk after history, a decode step, a first token; GQA 2 */
-    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}},
+    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0},
     /* GQA 4, block size 1, bf16 cache */
-    {TP_DTYPE_BF16, 2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}},
+    {TP_DTYPE_BF16, 2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 0},
     /* f16 cache, positions over many blocks */
-    {TP_DTYPE_F16, 1, 4, 64, 8, 2, {70, 40}, {2, 30}},
+    {TP_DTYPE_F16, 1, 4, 64, 8, 2, {70, 40}, {2, 30}, 0},
     /* head dim 130, block size 16, GQA 1 across four sequences */
-    {TP_DTYPE_F32, 3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}},
+    {TP_DTYPE_F32, 3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 0},
     /* decode only */
-    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}},
+    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 0},
+    /* sliding windows: a chunk after history, decode steps past and within the window, a
+     * first token; a window of 1 (a token sees itself only) */
+    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 8},
+    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 48},
+    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 1},
 };
 
 START_TEST(attention_cases)
@@ -630,7 +638,7 @@ START_TEST(kv_store_padding_slot)
     ck_assert_int_eq(be->ops->memset0(be, cache.v, 256), TP_OK);
     mat k = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2), v = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2);
     int32_t slot[2] = {-1, 5};
-    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0, 0};
+    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0, 0, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     float kc[64];
     ck_assert_int_eq(be->ops->download(be, kc, cache.k, sizeof kc), TP_OK);
@@ -1001,8 +1009,8 @@ END_TEST
 START_TEST(attention_batch_invariant)
 {
     static const attn_case cases[] = {
-        {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 5, 1}},
-        {TP_DTYPE_BF16, 1, 4, 17, 4, 3, {3, 40, 7}, {4, 1, 9}},
+        {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 5, 1}, 0},
+        {TP_DTYPE_BF16, 1, 4, 17, 4, 3, {3, 40, 7}, {4, 1, 9}, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         attn_state st;
@@ -1138,7 +1146,7 @@ START_TEST(cache_errors)
     mat k15 = mat_new(TP_DTYPE_F32, 2, width - 1, 0, -1, 1);
     mat k3 = mat_new(TP_DTYPE_F32, 3, width, 0, -1, 1);
     int32_t seq[2] = {0, 0}, pos[2] = {0, 5}, slot[2] = {0, 5}, table[2] = {2, 1};
-    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8, 0};
+    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8, 0, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     EXPECT_INVALID(be->ops->kv_store(be, &k15.t, &v.t, &cache, &b),
                    "kv_store: k is [2, 15], expected [2, 16]");
@@ -1500,7 +1508,7 @@ START_TEST(fused_ops)
     int32_t pos[3] = {0, 5, 9}, slot[3] = {3, -1, 6};
     const float *dinv = dev_copy(inv, sizeof inv);
     const int32_t *dpos = dev_copy(pos, sizeof pos), *dslot = dev_copy(slot, sizeof slot);
-    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0, 0};
+    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0, 0, 0};
     mat qn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f), kn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f);
     mat qkv[2];
     tp_kv_layer cache[2];

@@ -1007,8 +1007,9 @@ static const attn_case attn_cases[] = {
 };
 
 /* qodt: the dtype of q and out (the activation dtype in the engine). both_paths: the GPU
- * runs twice against the one CPU result, the prefill kernel forced on, then off. */
-static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s, int both_paths)
+ * runs twice against the one CPU result, the prefill kernel forced on, then off. window: the
+ * attention's sliding window (0: none). */
+static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s, int both_paths, int window)
 {
     seed(s);
     const tp_dtype A = gb->act_dtype;
@@ -1054,7 +1055,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
         ints_both(seq, nh, &sc, &sg);
         ints_both(pos, nh, &pc, &pg);
         ints_both(slot, nh, &lc, &lg);
-        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20, 0}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20, 0};
+        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20, 0, 0}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20, 0, 0};
         RUN_BOTH(cpu->ops->kv_store(cpu, &hk.c, &hv.c, &kc, &bc), gb->ops->kv_store(gb, &hk.g, &hv.g, &kg, &bg));
     }
 
@@ -1086,12 +1087,13 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     ints_both(seq, n, &sc, &sg);
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 0}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 0};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 0, 0}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 0, 0};
     /* a token per sequence, token i of sequence i (a decode step's layout): the CUDA decode
      * kernel asks for the keys before pos ahead of its wait for the previous kernel */
     int one = n == c->n_seqs;
     for (int i = 0; i < n; i++) one = one && seq[i] == i;
     bc.one_per_seq = bg.one_per_seq = one;
+    bc.window = bg.window = window;
     pt qkv = pt_rand(A, ACT, n, (qh + 2 * kvh) * hd, 5, -1, 1);
     tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qh * hd), qg = tp_tensor_cols(&qkv.g, 0, qh * hd);
     tp_tensor k_c = tp_tensor_cols(&qkv.c, qh * hd, width), k_g = tp_tensor_cols(&qkv.g, qh * hd, width);
@@ -1100,9 +1102,11 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
 #undef SLOT
 
     char shape[160];
-    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s%s", dn(cdt),
+    char wnd[24] = "";
+    if (window) snprintf(wnd, sizeof wnd, " window %d", window);
+    snprintf(shape, sizeof shape, "cache %s kvh %d gqa %d hd %d bs %d seqs %d tokens %d max_pos %d%s%s%s%s%s", dn(cdt),
              kvh, c->ratio, hd, bs, c->n_seqs, n, max_pos, qodt != A ? " q/out " : "", qodt != A ? dn(qodt) : "",
-             c->contiguous ? " contig" : "", one ? " decode" : "");
+             c->contiguous ? " contig" : "", one ? " decode" : "", wnd);
 
     /* q in its own dtype: qkv's q values, rounded to it on both sides */
     if (qodt != A) {
@@ -1158,8 +1162,8 @@ START_TEST(attention_cases)
 {
     FOR_EACH_GPU {
         for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i, 0);
-            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i, 0);
+            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i, 0, 0);
+            if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i, 0, 0);
         }
     }
 }
@@ -1210,10 +1214,10 @@ START_TEST(attention_long)
         const tp_dtype A = gb->act_dtype, other = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : TP_DTYPE_F32;
         for (size_t i = 0; i < sizeof attn_long_cases / sizeof attn_long_cases[0]; i++) {
             for (int d = 0; d < 3; d++) {
-                attention_case(&attn_long_cases[i], float_dtypes[d], A, 300 + 10 * i + d, 0);
+                attention_case(&attn_long_cases[i], float_dtypes[d], A, 300 + 10 * i + d, 0, 0);
                 teardown(); /* the caches are large: free each case's allocations */
             }
-            attention_case(&attn_long_cases[i], A, other, 400 + i, 0); /* q and out unlike the activations */
+            attention_case(&attn_long_cases[i], A, other, 400 + i, 0, 0); /* q and out unlike the activations */
             teardown();
         }
     }
@@ -1250,12 +1254,60 @@ START_TEST(attention_prefill)
     FOR_EACH_GPU {
         const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A;
         for (size_t i = 0; i < sizeof attn_prefill_cases / sizeof attn_prefill_cases[0]; i++) {
-            attention_case(&attn_prefill_cases[i], C, C, 500 + i, 1);
+            attention_case(&attn_prefill_cases[i], C, C, 500 + i, 1, 0);
             teardown();
         }
         /* the small cases of attention_cases with it forced on (short runs and fallbacks) */
         for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-            attention_case(&attn_cases[i], C, C, 600 + i, 1);
+            attention_case(&attn_cases[i], C, C, 600 + i, 1, 0);
+            teardown();
+        }
+    }
+}
+END_TEST
+
+/* Sliding windows (Mistral's, Qwen's): the decode kernels' splits over a window that starts
+ * past 0 (not on a tile: keys below it masked), windows wider than every context, graph-mode
+ * max_pos; the simple kernel (head dim 96) and the f32 flash kernel; the prefill kernel, forced
+ * on and off, with a window shorter than the prompt, a chunk whose window starts inside the
+ * cached prefix, prompts and decode tokens in one step, and a window of 1 (a token sees only
+ * itself). */
+static const struct {
+    attn_case c;
+    int window;
+} attn_window_cases[] = {
+    {{8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 0, 0}, 100},
+    {{8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 131072, 0}, 1000},
+    {{8, 4, 128, 16, 8, {3000, 0, 17, 64, 127, 128, 1000, 2047}, {1, 1, 1, 1, 1, 1, 1, 1}, 0, 0, 0}, 64},
+    {{2, 4, 128, 16, 2, {3000, 40}, {1, 1}, 0, 0, 0}, 4096},
+    {{1, 8, 64, 32, 4, {2500, 5, 700, 63}, {1, 1, 1, 1}, 0, 0, 0}, 333},
+    {{2, 4, 128, 24, 3, {700, 40, 0}, {1, 1, 1}, 0, 0, 0}, 50},
+    {{2, 4, 96, 16, 2, {1000, 10}, {1, 1}, 0, 0, 0}, 200},
+    {{2, 4, 16, 8, 3, {500, 0, 33}, {1, 4, 1}, 1, 0, 0}, 7},
+};
+static const struct {
+    attn_case c;
+    int window;
+} attn_window_prefill_cases[] = {
+    {{8, 4, 128, 16, 1, {0}, {1000}, 0, 0, 1}, 256},
+    {{8, 4, 64, 32, 1, {300}, {200}, 0, 0, 1}, 100},
+    {{8, 4, 128, 16, 5, {0, 0, 0, 40, 500}, {70, 130, 64, 1, 1}, 0, 0, 1}, 50},
+    {{2, 4, 128, 16, 2, {0, 40}, {100, 1}, 0, 0, 1}, 1},
+    {{32, 1, 128, 16, 1, {0}, {257}, 0, 0, 1}, 65},
+};
+
+START_TEST(attention_window)
+{
+    FOR_EACH_GPU {
+        const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A;
+        for (size_t i = 0; i < sizeof attn_window_cases / sizeof attn_window_cases[0]; i++)
+            for (int d = 0; d < 3; d++) {
+                attention_case(&attn_window_cases[i].c, float_dtypes[d], A, 800 + 10 * i + d, 0,
+                               attn_window_cases[i].window);
+                teardown();
+            }
+        for (size_t i = 0; i < sizeof attn_window_prefill_cases / sizeof attn_window_prefill_cases[0]; i++) {
+            attention_case(&attn_window_prefill_cases[i].c, C, C, 900 + i, 1, attn_window_prefill_cases[i].window);
             teardown();
         }
     }
@@ -1347,7 +1399,7 @@ static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &sc, &sg);
     /* only pos and slot are the op's: seq and block_table stay NULL */
-    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000, 0}, bg = {n, NULL, pg, sg, NULL, 1, 100000, 0};
+    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000, 0, 0}, bg = {n, NULL, pg, sg, NULL, 1, 100000, 0, 0};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const size_t ce = tp_dtype_size(cdt), cache_n = (size_t)n_slots * (size_t)kw, cache_bytes = cache_n * ce;
@@ -1457,6 +1509,7 @@ typedef struct rope_attn_case {
     int kvh, ratio, hd, n;
     int hist[8]; /* token i is sequence i's new one, at position hist[i] (n > 8: random) */
     int pad_last, graph, bad_slot, bad_pos;
+    int window; /* the attention's sliding window, 0: none */
 } rope_attn_case;
 
 static void force_decode_warps(int w);
@@ -1503,7 +1556,8 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
     ints_both(hist, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
     const int max_pos = c->bad_pos ? hist[0] : max_blocks * bs; /* a bound, as a graph's */
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1, c->window};
+    tp_attn_batch bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1, c->window};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const tp_dtype cdt = A;
@@ -1548,9 +1602,9 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
 #ifdef HAVE_CUDA
     fused = tp_cuda_attention_rope_fits(qg, kg, vg, cg, bg, qh);
 #endif
-    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s warps %d%s", kvh, c->ratio, hd, n,
+    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s warps %d%s window %d", kvh, c->ratio, hd, n,
              c->pad_last ? " padded" : "", c->graph ? " graph" : "", c->bad_slot ? " bad slot" : "",
-             c->bad_pos ? " bad pos" : "", warps, fused ? " fused" : " two ops");
+             c->bad_pos ? " bad pos" : "", warps, fused ? " fused" : " two ops", c->window);
     ck_assert_msg(fused == (A != TP_DTYPE_F32), "qk_rope_attention [%s]: the fused kernel %s the batch", shape,
                   fused ? "takes" : "does not take");
 
@@ -1614,15 +1668,18 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
 START_TEST(qk_rope_attention_cases)
 {
     static const rope_attn_case cases[] = {
-        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot, bad_pos */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0}, /* Llama 3's heads; a first position; padding */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0, 0},         /* head_dim 64; a position starting a tile */
-        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0, 0},   /* 16 q heads a KV head */
-        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0},         /* few long items: splits */
-        {4, 8, 64, 130, {0}, 0, 0, 0, 0},                /* many items: no splits */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0}, /* recorded as a graph */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1, 0},         /* a slot past the cache */
-        {2, 2, 64, 3, {64, 31, 16}, 0, 0, 0, 1},         /* token 0 at max_pos */
+        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot, bad_pos, window */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 0}, /* Llama 3's heads; a first position; padding */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0, 0, 0},         /* head_dim 64; a position starting a tile */
+        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0, 0, 0},   /* 16 q heads a KV head */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 0},         /* few long items: splits */
+        {4, 8, 64, 130, {0}, 0, 0, 0, 0, 0},                /* many items: no splits */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 0}, /* recorded as a graph */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1, 0, 0},         /* a slot past the cache */
+        {2, 2, 64, 3, {64, 31, 16}, 0, 0, 0, 1, 0},         /* token 0 at max_pos */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 30}, /* sliding windows: one that starts past 0 */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 129},       /* ... splits over a window not on a tile */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 8}, /* ... recorded as a graph */
     };
     static const int warps[] = {0, 1, 2, 4};
     FOR_EACH_GPU {
@@ -2304,7 +2361,7 @@ START_TEST(bad_shapes)
         pt k = pt_rand(A, ACT, 2, width, 0, -1, 1), k15 = pt_rand(A, ACT, 2, width - 1, 0, -1, 1);
         pt q = pt_rand(A, ACT, 2, 4 * hd, 0, -1, 1), q3 = pt_rand(A, ACT, 2, 3 * hd, 0, -1, 1);
         int32_t hb[2] = {0, 0}, *dseq = dev_copy(gb, hb, sizeof hb);
-        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8, 0};
+        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8, 0, 0};
         EXPECT_INVALID(gb->ops->kv_store(gb, &k15.g, &k.g, &cache, &b2), "kv_store: k is [2, 15], expected [2, 16]");
         tp_kv_layer badc = cache;
         badc.block_size = 0;
@@ -2403,7 +2460,7 @@ START_TEST(device_faults)
         int32_t seq[2] = {0, 0}, pos[2] = {0, 1}, slot[2] = {1, nb * bsz}, table[2] = {1, 0};
         int32_t *dseq = dev_copy(gb, seq, 8), *dpos = dev_copy(gb, pos, 8), *dslot = dev_copy(gb, slot, 8);
         int32_t *dtable = dev_copy(gb, table, 8);
-        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8, 0};
+        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8, 0, 0};
         EXPECT_DEVICE_FAULT(gb, gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab),
                             "kv_store: token 1 has slot 8, past the cache's 8 slots");
 
@@ -2416,7 +2473,7 @@ START_TEST(device_faults)
         const float finv[4] = {1.0f, 0.3f, 0.1f, 0.01f};
         const float *fic = dev_copy(cpu, finv, sizeof finv), *fig = dev_copy(gb, finv, sizeof finv);
         tp_kv_layer ccache = {dev_alloc(cpu, cb), dev_alloc(cpu, cb), TP_DTYPE_F32, nb, bsz, kvh, hd};
-        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8, 0};
+        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8, 0, 0};
         EXPECT_INVALID(cpu->ops->qk_rope_store(cpu, &fqc, &fkc, &fvc, &fw.c, &fw.c, 1e-6f, hd, fic, &ccache, &cab),
                        "kv_store: token 1 has slot 8");
         ck_assert_int_eq(gb->ops->qk_rope_store(gb, &fqg, &fkg, &fvg, &fw.g, &fw.g, 1e-6f, hd, fig, &cache, &ab), TP_OK);
@@ -2527,7 +2584,7 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     ints_both(slot, 2, &lc, &lg);
     ints_both(table, 2 * max_blocks, &tc, &tg);
     pt q = pt_rand(A, ACT, 2, qh * hd, 3, -2, 2), ref = pt_poison(A, 2, qh * hd, 0);
-    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1, 0};
+    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1, 0, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2567,7 +2624,7 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     }
     /* a decode layout (token i of sequence i) but for kind 1 */
     tp_attn_batch bg = {2, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1};
+                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1, 0};
     pt out = pt_poison(A, 2, qh * hd, 3);
     force_simple_attention(simple);
     force_decode_warps(warps);
@@ -2615,7 +2672,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
     ints_both(slot, N, &lc, &lg);
     ints_both(table, MAX_BLOCKS, &tc, &tg);
     pt q = pt_rand(C, ACT, N, qh * hd, 3, -2, 2), ref = pt_poison(C, N, qh * hd, 0);
-    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N, 0};
+    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N, 0, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2642,7 +2699,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
         break;
     }
     tp_attn_batch bg = {N, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0};
+                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0, 0};
     pt out = pt_poison(C, N, qh * hd, 3);
     force_prefill_attention(prefill);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);
@@ -2767,7 +2824,8 @@ static Suite *make_suite(void)
         {"memory", {create_fields, memory}},
         {"matmul", {matmul_shapes, matmul_empty, matmul_add_cases, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
-        {"attention", {attention_cases, qk_rope_store_cases, qk_rope_attention_cases, attention_long, attention_prefill}},
+        {"attention", {attention_cases, qk_rope_store_cases, qk_rope_attention_cases, attention_long, attention_prefill,
+                       attention_window}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
         {"argmax", {argmax_cases, argmax_merge_cases}},
         {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},

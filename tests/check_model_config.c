@@ -272,6 +272,19 @@ static void check_qwen2(const tp_model_config *c)
     ck_assert_int_eq(c->arch, TP_ARCH_QWEN2);
     ck_assert(c->attention_bias && !c->o_bias && !c->mlp_bias);
 }
+/* the window (0: none) and which of the 3 layers slide, as a string of 0s and 1s */
+static void check_window(const tp_model_config *c, int64_t window, const char *layers)
+{
+    ck_assert_int_eq(c->sliding_window, window);
+    for (int i = 0; i < 3; i++) ck_assert_msg(c->sliding_layer[i] == layers[i] - '0', "layer %d", i);
+    for (int i = 3; i < TP_MAX_LAYERS; i++) ck_assert_int_eq(c->sliding_layer[i], 0);
+}
+static void check_no_window(const tp_model_config *c) { check_window(c, 0, "000"); }
+static void check_window_all(const tp_model_config *c) { check_window(c, 4096, "111"); }
+static void check_window_12(const tp_model_config *c) { check_window(c, 4096, "011"); }
+static void check_window_2(const tp_model_config *c) { check_window(c, 4096, "001"); }
+static void check_window_8_02(const tp_model_config *c) { check_window(c, 8, "101"); }
+static void check_window_512_12(const tp_model_config *c) { check_window(c, 512, "011"); }
 static void check_llama_biases(const tp_model_config *c)
 {
     ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
@@ -484,20 +497,37 @@ static const cfg_case cfg_cases[] = {
      "rope_parameters type 'yarn' is not supported (supported: linear, llama3)", NULL},
     {llama_base, NULL, "{\"rope_parameters\":[1]}", NULL, TP_ERR_FORMAT,
      "rope_parameters must be an object or null, found an array", NULL},
-    /* sliding windows */
-    {qwen2_base, NULL, NULL, NULL, TP_OK, NULL, check_qwen2},
-    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":0}", NULL,
-     TP_ERR_UNSUPPORTED, "sliding_window 4096 is not supported yet", NULL},
+    /* sliding windows: Mistral's on every layer; Qwen's only with use_sliding_window, from
+     * max_window_layers on or where layer_types says; none as wide as the context */
+    {qwen2_base, NULL, NULL, NULL, TP_OK, NULL, check_no_window},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":0}", NULL, TP_OK, NULL,
+     check_window_all},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":1}", NULL, TP_OK, NULL,
+     check_window_12},
     {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":3}", NULL, TP_OK, NULL,
-     NULL},
-    {qwen2_base, "max_window_layers", "{\"use_sliding_window\":true}", NULL, TP_OK, NULL, NULL},
+     check_no_window},
+    {qwen2_base, "max_window_layers", "{\"use_sliding_window\":true}", NULL, TP_OK, NULL, check_no_window},
     {qwen2_base, NULL,
      "{\"use_sliding_window\":true,\"max_window_layers\":0,\"max_position_embeddings\":4096}",
-     NULL, TP_OK, NULL, NULL},
+     NULL, TP_OK, NULL, check_no_window},
+    {qwen2_base, NULL,
+     "{\"use_sliding_window\":true,\"max_window_layers\":0,\"sliding_window\":null}",
+     NULL, TP_OK, NULL, check_no_window},
     {qwen2_base, NULL,
      "{\"use_sliding_window\":true,\"layer_types\":[\"full_attention\",\"full_attention\","
-     "\"sliding_attention\"]}", NULL, TP_ERR_UNSUPPORTED,
-     "sliding_window 4096 is not supported yet", NULL},
+     "\"sliding_attention\"]}", NULL, TP_OK, NULL, check_window_2},
+    {qwen2_base, NULL,
+     "{\"use_sliding_window\":true,\"sliding_window\":8,\"max_window_layers\":1,\"layer_types\":"
+     "[\"sliding_attention\",\"full_attention\",\"sliding_attention\"]}", NULL, TP_OK, NULL,
+     check_window_8_02},
+    {qwen2_base, NULL,
+     "{\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\"]}",
+     NULL, TP_OK, NULL, check_no_window},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":0,\"sliding_window\":0}", NULL,
+     TP_ERR_FORMAT, "sliding_window must be a positive integer or null, found 0", NULL},
+    {qwen3_base, NULL, "{\"use_sliding_window\":true,\"sliding_window\":512,\"max_window_layers\":1}",
+     NULL, TP_OK, NULL, check_window_512_12},
+    {llama_base, NULL, "{\"sliding_window\":4096}", NULL, TP_OK, NULL, check_no_window},
     {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\"]}", NULL, TP_ERR_FORMAT,
      "layer_types must be a list of 3", NULL},
     {qwen2_base, NULL, "{\"layer_types\":[\"full_attention\",\"local\",\"full_attention\"]}", NULL, TP_ERR_FORMAT,
@@ -511,9 +541,11 @@ static const cfg_case cfg_cases[] = {
     {qwen2_base, NULL, "{\"sliding_window\":\"4096\"}", NULL, TP_ERR_FORMAT,
      "sliding_window must be an integer", NULL},
     {qwen2_base, NULL, "{\"attention_bias\":false}", NULL, TP_OK, NULL, check_qwen2},
-    {mistral_base, NULL, "{\"sliding_window\":4096}", NULL, TP_ERR_UNSUPPORTED,
-     "sliding_window 4096 is not supported yet", NULL},
-    {mistral_base, NULL, "{\"sliding_window\":32768}", NULL, TP_OK, NULL, NULL},
+    {mistral_base, NULL, "{\"sliding_window\":4096}", NULL, TP_OK, NULL, check_window_all},
+    {mistral_base, NULL, "{\"sliding_window\":32768}", NULL, TP_OK, NULL, check_no_window},
+    {mistral_base, NULL, "{\"sliding_window\":null}", NULL, TP_OK, NULL, check_no_window},
+    {mistral_base, NULL, "{\"sliding_window\":0}", NULL, TP_ERR_FORMAT,
+     "sliding_window must be a positive integer or null, found 0", NULL},
     {mistral_base, NULL, NULL, NULL, TP_OK, NULL, check_defaults},
     /* biases */
     {llama_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,

@@ -77,10 +77,17 @@ else
     record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
 fi
 
-# ---- 2. models against Hugging Face (GPU_MODELS=0 skips)
-for dir in "$MODELS"/*/; do
+# ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the sliding-window references
+# (tests/data/sliding: shared models with a window in config.json, tests/sliding_model.py)
+for dir in "$MODELS"/*/ "$root"/tests/data/sliding/*.safetensors; do
     [ "${GPU_MODELS:-1}" = 1 ] || break
     ref=$dir/reference/logits.safetensors
+    if [ "${dir%.safetensors}" != "$dir" ]; then
+        ref=$dir
+        dir=$W/$(basename "$ref" .safetensors)
+        rm -rf "$dir"
+        python3 "$root/tests/sliding_model.py" "$ref" "$MODELS" "$dir" >/dev/null || continue
+    fi
     [ -f "$ref" ] || continue
     name=$(basename "$dir")
     if ! launch "$B/tpinfer" --model "$dir" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
@@ -115,15 +122,25 @@ done
 # 128, the wider hidden size), ids equal up to the first step whose CPU margin is under twice
 # the bound: where every logit is within the bound, only a top two closer than that can swap
 # (a margin of 0.05 failed on ids that parted at margins the bf16 error reaches).
-# GPU_TC=0 skips (and the sanitizer runs on the head_dim 128 model below).
+# GPU_TC=0 skips (and the sanitizer runs on the head_dim 128 model below). "128 window 40": the
+# head_dim 128 model as a Mistral with a sliding window of 40 keys (every layer; the prompts
+# are longer, so prefill tiles, decode splits and chunks start inside the window).
 tc_model=
-for hd in 64 128; do
+for hd in 64 128 "128 window 40"; do
     [ "${GPU_TC:-1}" = 1 ] || break
-    m=$W/tc-hd$hd
+    window=${hd#* window }; [ "$window" = "$hd" ] && window=
+    hd=${hd%% *}
+    m=$W/tc-hd$hd${window:+-w$window}
     rm -rf "$m" "$m-cpu" "$m-cpu.jsonl"* "$m-ref.safetensors"
     if ! python3 "$root/tests/gen_tiny_model.py" "$m" --dtype bfloat16 --hidden $((4 * hd)) --heads 4 --kv-heads 2 \
         --layers 2 --intermediate 1024 --prompts "$m.jsonl" >"$m-gen.log" 2>&1; then
         record "tensor-core attention, head_dim $hd $G" FAIL "gen_tiny_model.py: $(tail -1 "$m-gen.log")"; continue
+    fi
+    if [ -n "$window" ]; then
+        python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p))
+c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=int(sys.argv[2]))
+json.dump(c, open(p, "w"))' "$m/config.json" "$window"
+        hd="$hd, window $window"
     fi
     if ! launch "$B/tpinfer" --model "$m" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
         record "tensor-core attention, head_dim $hd $G" SKIP "4 heads, 2 KV heads, 2 layers do not split"; continue
@@ -134,7 +151,7 @@ for hd in 64 128; do
         { record "tensor-core attention, head_dim $hd $G" FAIL "the CPU reference run failed"; continue; }
     [ "$hd" = 128 ] && tc_model=$m
     for how in whole:"" chunks:"--max-num-batched-tokens 64"; do
-        d=$W/tc-hd$hd-${how%%:*}
+        d=$m-${how%%:*}
         rm -rf "$d" "$d.jsonl"*
         # shellcheck disable=SC2086 # the chunk flags split on purpose
         if ! launch "$B/tpinfer" --model "$m" --backend cuda --dtype bfloat16 --tp "$TP" --pp "$PP" \

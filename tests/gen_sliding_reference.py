@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Hugging Face references for sliding-window attention (tests/sliding_window.sh).
+
+usage: gen_sliding_reference.py SHARED_MODELS OUTDIR
+
+No model in ../shared/models slides its attention, so this takes two of them with a window
+switched on in config.json (the weights and tokenizer as they are) and writes, per variant,
+OUTDIR/<variant>.safetensors in reference/logits.safetensors's layout (tests/compare_logits
+reads both): input_ids_0, logits_0 (the prompt's prefill logits, one forward pass without a
+cache), greedy_0 and greedy_logits_0 (greedy steps through the KV cache, no stop at EOS).
+The prompt is the first PROMPT_LEN ids of the model's reference prompt 2. Loading as the
+shared references do: float32 on the CPU, attn_implementation "eager". The metadata records
+the config overrides, the library versions and how far the logits are from the same model
+without the window (the window must matter).
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+PROMPT_LEN = 36
+GREEDY = 12
+VARIANTS = {
+    # every layer slides (MistralModel: sliding_window set)
+    "mistral-window8": ("tiny-mistral", {"sliding_window": 8}),
+    # Qwen2: with use_sliding_window, the layers from max_window_layers on (1 and 2 of 3)
+    "qwen2-window8-layers12": ("tiny-qwen2", {"use_sliding_window": True, "sliding_window": 8,
+                                              "max_window_layers": 1}),
+}
+
+
+def model_dir(src, overrides, tmp):
+    d = os.path.join(tmp, os.path.basename(src))
+    os.makedirs(d)
+    for f in os.listdir(src):
+        if f != "config.json" and os.path.isfile(os.path.join(src, f)):
+            os.symlink(os.path.join(src, f), os.path.join(d, f))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(overrides)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return d
+
+
+def load(d):
+    m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    return m.eval()
+
+
+@torch.no_grad()
+def run(model, ids):
+    prefill = model(torch.tensor([ids])).logits[0]
+    out, logits = [], []
+    res = model(torch.tensor([ids]), use_cache=True)
+    past, last = res.past_key_values, res.logits[0, -1]
+    for _ in range(GREEDY):
+        t = int(torch.argmax(last))
+        out.append(t)
+        logits.append(last.clone())
+        res = model(torch.tensor([[t]]), past_key_values=past, use_cache=True)
+        past, last = res.past_key_values, res.logits[0, -1]
+    # the same ids without the cache
+    full = model(torch.tensor([ids + out[:-1]])).logits[0, len(ids) - 1:]
+    assert [int(x) for x in torch.argmax(full, -1)] == out, "greedy ids differ without the cache"
+    return prefill, out, torch.stack(logits), float((full - torch.stack(logits)).abs().max())
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    shared, outdir = sys.argv[1:3]
+    os.makedirs(outdir, exist_ok=True)
+    for name, (base, overrides) in VARIANTS.items():
+        src = os.path.join(shared, base)
+        with safe_open(os.path.join(src, "reference", "logits.safetensors"), "pt") as f:
+            ids = [int(x) for x in f.get_tensor("input_ids_2")[:PROMPT_LEN]]
+        tmp = tempfile.mkdtemp()
+        try:
+            prefill, out, glogits, cache_d = run(load(model_dir(src, overrides, tmp)), ids)
+            plain, plain_out, _, _ = run(load(src), ids)
+        finally:
+            shutil.rmtree(tmp)
+        meta = {
+            "model": base, "config_overrides": json.dumps(overrides),
+            "made_by": "tests/gen_sliding_reference.py", "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "prompt": "the first %d ids of reference prompt 2" % PROMPT_LEN,
+            "max_abs_diff_cache_vs_no_cache": "%.3g" % cache_d,
+            "max_abs_diff_from_no_window": "%.3g" % float((prefill - plain).abs().max()),
+            "greedy_differs_from_no_window": str(out != plain_out),
+        }
+        save_file({"input_ids_0": torch.tensor(ids, dtype=torch.int32), "logits_0": prefill.contiguous(),
+                   "greedy_0": torch.tensor(out, dtype=torch.int32), "greedy_logits_0": glogits.contiguous()},
+                  os.path.join(outdir, name + ".safetensors"), metadata=meta)
+        print(name, json.dumps(meta))
+
+
+if __name__ == "__main__":
+    main()

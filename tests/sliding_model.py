@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""usage: sliding_model.py REF MODELS OUT
+
+The model directory a sliding-window reference (tests/data/sliding/*.safetensors, made by
+tests/gen_sliding_reference.py) was computed on: OUT gets links to the files of its base model
+in MODELS (the reference's metadata names it) and config.json with the reference's overrides.
+Prints the base model's directory."""
+import json
+import os
+import struct
+import sys
+
+ref, models, out = sys.argv[1:4]
+with open(ref, "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+src = os.path.join(models, meta["model"])
+os.makedirs(out)
+for name in os.listdir(src):
+    if name != "config.json" and os.path.isfile(os.path.join(src, name)):
+        os.symlink(os.path.join(src, name), os.path.join(out, name))
+with open(os.path.join(src, "config.json")) as f:
+    cfg = json.load(f)
+cfg.update(json.loads(meta["config_overrides"]))
+with open(os.path.join(out, "config.json"), "w") as f:
+    json.dump(cfg, f)
+print(src)
