@@ -177,7 +177,9 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
     tp_tensor v = tp_tensor_cols(&qkv, (d->hq + d->hk) * d->hd, d->hk * d->hd);
-    const float scale = 1.0f / sqrtf((float)d->hd);
+    /* YaRN's attention factor multiplies HF's cos and sin, so q and k each: the scores by its square */
+    const double af = m->cfg.rope_scaling.type == TP_ROPE_YARN ? m->cfg.rope_scaling.attention_factor : 1.0;
+    const float scale = (float)(af * af / sqrt((double)d->hd));
     if (skip(m, TP_SKIP_ATTENTION)) {
         /* attn keeps what it held */
     } else if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */

@@ -13,10 +13,26 @@
 #include "log.h"
 #include "util.h"
 
+/* YaRN's correction range (transformers' find_correction_range): the dims whose wavelength
+ * turns beta_fast (lo) and beta_slow (hi) times over the pretraining length */
+static void yarn_range(const tp_model_config *cfg, double *lo, double *hi)
+{
+    const tp_rope_scaling *rs = &cfg->rope_scaling;
+    const double dim = (double)cfg->head_dim, base = cfg->rope_theta, len = (double)rs->original_max_position;
+    double l = dim * log(len / (rs->beta_fast * 2.0 * M_PI)) / (2.0 * log(base));
+    double h = dim * log(len / (rs->beta_slow * 2.0 * M_PI)) / (2.0 * log(base));
+    if (rs->truncate) l = floor(l), h = ceil(h);
+    *lo = l > 0 ? l : 0;
+    *hi = h < dim - 1 ? h : dim - 1;
+    if (*lo == *hi) *hi += 0.001; /* HF's guard against a zero-width ramp */
+}
+
 void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq)
 {
     const int64_t half = cfg->head_dim / 2;
     const tp_rope_scaling *rs = &cfg->rope_scaling;
+    double ylo = 0, yhi = 1;
+    if (rs->type == TP_ROPE_YARN) yarn_range(cfg, &ylo, &yhi);
     for (int64_t j = 0; j < half; j++) {
         /* HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32 */
         float expo = (float)(2 * j) / (float)cfg->head_dim;
@@ -36,6 +52,13 @@ void tp_rope_inv_freq(const tp_model_config *cfg, float *inv_freq)
                                 (rs->high_freq_factor - rs->low_freq_factor);
                 f = (float)((1.0 - smooth) * f / rs->factor + smooth * f);
             }
+        } else if (rs->type == TP_ROPE_YARN) {
+            /* transformers' _compute_yarn_parameters, in float32 as there: dims below the ramp
+             * keep their frequency (extrapolation), dims past it are divided by factor */
+            float ramp = (float)(((double)j - ylo) / (yhi - ylo));
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            const float keep = 1.0f - ramp, interp = (float)(f / rs->factor);
+            f = interp * (1.0f - keep) + f * keep;
         }
         inv_freq[j] = f;
     }

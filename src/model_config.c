@@ -169,13 +169,13 @@ static tp_status num_key(const char *what, const json_t *obj, const char *parent
 }
 
 /* true/false only: 0 and 1 are not booleans to Python's json either. */
-static tp_status bool_key(const char *what, const json_t *obj, const char *key, int *out,
-                          int *found)
+static tp_status bool_key(const char *what, const json_t *obj, const char *parent, const char *key,
+                          int *out, int *found)
 {
     const json_t *v = json_object_get(obj, key);
     if (found) *found = 0;
     if (!v || json_is_null(v)) return TP_OK;
-    if (!json_is_boolean(v)) return bad_value(what, NULL, key, "true or false", v);
+    if (!json_is_boolean(v)) return bad_value(what, parent, key, "true or false", v);
     *out = json_is_true(v);
     if (found) *found = 1;
     return TP_OK;
@@ -369,12 +369,12 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     TP_CHECK(num_key(what, root, NULL, "rms_norm_eps", 0, NUM_POSITIVE, &cfg->rms_norm_eps,
                      NULL));
     cfg->tie_word_embeddings = 0;
-    TP_CHECK(bool_key(what, root, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL));
+    TP_CHECK(bool_key(what, root, NULL, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL));
 
     /* which projections carry biases follows the HF modeling code of each architecture */
     int attention_bias = 0, mlp_bias = 0;
-    TP_CHECK(bool_key(what, root, "attention_bias", &attention_bias, NULL));
-    TP_CHECK(bool_key(what, root, "mlp_bias", &mlp_bias, NULL));
+    TP_CHECK(bool_key(what, root, NULL, "attention_bias", &attention_bias, NULL));
+    TP_CHECK(bool_key(what, root, NULL, "mlp_bias", &mlp_bias, NULL));
     switch (cfg->arch) {
     case TP_ARCH_LLAMA:
         cfg->attention_bias = cfg->o_bias = attention_bias;
@@ -390,6 +390,53 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     default: /* Mistral: no biases at all */
         break;
     }
+    return TP_OK;
+}
+
+/* HF's yarn_get_mscale */
+static double yarn_mscale(double scale, double mscale)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* YaRN as transformers' _compute_yarn_parameters reads it (Qwen2.5's and Qwen3's long-context
+ * setting): the frequencies blend in model.c's tp_rope_inv_freq, the attention factor that HF
+ * multiplies cos and sin by is computed here (the forward scales the scores by its square). */
+static tp_status parse_yarn(const char *what, const json_t *root, const json_t *rs, const char *parent,
+                            tp_model_config *cfg)
+{
+    tp_rope_scaling *s = &cfg->rope_scaling;
+    s->type = TP_ROPE_YARN;
+    /* the pretraining length: a top-level original_max_position_embeddings first (as HF's
+     * standardize_rope_params), then the scaling's, then max_position_embeddings */
+    int found = 0;
+    TP_CHECK(int_key(what, root, NULL, "original_max_position_embeddings", 0, 1, MAX_POSITIONS,
+                     &s->original_max_position, &found));
+    if (!found)
+        TP_CHECK(int_key(what, rs, parent, "original_max_position_embeddings", 0, 1, MAX_POSITIONS,
+                         &s->original_max_position, &found));
+    if (!found) s->original_max_position = cfg->max_position_embeddings;
+    const json_t *f = json_object_get(rs, "factor");
+    if (f && json_is_null(f)) /* DeepSeek's form: the ratio of the two lengths */
+        s->factor = (double)cfg->max_position_embeddings / (double)s->original_max_position;
+    else
+        TP_CHECK(num_key(what, rs, parent, "factor", 1, NUM_POSITIVE, &s->factor, NULL));
+    double mscale = 0, mscale_all_dim = 0;
+    TP_CHECK(num_key(what, rs, parent, "mscale", 0, NUM_NONNEGATIVE, &mscale, NULL));
+    TP_CHECK(num_key(what, rs, parent, "mscale_all_dim", 0, NUM_NONNEGATIVE, &mscale_all_dim, NULL));
+    TP_CHECK(num_key(what, rs, parent, "attention_factor", 0, NUM_POSITIVE, &s->attention_factor, &found));
+    if (!found)
+        s->attention_factor = mscale != 0 && mscale_all_dim != 0
+                                  ? yarn_mscale(s->factor, mscale) / yarn_mscale(s->factor, mscale_all_dim)
+                                  : yarn_mscale(s->factor, 1.0);
+    /* HF takes `or 32` / `or 1`: absent, null or 0 give the defaults */
+    s->beta_fast = s->beta_slow = 0;
+    TP_CHECK(num_key(what, rs, parent, "beta_fast", 0, NUM_NONNEGATIVE, &s->beta_fast, NULL));
+    TP_CHECK(num_key(what, rs, parent, "beta_slow", 0, NUM_NONNEGATIVE, &s->beta_slow, NULL));
+    if (s->beta_fast == 0) s->beta_fast = 32;
+    if (s->beta_slow == 0) s->beta_slow = 1;
+    s->truncate = 1;
+    TP_CHECK(bool_key(what, rs, parent, "truncate", &s->truncate, NULL));
     return TP_OK;
 }
 
@@ -424,6 +471,7 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
     memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
     cfg->rope_scaling.type = TP_ROPE_DEFAULT;
     cfg->rope_scaling.factor = 1.0;
+    cfg->rope_scaling.attention_factor = 1.0;
     if (!rs) return TP_OK;
 
     /* HF reads rope_type, then the legacy "type" */
@@ -458,10 +506,11 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
                             what, parent, s->high_freq_factor, s->low_freq_factor);
         return TP_OK;
     }
+    if (strcmp(type, "yarn") == 0) return parse_yarn(what, root, rs, parent, cfg);
     char shown[48];
     sanitize(type, strlen(type), shown, sizeof shown);
     return tp_error(TP_ERR_UNSUPPORTED,
-                    "%s: %s type '%s' is not supported (supported: linear, llama3)", what,
+                    "%s: %s type '%s' is not supported (supported: linear, llama3, yarn)", what,
                     parent, shown);
 }
 
@@ -478,7 +527,7 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     TP_CHECK(int_key(what, root, NULL, "sliding_window", 0, 0, INT64_MAX, &window,
                      &has_window));
     int use = 0;
-    TP_CHECK(bool_key(what, root, "use_sliding_window", &use, NULL));
+    TP_CHECK(bool_key(what, root, NULL, "use_sliding_window", &use, NULL));
     int64_t max_window_layers = 28; /* Qwen2Config / Qwen3Config default */
     TP_CHECK(int_key(what, root, NULL, "max_window_layers", 0, 0, INT64_MAX, &max_window_layers,
                      NULL));
@@ -672,7 +721,7 @@ tp_status tp_generation_config_parse(const char *json_text, size_t len, const ch
     if (n == 1) g.bos_token_id = bos;
     TP_CHECK_GOTO(token_ids(what, root, "eos_token_id", MAX_TOKEN_ID, TP_MAX_EOS_IDS,
                             g.eos_token_ids, &g.n_eos), st, done);
-    TP_CHECK_GOTO(bool_key(what, root, "do_sample", &g.do_sample, NULL), st, done);
+    TP_CHECK_GOTO(bool_key(what, root, NULL, "do_sample", &g.do_sample, NULL), st, done);
     TP_CHECK_GOTO(num_key(what, root, NULL, "temperature", 0, NUM_NONNEGATIVE, &g.temperature,
                           NULL), st, done);
     TP_CHECK_GOTO(num_key(what, root, NULL, "top_p", 0, NUM_UNIT, &g.top_p, NULL), st, done);

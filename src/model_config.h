@@ -26,14 +26,17 @@ typedef enum tp_arch {
     TP_ARCH_COUNT
 } tp_arch;
 
-typedef enum tp_rope_type { TP_ROPE_DEFAULT, TP_ROPE_LINEAR, TP_ROPE_LLAMA3 } tp_rope_type;
+typedef enum tp_rope_type { TP_ROPE_DEFAULT, TP_ROPE_LINEAR, TP_ROPE_LLAMA3, TP_ROPE_YARN } tp_rope_type;
 
 typedef struct tp_rope_scaling {
     tp_rope_type type;
-    double factor;                  /* linear, llama3 */
+    double factor;                  /* linear, llama3, yarn */
     double low_freq_factor;         /* llama3 */
     double high_freq_factor;        /* llama3 */
-    int64_t original_max_position;  /* llama3 */
+    int64_t original_max_position;  /* llama3, yarn */
+    double beta_fast, beta_slow;    /* yarn: the correction range's rotations */
+    int truncate;                   /* yarn: the range rounded outwards to whole dims */
+    double attention_factor;        /* yarn: HF's cos/sin multiplier (the scores get its square) */
 } tp_rope_scaling;
 
 typedef struct tp_model_config {

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model.h" /* tp_rope_inv_freq */
 #include "model_config.h"
 #include "util.h"
 
@@ -298,6 +299,27 @@ static void check_linear(const tp_model_config *c)
     ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_LINEAR);
     ck_assert_double_eq(c->rope_scaling.factor, 2.0);
 }
+static void check_yarn(const tp_model_config *c, double factor, int64_t original, double beta_fast,
+                       double beta_slow, int truncate, double attention_factor)
+{
+    const tp_rope_scaling *r = &c->rope_scaling;
+    ck_assert_int_eq(r->type, TP_ROPE_YARN);
+    ck_assert_double_eq_tol(r->factor, factor, 1e-12);
+    ck_assert_int_eq(r->original_max_position, original);
+    ck_assert_double_eq(r->beta_fast, beta_fast);
+    ck_assert_double_eq(r->beta_slow, beta_slow);
+    ck_assert_int_eq(r->truncate, truncate);
+    ck_assert_double_eq_tol(r->attention_factor, attention_factor, 1e-12);
+}
+/* HF: 0.1 * log(factor) + 1; original_max_position_embeddings from max_position_embeddings */
+static void check_yarn_defaults(const tp_model_config *c) { check_yarn(c, 4, 512, 32, 1, 1, 0.1 * log(4.0) + 1); }
+static void check_yarn_top_level_length(const tp_model_config *c) { check_yarn(c, 4, 128, 32, 1, 1, 0.1 * log(4.0) + 1); }
+static void check_yarn_factor_from_lengths(const tp_model_config *c) { check_yarn(c, 4, 128, 32, 1, 1, 0.1 * log(4.0) + 1); }
+static void check_yarn_mscale(const tp_model_config *c)
+{
+    check_yarn(c, 8, 512, 16, 2, 0, (0.1 * log(8.0) + 1) / (0.05 * log(8.0) + 1));
+}
+static void check_yarn_attention_factor(const tp_model_config *c) { check_yarn(c, 8, 512, 32, 1, 1, 1.5); }
 static void check_rope_parameters(const tp_model_config *c)
 {
     ck_assert_double_eq(c->rope_theta, 250000.0);
@@ -448,9 +470,31 @@ static const cfg_case cfg_cases[] = {
      TP_ERR_FORMAT, "invalid JSON", NULL},
     {NULL, NULL, NULL, "{\"architectures\":[\"LlamaForCausalLM\"],\"rms_norm_eps\":1e400}",
      TP_ERR_FORMAT, "invalid JSON at line 1", NULL},
-    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}", NULL,
-     TP_ERR_UNSUPPORTED, "rope_scaling type 'yarn' is not supported (supported: linear, llama3)",
-     NULL},
+    /* YaRN: HF's defaults, the pretraining length's three sources, the attention factor's three */
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}", NULL, TP_OK, NULL,
+     check_yarn_defaults},
+    {llama_base, NULL,
+     "{\"original_max_position_embeddings\":128,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,"
+     "\"original_max_position_embeddings\":256}}", NULL, TP_OK, NULL, check_yarn_top_level_length},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":null,\"original_max_position_embeddings\":128}}",
+     NULL, TP_OK, NULL, check_yarn_factor_from_lengths},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8,\"mscale\":1,\"mscale_all_dim\":0.5,"
+     "\"beta_fast\":16,\"beta_slow\":2,\"truncate\":false}}", NULL, TP_OK, NULL, check_yarn_mscale},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8,\"attention_factor\":1.5,"
+     "\"beta_fast\":0,\"beta_slow\":null}}", NULL, TP_OK, NULL, check_yarn_attention_factor},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\"}}", NULL, TP_ERR_FORMAT,
+     "missing required key rope_scaling.factor", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"truncate\":\"no\"}}", NULL,
+     TP_ERR_FORMAT, "rope_scaling.truncate must be true or false, found the string \"no\"", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"beta_fast\":-1}}", NULL,
+     TP_ERR_FORMAT, "rope_scaling.beta_fast must be a finite number >= 0, found the integer -1", NULL},
+    {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"attention_factor\":0}}",
+     NULL, TP_ERR_FORMAT, "rope_scaling.attention_factor must be a finite number > 0, found the integer 0", NULL},
+    {llama_base, NULL,
+     "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":0}}",
+     NULL, TP_ERR_FORMAT, "rope_scaling.original_max_position_embeddings must be an integer in [1, ", NULL},
     {llama_base, NULL, "{\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", NULL,
      TP_ERR_UNSUPPORTED, "rope_scaling type 'dynamic' is not supported", NULL},
     {llama_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"longrope\"}}", NULL,
@@ -492,9 +536,11 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}",
      NULL, TP_ERR_FORMAT, "rope_theta 500000 and rope_parameters.rope_theta 10000 disagree",
      NULL},
-    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}", NULL,
+    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}", NULL, TP_OK, NULL,
+     check_yarn_defaults},
+    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"longrope\",\"factor\":4}}", NULL,
      TP_ERR_UNSUPPORTED,
-     "rope_parameters type 'yarn' is not supported (supported: linear, llama3)", NULL},
+     "rope_parameters type 'longrope' is not supported (supported: linear, llama3, yarn)", NULL},
     {llama_base, NULL, "{\"rope_parameters\":[1]}", NULL, TP_ERR_FORMAT,
      "rope_parameters must be an object or null, found an array", NULL},
     /* sliding windows: Mistral's on every layer; Qwen's only with use_sliding_window, from
@@ -634,6 +680,31 @@ START_TEST(malformed_config)
         c->check(&cfg);
     }
     free(text);
+}
+END_TEST
+
+/* YaRN's frequencies against transformers 5.25's rotary_emb.inv_freq for the config of
+ * tests/data/variants/mistral-yarn8-mscale (head_dim 16, rope_theta 1e6, factor 8 over 128
+ * positions, beta_fast 16, beta_slow 2, the range not rounded): the dims below the ramp keep
+ * their frequency, those past it are divided by 8, the one inside blends */
+START_TEST(yarn_inv_freq)
+{
+    static const float hf[8] = {1.0f, 0.06668107211589813f, 0.0039528473280370235f, 0.0007029266562312841f,
+                                0.0001250000059371814f, 2.2228492525755428e-05f, 3.9528467823402025e-06f,
+                                7.029266839708725e-07f};
+    static const char cfg_text[] =
+        "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":128,\"intermediate_size\":384,"
+        "\"num_hidden_layers\":3,\"num_attention_heads\":8,\"num_key_value_heads\":4,\"head_dim\":16,"
+        "\"vocab_size\":512,\"max_position_embeddings\":1024,\"rope_theta\":1000000.0,"
+        "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8.0,\"original_max_position_embeddings\":128,"
+        "\"beta_fast\":16,\"beta_slow\":2,\"mscale\":1.0,\"mscale_all_dim\":0.5,\"truncate\":false}}";
+    tp_model_config c;
+    ck_assert_int_eq(tp_model_config_parse(cfg_text, strlen(cfg_text), "config.json", &c), TP_OK);
+    float inv[8];
+    tp_rope_inv_freq(&c, inv);
+    for (int j = 0; j < 8; j++)
+        ck_assert_msg(fabsf(inv[j] - hf[j]) <= 2e-7f * hf[j], "inv_freq[%d] %.9g, HF %.9g", j, inv[j], hf[j]);
+    ck_assert_double_eq_tol(c.rope_scaling.attention_factor, 1.094179988101349, 1e-12);
 }
 END_TEST
 
@@ -848,6 +919,7 @@ static Suite *model_config_suite(void)
     tc = tcase_create("config");
     tcase_add_loop_test(tc, malformed_config, 0, (int)TP_ARRAY_LEN(cfg_cases));
     tcase_add_test(tc, long_string_is_capped);
+    tcase_add_test(tc, yarn_inv_freq);
     tcase_add_test(tc, config_file_errors);
     suite_add_tcase(s, tc);
 

@@ -77,16 +77,17 @@ else
     record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
 fi
 
-# ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the sliding-window references
-# (tests/data/sliding: shared models with a window in config.json, tests/sliding_model.py)
-for dir in "$MODELS"/*/ "$root"/tests/data/sliding/*.safetensors; do
+# ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the config variants
+# (tests/data/variants: shared models with sliding windows or YaRN added to config.json,
+# tests/variant_model.py)
+for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors; do
     [ "${GPU_MODELS:-1}" = 1 ] || break
     ref=$dir/reference/logits.safetensors
     if [ "${dir%.safetensors}" != "$dir" ]; then
         ref=$dir
         dir=$W/$(basename "$ref" .safetensors)
         rm -rf "$dir"
-        python3 "$root/tests/sliding_model.py" "$ref" "$MODELS" "$dir" >/dev/null || continue
+        python3 "$root/tests/variant_model.py" "$ref" "$MODELS" "$dir" >/dev/null || continue
     fi
     [ -f "$ref" ] || continue
     name=$(basename "$dir")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""usage: sliding_model.py REF MODELS OUT
+"""usage: variant_model.py REF MODELS OUT
 
-The model directory a sliding-window reference (tests/data/sliding/*.safetensors, made by
-tests/gen_sliding_reference.py) was computed on: OUT gets links to the files of its base model
+The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
+tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
 in MODELS (the reference's metadata names it) and config.json with the reference's overrides.
 Prints the base model's directory."""
 import json

@@ -1,28 +1,33 @@
 #!/bin/sh
-# Sliding-window attention against Hugging Face: each reference in tests/data/sliding (made by
-# tests/gen_sliding_reference.py) is a model of ../shared/models with a window switched on in
-# config.json (the overrides are in the reference's metadata). Prefill and greedy-step logits
-# within 1e-3, greedy ids equal, at grids that put the sliding and full layers on different
-# pipeline stages, with prefill in chunks (keys of earlier chunks, some out of the window) and
-# with two prompts that share a prefix (the second reads the first's cached blocks); and the
-# model without the window must fail the same comparison.
+# config.json settings no shared model uses, against Hugging Face: each reference in
+# tests/data/variants (made by tests/gen_variant_reference.py) is a model of ../shared/models
+# with settings added to its config.json (the overrides are in the reference's metadata):
+# sliding-window attention (Mistral's on every layer, Qwen2's on some) and YaRN rope scaling.
+# Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
+# and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,
+# some out of the window) and with two prompts that share a prefix (the second reads the
+# first's cached blocks); --dry-run names the sliding layers; and the model without the
+# overrides must fail the same comparison.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 [ "${PYTHON3:-no}" != no ] || skip "python3 not found"
 cmp="$top_builddir/tests/compare_logits"
 export OMP_NUM_THREADS=1
 n=0
-for ref in "$top_srcdir"/tests/data/sliding/*.safetensors; do
+for ref in "$top_srcdir"/tests/data/variants/*.safetensors; do
     name=$(basename "$ref" .safetensors)
     # the model directory: the base model's files, config.json with the overrides
-    base=$("$PYTHON3" "$top_srcdir/tests/sliding_model.py" "$ref" "$MODELS" "$TMP/$name") || fail "$name: making its model directory"
+    base=$("$PYTHON3" "$top_srcdir/tests/variant_model.py" "$ref" "$MODELS" "$TMP/$name") || fail "$name: making its model directory"
     dir="$TMP/$name"
     "$cmp" --make-input "$ref" "$TMP/$name.jsonl" || fail "$name: reading the reference"
     # --dry-run says which layers of each stage slide (one layer a stage)
     mpi 3 "$TPINFER" --model "$dir" --pp 3 --dry-run >"$TMP/dry" 2>&1 || { cat "$TMP/dry"; fail "$name: --dry-run"; }
-    said=$(grep -o 'layers *\[[0-9], [0-9])[^(]*(1 of them a sliding window of 8)' "$TMP/dry" | grep -o '\[[0-9]' | tr -d '[' | tr -d '\n')
-    want=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1]))
-print("".join(str(i) for i in range(c["num_hidden_layers"]) if c.get("model_type") == "mistral" or i >= c["max_window_layers"]))' "$dir/config.json")
+    said=$(grep -o 'layers *\[[0-9], [0-9])[^(]*(1 of them a sliding window of [0-9]*)' "$TMP/dry" |
+           sed 's/layers *\[\([0-9]\).*window of \([0-9]*\))/\1:\2 /' | tr -d '\n')
+    want=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); w = c.get("sliding_window")
+on = w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or c.get("use_sliding_window"))
+first = 0 if c["model_type"] == "mistral" else c.get("max_window_layers", 28)
+print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and i >= first))' "$dir/config.json")
     [ "$said" = "$want" ] || { cat "$TMP/dry"; fail "$name: --dry-run names the sliding layers $said, want $want"; }
     for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5"; do
         set -- $run
@@ -52,13 +57,13 @@ PY
     [ "$(ids "$out")" = "$(ids "$TMP/$name-1-1-0.jsonl")" ] ||
         fail "$name: after a cached prefix the greedy ids are $(ids "$out"), Hugging Face's $(ids "$TMP/$name-1-1-0.jsonl")"
     echo "== $name: after a cached block of its prompt: the same ids"
-    # without the window, the same comparison fails (the window matters for these prompts)
+    # without the overrides, the same comparison fails (they matter for these prompts)
     out="$TMP/$name-full"
     "$TPINFER" --model "$base" --backend cpu --input "$TMP/$name.jsonl" --output "$out.jsonl" \
-        --dump-logits "$out" 2>"$TMP/err" || { cat "$TMP/err"; fail "$name: the model without its window"; }
-    ! "$cmp" "$ref" "$out" >/dev/null || fail "$name: the model without the window matches too"
-    echo "== $name: the model without its window differs, as it should"
+        --dump-logits "$out" 2>"$TMP/err" || { cat "$TMP/err"; fail "$name: the model without its overrides"; }
+    ! "$cmp" "$ref" "$out" >/dev/null || fail "$name: the model without the overrides matches too"
+    echo "== $name: the model without its overrides differs, as it should"
 done
-[ $n -gt 0 ] || fail "no reference in $top_srcdir/tests/data/sliding"
-echo "$n runs match Hugging Face's sliding-window logits"
+[ $n -gt 0 ] || fail "no reference in $top_srcdir/tests/data/variants"
+echo "$n runs match Hugging Face's logits"
 exit 0

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Hugging Face references for sliding-window attention (tests/sliding_window.sh).
+"""Hugging Face references for config.json settings no model in ../shared/models uses
+(tests/config_variants.sh): sliding-window attention and YaRN rope scaling.
 
-usage: gen_sliding_reference.py SHARED_MODELS OUTDIR
+usage: gen_variant_reference.py SHARED_MODELS OUTDIR
 
-No model in ../shared/models slides its attention, so this takes two of them with a window
-switched on in config.json (the weights and tokenizer as they are) and writes, per variant,
+Each variant is a shared model with settings added to its config.json (the weights and
+tokenizer as they are, tests/variant_model.py builds the directory); this writes, per variant,
 OUTDIR/<variant>.safetensors in reference/logits.safetensors's layout (tests/compare_logits
 reads both): input_ids_0, logits_0 (the prompt's prefill logits, one forward pass without a
 cache), greedy_0 and greedy_logits_0 (greedy steps through the KV cache, no stop at EOS).
 The prompt is the first PROMPT_LEN ids of the model's reference prompt 2. Loading as the
 shared references do: float32 on the CPU, attn_implementation "eager". The metadata records
 the config overrides, the library versions and how far the logits are from the same model
-without the window (the window must matter).
+without them (they must matter).
 """
 import json
 import os
@@ -32,6 +33,14 @@ VARIANTS = {
     # Qwen2: with use_sliding_window, the layers from max_window_layers on (1 and 2 of 3)
     "qwen2-window8-layers12": ("tiny-qwen2", {"use_sliding_window": True, "sliding_window": 8,
                                               "max_window_layers": 1}),
+    # YaRN as Qwen2.5's model cards set it (factor 4 over the pretraining length), here 256
+    "qwen2-yarn4": ("tiny-qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                    "original_max_position_embeddings": 256}}),
+    # every optional YaRN key: the attention factor from mscale / mscale_all_dim, other
+    # correction rotations, the range not rounded (head_dim 16)
+    "mistral-yarn8-mscale": ("tiny-mistral", {"rope_scaling": {
+        "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16,
+        "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False}}),
 }
 
 
@@ -88,12 +97,12 @@ def main():
             shutil.rmtree(tmp)
         meta = {
             "model": base, "config_overrides": json.dumps(overrides),
-            "made_by": "tests/gen_sliding_reference.py", "torch": torch.__version__,
+            "made_by": "tests/gen_variant_reference.py", "torch": torch.__version__,
             "transformers": transformers.__version__,
             "prompt": "the first %d ids of reference prompt 2" % PROMPT_LEN,
             "max_abs_diff_cache_vs_no_cache": "%.3g" % cache_d,
-            "max_abs_diff_from_no_window": "%.3g" % float((prefill - plain).abs().max()),
-            "greedy_differs_from_no_window": str(out != plain_out),
+            "max_abs_diff_without_overrides": "%.3g" % float((prefill - plain).abs().max()),
+            "greedy_differs_without_overrides": str(out != plain_out),
         }
         save_file({"input_ids_0": torch.tensor(ids, dtype=torch.int32), "logits_0": prefill.contiguous(),
                    "greedy_0": torch.tensor(out, dtype=torch.int32), "greedy_logits_0": glogits.contiguous()},
