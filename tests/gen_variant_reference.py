@@ -25,6 +25,9 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from variant_model import make_dir  # noqa: E402
+
 PROMPT_LEN = 36
 GREEDY = 12
 VARIANTS = {
@@ -42,20 +45,6 @@ VARIANTS = {
         "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16,
         "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False}}),
 }
-
-
-def model_dir(src, overrides, tmp):
-    d = os.path.join(tmp, os.path.basename(src))
-    os.makedirs(d)
-    for f in os.listdir(src):
-        if f != "config.json" and os.path.isfile(os.path.join(src, f)):
-            os.symlink(os.path.join(src, f), os.path.join(d, f))
-    with open(os.path.join(src, "config.json")) as f:
-        cfg = json.load(f)
-    cfg.update(overrides)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    return d
 
 
 def load(d):
@@ -91,7 +80,9 @@ def main():
             ids = [int(x) for x in f.get_tensor("input_ids_2")[:PROMPT_LEN]]
         tmp = tempfile.mkdtemp()
         try:
-            prefill, out, glogits, cache_d = run(load(model_dir(src, overrides, tmp)), ids)
+            d = os.path.join(tmp, base)
+            make_dir(src, overrides, d)
+            prefill, out, glogits, cache_d = run(load(d), ids)
             plain, plain_out, _, _ = run(load(src), ids)
         finally:
             shutil.rmtree(tmp)

@@ -4,23 +4,35 @@
 The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
 tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
 in MODELS (the reference's metadata names it) and config.json with the reference's overrides.
-Prints the base model's directory."""
+Prints the base model's directory. gen_variant_reference.py makes its directories with
+make_dir."""
 import json
 import os
 import struct
 import sys
 
-ref, models, out = sys.argv[1:4]
-with open(ref, "rb") as f:
-    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
-src = os.path.join(models, meta["model"])
-os.makedirs(out)
-for name in os.listdir(src):
-    if name != "config.json" and os.path.isfile(os.path.join(src, name)):
-        os.symlink(os.path.join(src, name), os.path.join(out, name))
-with open(os.path.join(src, "config.json")) as f:
-    cfg = json.load(f)
-cfg.update(json.loads(meta["config_overrides"]))
-with open(os.path.join(out, "config.json"), "w") as f:
-    json.dump(cfg, f)
-print(src)
+
+def make_dir(src, overrides, out):
+    """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES"""
+    os.makedirs(out)
+    for name in os.listdir(src):
+        if name != "config.json" and os.path.isfile(os.path.join(src, name)):
+            os.symlink(os.path.join(src, name), os.path.join(out, name))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(overrides)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def main():
+    ref, models, out = sys.argv[1:4]
+    with open(ref, "rb") as f:
+        meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+    src = os.path.join(models, meta["model"])
+    make_dir(src, json.loads(meta["config_overrides"]), out)
+    print(src)
+
+
+if __name__ == "__main__":
+    main()
