@@ -167,7 +167,7 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
         return tp_error(TP_ERR_INTERNAL, "shard plan lists %s, which this stage does not hold", s->name);
     tp_layer_weights *L = &m->layers[layer - m->plan.layers.begin];
     if (!L->qkv.data) TP_CHECK(alloc_layer(m, L));
-    const char *n = s->name + off;
+    const char *n = s->part; /* Llama's name of the part, for fused tensors too */
     int64_t q = d->hq * d->hd, k = d->hk * d->hd;
     static const char *const names[] = {
         "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",

@@ -36,8 +36,9 @@ static const struct {
     {"MistralForCausalLM", "mistral", TP_ARCH_MISTRAL},
     {"Qwen2ForCausalLM", "qwen2", TP_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
+    {"Phi3ForCausalLM", "phi3", TP_ARCH_PHI3},
 };
-#define SUPPORTED_ARCHS "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+#define SUPPORTED_ARCHS "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -460,6 +461,18 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
                         theta, ptheta);
     cfg->rope_theta = pfound ? ptheta : theta;
 
+    /* HF rotates only the first partial_rotary_factor of each head (Phi-4-mini's 0.75) */
+    const json_t *holders[] = {root, params};
+    const char *holder_names[] = {NULL, "rope_parameters"};
+    for (int i = 0; i < 2; i++) {
+        double prf = 1.0;
+        if (holders[i])
+            TP_CHECK(num_key(what, holders[i], holder_names[i], "partial_rotary_factor", 0, NUM_POSITIVE, &prf, NULL));
+        if (prf != 1.0)
+            return tp_error(TP_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not supported (tpinfer rotates "
+                            "every dimension of a head: 1.0)", what, prf);
+    }
+
     const char *parent = "rope_scaling";
     const json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs) && !json_is_object(rs))
@@ -486,6 +499,14 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
     }
     tp_rope_scaling *s = &cfg->rope_scaling;
     if (strcmp(type, "default") == 0) return TP_OK;
+    if (cfg->arch == TP_ARCH_PHI3) { /* Phi3Config turns every other type (su, yarn) into longrope */
+        char shown[48];
+        sanitize(type, strlen(type), shown, sizeof shown);
+        return tp_error(TP_ERR_UNSUPPORTED,
+                        "%s: %s type '%s' is not supported for Phi3ForCausalLM (Hugging Face runs it as "
+                        "longrope, which tpinfer does not; the models of 4K-16K contexts have none)",
+                        what, parent, shown);
+    }
     if (strcmp(type, "linear") == 0) {
         s->type = TP_ROPE_LINEAR;
         return num_key(what, rs, parent, "factor", 1, NUM_POSITIVE, &s->factor, NULL);
@@ -514,11 +535,11 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
                     parent, shown);
 }
 
-/* Sliding-window attention as Hugging Face's modeling code applies it: Mistral slides every
- * layer when sliding_window is set; Qwen2 and Qwen3 only with use_sliding_window, and then the
- * layers from max_window_layers on, or those an explicit layer_types list marks. Llama's code
- * never reads sliding_window, so there it is only type-checked. A window as wide as the
- * context changes nothing and is dropped. */
+/* Sliding-window attention as Hugging Face's modeling code applies it: Mistral and Phi-3
+ * slide every layer when sliding_window is set; Qwen2 and Qwen3 only with use_sliding_window,
+ * and then the layers from max_window_layers on, or those an explicit layer_types list marks.
+ * Llama's code never reads sliding_window, so there it is only type-checked. A window as wide
+ * as the context changes nothing and is dropped. */
 static tp_status parse_sliding_window(const char *what, const json_t *root,
                                       tp_model_config *cfg)
 {
@@ -562,6 +583,7 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     int used = 0;
     switch (cfg->arch) {
     case TP_ARCH_MISTRAL:
+    case TP_ARCH_PHI3: /* Phi-3-mini's 2047 */
         used = has_window;
         memset(cfg->sliding_layer, 1, (size_t)cfg->n_layers);
         break;

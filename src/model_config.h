@@ -23,6 +23,7 @@ typedef enum tp_arch {
     TP_ARCH_MISTRAL, /* MistralForCausalLM */
     TP_ARCH_QWEN2,   /* Qwen2ForCausalLM */
     TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
+    TP_ARCH_PHI3,    /* Phi3ForCausalLM (Phi-3, Phi-4): Llama's layers with q|k|v and gate|up fused */
     TP_ARCH_COUNT
 } tp_arch;
 

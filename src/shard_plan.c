@@ -100,6 +100,8 @@ typedef struct builder {
 static tp_status add(builder *b, const char *name, int64_t full_rows, int64_t full_cols,
                      int64_t row0, int64_t nrows, int64_t col0, int64_t ncols)
 {
+    /* "model.layers.N.PART" */
+    const char *part = strncmp(name, "model.layers.", 13) ? NULL : strchr(name + 13, '.');
     if (b->n == b->cap)
         return tp_error(TP_ERR_INTERNAL, "shard plan weight list overflowed %d entries",
                         b->cap);
@@ -107,6 +109,7 @@ static tp_status add(builder *b, const char *name, int64_t full_rows, int64_t fu
     int len = snprintf(w->name, sizeof w->name, "%s", name);
     if (len < 0 || (size_t)len >= sizeof w->name)
         return tp_error(TP_ERR_INTERNAL, "weight name %s is too long", name);
+    snprintf(w->part, sizeof w->part, "%s", part ? part + 1 : "");
     w->row0 = row0;
     w->nrows = nrows;
     w->col0 = col0;
@@ -128,6 +131,15 @@ static tp_status add_rows(builder *b, const char *name, int64_t rows, int64_t co
 static tp_status add_whole(builder *b, const char *name, int64_t rows, int64_t cols)
 {
     return add(b, name, rows, cols, 0, rows, 0, cols);
+}
+
+/* A part of a fused tensor (Phi-3's): rows [r0, r0 + n) of it, filling part */
+static tp_status add_fused(builder *b, const char *name, const char *part, int64_t rows, int64_t cols,
+                           int64_t r0, int64_t n)
+{
+    TP_CHECK(add_rows(b, name, rows, cols, r0, n));
+    snprintf(b->v[b->n - 1].part, sizeof b->v[b->n - 1].part, "%s", part);
+    return TP_OK;
 }
 
 /* "model.layers.{layer}.{suffix}" in buf. */
@@ -155,9 +167,18 @@ static tp_status add_layer(builder *b, const tp_model_config *cfg, const tp_shar
     const int bias_owner = plan->tp_rank == 0;
 
     TP_CHECK(add_whole(b, LNAME("input_layernorm.weight"), hidden, 1));
-    TP_CHECK(add_rows(b, LNAME("self_attn.q_proj.weight"), q_rows, hidden, q0, nq));
-    TP_CHECK(add_rows(b, LNAME("self_attn.k_proj.weight"), kv_rows, hidden, k0, nk));
-    TP_CHECK(add_rows(b, LNAME("self_attn.v_proj.weight"), kv_rows, hidden, k0, nk));
+    if (cfg->arch == TP_ARCH_PHI3) { /* qkv_proj: q's rows, k's, v's */
+        const int64_t rows = q_rows + 2 * kv_rows;
+        TP_CHECK(add_fused(b, LNAME("self_attn.qkv_proj.weight"), "self_attn.q_proj.weight", rows, hidden, q0, nq));
+        TP_CHECK(add_fused(b, LNAME("self_attn.qkv_proj.weight"), "self_attn.k_proj.weight", rows, hidden,
+                           q_rows + k0, nk));
+        TP_CHECK(add_fused(b, LNAME("self_attn.qkv_proj.weight"), "self_attn.v_proj.weight", rows, hidden,
+                           q_rows + kv_rows + k0, nk));
+    } else {
+        TP_CHECK(add_rows(b, LNAME("self_attn.q_proj.weight"), q_rows, hidden, q0, nq));
+        TP_CHECK(add_rows(b, LNAME("self_attn.k_proj.weight"), kv_rows, hidden, k0, nk));
+        TP_CHECK(add_rows(b, LNAME("self_attn.v_proj.weight"), kv_rows, hidden, k0, nk));
+    }
     if (cfg->attention_bias) {
         TP_CHECK(add_rows(b, LNAME("self_attn.q_proj.bias"), q_rows, 1, q0, nq));
         TP_CHECK(add_rows(b, LNAME("self_attn.k_proj.bias"), kv_rows, 1, k0, nk));
@@ -171,8 +192,14 @@ static tp_status add_layer(builder *b, const tp_model_config *cfg, const tp_shar
     if (cfg->o_bias && bias_owner)
         TP_CHECK(add_whole(b, LNAME("self_attn.o_proj.bias"), hidden, 1));
     TP_CHECK(add_whole(b, LNAME("post_attention_layernorm.weight"), hidden, 1));
-    TP_CHECK(add_rows(b, LNAME("mlp.gate_proj.weight"), inter, hidden, m0, nm));
-    TP_CHECK(add_rows(b, LNAME("mlp.up_proj.weight"), inter, hidden, m0, nm));
+    if (cfg->arch == TP_ARCH_PHI3) { /* gate_up_proj: gate's rows, then up's */
+        TP_CHECK(add_fused(b, LNAME("mlp.gate_up_proj.weight"), "mlp.gate_proj.weight", 2 * inter, hidden, m0, nm));
+        TP_CHECK(add_fused(b, LNAME("mlp.gate_up_proj.weight"), "mlp.up_proj.weight", 2 * inter, hidden,
+                           inter + m0, nm));
+    } else {
+        TP_CHECK(add_rows(b, LNAME("mlp.gate_proj.weight"), inter, hidden, m0, nm));
+        TP_CHECK(add_rows(b, LNAME("mlp.up_proj.weight"), inter, hidden, m0, nm));
+    }
     TP_CHECK(add(b, LNAME("mlp.down_proj.weight"), hidden, inter, 0, hidden, m0, nm));
     if (cfg->mlp_bias) {
         TP_CHECK(add_rows(b, LNAME("mlp.gate_proj.bias"), inter, 1, m0, nm));

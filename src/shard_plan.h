@@ -40,9 +40,13 @@ tp_status tp_shard_plan_validate(const tp_model_config *cfg, int tp, int pp);
 tp_status tp_shard_plan_make(const tp_model_config *cfg, int tp, int pp, int tp_rank,
                              int pp_rank, tp_shard_plan *plan);
 
-/* One weight tensor this rank reads: its HF name and the slice of it. */
+/* One weight tensor this rank reads: its HF name and the slice of it. part: which of a
+ * layer's weights the slice fills, by Llama's name ("self_attn.k_proj.weight"), the name's
+ * end except where a checkpoint fuses them (Phi-3's qkv_proj and gate_up_proj: three or two
+ * slices of one tensor); empty outside the layers. */
 typedef struct tp_weight_slice {
     char name[160];
+    char part[48];
     int64_t row0, nrows; /* rows of the [rows, cols] view (see safetensors.h) */
     int64_t col0, ncols;
     int64_t full_rows, full_cols; /* the whole tensor's expected shape */

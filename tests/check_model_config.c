@@ -253,6 +253,14 @@ static const char *const qwen3_base =
     "\"head_dim\":32,\"vocab_size\":1024,\"max_position_embeddings\":1024,"
     "\"attention_bias\":false}";
 
+/* Phi-3-mini-4k's shape, scaled down: no head_dim key, a window of 2047 */
+static const char *const phi3_base =
+    "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"hidden_size\":128,"
+    "\"intermediate_size\":384,\"num_hidden_layers\":3,\"num_attention_heads\":8,"
+    "\"num_key_value_heads\":4,\"vocab_size\":512,\"max_position_embeddings\":4096,"
+    "\"original_max_position_embeddings\":4096,\"sliding_window\":2047,\"rope_scaling\":null,"
+    "\"rope_theta\":10000.0,\"rms_norm_eps\":1e-05,\"pad_token_id\":32000,\"hidden_act\":\"silu\"}";
+
 typedef struct cfg_case {
     const char *base; /* base config text (ignored when raw is set) */
     const char *del;  /* a key to delete, or NULL */
@@ -286,6 +294,18 @@ static void check_window_12(const tp_model_config *c) { check_window(c, 4096, "0
 static void check_window_2(const tp_model_config *c) { check_window(c, 4096, "001"); }
 static void check_window_8_02(const tp_model_config *c) { check_window(c, 8, "101"); }
 static void check_window_512_12(const tp_model_config *c) { check_window(c, 512, "011"); }
+static void check_phi3(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_PHI3);
+    ck_assert(!c->attention_bias && !c->o_bias && !c->mlp_bias && !c->qk_norm);
+    ck_assert_int_eq(c->head_dim, 16);
+    check_window(c, 2047, "111");
+}
+static void check_phi3_no_window(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_PHI3);
+    check_window(c, 0, "000");
+}
 static void check_llama_biases(const tp_model_config *c)
 {
     ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
@@ -440,7 +460,7 @@ static const cfg_case cfg_cases[] = {
     /* C8: architectures */
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
-     "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+     "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -593,6 +613,26 @@ static const cfg_case cfg_cases[] = {
     {mistral_base, NULL, "{\"sliding_window\":0}", NULL, TP_ERR_FORMAT,
      "sliding_window must be a positive integer or null, found 0", NULL},
     {mistral_base, NULL, NULL, NULL, TP_OK, NULL, check_defaults},
+    /* Phi-3 (Phi3ForCausalLM): Mistral's rule for the window; a scaled rope is longrope to HF */
+    {phi3_base, NULL, NULL, NULL, TP_OK, NULL, check_phi3},
+    {phi3_base, "architectures", NULL, NULL, TP_OK, NULL, check_phi3},
+    {phi3_base, NULL, "{\"sliding_window\":null}", NULL, TP_OK, NULL, check_phi3_no_window},
+    {phi3_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL, check_phi3},
+    {phi3_base, NULL,
+     "{\"rope_scaling\":{\"type\":\"su\",\"short_factor\":[1,1,1,1,1,1,1,1],\"long_factor\":[1,1,1,1,1,1,1,1]}}",
+     NULL, TP_ERR_UNSUPPORTED, "rope_scaling type 'su' is not supported for Phi3ForCausalLM (Hugging Face runs it "
+     "as longrope", NULL},
+    {phi3_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", NULL, TP_ERR_UNSUPPORTED,
+     "rope_scaling type 'yarn' is not supported for Phi3ForCausalLM", NULL},
+    {phi3_base, NULL, "{\"rope_scaling\":{\"rope_type\":\"default\"}}", NULL, TP_OK, NULL, check_phi3},
+    /* partial_rotary_factor (Phi-4-mini's 0.75), at the top or in rope_parameters */
+    {phi3_base, NULL, "{\"partial_rotary_factor\":0.75}", NULL, TP_ERR_UNSUPPORTED,
+     "partial_rotary_factor 0.75 is not supported (tpinfer rotates every dimension of a head: 1.0)", NULL},
+    {phi3_base, NULL, "{\"partial_rotary_factor\":1.0}", NULL, TP_OK, NULL, check_phi3},
+    {llama_base, NULL, "{\"rope_parameters\":{\"rope_type\":\"default\",\"partial_rotary_factor\":0.5}}", NULL,
+     TP_ERR_UNSUPPORTED, "partial_rotary_factor 0.5 is not supported", NULL},
+    {llama_base, NULL, "{\"partial_rotary_factor\":\"half\"}", NULL, TP_ERR_FORMAT,
+     "partial_rotary_factor must be a finite number > 0, found the string \"half\"", NULL},
     /* biases */
     {llama_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,
      check_llama_biases},

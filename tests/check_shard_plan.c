@@ -397,6 +397,62 @@ START_TEST(spot_check_slices)
 }
 END_TEST
 
+/* Phi-3's fused tensors: at every tp up to 8 (past the 2 KV heads: replicas), the ranks of a
+ * stage read each q row of qkv_proj once, each k and v row once per replica, each gate_up row
+ * once, every slice filling its part (q, k, v; gate, up) from the right rows; the other
+ * weights keep their names as parts */
+START_TEST(phi3_fused_slices)
+{
+    static const synth phi3_like = {"phi3-like", TP_ARCH_PHI3, 128, 352, 2, 8, 2, 16, 1024, 0, 0, 0, 0, 0};
+    tp_model_config c = synth_config(&phi3_like);
+    const int64_t q_rows = 128, kv_rows = 32, inter = 352;
+    for (int tp = 1; tp <= 8; tp *= 2) {
+        int qkv_count[192] = {0}, gate_up_count[704] = {0};
+        const int reps = tp > 2 ? tp / 2 : 1;
+        for (int r = 0; r < tp; r++) {
+            tp_shard_plan p;
+            ck_assert_int_eq(tp_shard_plan_make(&c, tp, 1, r, 0, &p), TP_OK);
+            tp_weight_slice *w;
+            int n;
+            ck_assert_int_eq(tp_shard_plan_weights(&c, &p, &w, &n), TP_OK);
+            for (int i = 0; i < n; i++) {
+                const tp_weight_slice *sl = &w[i];
+                ck_assert_ptr_null(strstr(sl->name, "q_proj"));
+                ck_assert_ptr_null(strstr(sl->name, "gate_proj"));
+                const int layer0 = !strncmp(sl->name, "model.layers.0.", 15);
+                if (strstr(sl->name, ".self_attn.qkv_proj.weight")) {
+                    ck_assert_int_eq(sl->full_rows, q_rows + 2 * kv_rows);
+                    const int64_t lo = !strcmp(sl->part, "self_attn.q_proj.weight")   ? 0
+                                       : !strcmp(sl->part, "self_attn.k_proj.weight") ? q_rows
+                                       : !strcmp(sl->part, "self_attn.v_proj.weight") ? q_rows + kv_rows
+                                                                                      : -1;
+                    ck_assert_msg(lo >= 0, "qkv_proj slice with part %s", sl->part);
+                    const int64_t hi = lo == 0 ? q_rows : lo + kv_rows;
+                    ck_assert_msg(sl->row0 >= lo && sl->row0 + sl->nrows <= hi, "tp %d rank %d: %s rows [%lld, +%lld)",
+                                  tp, r, sl->part, (long long)sl->row0, (long long)sl->nrows);
+                    for (int64_t row = sl->row0; layer0 && row < sl->row0 + sl->nrows; row++) qkv_count[row]++;
+                } else if (strstr(sl->name, ".mlp.gate_up_proj.weight")) {
+                    ck_assert_int_eq(sl->full_rows, 2 * inter);
+                    const int up = !strcmp(sl->part, "mlp.up_proj.weight");
+                    ck_assert(up || !strcmp(sl->part, "mlp.gate_proj.weight"));
+                    ck_assert(sl->row0 >= up * inter && sl->row0 + sl->nrows <= (up + 1) * inter);
+                    for (int64_t row = sl->row0; layer0 && row < sl->row0 + sl->nrows; row++) gate_up_count[row]++;
+                } else if (!strncmp(sl->name, "model.layers.", 13)) {
+                    ck_assert_str_eq(sl->part, strchr(sl->name + 13, '.') + 1);
+                } else {
+                    ck_assert_str_eq(sl->part, "");
+                }
+            }
+            free(w);
+        }
+        for (int row = 0; row < 192; row++)
+            ck_assert_msg(qkv_count[row] == (row < q_rows ? 1 : reps), "tp %d: qkv_proj row %d read %d times", tp,
+                          row, qkv_count[row]);
+        for (int row = 0; row < 704; row++) ck_assert_int_eq(gate_up_count[row], 1);
+    }
+}
+END_TEST
+
 START_TEST(row_parallel_bias_on_rank_0)
 {
     tp_model_config c = synth_config(&synths[2]); /* mqa-biases: o and down biases */
@@ -480,6 +536,7 @@ static Suite *shard_plan_suite(void)
 
     tc = tcase_create("spot");
     tcase_add_test(tc, spot_check_slices);
+    tcase_add_test(tc, phi3_fused_slices);
     tcase_add_test(tc, row_parallel_bias_on_rank_0);
     tcase_add_test(tc, tiny_vocab_leaves_ranks_empty);
     tcase_add_test(tc, bad_arguments);

@@ -79,8 +79,8 @@ fi
 
 # ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the config variants
 # (tests/data/variants: shared models with sliding windows or YaRN added to config.json,
-# tests/variant_model.py)
-for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors; do
+# tests/variant_model.py) and tiny-mistral in Phi-3's fused layout (tests/fuse_checkpoint.py)
+for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors phi3-of-tiny-mistral; do
     [ "${GPU_MODELS:-1}" = 1 ] || break
     ref=$dir/reference/logits.safetensors
     if [ "${dir%.safetensors}" != "$dir" ]; then
@@ -88,6 +88,11 @@ for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors; do
         dir=$W/$(basename "$ref" .safetensors)
         rm -rf "$dir"
         python3 "$root/tests/variant_model.py" "$ref" "$MODELS" "$dir" >/dev/null || continue
+    elif [ "$dir" = phi3-of-tiny-mistral ]; then
+        ref=$MODELS/tiny-mistral/reference/logits.safetensors
+        dir=$W/$dir
+        rm -rf "$dir"
+        python3 "$root/tests/fuse_checkpoint.py" "$MODELS/tiny-mistral" "$dir" || continue
     fi
     [ -f "$ref" ] || continue
     name=$(basename "$dir")
