@@ -52,10 +52,12 @@ static tp_status report_load(engine *e)
             bytes += all[2 * r];
             if (all[2 * r + 1] > slowest) slowest = all[2 * r + 1], who = r;
         }
-        char size[32];
+        char size[32], described[200];
         tp_format_bytes((int64_t)bytes, size, sizeof size);
-        tp_log_info0("loaded %s of weights on %d rank(s) in %.3f s (%.2f GB/s; slowest rank %d)", size, n,
-                     slowest, slowest > 0 ? bytes / 1e9 / slowest : 0.0, who);
+        tp_model_config_describe(&e->cfg, described, sizeof described);
+        tp_log_info0("loaded %s of weights (%s, %s) on %d rank(s) in %.3f s (%.2f GB/s; slowest rank %d)", size,
+                     tp_arch_name(e->cfg.arch), described, n, slowest, slowest > 0 ? bytes / 1e9 / slowest : 0.0,
+                     who);
     }
     free(all);
     return st;

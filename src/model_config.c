@@ -7,6 +7,7 @@
 #include "model_config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,27 @@ const char *tp_arch_name(tp_arch arch)
     for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
         if (archs[i].arch == arch) return archs[i].hf;
     return "unknown";
+}
+
+void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
+{
+    static const char *const kinds[] = {[TP_ROPE_LINEAR] = "linear", [TP_ROPE_LLAMA3] = "llama3",
+                                        [TP_ROPE_YARN] = "yarn"};
+    const tp_rope_scaling *r = &cfg->rope_scaling;
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < cfg->n_layers; l++) sliding += cfg->sliding_layer[l];
+    char window[80] = "", rope[80] = "";
+    if (sliding == cfg->n_layers)
+        snprintf(window, sizeof window, " (all with a sliding window of %" PRId64 ")", cfg->sliding_window);
+    else if (sliding > 0)
+        snprintf(window, sizeof window, " (%" PRId64 " with a sliding window of %" PRId64 ")", sliding,
+                 cfg->sliding_window);
+    if (r->type == TP_ROPE_LINEAR)
+        snprintf(rope, sizeof rope, ", linear rope x%g", r->factor);
+    else if (r->type != TP_ROPE_DEFAULT)
+        snprintf(rope, sizeof rope, ", %s rope x%g over %" PRId64 " positions", kinds[r->type], r->factor,
+                 r->original_max_position);
+    snprintf(buf, n, "%" PRId64 " layers%s%s", cfg->n_layers, window, rope);
 }
 
 // ----------------------------------------------------------------------------

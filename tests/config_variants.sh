@@ -29,6 +29,16 @@ on = w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or
 first = 0 if c["model_type"] == "mistral" else c.get("max_window_layers", 28)
 print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and i >= first))' "$dir/config.json")
     [ "$said" = "$want" ] || { cat "$TMP/dry"; fail "$name: --dry-run names the sliding layers $said, want $want"; }
+    # and the model's description (the load's info line, the dry run's total) says what differs
+    described=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); L = c["num_hidden_layers"]
+w = c.get("sliding_window"); r = c.get("rope_scaling") or {}
+on = [i for i in range(L) if w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or
+      (c.get("use_sliding_window") and i >= c.get("max_window_layers", 28)))]
+d = "%s, %d layers" % (c["architectures"][0], L)
+d += " (all with a sliding window of %d)" % w if len(on) == L else " (%d with a sliding window of %d)" % (len(on), w) if on else ""
+if r.get("rope_type") == "yarn":
+    d += ", yarn rope x%g over %d positions" % (r["factor"], r["original_max_position_embeddings"])
+print(d)' "$dir/config.json")
     for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5"; do
         set -- $run
         tp=$1 pp=$2; shift 2
@@ -37,6 +47,8 @@ print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and
             --input "$TMP/$name.jsonl" --output "$out.jsonl" --dump-logits "$out" 2>"$TMP/err" ||
             { cat "$TMP/err"; fail "$name tp $tp pp $pp $*: tpinfer exited non-zero"; }
         echo "== $name tp $tp pp $pp $*"
+        grep -qF "of weights ($described)" "$TMP/err" ||
+            { grep loaded "$TMP/err"; fail "$name: the load's info line does not say ($described)"; }
         "$cmp" "$ref" "$out" || fail "$name tp $tp pp $pp $*: logits or ids differ from Hugging Face"
         n=$((n + 1))
     done
