@@ -415,6 +415,15 @@ static tp_dtype compute_dtype(const engine *e)
     return dt;
 }
 
+/* The weights' dtype: the compute dtype, except where the CPU backend (float32 math, the
+ * reference) would fold Granite's multipliers into 16-bit weights (model.c): a multiplier
+ * other than a power of two would round each weight again, so they are kept in float32 */
+static tp_dtype weight_dtype(const engine *e)
+{
+    const tp_dtype dt = compute_dtype(e);
+    return e->cfg.arch == TP_ARCH_GRANITE && !strcmp(e->backend->name, "cpu") ? TP_DTYPE_F32 : dt;
+}
+
 static tp_status make_backend(engine *e)
 {
     const char *name = e->o->backend;
@@ -632,7 +641,7 @@ static tp_status load(engine *e, int32_t *n_blocks)
     if (g->rank == 0) (void)tp_model_warn_unused(&e->cfg, &e->weights);
     double t0 = now_s();
     test_term_at(e, "load");
-    const tp_status loaded = tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, compute_dtype(e),
+    const tp_status loaded = tp_model_load(&e->model, &e->cfg, &plan, &e->weights, e->backend, weight_dtype(e),
                                            stop_requested);
     if (loaded != TP_OK && stop_signal) { /* not a failure: phases() stops every rank after the load */
         tp_error_clear();

@@ -148,17 +148,18 @@ static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp
     return TP_OK;
 }
 
+/* Layer l of this stage's sliding window (0: it attends to the whole context) */
+static int32_t layer_window(const tp_model *m, int64_t l)
+{
+    return m->cfg.sliding_layer[m->plan.layers.begin + l] ? (int32_t)m->cfg.sliding_window : 0;
+}
+
 /* keep (backend memory, R of the T rows) where only those rows go on past the attention
  * (the model's last layer in a step with fewer logit rows than tokens: every token's keys
  * and values are stored, then the o projection, the MLP and the logits take the R rows).
  * They are gathered into buffers free by then (the residual into delta's, the attention's
  * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views.
  * into_x: o's product may go into the residual (residual_product). */
-/* Layer l of this stage's sliding window (0: it attends to the whole context) */
-static int32_t layer_window(const tp_model *m, int64_t l)
-{
-    return m->cfg.sliding_layer[m->plan.layers.begin + l] ? (int32_t)m->cfg.sliding_window : 0;
-}
 
 static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
@@ -177,9 +178,11 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     tp_tensor q = tp_tensor_cols(&qkv, 0, d->hq * d->hd);
     tp_tensor k = tp_tensor_cols(&qkv, d->hq * d->hd, d->hk * d->hd);
     tp_tensor v = tp_tensor_cols(&qkv, (d->hq + d->hk) * d->hd, d->hk * d->hd);
-    /* YaRN's attention factor multiplies HF's cos and sin, so q and k each: the scores by its square */
+    /* YaRN's attention factor multiplies HF's cos and sin, so q and k each: the scores by its square;
+     * Granite's attention_multiplier stands for 1 / sqrt(head_dim) */
     const double af = m->cfg.rope_scaling.type == TP_ROPE_YARN ? m->cfg.rope_scaling.attention_factor : 1.0;
-    const float scale = (float)(af * af / sqrt((double)d->hd));
+    const double base = m->cfg.arch == TP_ARCH_GRANITE ? m->cfg.attention_multiplier : 1 / sqrt((double)d->hd);
+    const float scale = (float)(af * af * base);
     if (skip(m, TP_SKIP_ATTENTION)) {
         /* attn keeps what it held */
     } else if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */

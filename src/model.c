@@ -190,6 +190,41 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
     return tp_error(TP_ERR_INTERNAL, "no place for weight %s", s->name);
 }
 
+/* Granite's multipliers folded into the weights as they load (each scales a product that is
+ * linear in its weights): the embedding's rows by embedding_multiplier, o_proj's and
+ * down_proj's weights and biases by residual_multiplier, the LM head by 1 / logits_scaling or,
+ * where the head is the embedding itself (tied, one stage), the final norm by
+ * 1 / (logits_scaling * embedding_multiplier). 1 for the other architectures. */
+static double fold_factor(const tp_model *m, const tp_weight_slice *s, const placement *p)
+{
+    const tp_model_config *c = &m->cfg;
+    if (c->arch != TP_ARCH_GRANITE) return 1.0;
+    if (p->dst == &m->embed) return c->embedding_multiplier;
+    if (p->dst == &m->lm_head) return 1.0 / c->logits_scaling;
+    if (p->dst == &m->final_norm) {
+        const int head_is_embedding = c->tie_word_embeddings && m->plan.has_embedding && m->plan.has_lm_head;
+        return head_is_embedding ? 1.0 / (c->logits_scaling * c->embedding_multiplier) : 1.0;
+    }
+    static const char *const residual[] = {"self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight",
+                                           "mlp.down_proj.bias"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(residual); i++)
+        if (!strcmp(s->part, residual[i])) return c->residual_multiplier;
+    return 1.0;
+}
+
+/* n elements of dtype dt at p times f, in float32 */
+static void scale_host(void *p, tp_dtype dt, size_t n, double f)
+{
+    float chunk[256];
+    for (size_t i = 0; i < n; i += 256) {
+        const size_t k = n - i < 256 ? n - i : 256;
+        char *at = (char *)p + i * tp_dtype_size(dt);
+        tp_convert(chunk, TP_DTYPE_F32, at, dt, k);
+        for (size_t j = 0; j < k; j++) chunk[j] = (float)(chunk[j] * f);
+        tp_convert(at, dt, chunk, TP_DTYPE_F32, k);
+    }
+}
+
 /* Slice s, in chunks of rows through the backend's two staging buffers: reading (and
  * converting) the next chunk from the mapped shard overlaps the copy of this one. */
 static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_slice *s)
@@ -216,6 +251,7 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
     tp_backend *b = m->backend;
     m->weight_bytes += (int64_t)bytes;
     const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
+    const double fold = fold_factor(m, s, &p);
     int64_t rows_per = row_bytes ? (int64_t)(staging_chunk() / row_bytes) : s->nrows;
     if (rows_per < 1) rows_per = 1;
     for (int64_t r = 0; r < s->nrows; r += rows_per) {
@@ -225,6 +261,7 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         TP_CHECK(b->ops->staging(b, chunk, &host));
         tp_slice part = {s->row0 + r, nr, s->col0, s->ncols};
         TP_CHECK(tp_weights_read_slice(w, s->name, part, dt, host));
+        if (fold != 1.0) scale_host(host, dt, (size_t)(nr * s->ncols), fold);
         TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
     }
     return TP_OK;

@@ -38,8 +38,11 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", TP_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
     {"Phi3ForCausalLM", "phi3", TP_ARCH_PHI3},
+    {"GraniteForCausalLM", "granite", TP_ARCH_GRANITE},
 };
-#define SUPPORTED_ARCHS "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM"
+#define SUPPORTED_ARCHS                                                                            \
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
+    "GraniteForCausalLM"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -400,6 +403,7 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     TP_CHECK(bool_key(what, root, NULL, "mlp_bias", &mlp_bias, NULL));
     switch (cfg->arch) {
     case TP_ARCH_LLAMA:
+    case TP_ARCH_GRANITE:
         cfg->attention_bias = cfg->o_bias = attention_bias;
         cfg->mlp_bias = mlp_bias;
         break;
@@ -413,6 +417,22 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     default: /* Mistral: no biases at all */
         break;
     }
+    return TP_OK;
+}
+
+/* Granite's four multipliers (GraniteConfig's defaults: 1); the other architectures' modeling
+ * code reads none of them */
+static tp_status parse_multipliers(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    cfg->embedding_multiplier = cfg->residual_multiplier = cfg->attention_multiplier = cfg->logits_scaling = 1.0;
+    if (cfg->arch != TP_ARCH_GRANITE) {
+        cfg->attention_multiplier = 0; /* 1 / sqrt(head_dim) */
+        return TP_OK;
+    }
+    TP_CHECK(num_key(what, root, NULL, "embedding_multiplier", 0, NUM_POSITIVE, &cfg->embedding_multiplier, NULL));
+    TP_CHECK(num_key(what, root, NULL, "residual_multiplier", 0, NUM_POSITIVE, &cfg->residual_multiplier, NULL));
+    TP_CHECK(num_key(what, root, NULL, "attention_multiplier", 0, NUM_POSITIVE, &cfg->attention_multiplier, NULL));
+    TP_CHECK(num_key(what, root, NULL, "logits_scaling", 0, NUM_POSITIVE, &cfg->logits_scaling, NULL));
     return TP_OK;
 }
 
@@ -699,6 +719,7 @@ tp_status tp_model_config_parse(const char *json_text, size_t len, const char *w
     TP_CHECK_GOTO(parse_arch(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_shape(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_norm_and_bias(what, root, &c), st, done);
+    TP_CHECK_GOTO(parse_multipliers(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_rope(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_sliding_window(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_dtype(what, root, &c), st, done);

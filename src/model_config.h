@@ -24,6 +24,7 @@ typedef enum tp_arch {
     TP_ARCH_QWEN2,   /* Qwen2ForCausalLM */
     TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
     TP_ARCH_PHI3,    /* Phi3ForCausalLM (Phi-3, Phi-4): Llama's layers with q|k|v and gate|up fused */
+    TP_ARCH_GRANITE, /* GraniteForCausalLM (IBM Granite 3): Llama's layers with four multipliers */
     TP_ARCH_COUNT
 } tp_arch;
 
@@ -62,6 +63,10 @@ typedef struct tp_model_config {
                                 * sliding_window positions only (itself and the window - 1 before
                                 * it); 0: every layer attends to the whole context */
     uint8_t sliding_layer[TP_MAX_LAYERS]; /* 1: layer i (of the whole model) slides */
+    /* Granite's multipliers (1 elsewhere; attention_multiplier 0: 1 / sqrt(head_dim)): the
+     * embedding's output, each block's output before the residual add, the attention scores'
+     * scale, and the logits' divisor. The loader folds all but the attention's into weights. */
+    double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling;
     tp_dtype torch_dtype;      /* F32 when absent */
     int64_t bos_token_id;      /* -1 when absent */
     int64_t eos_token_ids[TP_MAX_EOS_IDS];

@@ -306,6 +306,19 @@ static void check_phi3_no_window(const tp_model_config *c)
     ck_assert_int_eq(c->arch, TP_ARCH_PHI3);
     check_window(c, 0, "000");
 }
+static void check_multipliers(const tp_model_config *c, tp_arch arch, double e, double r, double a, double l)
+{
+    ck_assert_int_eq(c->arch, arch);
+    ck_assert_double_eq(c->embedding_multiplier, e);
+    ck_assert_double_eq(c->residual_multiplier, r);
+    ck_assert_double_eq(c->attention_multiplier, a);
+    ck_assert_double_eq(c->logits_scaling, l);
+}
+/* Granite 3's values; GraniteConfig's defaults (attention_multiplier 1, not 1 / sqrt(head_dim));
+ * Llama reads none of them (0: 1 / sqrt(head_dim)) */
+static void check_granite3(const tp_model_config *c) { check_multipliers(c, TP_ARCH_GRANITE, 12, 0.22, 0.0078125, 16); }
+static void check_granite_defaults(const tp_model_config *c) { check_multipliers(c, TP_ARCH_GRANITE, 1, 1, 1, 1); }
+static void check_llama_ignores_multipliers(const tp_model_config *c) { check_multipliers(c, TP_ARCH_LLAMA, 1, 1, 0, 1); }
 static void check_llama_biases(const tp_model_config *c)
 {
     ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
@@ -460,7 +473,8 @@ static const cfg_case cfg_cases[] = {
     /* C8: architectures */
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
-     "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
+     "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
+     "GraniteForCausalLM)",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -633,6 +647,20 @@ static const cfg_case cfg_cases[] = {
      TP_ERR_UNSUPPORTED, "partial_rotary_factor 0.5 is not supported", NULL},
     {llama_base, NULL, "{\"partial_rotary_factor\":\"half\"}", NULL, TP_ERR_FORMAT,
      "partial_rotary_factor must be a finite number > 0, found the string \"half\"", NULL},
+    /* Granite (GraniteForCausalLM): four multipliers, Llama's biases */
+    {llama_base, NULL,
+     "{\"architectures\":[\"GraniteForCausalLM\"],\"embedding_multiplier\":12,\"residual_multiplier\":0.22,"
+     "\"attention_multiplier\":0.0078125,\"logits_scaling\":16}", NULL, TP_OK, NULL, check_granite3},
+    {llama_base, NULL, "{\"architectures\":[\"GraniteForCausalLM\"]}", NULL, TP_OK, NULL, check_granite_defaults},
+    {llama_base, "architectures", "{\"model_type\":\"granite\"}", NULL, TP_OK, NULL, check_granite_defaults},
+    {llama_base, NULL, "{\"embedding_multiplier\":12,\"attention_multiplier\":0.5}", NULL, TP_OK, NULL,
+     check_llama_ignores_multipliers},
+    {llama_base, NULL, "{\"architectures\":[\"GraniteForCausalLM\"],\"residual_multiplier\":0}", NULL, TP_ERR_FORMAT,
+     "residual_multiplier must be a finite number > 0, found the integer 0", NULL},
+    {llama_base, NULL, "{\"architectures\":[\"GraniteForCausalLM\"],\"logits_scaling\":\"16\"}", NULL,
+     TP_ERR_FORMAT, "logits_scaling must be a finite number > 0, found the string \"16\"", NULL},
+    {llama_base, NULL, "{\"architectures\":[\"GraniteForCausalLM\"],\"attention_bias\":true,\"mlp_bias\":true}",
+     NULL, TP_OK, NULL, check_llama_biases},
     /* biases */
     {llama_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,
      check_llama_biases},

@@ -2,7 +2,8 @@
 # config.json settings no shared model uses, against Hugging Face: each reference in
 # tests/data/variants (made by tests/gen_variant_reference.py) is a model of ../shared/models
 # with settings added to its config.json (the overrides are in the reference's metadata):
-# sliding-window attention (Mistral's on every layer, Qwen2's on some) and YaRN rope scaling.
+# sliding-window attention (Mistral's on every layer, Qwen2's on some), YaRN rope scaling and
+# Granite's multipliers (tied embeddings and not).
 # Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
 # and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,
 # some out of the window) and with two prompts that share a prefix (the second reads the

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face references for config.json settings no model in ../shared/models uses
-(tests/config_variants.sh): sliding-window attention and YaRN rope scaling.
+(tests/config_variants.sh): sliding-window attention, YaRN rope scaling and Granite's
+multipliers.
 
 usage: gen_variant_reference.py SHARED_MODELS OUTDIR
 
@@ -44,6 +45,14 @@ VARIANTS = {
     "mistral-yarn8-mscale": ("tiny-mistral", {"rope_scaling": {
         "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16,
         "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False}}),
+    # Granite: Llama's weights under GraniteForCausalLM's four multipliers; tied embeddings
+    # (stories260K) and not (tiny-mistral)
+    "granite-stories": ("stories260K-hf", {"architectures": ["GraniteForCausalLM"], "model_type": "granite",
+                                           "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                                           "attention_multiplier": 0.3, "logits_scaling": 8.0}),
+    "granite-mistral": ("tiny-mistral", {"architectures": ["GraniteForCausalLM"], "model_type": "granite",
+                                         "embedding_multiplier": 6.0, "residual_multiplier": 0.5,
+                                         "attention_multiplier": 0.2, "logits_scaling": 4.0}),
 }
 
 

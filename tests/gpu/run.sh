@@ -78,7 +78,7 @@ else
 fi
 
 # ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the config variants
-# (tests/data/variants: shared models with sliding windows or YaRN added to config.json,
+# (tests/data/variants: shared models with sliding windows, YaRN or Granite's multipliers,
 # tests/variant_model.py) and tiny-mistral in Phi-3's fused layout (tests/fuse_checkpoint.py)
 for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors phi3-of-tiny-mistral; do
     [ "${GPU_MODELS:-1}" = 1 ] || break
