@@ -181,7 +181,7 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
     /* YaRN's attention factor multiplies HF's cos and sin, so q and k each: the scores by its square;
      * Granite's attention_multiplier stands for 1 / sqrt(head_dim) */
     const double af = m->cfg.rope_scaling.type == TP_ROPE_YARN ? m->cfg.rope_scaling.attention_factor : 1.0;
-    const double base = m->cfg.arch == TP_ARCH_GRANITE ? m->cfg.attention_multiplier : 1 / sqrt((double)d->hd);
+    const double base = m->cfg.attention_multiplier > 0 ? m->cfg.attention_multiplier : 1 / sqrt((double)d->hd);
     const float scale = (float)(af * af * base);
     if (skip(m, TP_SKIP_ATTENTION)) {
         /* attn keeps what it held */
