@@ -5,7 +5,7 @@
 # logits: within 1e-3, greedy ids equal, at tp 1, 2 and 8 (8 ranks: its 4 KV heads replicated,
 # each rank reading its q, k and v rows out of the one tensor) and pp 3, the dry run counting
 # the same bytes as for the unfused model; and a config that names the other layout is refused
-# with the tensor it lacks.
+# with the tensor it lacks, and one whose shapes disagree with the fused tensor with both shapes.
 . "$top_srcdir/tests/lib.sh"
 need_shared
 [ "${PYTHON3:-no}" != no ] || skip "python3 not found"
@@ -37,8 +37,15 @@ cp "$dir/config.json" "$TMP/wrong/config.json"
 for f in "$dir"/*; do [ -f "$f" ] && ln -s "$(readlink -f "$f")" "$TMP/wrong2/"; done
 rm "$TMP/wrong2/config.json"
 cp "$base/config.json" "$TMP/wrong2/config.json"
+# and a Phi-3 config whose shapes disagree with the fused tensor (2 KV heads for 4): refused with both shapes
+mkdir "$TMP/kv2"
+for f in "$dir"/*; do [ -f "$f" ] && ln -s "$(readlink -f "$f")" "$TMP/kv2/"; done
+rm "$TMP/kv2/config.json"
+sed 's/"num_key_value_heads": 4/"num_key_value_heads": 2/' "$dir/config.json" >"$TMP/kv2/config.json"
+grep -q '"num_key_value_heads": 2' "$TMP/kv2/config.json" || fail "could not edit num_key_value_heads"
 printf 'Hello\n' >"$TMP/p.txt"
-for case in "wrong:model.layers.0.self_attn.qkv_proj.weight" "wrong2:model.layers.0.self_attn.q_proj.weight"; do
+for case in "wrong:model.layers.0.self_attn.qkv_proj.weight" "wrong2:model.layers.0.self_attn.q_proj.weight" \
+    "kv2:qkv_proj.weight has 2-D shape 256 x 128 but config.json implies 2-D 192 x 128"; do
     d=${case%%:*} want=${case#*:}
     rc=0
     "$TPINFER" --model "$TMP/$d" --backend cpu --input "$TMP/p.txt" --output "$TMP/$d.jsonl" 2>"$TMP/$d.err" || rc=$?
