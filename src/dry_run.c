@@ -136,7 +136,7 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     const int up_to = !o->max_num_seqs && strcmp(o->backend, "cpu") && tp_device_large(dev);
     int64_t seqs = o->max_num_seqs ? o->max_num_seqs : up_to ? 1024 : 256;
     tp_format_bytes(kv * ctx * seqs, kf, sizeof kf);
-    char described[200];
+    char described[320];
     tp_model_config_describe(cfg, described, sizeof described);
     fprintf(out, "total: %s %s, %s, world %d = dp %d x pp %d x tp %d\n", tp_arch_name(cfg->arch), o->model,
             described, g->world, g->dp, g->pp, g->tp);

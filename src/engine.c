@@ -52,7 +52,7 @@ static tp_status report_load(engine *e)
             bytes += all[2 * r];
             if (all[2 * r + 1] > slowest) slowest = all[2 * r + 1], who = r;
         }
-        char size[32], described[200];
+        char size[32], described[320];
         tp_format_bytes((int64_t)bytes, size, sizeof size);
         tp_model_config_describe(&e->cfg, described, sizeof described);
         tp_log_info0("loaded %s of weights (%s, %s) on %d rank(s) in %.3f s (%.2f GB/s; slowest rank %d)", size,

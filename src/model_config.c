@@ -69,7 +69,11 @@ void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
     else if (r->type != TP_ROPE_DEFAULT)
         snprintf(rope, sizeof rope, ", %s rope x%g over %" PRId64 " positions", kinds[r->type], r->factor,
                  r->original_max_position);
-    snprintf(buf, n, "%" PRId64 " layers%s%s", cfg->n_layers, window, rope);
+    char mult[160] = "";
+    if (cfg->arch == TP_ARCH_GRANITE)
+        snprintf(mult, sizeof mult, ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g",
+                 cfg->embedding_multiplier, cfg->residual_multiplier, cfg->attention_multiplier, cfg->logits_scaling);
+    snprintf(buf, n, "%" PRId64 " layers%s%s%s", cfg->n_layers, window, rope, mult);
 }
 
 // ----------------------------------------------------------------------------

@@ -87,7 +87,8 @@ typedef struct tp_generation_config {
 
 const char *tp_arch_name(tp_arch arch); /* the HF architectures[] string */
 /* "3 layers (2 with a sliding window of 8), yarn rope x4 over 256 positions": the layer count
- * and what of the attention differs from plain Llama, for logs and --dry-run */
+ * and what differs from plain Llama (windows, rope scaling, Granite's multipliers), for logs
+ * and --dry-run */
 void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n);
 
 /* Parse config.json text; what names the file in messages. */

@@ -39,6 +39,9 @@ d = "%s, %d layers" % (c["architectures"][0], L)
 d += " (all with a sliding window of %d)" % w if len(on) == L else " (%d with a sliding window of %d)" % (len(on), w) if on else ""
 if r.get("rope_type") == "yarn":
     d += ", yarn rope x%g over %d positions" % (r["factor"], r["original_max_position_embeddings"])
+if c["model_type"] == "granite":
+    d += ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g" % tuple(c.get(k, 1.0) for k in
+         ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"))
 print(d)' "$dir/config.json")
     for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5"; do
         set -- $run
