@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(FA_THREADS, GMAX >= 8 ? 2 : 4)
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * hd + e, 0.0f);
         return;
     }
-    const int lo = window_first(pos, batch.window), base = lo & ~(WINDOW_ALIGN - 1);
+    const int lo = window_first(pos, batch.window), base = window_base(pos, batch.window); /* the combine's too */
     const int np = pos + 1 - base, se = token_splits(np, S, P.min_split);
     if (s >= se) return; /* a split this token does not use: the combine reads se splits */
     const int c = CEIL_DIV(np, se), b0 = base + s * c, b1 = min(pos + 1, b0 + c);
@@ -1205,7 +1205,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
                 store_act(out.data, out.dtype, i * out.stride + (int64_t)h0 * D + e, 0.0f);
         return;
     }
-    const int lo = window_first(pos, batch.window), base = lo & ~(WINDOW_ALIGN - 1);
+    const int lo = window_first(pos, batch.window), base = window_base(pos, batch.window); /* the combine's too */
     const int np = pos + 1 - base, se = token_splits(np, S, P.min_split);
     if (s >= se) return;
     const int c = CEIL_DIV(np, se), b0 = base + s * c, b1 = min(pos + 1, b0 + c);

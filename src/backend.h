@@ -59,9 +59,10 @@ static inline tp_tensor tp_tensor_rows(const tp_tensor *t, int64_t row0, int64_t
 /* Where the tokens of one forward step sit in the paged KV cache. All arrays are in
  * backend memory. Token i belongs to sequence seq[i] at position pos[i] and attends to
  * positions tp_attn_first_key(pos[i], window)..pos[i] of that sequence (causal; 0..pos[i]
- * without a window), whose keys/values were stored earlier or by kv_store() of this same step. The arrays (and rope's inv_freq, the norms' weights)
- * must come from uploads, never from an operation of the step: the CUDA kernels read them
- * while the previous kernel is still running (programmatic dependent launch). */
+ * without a window), whose keys/values were stored earlier or by kv_store() of this same
+ * step. The arrays (and rope's inv_freq, the norms' weights) must come from uploads, never
+ * from an operation of the step: the CUDA kernels read them while the previous kernel is
+ * still running (programmatic dependent launch). */
 typedef struct tp_attn_batch {
     int32_t n_tokens;
     const int32_t *seq;         /* [n_tokens] row of block_table */

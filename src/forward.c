@@ -160,7 +160,6 @@ static int32_t layer_window(const tp_model *m, int64_t l)
  * They are gathered into buffers free by then (the residual into delta's, the attention's
  * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views.
  * into_x: o's product may go into the residual (residual_product). */
-
 static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
                                  const int32_t *pos, tp_comm *tp, tp_tensor *x, tp_tensor *delta,

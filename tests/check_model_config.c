@@ -626,6 +626,10 @@ static const cfg_case cfg_cases[] = {
     {mistral_base, NULL, "{\"sliding_window\":null}", NULL, TP_OK, NULL, check_no_window},
     {mistral_base, NULL, "{\"sliding_window\":0}", NULL, TP_ERR_FORMAT,
      "sliding_window must be a positive integer or null, found 0", NULL},
+    {mistral_base, NULL, "{\"sliding_window\":-1}", NULL, TP_ERR_FORMAT,
+     "sliding_window must be an integer in [0, ", NULL},
+    {qwen2_base, NULL, "{\"use_sliding_window\":true,\"max_window_layers\":-1}", NULL, TP_ERR_FORMAT,
+     "max_window_layers must be an integer in [0, ", NULL},
     {mistral_base, NULL, NULL, NULL, TP_OK, NULL, check_defaults},
     /* Phi-3 (Phi3ForCausalLM): Mistral's rule for the window; a scaled rope is longrope to HF */
     {phi3_base, NULL, NULL, NULL, TP_OK, NULL, check_phi3},
