@@ -31,7 +31,7 @@ int main(int argc, char **argv)
     }
     const int32_t n = atoi(argv[1]), prompt = atoi(argv[2]), max_new = atoi(argv[3]);
     const int32_t batched = argc > 6 ? atoi(argv[6]) : 16384, block = argc > 7 ? atoi(argv[7]) : 16;
-    const tp_sched_config cfg = {block, (int32_t)(atol(argv[5]) / block), atoi(argv[4]), batched, prompt + max_new, 1};
+    const tp_sched_config cfg = {block, (int32_t)(atol(argv[5]) / block), atoi(argv[4]), batched, prompt + max_new, 1, 0, 0};
     tp_scheduler *s = NULL;
     int32_t *tokens = malloc((size_t)(prompt > cfg.max_num_seqs ? prompt : cfg.max_num_seqs) * sizeof *tokens);
     if (!tokens || tp_scheduler_create(&cfg, &s) != TP_OK) goto fail;

@@ -235,8 +235,10 @@ __device__ __forceinline__ bool pf_took(const tp_attn_batch &batch, int64_t i, i
 
 /* A sliding window (batch.window > 0): the first key a token at pos reads (tp_attn_first_key),
  * and where the split kernels start, that rounded down to a multiple of WINDOW_ALIGN keys so
- * that their tiles keep the alignment they have from 0 (the keys in between are masked). */
-#define WINDOW_ALIGN 64
+ * that their tiles keep the alignment they have from 0 (the keys in between are masked).
+ * Nothing reads below that: the scheduler gives the blocks there to other sequences. */
+#define WINDOW_ALIGN TP_CUDA_WINDOW_ALIGN
+static_assert(WINDOW_ALIGN % PF_BN == 0, "the prefill kernel's first key tile starts at or after window_base");
 __device__ __forceinline__ int window_first(int pos, int window) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 __device__ __forceinline__ int window_base(int pos, int window) { return window_first(pos, window) & ~(WINDOW_ALIGN - 1); }
 

@@ -823,6 +823,7 @@ tp_status tp_backend_cuda_create(int device, tp_dtype act_dtype, tp_backend **ou
     b->ctx = ctx;
     b->name = "cuda";
     b->act_dtype = act_dtype;
+    b->window_align = TP_CUDA_WINDOW_ALIGN;
     ctx->device = device;
     TP_CUDA_CHECK_GOTO(cudaSetDevice(device), st, fail);
     TP_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), st, fail);

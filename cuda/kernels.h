@@ -20,6 +20,10 @@
 extern "C" {
 #endif
 
+/* Attention reads a sliding window's keys from its first key rounded down to a multiple of
+ * this (tp_backend.window_align): the split and prefill kernels keep their tiles aligned. */
+#define TP_CUDA_WINDOW_ALIGN 64
+
 /* ----------------------------------------------------------------------------
  * faults seen by kernels: the first one wins, later ones are dropped */
 

@@ -285,6 +285,9 @@ struct tp_backend {
     const char *name;   /* "cpu", "cuda" */
     tp_dtype act_dtype; /* dtype of activations between operations */
     void *stream;       /* what comm operations are ordered on (cudaStream_t; NULL on CPU) */
+    int32_t window_align; /* attention may read (and mask) a window's keys from its first key
+                           * rounded down to a multiple of this; blocks before that the caller
+                           * may give to other sequences (1: exactly the window) */
 };
 
 /* The greedy ids of rows 0..n-1 from every TP rank's winners: pairs is [n_tp][L ids | L f32

@@ -1232,6 +1232,7 @@ tp_status tp_backend_cpu_create(tp_backend **out)
     b->name = "cpu";
     b->act_dtype = TP_DTYPE_F32;
     b->stream = NULL;
+    b->window_align = 1;
     *out = b;
     return TP_OK;
 }

@@ -135,7 +135,14 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
      * where the KV cache holds fewer, which only the run knows) */
     const int up_to = !o->max_num_seqs && strcmp(o->backend, "cpu") && tp_device_large(dev);
     int64_t seqs = o->max_num_seqs ? o->max_num_seqs : up_to ? 1024 : 256;
-    tp_format_bytes(kv * ctx * seqs, kf, sizeof kf);
+    /* where every layer slides, a sequence holds about its window's blocks (the scheduler) */
+    int all_slide = cfg->sliding_window > 0 && cfg->sliding_window < ctx;
+    for (int64_t l = 0; all_slide && l < cfg->n_layers; l++) all_slide = cfg->sliding_layer[l];
+    char held[96] = "";
+    if (all_slide)
+        snprintf(held, sizeof held, " (each holding about the %" PRId64 " tokens of its sliding window)",
+                 cfg->sliding_window);
+    tp_format_bytes(kv * (all_slide ? cfg->sliding_window : ctx) * seqs, kf, sizeof kf);
     char described[320];
     tp_model_config_describe(cfg, described, sizeof described);
     fprintf(out, "total: %s %s, %s, world %d = dp %d x pp %d x tp %d\n", tp_arch_name(cfg->arch), o->model,
@@ -143,8 +150,8 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",
             tb, total, fb, w->n_refs, w->n_shards);
     fprintf(out, "  KV cache per token per replica: %s; for --max-num-seqs %s%" PRId64
-            " x --max-model-len %" PRId64 ": %s\n",
-            kb, up_to ? "(by default at most) " : "", seqs, ctx, kf);
+            " x --max-model-len %" PRId64 "%s: %s\n",
+            kb, up_to ? "(by default at most) " : "", seqs, ctx, held, kf);
     fprintf(out, "  no weight data was read (--dry-run)\n");
 }
 

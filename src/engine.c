@@ -513,16 +513,25 @@ static int32_t logit_rows(const engine *e, int32_t T)
     return prompt_rows ? seqs + T : seqs;
 }
 
-/* The default --max-num-seqs: on a large GPU as many of this replica's sequences as blocks
- * (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, from 256 to
- * 1024 (on an H200, 8B's 1024 prompts of 2048 / 128 all at once preempted 92 sequences and
- * took 4 % longer than 256 at once; the cache holds ~400 of them whole); elsewhere 256; never
- * more than a micro-batch has (fewer graphs to record in the warm-up). */
+/* The schedulers' settings but for the blocks (n_blocks, 0 here) and --max-num-seqs. Where
+ * every layer slides, the window: sequences give back the blocks behind it (from where the
+ * backend reads it); a model with some full-attention layer keeps every block. */
+static tp_sched_config sched_config(const engine *e)
+{
+    tp_sched_config sc = {(int32_t)e->o->kv_block_size, 0, e->max_seqs, e->max_batched, e->max_model_len,
+                          e->o->prefix_caching && !e->o->dump_logits, 0, e->backend->window_align};
+    int all = e->cfg.sliding_window > 0 && e->cfg.sliding_window < e->max_model_len;
+    for (int64_t l = 0; all && l < e->cfg.n_layers; l++) all = e->cfg.sliding_layer[l];
+    if (all) sc.window = (int32_t)e->cfg.sliding_window;
+    return sc;
+}
+
 /* This replica's sequences (*n), the blocks they take at full length, prompt + max_tokens
- * (*need), and their prompts' full blocks (*prompt_blocks). */
+ * (*need; behind a sliding window, those a decoding sequence holds at once), and their
+ * prompts' full blocks (*prompt_blocks). */
 static void full_length_blocks(const engine *e, int64_t *n, int64_t *need, int64_t *prompt_blocks)
 {
-    const int64_t bs = e->o->kv_block_size;
+    const tp_sched_config sc = sched_config(e);
     *n = *need = *prompt_blocks = 0;
     for (size_t i = 0; i < e->reqs.n; i++) {
         const req *r = &e->R[i];
@@ -530,11 +539,16 @@ static void full_length_blocks(const engine *e, int64_t *n, int64_t *need, int64
         int64_t len = (int64_t)r->n_prompt + r->max_new;
         if (len > e->max_model_len) len = e->max_model_len;
         *n += r->n;
-        *need += (int64_t)r->n * TP_CEIL_DIV(len, bs);
-        *prompt_blocks += r->n_prompt / bs;
+        *need += (int64_t)r->n * tp_sched_seq_blocks(&sc, len, 1);
+        *prompt_blocks += r->n_prompt / sc.block_size;
     }
 }
 
+/* The default --max-num-seqs: on a large GPU as many of this replica's sequences as blocks
+ * (one pipeline micro-batch's) hold at their full length, prompt + max_tokens, from 256 to
+ * 1024 (on an H200, 8B's 1024 prompts of 2048 / 128 all at once preempted 92 sequences and
+ * took 4 % longer than 256 at once; the cache holds ~400 of them whole); elsewhere 256; never
+ * more than a micro-batch has (fewer graphs to record in the warm-up). */
 static int32_t default_max_seqs(const engine *e, int large, int64_t blocks)
 {
     const int64_t bs = e->o->kv_block_size;
@@ -679,7 +693,8 @@ static tp_status load(engine *e, int32_t *n_blocks)
     }
     /* more blocks than every engine's --max-num-seqs sequences of --max-model-len tokens
      * could hold would never be used */
-    int64_t useful = (int64_t)g->pp * e->max_seqs * TP_CEIL_DIV(e->max_model_len, e->o->kv_block_size);
+    const tp_sched_config sc = sched_config(e);
+    int64_t useful = (int64_t)g->pp * e->max_seqs * tp_sched_seq_blocks(&sc, e->max_model_len, e->max_batched);
     if (nb > useful) nb = useful;
     *n_blocks = nb > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)nb;
     return TP_OK;
@@ -728,21 +743,24 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->P = e->g->pp;
     e->blocks_per_engine = n_blocks / e->P;
     int32_t bs = (int32_t)o->kv_block_size;
-    int32_t need = (int32_t)TP_CEIL_DIV(e->max_model_len, bs);
-    if (e->blocks_per_engine < need)
+    int32_t need = (int32_t)TP_CEIL_DIV(e->max_model_len, bs); /* block table columns */
+    tp_sched_config sc = sched_config(e);
+    const int64_t least = tp_sched_seq_blocks(&sc, e->max_model_len, 1);
+    char behind[96] = "";
+    if (sc.window > 0) snprintf(behind, sizeof behind, " (behind its sliding window of %d)", (int)sc.window);
+    if (e->blocks_per_engine < least)
         return tp_error(TP_ERR_INVALID_ARG,
-                        "the KV cache holds %d blocks of %d tokens per pipeline micro-batch, fewer than the %d that "
-                        "one sequence of --max-model-len %d needs; give more --kv-cache-memory (CPU), more "
+                        "the KV cache holds %d blocks of %d tokens per pipeline micro-batch, fewer than the %" PRId64
+                        " that one sequence of --max-model-len %d needs%s; give more --kv-cache-memory (CPU), more "
                         "--gpu-memory-utilization (GPU), or a smaller --max-model-len",
-                        e->blocks_per_engine, bs, need, e->max_model_len);
+                        e->blocks_per_engine, bs, least, e->max_model_len, behind);
     e->S = calloc((size_t)e->P, sizeof *e->S);
     e->B = calloc((size_t)e->P, sizeof *e->B);
     e->inflight = calloc((size_t)e->P, sizeof *e->inflight);
     e->entered = calloc((size_t)e->P, sizeof *e->entered);
     if (!e->S || !e->B || !e->inflight || !e->entered) return tp_error(TP_ERR_OOM, "out of memory");
-    /* a dump holds every prompt token's logits: every one is computed */
-    tp_sched_config sc = {bs, e->blocks_per_engine, e->max_seqs, e->max_batched,
-                          e->max_model_len, o->prefix_caching && !o->dump_logits};
+    /* (a dump holds every prompt token's logits: every one is computed, sched_config) */
+    sc.n_blocks = e->blocks_per_engine;
     for (int p = 0; p < e->P; p++) TP_CHECK(tp_scheduler_create(&sc, &e->S[p]));
     TP_CHECK(add_sequences(e));
 

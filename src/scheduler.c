@@ -27,6 +27,7 @@ typedef struct seq {
     int no_hits;         /* TP_SCHED_NO_PREFIX_HITS */
     int32_t *blocks;     /* physical block of positions [i * block_size, (i+1) * block_size) */
     int32_t n_blocks, cap_blocks;
+    int32_t n_dropped;   /* leading blocks given back behind a sliding window (entries 0 now) */
     int state;
     int64_t step_mark;   /* == the scheduler's step_id once placed in the step being built */
     struct seq *prev, *next;
@@ -99,16 +100,40 @@ static int32_t blocks_for(const tp_scheduler *s, int64_t n_tokens)
 }
 
 /* Whether a waiting sequence holding held blocks may join n_running others: the blocks for
- * all of its known tokens must be free beside one block for each running sequence's next
- * block_size tokens. Admitting on its first chunk alone let a preempted sequence back in as
- * soon as a few blocks were free, only to be preempted again before it made a token (an
- * H100 run of 1024 x 128 / 2048 at 256 at once: 939 preemptions, each a recompute of up to
- * 2,000 tokens); vLLM's note on its "full ISL" option and V0's watermark say the same. With
+ * all of its known tokens (behind a window, those it holds at once) must be free beside one
+ * block for each running sequence's next block_size tokens. Admitting on its first chunk
+ * alone let a preempted sequence back in as soon as a few blocks were free, only to be
+ * preempted again before it made a token (an H100 run of 1024 x 128 / 2048 at 256 at once:
+ * 939 preemptions, each a recompute of up to 2,000 tokens); vLLM's note on its "full ISL"
+ * option and V0's watermark say the same. With
  * nothing running it goes on its first chunk: waiting could not make more room. */
 static int admit_fits(const tp_scheduler *s, const seq *sq, int32_t held, int64_t free_blocks, int32_t n_running)
 {
     if (n_running == 0) return 1;
-    return (int64_t)blocks_for(s, sq->len) - held + n_running <= free_blocks;
+    const int32_t chunk = min32(sq->len - sq->n_computed, s->cfg.max_num_batched_tokens);
+    return tp_sched_seq_blocks(&s->cfg, sq->len, chunk) - held + n_running <= free_blocks;
+}
+
+/* The first position whose keys and values a token at pos may read: its window's first key,
+ * rounded down as the backend reads it; 0 without a window. */
+static int32_t first_kept(const tp_scheduler *s, int32_t pos)
+{
+    const int32_t w = s->cfg.window, a = s->cfg.window_align > 1 ? s->cfg.window_align : 1;
+    if (w <= 0 || pos < w) return 0;
+    const int32_t first = pos - w + 1;
+    return first - first % a;
+}
+
+/* Give back sq's leading blocks that no token from n_computed on reads: its next token's
+ * window starts after them, and later tokens' windows start later still. A prefix block
+ * given back is registered already (at the commit that filled it), so it stays cached. */
+static void drop_behind_window(tp_scheduler *s, seq *sq)
+{
+    const int32_t upto = min32(first_kept(s, sq->n_computed) / s->cfg.block_size, sq->n_blocks);
+    for (; sq->n_dropped < upto; sq->n_dropped++) {
+        (void)tp_block_alloc_put(s->alloc, sq->blocks[sq->n_dropped]);
+        sq->blocks[sq->n_dropped] = 0; /* a table entry no kernel reads: kept in range */
+    }
 }
 
 /* realloc array p to n elements, or jump to label on failure (p then unchanged) */
@@ -257,6 +282,18 @@ static void table_remove(tp_scheduler *s, int64_t key)
 
 /* ---- create / destroy / add ------------------------------------------------------- */
 
+int64_t tp_sched_seq_blocks(const tp_sched_config *cfg, int64_t n_tokens, int64_t chunk)
+{
+    const int64_t bs = cfg->block_size > 0 ? cfg->block_size : 1;
+    const int64_t all = (n_tokens + bs - 1) / bs;
+    if (cfg->window <= 0) return all;
+    /* a step from p0 of chunk tokens holds blocks first_kept(p0) / bs .. (p0 + chunk - 1) / bs,
+     * and first_kept(p0) >= p0 - window + 1 - (align - 1) */
+    const int64_t a = cfg->window_align > 1 ? cfg->window_align : 1;
+    const int64_t span = ((int64_t)cfg->window + a + (chunk > 1 ? chunk : 1) - 3) / bs + 2;
+    return span < all ? span : all;
+}
+
 int32_t tp_sched_fit_seqs(int64_t n_blocks, int64_t seq_blocks, int64_t n_seqs, int32_t lo, int32_t hi)
 {
     if (lo > hi) lo = hi;
@@ -337,6 +374,9 @@ tp_status tp_scheduler_create(const tp_sched_config *cfg, tp_scheduler **out)
     if (cfg->max_model_len < 1)
         return tp_error(TP_ERR_INVALID_ARG, "max model length must be at least 1, got %d",
                         (int)cfg->max_model_len);
+    if (cfg->window < 0 || cfg->window_align < 0)
+        return tp_error(TP_ERR_INVALID_ARG, "a sliding window of %d keys read from multiples of %d",
+                        (int)cfg->window, (int)cfg->window_align);
     /* slots are int32: block * block_size + offset must not overflow */
     if ((int64_t)cfg->n_blocks * cfg->block_size > INT32_MAX)
         return tp_error(TP_ERR_INVALID_ARG,
@@ -398,12 +438,13 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
                         "max model length %d; shorten the prompt or lower max_tokens",
                         (long long)key, (int)n_prompt, (int)max_new_tokens, (long long)total,
                         (int)s->cfg.max_model_len);
-    int64_t need = (total + s->cfg.block_size - 1) / s->cfg.block_size;
+    int64_t need = tp_sched_seq_blocks(&s->cfg, total, 1);
     if (need > s->cfg.n_blocks)
         return tp_error(TP_ERR_INVALID_ARG,
-                        "sequence %lld needs %lld KV blocks (%lld tokens of %d per block) but "
+                        "sequence %lld needs %lld KV blocks (%lld tokens%s, of %d per block) but "
                         "the cache has only %d; give the KV cache more memory or shorten it",
                         (long long)key, (long long)need, (long long)total,
+                        s->cfg.window > 0 ? " behind a sliding window" : "",
                         (int)s->cfg.block_size, (int)s->cfg.n_blocks);
     if (table_find(s, key))
         return tp_error(TP_ERR_INVALID_ARG, "sequence key %lld is already in use",
@@ -438,10 +479,11 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
 static void release_blocks(tp_scheduler *s, seq *sq)
 {
     if (s->cfg.prefix_caching) /* last block first: a prefix's tail is evicted before its head */
-        for (int32_t i = sq->n_blocks - 1; i >= 0; i--) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
+        for (int32_t i = sq->n_blocks - 1; i >= sq->n_dropped; i--) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
     else
-        for (int32_t i = 0; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
+        for (int32_t i = sq->n_dropped; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
     sq->n_blocks = 0;
+    sq->n_dropped = 0;
     sq->chain = 0;
     sq->n_chain = 0;
 }
@@ -658,10 +700,14 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
     s->preempted_now = 0;
     int32_t budget = s->cfg.max_num_batched_tokens;
 
-    /* a snapshot, since preemption reorders the lists under the loops */
+    /* a snapshot, since preemption reorders the lists under the loops; blocks behind every
+     * window go back first, for this step's sequences to take */
     GROW(s->order, s->cap_order, (size_t)s->running.n, oom);
     int32_t n_order = 0;
-    for (seq *sq = s->running.head; sq; sq = sq->next) s->order[n_order++] = sq;
+    for (seq *sq = s->running.head; sq; sq = sq->next) {
+        drop_behind_window(s, sq);
+        s->order[n_order++] = sq;
+    }
 
     /* 1. decodes: all but the last token computed; one token each, admission order */
     for (int32_t i = 0; i < n_order && budget > 0; i++) {
@@ -693,9 +739,11 @@ tp_status tp_scheduler_schedule(tp_scheduler *s, tp_sched_batch *b)
         seq *sq = s->waiting.head;
         const int32_t hit = take_cached_prefix(s, sq);
         if (hit < 0) return tp_error(TP_ERR_OOM, "out of memory for a block list");
+        drop_behind_window(s, sq); /* cached blocks before its first chunk's windows */
         const int64_t free_blocks = tp_block_alloc_n_free(s->alloc);
         const int32_t want = admit_want(s, sq, budget, free_blocks);
-        if (want < 1 || !admit_fits(s, sq, sq->n_blocks, free_blocks, s->running.n) || waits_for_inflight(s, sq)) {
+        if (want < 1 || !admit_fits(s, sq, sq->n_blocks - sq->n_dropped, free_blocks, s->running.n) ||
+            waits_for_inflight(s, sq)) {
             release_blocks(s, sq); /* what it took waits in the cache with it */
             sq->n_computed = 0;
             break;

@@ -17,6 +17,11 @@
  * after them; at least its last prompt token is always computed, since its logits sample
  * the first new token. Blocks of a step are registered only at its commit, so no step
  * reads keys and values that the same step writes.
+ *
+ * Sliding window (cfg.window, where every layer slides): a sequence gives back its leading
+ * blocks once no token it has still to compute reads them (vLLM's sliding-window manager),
+ * so it holds about window tokens' blocks however long it runs; a prefix block given back
+ * stays in the prefix cache like any other let go.
  */
 #ifndef TP_SCHEDULER_H
 #define TP_SCHEDULER_H
@@ -36,7 +41,17 @@ typedef struct tp_sched_config {
     int32_t max_num_batched_tokens; /* tokens in one step at most (chunked prefill) */
     int32_t max_model_len;          /* prompt + completion of one sequence at most */
     int prefix_caching;             /* keep full prompt blocks for later sequences (block_alloc.h) */
+    int32_t window;                 /* > 0: every layer's sliding window (tp_attn_first_key): blocks
+                                     * wholly before what a sequence's next token reads are given back */
+    int32_t window_align;           /* the backend reads a window from its first key rounded down to a
+                                     * multiple of this (tp_backend.window_align); 0 is taken as 1 */
 } tp_sched_config;
+
+/* The most KV blocks one sequence of n_tokens holds at once when its steps feed at most chunk
+ * tokens: every block of its tokens, or with a window those from its window's first kept
+ * position to the end of its step. Sizes the cache and --max-num-seqs; chunk 1 gives the
+ * least a sequence can run in (the scheduler shrinks its chunks to the blocks free). */
+int64_t tp_sched_seq_blocks(const tp_sched_config *cfg, int64_t n_tokens, int64_t chunk);
 
 /* One forward step. Arrays are owned by the scheduler, valid until the next schedule. */
 typedef struct tp_sched_batch {

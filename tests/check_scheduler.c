@@ -88,6 +88,7 @@ typedef struct engine {
     /* what was seen */
     int64_t restarts, partial_chunks, mixed_steps, max_rows, finish_order_violations;
     int64_t hit_tokens, shared_blocks; /* prefix caching: tokens not computed, blocks in two rows of a step */
+    int64_t most_held;  /* the most blocks one row held in a step */
     int64_t last_done_index;
     tp_sched_stats stats;
 } engine;
@@ -223,6 +224,25 @@ static void record_hash(engine *e, const tp_sched_batch *b, const int32_t *sampl
     e->hashes[e->n_hashes++] = h;
 }
 
+/* With a sliding window, the first position a token at pos reads (its window's first key,
+ * rounded down as the backend reads it); 0 without one. The scheduler's own rule, written
+ * again here from its description. */
+static int32_t first_read(const tp_sched_config *c, int32_t pos)
+{
+    if (c->window <= 0 || pos < c->window) return 0;
+    const int32_t first = pos - c->window + 1, a = c->window_align > 1 ? c->window_align : 1;
+    return first / a * a;
+}
+
+/* The longest sequence (prompt + new tokens) a config takes: what its cache holds, or behind
+ * a window, any up to max_model_len whose window fits it. */
+static int64_t longest_seq(const tp_sched_config *c)
+{
+    if (c->window > 0 && tp_sched_seq_blocks(c, c->max_model_len, 1) <= c->n_blocks) return c->max_model_len;
+    const int64_t cap = (int64_t)c->n_blocks * c->block_size;
+    return cap < c->max_model_len ? cap : c->max_model_len;
+}
+
 /* Every structural promise of one batch, and the KV that attention would read. */
 static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int64_t step)
 {
@@ -276,12 +296,15 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
         if (last < fs->len - 1) e->partial_chunks++;
         if (last == fs->len - 1) logits_expected++;
 
-        /* the block table row: exactly the blocks its positions need, then zeros */
+        /* the block table row: exactly the blocks its positions need, then zeros; behind a
+         * window, zeros too for the blocks before what its first token reads, given back */
         const int32_t *bt = b->block_table + (size_t)r * (size_t)b->max_blocks;
-        int32_t nb = last / bs + 1;
+        int32_t nb = last / bs + 1, kept = first_read(c, p0) / bs;
         REQUIRE_LE(nb, b->max_blocks);
+        REQUIRE_LE(nb - kept, tp_sched_seq_blocks(c, last + 1, n));
+        if (nb - kept > e->most_held) e->most_held = nb - kept;
         for (int32_t j = 0; j < b->max_blocks; j++) {
-            if (j >= nb) {
+            if (j >= nb || j < kept) {
                 REQUIRE_EQ(bt[j], 0);
                 continue;
             }
@@ -328,16 +351,18 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
     REQUIRE_LE(st.free_blocks + owned, c->n_blocks);
     if (st.running == b->n_seqs) REQUIRE_EQ(st.free_blocks + owned, c->n_blocks);
 
-    /* attention reads positions 0..last of every row through its block table: all must
-     * hold that sequence's own tokens (checking the row's last token covers the rest) */
+    /* attention reads positions 0..last of every row through its block table (behind a
+     * window, from what its first token reads): all must hold that sequence's own tokens */
     for (int32_t r = 0; r < b->n_seqs; r++) {
         fake_seq *fs = seq_of_key(e, b->seq_key[r]);
         const int32_t *bt = b->block_table + (size_t)r * (size_t)b->max_blocks;
         int32_t last = b->pos[b->seq_first[r] + b->seq_len[r] - 1];
+        const int32_t from = first_read(c, b->pos[b->seq_first[r]]);
         uint64_t hist = 0xcbf29ce484222325ull;
         for (int32_t q = 0; q <= last; q++) {
             int32_t sl = bt[q / bs] * bs + q % bs;
             hist = fnv(hist, &fs->hist[q], sizeof *fs->hist);
+            if (q < from) continue;
             if (!c->prefix_caching) REQUIRE_EQ(e->cache_key[sl], fs->key);
             REQUIRE_EQ(e->cache_pos[sl], q);
             REQUIRE_EQ(e->cache_tok[sl], fs->hist[q]);
@@ -346,13 +371,15 @@ static void check_batch(engine *e, tp_scheduler *s, const tp_sched_batch *b, int
     }
 }
 
-/* The model at a logit row: read the history back from the fake cache. */
+/* The model at a logit row: read the history back from the fake cache. Behind a window the
+ * positions before it are not in the cache: they reach the model through the keys it reads
+ * (whose histories check_batch compared), so here they come from the engine's view. */
 static int32_t model_from_cache(const engine *e, const tp_sched_batch *b, int32_t row,
-                                int32_t last, int32_t *scratch)
+                                int32_t last, const fake_seq *fs, int32_t *scratch)
 {
-    const int32_t bs = e->cfg.block_size;
+    const int32_t bs = e->cfg.block_size, from = first_read(&e->cfg, last);
     const int32_t *bt = b->block_table + (size_t)row * (size_t)b->max_blocks;
-    for (int32_t q = 0; q <= last; q++) scratch[q] = e->cache_tok[bt[q / bs] * bs + q % bs];
+    for (int32_t q = 0; q <= last; q++) scratch[q] = q < from ? fs->hist[q] : e->cache_tok[bt[q / bs] * bs + q % bs];
     return model_next(scratch, last + 1);
 }
 
@@ -396,7 +423,7 @@ static void engine_run(engine *e)
             REQUIRE_EQ(b.logit_token[i], b.seq_first[r] + b.seq_len[r] - 1);
             REQUIRE(i == 0 || b.logit_seq[i - 1] < r);
             fake_seq *fs = seq_of_key(e, b.seq_key[r]);
-            int32_t tok = model_from_cache(e, &b, r, b.pos[b.logit_token[i]], scratch);
+            int32_t tok = model_from_cache(e, &b, r, b.pos[b.logit_token[i]], fs, scratch);
             REQUIRE_EQ(tok, model_next(fs->hist, fs->len));
             int32_t g = fs->len - fs->n_prompt; /* tokens generated before this one */
             REQUIRE_LT(g, fs->n_expect);
@@ -462,9 +489,7 @@ static void random_workload(engine *e, uint64_t seed, int32_t n, int32_t max_pro
                             int32_t max_new, int64_t add_spread, int stops)
 {
     uint64_t rng = seed;
-    const tp_sched_config *c = &e->cfg;
-    int64_t cap = (int64_t)c->n_blocks * c->block_size;
-    if (cap > c->max_model_len) cap = c->max_model_len;
+    const int64_t cap = longest_seq(&e->cfg);
     for (int32_t i = 0; i < n; i++) {
         int32_t np = rng_range(&rng, 1, max_prompt);
         if (np > cap - 1) np = (int32_t)cap - 1;
@@ -511,7 +536,7 @@ END_TEST
 START_TEST(single_sequence)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 16, 4, 32, 64, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 16, 4, 32, 64, 0, 0, 0}, 0);
     uint64_t rng = 1;
     engine_random_seq(&e, &rng, 10, 20, 0, 0);
     engine_run(&e);
@@ -528,7 +553,7 @@ END_TEST
 START_TEST(one_token_prompt_one_new_token)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){1, 2, 1, 1, 2, 0}, 0);
+    engine_init(&e, &(tp_sched_config){1, 2, 1, 1, 2, 0, 0, 0}, 0);
     int32_t p = 7;
     engine_seq(&e, &p, 1, 1, 0, 0);
     engine_seq(&e, &p, 1, 1, 0, 0);
@@ -541,7 +566,7 @@ END_TEST
 START_TEST(many_random_sequences)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){8, 256, 16, 64, 96, 0}, 0);
+    engine_init(&e, &(tp_sched_config){8, 256, 16, 64, 96, 0, 0, 0}, 0);
     random_workload(&e, 42, 60, 40, 40, 0, 0);
     engine_run(&e);
     ck_assert_int_eq(e.stats.preemptions, 0);
@@ -554,7 +579,7 @@ END_TEST
 START_TEST(long_prompts_are_chunked)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 128, 4, 16, 256, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 128, 4, 16, 256, 0, 0, 0}, 0);
     uint64_t rng = 7;
     engine_random_seq(&e, &rng, 100, 5, 0, 0);
     engine_random_seq(&e, &rng, 57, 30, 0, 0);
@@ -571,7 +596,7 @@ END_TEST
 START_TEST(tight_blocks_preempt_and_recompute)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 12, 8, 64, 48, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 12, 8, 64, 48, 0, 0, 0}, 0);
     random_workload(&e, 3, 24, 20, 25, 0, 0);
     engine_run(&e);
     ck_assert_int_gt(e.stats.preemptions, 0);
@@ -584,7 +609,7 @@ START_TEST(tight_blocks_chunked_prefill)
 {
     /* preemption while prompts are still being chunked */
     engine e;
-    engine_init(&e, &(tp_sched_config){2, 20, 6, 7, 40, 0}, 0);
+    engine_init(&e, &(tp_sched_config){2, 20, 6, 7, 40, 0, 0, 0}, 0);
     random_workload(&e, 11, 30, 30, 12, 40, 0);
     engine_run(&e);
     ck_assert_int_gt(e.stats.preemptions, 0);
@@ -603,7 +628,7 @@ START_TEST(lockstep_overflow_preempts_each_once)
     const int32_t bs = 16, n = 32, fit = 24, prompt = 16, max_new = 240; /* 16 blocks each */
     for (int caching = 0; caching < 2; caching++) {
         engine e;
-        engine_init(&e, &(tp_sched_config){bs, fit * (prompt + max_new) / bs, n, 512, prompt + max_new, caching}, 0);
+        engine_init(&e, &(tp_sched_config){bs, fit * (prompt + max_new) / bs, n, 512, prompt + max_new, caching, 0, 0}, 0);
         uint64_t rng = 77 + (uint64_t)caching;
         for (int32_t i = 0; i < n; i++) engine_random_seq(&e, &rng, prompt, max_new, 0, 0);
         engine_run(&e);
@@ -637,7 +662,7 @@ static void expect_rows(const tp_sched_batch *b, int32_t n, const int64_t *keys,
 static tp_scheduler *hand_traced(int32_t n_blocks, int with_c)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, n_blocks, 2, 16, 8, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){2, n_blocks, 2, 16, 8, 0, 0, 0}, &s), TP_OK);
     const int32_t p[3] = {1, 2, 3};
     ck_assert_int_eq(tp_scheduler_add(s, 10, p, 3, 5, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_add(s, 20, p, 3, 5, 0), TP_OK);
@@ -727,7 +752,7 @@ END_TEST
 START_TEST(one_sequence_at_a_time)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 32, 1, 16, 64, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 32, 1, 16, 64, 0, 0, 0}, 0);
     random_workload(&e, 5, 12, 30, 20, 0, 0);
     engine_run(&e);
     ck_assert_int_eq(e.max_rows, 1);
@@ -744,12 +769,12 @@ START_TEST(block_sizes_1_and_16)
         int32_t bs = sizes[k];
         engine e;
         /* roomy, then tight */
-        engine_init(&e, &(tp_sched_config){bs, 2048 / bs, 8, 48, 64, 0}, 0);
+        engine_init(&e, &(tp_sched_config){bs, 2048 / bs, 8, 48, 64, 0, 0, 0}, 0);
         random_workload(&e, 100 + (uint64_t)k, 30, 40, 24, 0, 0);
         engine_run(&e);
         ck_assert_int_eq(e.stats.preemptions, 0);
         engine_free(&e);
-        engine_init(&e, &(tp_sched_config){bs, 96 / bs, 8, 48, 64, 0}, 0);
+        engine_init(&e, &(tp_sched_config){bs, 96 / bs, 8, 48, 64, 0, 0, 0}, 0);
         random_workload(&e, 200 + (uint64_t)k, 30, 40, 24, 0, 0);
         engine_run(&e);
         ck_assert_int_gt(e.stats.preemptions, 0);
@@ -761,7 +786,7 @@ END_TEST
 START_TEST(continuous_batching)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 64, 6, 24, 64, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 64, 6, 24, 64, 0, 0, 0}, 0);
     random_workload(&e, 9, 40, 20, 30, 150, 0);
     engine_run(&e);
     ck_assert_int_gt(e.mixed_steps, 0);
@@ -772,7 +797,7 @@ END_TEST
 START_TEST(finish_early)
 {
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 64, 4, 32, 64, 0}, 0);
+    engine_init(&e, &(tp_sched_config){4, 64, 4, 32, 64, 0, 0, 0}, 0);
     uint64_t rng = 13;
     engine_random_seq(&e, &rng, 8, 30, 1, 0);
     engine_random_seq(&e, &rng, 8, 30, 5, 0);
@@ -786,7 +811,7 @@ START_TEST(finish_early)
     engine_free(&e);
 
     /* EOS-driven stops under preemption */
-    engine_init(&e, &(tp_sched_config){2, 24, 8, 16, 48, 0}, 1);
+    engine_init(&e, &(tp_sched_config){2, 24, 8, 16, 48, 0, 0, 0}, 1);
     random_workload(&e, 14, 30, 20, 28, 20, 1);
     engine_run(&e);
     int early = 0;
@@ -799,7 +824,7 @@ END_TEST
 START_TEST(commit_without_finish_array)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0, 0, 0}, &s), TP_OK);
     int32_t prompt[3] = {1, 2, 3};
     ck_assert_int_eq(tp_scheduler_add(s, 5, prompt, 3, 2, 0), TP_OK);
     tp_sched_batch b;
@@ -830,7 +855,7 @@ START_TEST(pending_tokens_resolve)
 {
     tp_scheduler *s;
     /* blocks of 4 tokens, 6 of them: two sequences of 5 + 4 tokens fit, not three */
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0, 0, 0}, &s), TP_OK);
     int32_t prompt[5] = {1, 2, 3, 4, 5};
     ck_assert_int_eq(tp_scheduler_add(s, 10, prompt, 5, 6, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_add(s, 11, prompt, 3, 2, 0), TP_OK);
@@ -908,7 +933,7 @@ START_TEST(pending_tokens_resolve)
     tp_scheduler_destroy(s);
 
     /* a known token after a pending one would be overwritten by the next resolve: refused */
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 6, 4, 64, 32, 0, 0, 0}, &s), TP_OK);
     ck_assert_int_eq(tp_scheduler_add(s, 30, prompt, 3, 4, 0), TP_OK);
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
     ck_assert_int_eq(tp_scheduler_commit(s, &b, pend, NULL), TP_OK);
@@ -930,7 +955,7 @@ static int message_has(const char *a, const char *b)
 START_TEST(add_refusals)
 {
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100, 0, 0, 0}, &s), TP_OK);
     int32_t prompt[80] = {0};
     tp_error_clear();
     ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 0, 4, 0), TP_ERR_INVALID_ARG);
@@ -980,6 +1005,18 @@ START_TEST(add_refusals)
     ck_assert_int_eq(key, 2);
     ck_assert_int_eq(tp_scheduler_pop_finished(s, &key, &gen, &n), 0);
     tp_scheduler_destroy(s); /* with key 1 still waiting: no leak */
+
+    /* behind a window of 8 the 65-token sequence refused above holds 2 blocks at most; one that
+     * cannot hold even its window is refused, saying so */
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 4, 4, 8, 100, 0, 8, 1}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 5, 0), TP_OK);
+    tp_scheduler_destroy(s);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){16, 2, 4, 8, 100, 0, 40, 1}, &s), TP_OK);
+    tp_error_clear();
+    ck_assert_int_eq(tp_scheduler_add(s, 1, prompt, 60, 5, 0), TP_ERR_INVALID_ARG);
+    ck_assert(message_has("needs 4", "behind a sliding window"));
+    tp_error_clear();
+    tp_scheduler_destroy(s);
 }
 END_TEST
 
@@ -987,8 +1024,9 @@ START_TEST(create_refusals_and_misuse)
 {
     tp_scheduler *s = (tp_scheduler *)&s;
     const tp_sched_config bad[] = {
-        {0, 4, 4, 8, 64, 0}, {4, 0, 4, 8, 64, 0}, {4, 4, 0, 8, 64, 0}, {4, 4, 4, 0, 64, 0},
-        {4, 4, 4, 8, 0, 0},  {-1, 4, 4, 8, 64, 0}, {1 << 16, 1 << 16, 4, 8, 64, 0},
+        {0, 4, 4, 8, 64, 0, 0, 0}, {4, 0, 4, 8, 64, 0, 0, 0}, {4, 4, 0, 8, 64, 0, 0, 0}, {4, 4, 4, 0, 64, 0, 0, 0},
+        {4, 4, 4, 8, 0, 0, 0, 0},  {-1, 4, 4, 8, 64, 0, 0, 0}, {1 << 16, 1 << 16, 4, 8, 64, 0, 0, 0},
+        {4, 4, 4, 8, 64, 0, -1, 1}, {4, 4, 4, 8, 64, 0, 8, -1},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tp_error_clear();
@@ -1001,7 +1039,7 @@ START_TEST(create_refusals_and_misuse)
     tp_error_clear();
     tp_scheduler_destroy(NULL);
 
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 2, 8, 32, 0, 0, 0}, &s), TP_OK);
     tp_sched_batch b;
     int32_t tok = 1;
     ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK); /* idle: empty */
@@ -1051,7 +1089,7 @@ START_TEST(many_keys)
 {
     enum { N = 3000 };
     tp_scheduler *s;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16, 0}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 4096, 64, 256, 16, 0, 0, 0}, &s), TP_OK);
     int64_t keys[N];
     uint8_t popped[N] = {0};
     uint64_t rng = 99;
@@ -1096,17 +1134,17 @@ END_TEST
 START_TEST(peek_first_is_the_first_step)
 {
     static const tp_sched_config cfgs[] = {
-        {16, 64, 8, 512, 256, 0}, /* room for all: the budget or the cap decides */
-        {16, 10, 8, 512, 160, 0}, /* 10 blocks: the cache decides, the last admitted in part */
-        {4, 30, 3, 1000, 120, 0}, /* the sequence cap */
-        {1, 40, 16, 25, 40, 0},   /* a small budget, one-token blocks */
-        {8, 12, 64, 4096, 96, 0},
+        {16, 64, 8, 512, 256, 0, 0, 0}, /* room for all: the budget or the cap decides */
+        {16, 10, 8, 512, 160, 0, 0, 0}, /* 10 blocks: the cache decides, the last admitted in part */
+        {4, 30, 3, 1000, 120, 0, 0, 0}, /* the sequence cap */
+        {1, 40, 16, 25, 40, 0, 0, 0},   /* a small budget, one-token blocks */
+        {8, 12, 64, 4096, 96, 0, 0, 0},
         /* prefix caching: the prompts share their first tokens, so all but the first whose
          * first block another completes wait (and a prompt of one block or less does not) */
-        {16, 64, 8, 512, 256, 1},
-        {4, 30, 3, 1000, 120, 1},
-        {1, 40, 16, 25, 40, 1},
-        {8, 12, 64, 4096, 96, 1},
+        {16, 64, 8, 512, 256, 1, 0, 0},
+        {4, 30, 3, 1000, 120, 1, 0, 0},
+        {1, 40, 16, 25, 40, 1, 0, 0},
+        {8, 12, 64, 4096, 96, 1, 0, 0},
     };
     uint64_t rng = 12345;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
@@ -1138,7 +1176,7 @@ START_TEST(determinism)
 {
     for (int caching = 0; caching < 2; caching++) {
     engine e1, e2;
-    const tp_sched_config cfg = {2, 30, 6, 12, 48, caching};
+    const tp_sched_config cfg = {2, 30, 6, 12, 48, caching, 0, 0};
     engine_init(&e1, &cfg, 1);
     engine_init(&e2, &cfg, 1);
     random_workload(&e1, 77, 40, 30, 18, 60, 1);
@@ -1162,9 +1200,7 @@ static void shared_prefix_workload(engine *e, uint64_t seed, int32_t n, int32_t 
                                    int32_t max_new, int64_t add_spread)
 {
     uint64_t rng = seed;
-    const tp_sched_config *c = &e->cfg;
-    int64_t cap = (int64_t)c->n_blocks * c->block_size;
-    if (cap > c->max_model_len) cap = c->max_model_len;
+    const int64_t cap = longest_seq(&e->cfg);
     if (max_prompt > cap - 1) max_prompt = (int32_t)cap - 1;
     REQUIRE_GE(max_prompt, 1);
     int32_t *prefix = malloc((size_t)n_prefixes * (size_t)max_prompt * sizeof *prefix);
@@ -1267,10 +1303,10 @@ END_TEST
 START_TEST(prefix_caching_shared_prompts)
 {
     const tp_sched_config cfgs[] = {
-        {4, 64, 8, 64, 96, 1},   /* room: hits, and blocks shared in a step */
-        {2, 24, 6, 16, 40, 1},   /* tight: evictions and preemptions */
-        {16, 40, 16, 256, 200, 1},
-        {1, 30, 4, 8, 24, 1},
+        {4, 64, 8, 64, 96, 1, 0, 0},   /* room: hits, and blocks shared in a step */
+        {2, 24, 6, 16, 40, 1, 0, 0},   /* tight: evictions and preemptions */
+        {16, 40, 16, 256, 200, 1, 0, 0},
+        {1, 30, 4, 8, 24, 1, 0, 0},
     };
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
         engine e;
@@ -1284,7 +1320,7 @@ START_TEST(prefix_caching_shared_prompts)
     }
     /* the same workload without the cache: the same tokens, every prompt token computed */
     engine e;
-    engine_init(&e, &(tp_sched_config){4, 64, 8, 64, 96, 0}, 1);
+    engine_init(&e, &(tp_sched_config){4, 64, 8, 64, 96, 0, 0, 0}, 1);
     shared_prefix_workload(&e, 1000, 60, 4, 48, 12, 80);
     engine_run(&e);
     ck_assert_int_eq(e.stats.cached_tokens, 0);
@@ -1297,7 +1333,7 @@ START_TEST(prefix_caching_first_admission_counts)
     /* A computes an 8-token prompt; B, C arrive after it and share its first 4 or 8 tokens;
      * D asks for no hits */
     tp_scheduler *s = NULL;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 32, 4, 64, 32, 1}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 32, 4, 64, 32, 1, 0, 0}, &s), TP_OK);
     const int32_t a[9] = {10, 11, 12, 13, 14, 15, 16, 17, 18};
     const int32_t b[6] = {10, 11, 12, 13, 99, 98};
     ck_assert_int_eq(tp_scheduler_add(s, 1, a, 9, 2, 0), TP_OK);
@@ -1346,7 +1382,7 @@ END_TEST
 START_TEST(prefix_caching_waits_for_a_prefix_in_flight)
 {
     tp_scheduler *s = NULL;
-    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 64, 8, 64, 32, 1}, &s), TP_OK);
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 64, 8, 64, 32, 1, 0, 0}, &s), TP_OK);
     int32_t p[5][11];
     for (int k = 0; k < 5; k++) {
         for (int i = 0; i < 11; i++) p[k][i] = 100 + i;
@@ -1405,6 +1441,60 @@ START_TEST(prefix_count)
 }
 END_TEST
 
+/* Behind a sliding window a sequence gives back the blocks before what its next token reads,
+ * so sequences longer than the whole cache run, and another sequence takes those blocks while
+ * it goes on (check_batch: every key a token reads is its own; model_from_cache: the tokens
+ * are those of the sequence run alone). Windows read from multiples of 1, 4 and 64 (the CUDA
+ * backend's), prefix caching on and off. */
+START_TEST(window_gives_back_blocks)
+{
+    const tp_sched_config cfgs[] = {
+        {4, 12, 4, 16, 160, 0, 8, 4},
+        {1, 20, 3, 5, 100, 0, 6, 1},
+        {16, 16, 8, 64, 400, 0, 40, 64},
+        {4, 12, 4, 16, 160, 1, 8, 4},
+        {2, 30, 6, 9, 120, 1, 5, 1},
+        {16, 24, 8, 64, 400, 1, 40, 64},
+    };
+    for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++) {
+        const tp_sched_config *c = &cfgs[k];
+        const int64_t cache_tokens = (int64_t)c->n_blocks * c->block_size;
+        engine e;
+        engine_init(&e, c, 0);
+        if (c->prefix_caching)
+            shared_prefix_workload(&e, 500 + k, 40, 3, c->max_model_len / 2, c->max_model_len / 2, 60);
+        else
+            random_workload(&e, 500 + k, 30, c->max_model_len / 2, c->max_model_len, 60, 1);
+        int32_t longer = 0;
+        for (int32_t i = 0; i < e.n_seqs; i++) longer += e.seqs[i].n_prompt + e.seqs[i].n_expect > cache_tokens;
+        engine_run(&e);
+        ck_assert_msg(longer > 0, "config %zu: no sequence outgrew the cache", k);
+        ck_assert_int_le(e.most_held, tp_sched_seq_blocks(c, c->max_model_len, c->max_num_batched_tokens));
+        if (c->prefix_caching) ck_assert_int_gt(e.hit_tokens, 0);
+        engine_free(&e);
+    }
+    /* a window as long as the sequences gives nothing back: the cache bounds them as before */
+    const tp_sched_config wide = {4, 12, 4, 16, 48, 0, 48, 1};
+    ck_assert_int_eq(tp_sched_seq_blocks(&wide, 48, 1), 12);
+    ck_assert_int_eq(tp_sched_seq_blocks(&wide, 47, 16), 12);
+    /* the bound: a step of chunk tokens from p0 holds blocks first_read(p0) / bs .. (p0 + chunk
+     * - 1) / bs; over every p0 its largest is what tp_sched_seq_blocks says at most */
+    for (int32_t bs = 1; bs <= 16; bs *= 2)
+        for (int32_t a = 1; a <= 64; a *= 4)
+            for (int32_t w = 1; w <= 70; w += 3)
+                for (int32_t chunk = 1; chunk <= 33; chunk += 8) {
+                    const tp_sched_config c = {bs, 1000, 4, chunk, 4000, 0, w, a};
+                    int64_t most = 0;
+                    for (int32_t p0 = 0; p0 < 300; p0++) {
+                        const int64_t held = (p0 + chunk - 1) / bs - first_read(&c, p0) / bs + 1;
+                        if (held > most) most = held;
+                    }
+                    ck_assert_int_le(most, tp_sched_seq_blocks(&c, 4000, chunk));
+                    ck_assert_int_ge(most + 2, tp_sched_seq_blocks(&c, 4000, chunk)); /* and not far above */
+                }
+}
+END_TEST
+
 START_TEST(stress)
 {
     const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
@@ -1419,9 +1509,11 @@ START_TEST(stress)
         int32_t mnbt = rng_range(&rng, 0, 3) == 0 ? rng_range(&rng, 1, 4) : rng_range(&rng, 1, 96);
         engine e;
         const int caching = rng_range(&rng, 0, 1);
-        engine_init(&e, &(tp_sched_config){bs, n_blocks, max_seqs, mnbt, max_len, caching},
+        const int32_t aligns[] = {1, 2, 4, 64};
+        const int32_t window = rng_range(&rng, 0, 2) == 0 ? rng_range(&rng, 1, max_len) : 0;
+        engine_init(&e, &(tp_sched_config){bs, n_blocks, max_seqs, mnbt, max_len, caching, window, aligns[rng_range(&rng, 0, 3)]},
                     rng_range(&rng, 0, 1));
-        int32_t cap = n_blocks * bs < max_len ? n_blocks * bs : max_len;
+        int32_t cap = (int32_t)longest_seq(&e.cfg);
         if (cap >= 2) {
             if (caching && rng_range(&rng, 0, 1))
                 shared_prefix_workload(&e, rng, rng_range(&rng, 1, 40), rng_range(&rng, 1, 4), rng_range(&rng, 1, cap),
@@ -1472,6 +1564,7 @@ int main(void)
     tcase_add_test(tc, many_keys);
     tcase_add_test(tc, peek_first_is_the_first_step);
     tcase_add_test(tc, determinism);
+    tcase_add_test(tc, window_gives_back_blocks);
     tcase_add_test(tc, stress);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

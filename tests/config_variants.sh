@@ -73,6 +73,42 @@ PY
     [ "$(ids "$out")" = "$(ids "$TMP/$name-1-1-0.jsonl")" ] ||
         fail "$name: after a cached prefix the greedy ids are $(ids "$out"), Hugging Face's $(ids "$TMP/$name-1-1-0.jsonl")"
     echo "== $name: after a cached block of its prompt: the same ids"
+    # where every layer slides, sequences give back the blocks their windows passed: the prompt
+    # (36 + 12 tokens) with two others at once, in a cache of 24 one-token blocks that holds
+    # none of them whole (refused before), gives Hugging Face's logits and ids; the others
+    # their ids alone in a cache that holds them whole. --dry-run counts the window's tokens.
+    if [ "$(sed -n 's/.*"sliding_window": *\([0-9]*\).*/\1/p' "$dir/config.json")" = 8 ] && grep -q '"mistral"' "$dir/config.json"; then
+        "$PYTHON3" - "$TMP/$name.jsonl" >"$TMP/$name-three.jsonl" <<'PY'
+import json, sys
+line = json.loads(open(sys.argv[1]).readline())
+ids = line["prompt_token_ids"]
+print(json.dumps(line))
+print(json.dumps({"id": "reversed", "max_tokens": 20, "prompt_token_ids": ids[::-1]}))
+print(json.dumps({"id": "shifted", "max_tokens": 16, "prompt_token_ids": ids[5:] + ids[:9]}))
+PY
+        per_token=$((3 * 2 * 4 * 16 * 4)) # layers x K,V x KV heads x head_dim x float32
+        out="$TMP/$name-tight"
+        "$TPINFER" --model "$dir" --backend cpu --kv-block-size 1 --kv-cache-memory $((24 * per_token)) \
+            --input "$TMP/$name-three.jsonl" --output "$out.jsonl" --dump-logits "$out" 2>"$TMP/err" ||
+            { cat "$TMP/err"; fail "$name: three prompts in a cache of 24 tokens"; }
+        "$cmp" "$ref" "$out" || fail "$name: behind the window, in a cache of 24 tokens: logits or ids differ from Hugging Face"
+        "$TPINFER" --model "$dir" --backend cpu --max-num-seqs 1 --input "$TMP/$name-three.jsonl" \
+            --output "$TMP/$name-alone.jsonl" 2>"$TMP/err" || { cat "$TMP/err"; fail "$name: three prompts alone"; }
+        for id in p0 reversed shifted; do
+            a=$(grep "\"id\":\"$id\"" "$out.jsonl" | sed 's/.*"token_ids":\(\[[^]]*\]\).*/\1/')
+            b=$(grep "\"id\":\"$id\"" "$TMP/$name-alone.jsonl" | sed 's/.*"token_ids":\(\[[^]]*\]\).*/\1/')
+            [ -n "$a" ] && [ "$a" = "$b" ] || fail "$name: $id gave $a in the tight cache, $b alone"
+        done
+        # a window the cache cannot hold is refused, naming it
+        ! "$TPINFER" --model "$dir" --backend cpu --kv-block-size 1 --kv-cache-memory $((6 * per_token)) \
+            --input "$TMP/$name-three.jsonl" --output "$TMP/$name-none.jsonl" 2>"$TMP/err" ||
+            fail "$name: a cache of 6 tokens under a window of 8 was taken"
+        grep -q "behind its sliding window of 8" "$TMP/err" || { cat "$TMP/err"; fail "$name: the refusal does not name the window"; }
+        "$TPINFER" --model "$dir" --max-model-len 512 --dry-run >"$TMP/dry" 2>&1 || { cat "$TMP/dry"; fail "$name: --dry-run"; }
+        grep -q "x --max-model-len 512 (each holding about the 8 tokens of its sliding window): 3 MiB" "$TMP/dry" ||
+            fail "$name: --dry-run's KV total: $(grep 'KV cache per token per replica' "$TMP/dry")"
+        echo "== $name: three sequences of up to 48 tokens in a cache of 24: Hugging Face's logits, their ids alone"
+    fi
     # without the overrides, the same comparison fails (they matter for these prompts)
     out="$TMP/$name-full"
     "$TPINFER" --model "$base" --backend cpu --input "$TMP/$name.jsonl" --output "$out.jsonl" \
