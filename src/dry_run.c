@@ -136,13 +136,12 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     const int up_to = !o->max_num_seqs && strcmp(o->backend, "cpu") && tp_device_large(dev);
     int64_t seqs = o->max_num_seqs ? o->max_num_seqs : up_to ? 1024 : 256;
     /* where every layer slides, a sequence holds about its window's blocks (the scheduler) */
-    int all_slide = cfg->sliding_window > 0 && cfg->sliding_window < ctx;
-    for (int64_t l = 0; all_slide && l < cfg->n_layers; l++) all_slide = cfg->sliding_layer[l];
+    const int64_t window = tp_model_config_window_of_all(cfg);
+    const int64_t held_tokens = window > 0 && window < ctx ? window : ctx;
     char held[96] = "";
-    if (all_slide)
-        snprintf(held, sizeof held, " (each holding about the %" PRId64 " tokens of its sliding window)",
-                 cfg->sliding_window);
-    tp_format_bytes(kv * (all_slide ? cfg->sliding_window : ctx) * seqs, kf, sizeof kf);
+    if (held_tokens < ctx)
+        snprintf(held, sizeof held, " (each holding about the %" PRId64 " tokens of its sliding window)", window);
+    tp_format_bytes(kv * held_tokens * seqs, kf, sizeof kf);
     char described[320];
     tp_model_config_describe(cfg, described, sizeof described);
     fprintf(out, "total: %s %s, %s, world %d = dp %d x pp %d x tp %d\n", tp_arch_name(cfg->arch), o->model,

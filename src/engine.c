@@ -520,9 +520,8 @@ static tp_sched_config sched_config(const engine *e)
 {
     tp_sched_config sc = {(int32_t)e->o->kv_block_size, 0, e->max_seqs, e->max_batched, e->max_model_len,
                           e->o->prefix_caching && !e->o->dump_logits, 0, e->backend->window_align};
-    int all = e->cfg.sliding_window > 0 && e->cfg.sliding_window < e->max_model_len;
-    for (int64_t l = 0; all && l < e->cfg.n_layers; l++) all = e->cfg.sliding_layer[l];
-    if (all) sc.window = (int32_t)e->cfg.sliding_window;
+    const int64_t window = tp_model_config_window_of_all(&e->cfg);
+    if (window < e->max_model_len) sc.window = (int32_t)window;
     return sc;
 }
 

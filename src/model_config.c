@@ -51,6 +51,14 @@ const char *tp_arch_name(tp_arch arch)
     return "unknown";
 }
 
+int64_t tp_model_config_window_of_all(const tp_model_config *cfg)
+{
+    if (cfg->sliding_window <= 0) return 0;
+    for (int64_t l = 0; l < cfg->n_layers; l++)
+        if (!cfg->sliding_layer[l]) return 0;
+    return cfg->sliding_window;
+}
+
 void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
 {
     static const char *const kinds[] = {[TP_ROPE_LINEAR] = "linear", [TP_ROPE_LLAMA3] = "llama3",

@@ -91,6 +91,10 @@ const char *tp_arch_name(tp_arch arch); /* the HF architectures[] string */
  * and --dry-run */
 void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n);
 
+/* The sliding window of every layer, where all of them slide; 0 where some layer attends to
+ * the whole context (a sequence's KV blocks behind that window are then read by no layer). */
+int64_t tp_model_config_window_of_all(const tp_model_config *cfg);
+
 /* Parse config.json text; what names the file in messages. */
 tp_status tp_model_config_parse(const char *json_text, size_t len, const char *what,
                                 tp_model_config *cfg);

@@ -287,6 +287,8 @@ static void check_window(const tp_model_config *c, int64_t window, const char *l
     ck_assert_int_eq(c->sliding_window, window);
     for (int i = 0; i < 3; i++) ck_assert_msg(c->sliding_layer[i] == layers[i] - '0', "layer %d", i);
     for (int i = 3; i < TP_MAX_LAYERS; i++) ck_assert_int_eq(c->sliding_layer[i], 0);
+    /* the window the scheduler gives blocks back behind: only where every layer slides */
+    ck_assert_int_eq(tp_model_config_window_of_all(c), strcmp(layers, "111") ? 0 : window);
 }
 static void check_no_window(const tp_model_config *c) { check_window(c, 0, "000"); }
 static void check_window_all(const tp_model_config *c) { check_window(c, 4096, "111"); }
