@@ -355,12 +355,21 @@ static int utf8_lead(tp_json_prefix *s, unsigned char c)
     return 1;
 }
 
+/* the characters a string value's pattern may still take after the one being read (counted
+ * already): what maxLength leaves, so that no text goes where the pattern's match could end
+ * only past it */
+static int32_t pattern_budget(const tp_json_prefix *s)
+{
+    const tp_schema_node *d = bounded_string(s);
+    return d && d->max_items >= 0 ? (int32_t)(d->max_items - s->count) : TP_REGEX_UNBOUNDED;
+}
+
 /* a character of a string value read whole (c: its code point): its pattern may go on */
 static int pattern_char(tp_json_prefix *s, uint32_t c)
 {
     const tp_regex *re = pattern_of(s);
     s->cp = 0;
-    return !re || tp_regex_step(re, &s->re, c);
+    return !re || tp_regex_step(re, &s->re, c, pattern_budget(s));
 }
 
 /* the code points a UTF-8 sequence begun may still become: cp's bits so far, utf8_need bytes
@@ -370,7 +379,7 @@ static int utf8_may(const tp_regex *re, const tp_json_prefix *s)
     const int rest = 6 * (s->utf8_need - 1);
     const uint32_t lo = (s->cp << 6 | (s->utf8_lo & 0x3fu)) << rest;
     const uint32_t hi = (s->cp << 6 | (s->utf8_hi & 0x3fu)) << rest | ((1u << rest) - 1);
-    return tp_regex_may_step(re, &s->re, lo, hi);
+    return tp_regex_may_step(re, &s->re, lo, hi, pattern_budget(s));
 }
 
 /* a \u escape's digits so far (s->code, 4 - (sub - S_HEX) to come): some character they
@@ -379,16 +388,18 @@ static int hex_may(const tp_regex *re, const tp_json_prefix *s)
 {
     const int rest = 4 * (4 - (s->sub - S_HEX));
     const uint32_t lo = (uint32_t)s->code << rest, hi = lo | ((1u << rest) - 1);
+    const int32_t budget = pattern_budget(s);
     if (s->flags & F_LOW_DUE) { /* the low half of a pair: s->cp holds the high */
         const uint32_t base = 0x10000 + ((s->cp - 0xd800) << 10);
         const uint32_t a = lo > 0xdc00 ? lo : 0xdc00, b = hi < 0xdfff ? hi : 0xdfff;
-        return a <= b && tp_regex_may_step(re, &s->re, base + (a - 0xdc00), base + (b - 0xdc00));
+        return a <= b && tp_regex_may_step(re, &s->re, base + (a - 0xdc00), base + (b - 0xdc00), budget);
     }
     /* a character of its own, below the surrogates or above them */
-    if (lo <= 0xd7ff && tp_regex_may_step(re, &s->re, lo, hi < 0xd7ff ? hi : 0xd7ff)) return 1;
-    if (hi >= 0xe000 && tp_regex_may_step(re, &s->re, lo > 0xe000 ? lo : 0xe000, hi)) return 1;
+    if (lo <= 0xd7ff && tp_regex_may_step(re, &s->re, lo, hi < 0xd7ff ? hi : 0xd7ff, budget)) return 1;
+    if (hi >= 0xe000 && tp_regex_may_step(re, &s->re, lo > 0xe000 ? lo : 0xe000, hi, budget)) return 1;
     const uint32_t a = lo > 0xd800 ? lo : 0xd800, b = hi < 0xdbff ? hi : 0xdbff; /* a pair's high half */
-    return a <= b && tp_regex_may_step(re, &s->re, 0x10000 + ((a - 0xd800) << 10), 0x10000 + ((b - 0xd800) << 10) + 0x3ff);
+    return a <= b &&
+           tp_regex_may_step(re, &s->re, 0x10000 + ((a - 0xd800) << 10), 0x10000 + ((b - 0xd800) << 10) + 0x3ff, budget);
 }
 
 static int string_byte(tp_json_prefix *s, unsigned char c)
@@ -430,7 +441,7 @@ static int string_byte(tp_json_prefix *s, unsigned char c)
         }
         if (c == '\\') {
             s->sub = S_ESCAPE;
-            return !re || tp_regex_may_step(re, &s->re, 0, 0x10ffff);
+            return !re || tp_regex_may_step(re, &s->re, 0, 0x10ffff, pattern_budget(s));
         }
         if (c < 0x20) return 0; /* control characters are escaped in JSON */
         if (c < 0x80) return pattern_char(s, c);
@@ -563,7 +574,7 @@ static int text_byte(tp_json_prefix *s, unsigned char c)
         s->cp = c;
     const uint32_t cp = s->cp;
     s->cp = 0;
-    return tp_regex_step(re, &s->re, cp);
+    return tp_regex_step(re, &s->re, cp, TP_REGEX_UNBOUNDED);
 }
 
 static int step(tp_json_prefix *s, unsigned char c, fork *f)

@@ -325,6 +325,15 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
             tp_error_clear(); /* the message again, with where in the schema */
             return refuse(c, "", why);
         }
+        if (re && hi >= 0 && tp_regex_min_length(re) > hi) { /* no string would do: refused, not a dead end */
+            char what[96];
+            snprintf(what, sizeof what, "maxLength %d", (int)hi);
+            const int32_t least = tp_regex_min_length(re);
+            tp_regex_free(re);
+            char why[96];
+            snprintf(why, sizeof why, " is less than the %d characters its pattern needs at least", (int)least);
+            return refuse(c, why, what);
+        }
         d = &c->s->nodes[n];
         d->min_items = lo;
         d->max_items = hi;
@@ -474,7 +483,7 @@ static int matches(const char *pattern, size_t pattern_len, const char *text, si
         uint32_t cp = more ? b & (0x3f >> more) : b;
         for (int k = 1; k <= more && i + (size_t)k < n; k++) cp = cp << 6 | ((unsigned char)text[i + (size_t)k] & 0x3f);
         i += (size_t)more + 1;
-        ok = tp_regex_step(re, &s, cp);
+        ok = tp_regex_step(re, &s, cp, TP_REGEX_UNBOUNDED);
     }
     ok = ok && tp_regex_accepts(re, &s);
     tp_regex_free(re);

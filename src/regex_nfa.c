@@ -19,6 +19,7 @@ struct tp_regex {
     int n;                                      /* states: 0 the start, 1.. the classes */
     tp_regex_set follow[TP_REGEX_MAX_STATES];   /* the states that may come after each */
     tp_regex_set accept, live;                  /* where a match ends; whence one can */
+    int32_t rest[TP_REGEX_MAX_STATES];          /* the fewest characters after each to an end */
     int32_t first[TP_REGEX_MAX_STATES], count[TP_REGEX_MAX_STATES]; /* a class's ranges */
     uint8_t negate[TP_REGEX_MAX_STATES];
     range *ranges;
@@ -448,6 +449,18 @@ tp_status tp_regex_compile(const char *pattern, size_t len, int search, tp_regex
                 changed = 1;
             }
     }
+    /* rest: 0 where a match may end, else one more than the least after the states that may follow */
+    for (int s = 0; s < r->n; s++) r->rest[s] = has_bit(&r->live, s) && has_bit(&r->accept, s) ? 0 : INT32_MAX;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int s = 0; s < r->n; s++)
+            for (int t = 1; t < r->n; t++)
+                if (has_bit(&r->follow[s], t) && has_bit(&r->live, t) && r->rest[t] < INT32_MAX &&
+                    r->rest[t] + 1 < r->rest[s]) {
+                    r->rest[s] = r->rest[t] + 1;
+                    changed = 1;
+                }
+    }
     if (!has_bit(&r->live, 0)) {
         tp_regex_free(r);
         return tp_error(TP_ERR_UNSUPPORTED, "the regular expression \"%.*s\" matches no text", (int)len, pattern);
@@ -478,7 +491,9 @@ static int in_class(const tp_regex *r, int s, uint32_t c)
     return in != r->negate[s];
 }
 
-int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c)
+int32_t tp_regex_min_length(const tp_regex *r) { return r->rest[0]; }
+
+int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c, int32_t budget)
 {
     tp_regex_set may = {{0, 0}}, next = {{0, 0}};
     for (int q = 0; q < r->n; q++)
@@ -486,7 +501,7 @@ int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c)
     may.w[0] &= r->live.w[0];
     may.w[1] &= r->live.w[1];
     for (int q = 1; q < r->n; q++)
-        if (has_bit(&may, q) && in_class(r, q, c)) set_bit(&next, q);
+        if (has_bit(&may, q) && r->rest[q] <= budget && in_class(r, q, c)) set_bit(&next, q);
     if (set_empty(&next)) return 0;
     *s = next;
     return 1;
@@ -512,13 +527,13 @@ static int class_meets(const tp_regex *r, int q, uint32_t lo, uint32_t hi)
     return 0;
 }
 
-int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi)
+int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi, int32_t budget)
 {
     tp_regex_set may = {{0, 0}};
     for (int q = 0; q < r->n; q++)
         if (has_bit(s, q)) set_or(&may, &r->follow[q]);
     for (int q = 1; q < r->n; q++)
-        if (has_bit(&may, q) && has_bit(&r->live, q) && class_meets(r, q, lo, hi)) return 1;
+        if (has_bit(&may, q) && has_bit(&r->live, q) && r->rest[q] <= budget && class_meets(r, q, lo, hi)) return 1;
     return 0;
 }
 

@@ -35,12 +35,18 @@ void tp_regex_free(tp_regex *r); /* accepts NULL */
 tp_regex_set tp_regex_start(const tp_regex *r);
 
 /* Whether code point c may come next: 1 and s advanced (to states from which a match can
- * still end), or 0 and s unchanged. */
-int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c);
+ * still end within budget more code points: a string's maxLength; TP_REGEX_UNBOUNDED for
+ * none), or 0 and s unchanged. */
+#define TP_REGEX_UNBOUNDED INT32_MAX
+int tp_regex_step(const tp_regex *r, tp_regex_set *s, uint32_t c, int32_t budget);
 
 /* Whether some code point in [lo, hi] may come next (a UTF-8 sequence or escape begun, whose
- * character is not whole yet): no byte is taken that no character could go on from. */
-int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi);
+ * character is not whole yet) with a match still able to end within budget more: no byte is
+ * taken that no character could go on from. */
+int tp_regex_may_step(const tp_regex *r, const tp_regex_set *s, uint32_t lo, uint32_t hi, int32_t budget);
+
+/* The fewest code points a match takes (a schema's maxLength below it leaves no string). */
+int32_t tp_regex_min_length(const tp_regex *r);
 
 /* Whether the text so far matches. */
 int tp_regex_accepts(const tp_regex *r, const tp_regex_set *s);

@@ -463,30 +463,37 @@ static void check_tokenizer_schema(const tp_tokenizer *tok, const char *name, co
 
 /* Under a pattern (guided_regex's whole text, a JSON string's) no allowed token leads where
  * nothing may come: random walks each end at the end token, every text they end matching
- * (byte tokens and multi-byte characters among them) */
+ * (byte tokens and multi-byte characters among them); with maxLength too, no text goes where
+ * the pattern's match could end only past it ("abc" under ^(ab|abcdef)$ and 3 did) */
 static void check_tokenizer_patterns(const tp_tokenizer *tok, const char *name, const int32_t *eos, int32_t n_eos)
 {
     static const char *const regexes[] = {"(yes|no|maybe)", "\xc3\xa9t\xc3\xa9 [^\\n]{1,5}!", "[A-Z][a-z]{2,4}\\.",
                                           "\\d{2}-\\d{2}", "[\xc3\xa0-\xc3\xbf\xe2\x82\xac]{2}x",
                                           /* a branch through a class of no character is never taken */
                                           "(ab[^\\x00-\xf4\x8f\xbf\xbf]|cd)"};
-    static const char *const json = "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", "
-                                     "\"pattern\": \"^[a-c\\u00e9\\u20ac]{1,3}$\"}}, \"required\": [\"s\"]}";
+#define STRING_SCHEMA(keywords) \
+    "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", " keywords "}}, \"required\": [\"s\"]}"
+    static const char *const jsons[] = {STRING_SCHEMA("\"pattern\": \"^[a-c\\u00e9\\u20ac]{1,3}$\""),
+                                        STRING_SCHEMA("\"pattern\": \"^(ab|abcdef)$\", \"maxLength\": 3"),
+                                        STRING_SCHEMA("\"pattern\": \"^x[a-z\\u00e9]*yz$\", \"maxLength\": 5"),
+                                        STRING_SCHEMA("\"pattern\": \"[a-c]+\\\\d\", \"maxLength\": 2")};
+#undef STRING_SCHEMA
+    const size_t n_regexes = sizeof regexes / sizeof regexes[0], n_all = n_regexes + sizeof jsons / sizeof jsons[0];
     const int32_t vocab = (int32_t)tp_tokenizer_vocab_size(tok);
     tp_guide *g = NULL;
     ck_assert_int_eq(tp_guide_create(tok, vocab, eos, n_eos, &g), TP_OK);
-    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed), out[64];
+    int32_t *allowed = malloc((size_t)tp_guide_max_allowed(g) * sizeof *allowed), out[160];
     /* kept while the guide lives: its sets are known by the schema's address */
-    tp_schema *kept[sizeof regexes / sizeof regexes[0] + 1] = {0};
-    for (size_t k = 0; k <= sizeof regexes / sizeof regexes[0]; k++) {
+    tp_schema *kept[sizeof regexes / sizeof regexes[0] + sizeof jsons / sizeof jsons[0]] = {0};
+    for (size_t k = 0; k < n_all; k++) {
         tp_schema *schema = NULL;
         json_t *doc = NULL;
-        if (k < sizeof regexes / sizeof regexes[0])
+        if (k < n_regexes)
             ck_assert_msg(tp_schema_compile_regex(regexes[k], strlen(regexes[k]), &schema) == TP_OK, "%s",
                           tp_error_message());
         else {
-            doc = json_loads(json, 0, NULL);
-            ck_assert(doc && tp_schema_compile(doc, &schema) == TP_OK);
+            doc = json_loads(jsons[k - n_regexes], 0, NULL);
+            ck_assert_msg(doc && tp_schema_compile(doc, &schema) == TP_OK, "schema %zu: %s", k, tp_error_message());
         }
         int ended = 0;
         for (int walk = 0; walk < 12; walk++) {
@@ -504,7 +511,11 @@ static void check_tokenizer_patterns(const tp_tokenizer *tok, const char *name, 
                 for (int32_t i = 0; i < n && walk % 2; i++) /* half the walks end as soon as they may */
                     if (is_eos(eos, n_eos, allowed[i])) pick = allowed[i];
                 if (is_eos(eos, n_eos, pick)) break;
-                ck_assert_msg(n_out < 60, "%s: pattern %zu: a walk past 60 tokens", name, k);
+                if (n_out >= 150) {
+                    size_t len;
+                    char *text = decode_raw(tok, out, n_out, &len);
+                    ck_assert_msg(0, "%s: pattern %zu: a walk past 150 tokens: \"%.*s\"", name, k, (int)len, text);
+                }
                 out[n_out++] = pick;
             }
             size_t len;
@@ -524,7 +535,7 @@ static void check_tokenizer_patterns(const tp_tokenizer *tok, const char *name, 
     }
     free(allowed);
     tp_guide_destroy(g);
-    for (size_t k = 0; k <= sizeof regexes / sizeof regexes[0]; k++) tp_schema_free(kept[k]);
+    for (size_t k = 0; k < n_all; k++) tp_schema_free(kept[k]);
 }
 
 START_TEST(tiny_tokenizer_guide)

@@ -784,6 +784,9 @@ START_TEST(unknown_fields_ignored)
         {"\"guided_regex\":\"a\",\"min_tokens\":2", "the object may be whole sooner"},
         {"\"guided_regex\":\"[]\"", "a class that begins with ']'"},
         {"\"guided_regex\":\"ab[^\\\\x00-\\udbff\\udfff]\"", "\"ab[^\\x00-\xf4\x8f\xbf\xbf]\" matches no text"},
+        /* a pattern no string of maxLength matches: refused, not a text that ends unfinished */
+        {"\"guided_json\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^(abcd|x{5,})$\","
+         "\"maxLength\":3}}}", "the JSON schema at .properties.a: maxLength 3 is less than the 4 characters its pattern needs at least"},
         {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "\"structured_outputs\".\"grammar\": guided decoding other than"},
         {"\"n\":2,\"best_of\":3", "\"best_of\" 3 is not supported"},
         {"\"logits_processors\":[\"m.f\"]", "custom logits processors are not supported"},

@@ -5,7 +5,9 @@
 #      valid, texts and schemas it must refuse refused;
 #   2. end to end on stories260K: every completion that ends validates against its schema,
 #      one cut by max_tokens is the start of a JSON value; the sample op draws what the host
-#      sampler draws; an unsupported schema is an error record naming the keyword;
+#      sampler draws; an unsupported schema is an error record naming the keyword; a pattern
+#      under maxLength that greedy decoding once followed into a dead end ("abc" of
+#      ^(ab|abcdef)$, no token allowed after it, the text ended unfinished as "stop") ends valid;
 #   3. a named tool_choice on tiny-llama3 (OpenAI chat and plain lines): one call to the tool,
 #      content null (""), its arguments valid under the tool's parameters where they end;
 #   4. tool_choice "required" on tiny-llama3: the calls are what the same line under vLLM's
@@ -22,18 +24,20 @@ person='{"type": "object", "properties": {"name": {"type": "string", "minLength"
 # "\"" is 436 in stories260K's vocabulary, "]" <0x5D> 94, "}" <0x7D> 128: biased up, the
 # strings and the object end within max_tokens
 bias='{"436": 6, "94": 8, "128": 8}'
+short='{"type": "object", "properties": {"a": {"type": "string", "pattern": "^(ab|abcdef)$", "maxLength": 3}}, "required": ["a"]}'
 printf '%s\n' \
   "{\"id\": \"a\", \"prompt\": \"Lily\", \"max_tokens\": 120, \"temperature\": 0.7, \"seed\": 1, \"n\": 3, \"logit_bias\": $bias, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}}" \
   "{\"id\": \"b\", \"prompt\": \"Tom\", \"max_tokens\": 160, \"temperature\": 0, \"logit_bias\": $bias, \"guided_json\": $person}" \
   "{\"id\": \"c\", \"prompt\": \"The cat\", \"max_tokens\": 20, \"temperature\": 1.0, \"seed\": 4, \"structured_outputs\": {\"json\": {\"enum\": [\"yes\", \"no\", 42, null]}}}" \
   "{\"id\": \"d\", \"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"guided_json\": $person}" \
   '{"id": "e", "prompt": "Once", "guided_json": {"type": "integer", "multipleOf": 3}}' \
+  "{\"id\": \"f\", \"prompt\": \"Once\", \"max_tokens\": 40, \"temperature\": 0, \"guided_json\": $short}" \
   > "$TMP/out.in"
 both_samplers out 4
 PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
 from json_prefix_check import completable
 person = json.loads(sys.argv[2])
-schemas = {"a": person, "b": person, "c": {"enum": ["yes", "no", 42, None]}, "d": person}
+schemas = {"a": person, "b": person, "c": {"enum": ["yes", "no", 42, None]}, "d": person, "f": json.loads(sys.argv[3])}
 ended = 0
 for l in open(sys.argv[1]):
     d = json.loads(l)
@@ -48,8 +52,9 @@ for l in open(sys.argv[1]):
         else:
             assert c["finish_reason"] == "length", c
             assert d["id"] == "c" or completable(t), (d["id"], t)
+        assert d["id"] != "f" or c["finish_reason"] == "stop", c
 assert ended >= 3, ended
-print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.jsonl" "$person" ||
+print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.jsonl" "$person" "$short" ||
     fail "a completion breaks its schema: $(cat "$TMP/out-0.jsonl")"
 # a named tool choice (tiny-llama3's chat template): one call to it, its arguments held to the
 # tool's parameters ("\"" is 1 and "}" 92 in its vocabulary: biased up, the object ends)
