@@ -171,7 +171,11 @@ static tp_status guided_ids(engine *e, req *r, int32_t choice, const int32_t *ou
     } else {
         TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
     }
-    if (*n == 0) {
+    if (*n == 0) { /* a dead end: no token writes what the guide wants next */
+        tp_log(TP_LOG_WARN, "request %s (choice %d): after %d generated tokens its guided decoding (schema, regex or "
+               "choices) allows no next token (a string whose pattern and lengths leave none, or text this "
+               "vocabulary cannot write); the text ends there, unfinished, with finish_reason \"stop\"",
+               r->in->id, (int)choice, (int)n_out);
         memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
         *ids = e->guided;
         *n = e->n_eos;

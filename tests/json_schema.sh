@@ -8,6 +8,7 @@
 #      sampler draws; an unsupported schema is an error record naming the keyword; a pattern
 #      under maxLength that greedy decoding once followed into a dead end ("abc" of
 #      ^(ab|abcdef)$, no token allowed after it, the text ended unfinished as "stop") ends valid;
+#      one still left with no string of its lengths (2 or 8, within 3..5) warns where it ends;
 #   3. a named tool_choice on tiny-llama3 (OpenAI chat and plain lines): one call to the tool,
 #      content null (""), its arguments valid under the tool's parameters where they end;
 #   4. tool_choice "required" on tiny-llama3: the calls are what the same line under vLLM's
@@ -25,6 +26,7 @@ person='{"type": "object", "properties": {"name": {"type": "string", "minLength"
 # strings and the object end within max_tokens
 bias='{"436": 6, "94": 8, "128": 8}'
 short='{"type": "object", "properties": {"a": {"type": "string", "pattern": "^(ab|abcdef)$", "maxLength": 3}}, "required": ["a"]}'
+dead='{"type": "object", "properties": {"a": {"type": "string", "pattern": "^(ab|abcdefgh)$", "minLength": 3, "maxLength": 5}}, "required": ["a"]}'
 printf '%s\n' \
   "{\"id\": \"a\", \"prompt\": \"Lily\", \"max_tokens\": 120, \"temperature\": 0.7, \"seed\": 1, \"n\": 3, \"logit_bias\": $bias, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}}" \
   "{\"id\": \"b\", \"prompt\": \"Tom\", \"max_tokens\": 160, \"temperature\": 0, \"logit_bias\": $bias, \"guided_json\": $person}" \
@@ -32,6 +34,7 @@ printf '%s\n' \
   "{\"id\": \"d\", \"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"guided_json\": $person}" \
   '{"id": "e", "prompt": "Once", "guided_json": {"type": "integer", "multipleOf": 3}}' \
   "{\"id\": \"f\", \"prompt\": \"Once\", \"max_tokens\": 40, \"temperature\": 0, \"guided_json\": $short}" \
+  "{\"id\": \"g\", \"prompt\": \"Once\", \"max_tokens\": 40, \"temperature\": 0, \"guided_json\": $dead}" \
   > "$TMP/out.in"
 both_samplers out 4
 PYTHONPATH="$top_srcdir/tests" python3 -c 'import json, sys, jsonschema
@@ -43,6 +46,9 @@ for l in open(sys.argv[1]):
     d = json.loads(l)
     if d["id"] == "e":
         assert d["code"] == "invalid_request" and "multipleOf is not supported" in d["message"], d
+        continue
+    if d["id"] == "g": # the dead end: what was written, then the end token
+        assert d["finish_reason"] == "stop" and d["text"].endswith("\"ab"), d
         continue
     for c in d.get("choices", [d]):
         t = c["text"]
@@ -56,6 +62,8 @@ for l in open(sys.argv[1]):
 assert ended >= 3, ended
 print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.jsonl" "$person" "$short" ||
     fail "a completion breaks its schema: $(cat "$TMP/out-0.jsonl")"
+grep -q 'request g (choice 0): after [0-9]* generated tokens its guided decoding (schema, regex or choices) allows no next token' \
+    "$TMP/out-0.err" || fail "the dead end of request g was not said: $(cat "$TMP/out-0.err")"
 # a named tool choice (tiny-llama3's chat template): one call to it, its arguments held to the
 # tool's parameters ("\"" is 1 and "}" 92 in its vocabulary: biased up, the object ends)
 m="$MODELS/tiny-llama3"
