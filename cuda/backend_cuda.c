@@ -416,14 +416,26 @@ static tp_status cuda_attention(tp_backend *b, const tp_tensor *q, const tp_kv_l
     return tp_cuda_attention(*q, *cache, *batch, q_heads, scale, *out, ctx->attn, ctx->fault_dev, ctx->stream);
 }
 
+/* swiglu and geglu (gelu): the gate's SiLU or GeLU (tanh form), times up */
+static tp_status cuda_gated(tp_backend *b, const char *op, int gelu, const tp_tensor *gate, const tp_tensor *up,
+                            tp_tensor *out)
+{
+    TP_CHECK(check_tensor(op, "gate", gate));
+    TP_CHECK(check_tensor(op, "up", up));
+    TP_CHECK(check_tensor(op, "out", out));
+    TP_CHECK(tp_check_shape(op, "up", up, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape(op, "out", out, gate->rows, gate->cols));
+    return tp_cuda_gated(*gate, *up, *out, gelu, ctx_of(b)->stream);
+}
+
 static tp_status cuda_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
 {
-    TP_CHECK(check_tensor("swiglu", "gate", gate));
-    TP_CHECK(check_tensor("swiglu", "up", up));
-    TP_CHECK(check_tensor("swiglu", "out", out));
-    TP_CHECK(tp_check_shape("swiglu", "up", up, gate->rows, gate->cols));
-    TP_CHECK(tp_check_shape("swiglu", "out", out, gate->rows, gate->cols));
-    return tp_cuda_swiglu(*gate, *up, *out, ctx_of(b)->stream);
+    return cuda_gated(b, "swiglu", 0, gate, up, out);
+}
+
+static tp_status cuda_geglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    return cuda_gated(b, "geglu", 1, gate, up, out);
 }
 
 static tp_status cuda_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
@@ -769,6 +781,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .kv_store     = */ cuda_kv_store,
     /* .attention    = */ cuda_attention,
     /* .swiglu       = */ cuda_swiglu,
+    /* .geglu        = */ cuda_geglu,
     /* .gather_rows  = */ cuda_gather_rows,
     /* .convert      = */ cuda_convert,
     /* .argmax       = */ cuda_argmax,

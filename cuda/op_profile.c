@@ -151,6 +151,10 @@ static tp_status p_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor 
 {
     TIMED(inner->swiglu(b, gate, up, out), "swiglu");
 }
+static tp_status p_geglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    TIMED(inner->geglu(b, gate, up, out), "geglu");
+}
 static tp_status p_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n, tp_tensor *out)
 {
     TIMED(inner->gather_rows(b, x, rows, n, out), "gather_rows");
@@ -241,6 +245,7 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.kv_store = p_kv_store;
     outer.attention = p_attention;
     outer.swiglu = p_swiglu;
+    outer.geglu = p_geglu;
     outer.gather_rows = p_gather_rows;
     outer.convert = p_convert;
     outer.argmax = p_argmax;

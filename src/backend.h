@@ -170,6 +170,9 @@ struct tp_backend_ops {
                            tp_tensor *out);
     /* out = silu(gate) * up: gate, up, out [n, m] */
     tp_status (*swiglu)(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out);
+    /* out = gelu(gate) * up, GeLU's tanh form (PyTorch's gelu(approximate="tanh"), Gemma's
+     * gelu_pytorch_tanh): gate, up, out [n, m]; out may alias gate or up */
+    tp_status (*geglu)(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out);
     /* out[i] = x[rows[i]]: rows [n] int32 in backend memory, out [n, d] */
     tp_status (*gather_rows)(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
                              tp_tensor *out);

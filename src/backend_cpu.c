@@ -725,6 +725,33 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
 
 /* ---- element-wise, gathers, conversions ---------------------------------------------- */
 
+/* GeLU's tanh form as PyTorch computes it in float32: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) */
+static float gelu_tanh(float g)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+}
+
+/* out = gelu(gate) * up (tanh form). out may alias gate or up. */
+static tp_status cpu_geglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    (void)b;
+    TP_CHECK(check_tensor("geglu", "gate", gate, ACT));
+    TP_CHECK(check_tensor("geglu", "up", up, ACT));
+    TP_CHECK(check_tensor("geglu", "out", out, ACT));
+    TP_CHECK(tp_check_shape("geglu", "up", up, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape("geglu", "out", out, gate->rows, gate->cols));
+    const int64_t n = gate->rows, m = gate->cols;
+
+#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
+    for (int64_t i = 0; i < n; i++) {
+        const float *g = row_f32(gate, i), *u = row_f32(up, i);
+        float *o = row_f32(out, i);
+        for (int64_t j = 0; j < m; j++) o[j] = gelu_tanh(g[j]) * u[j];
+    }
+    return TP_OK;
+}
+
 /* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (PyTorch's formula). out may alias
  * gate or up. */
 static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
@@ -1192,6 +1219,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .kv_store     = */ cpu_kv_store,
     /* .attention    = */ cpu_attention,
     /* .swiglu       = */ cpu_swiglu,
+    /* .geglu        = */ cpu_geglu,
     /* .gather_rows  = */ cpu_gather_rows,
     /* .convert      = */ cpu_convert,
     /* .argmax       = */ cpu_argmax,

@@ -416,12 +416,14 @@ static tp_dtype compute_dtype(const engine *e)
 }
 
 /* The weights' dtype: the compute dtype, except where the CPU backend (float32 math, the
- * reference) would fold Granite's multipliers into 16-bit weights (model.c): a multiplier
- * other than a power of two would round each weight again, so they are kept in float32 */
+ * reference) would fold Granite's multipliers or Gemma's (its embedding's, its norms' 1 +
+ * weight) into 16-bit weights (model.c): a multiplier other than a power of two would round
+ * each weight again, so they are kept in float32 */
 static tp_dtype weight_dtype(const engine *e)
 {
     const tp_dtype dt = compute_dtype(e);
-    return e->cfg.arch == TP_ARCH_GRANITE && !strcmp(e->backend->name, "cpu") ? TP_DTYPE_F32 : dt;
+    const int folds = e->cfg.arch == TP_ARCH_GRANITE || e->cfg.arch == TP_ARCH_GEMMA3;
+    return folds && !strcmp(e->backend->name, "cpu") ? TP_DTYPE_F32 : dt;
 }
 
 static tp_status make_backend(engine *e)

@@ -65,7 +65,8 @@ static int residual_add(const tp_model *m)
         const char *v = getenv("TPINFER_RESIDUAL_ADD");
         on = !(v && !strcmp(v, "0"));
     }
-    const int yes = on && m->plan.tp == 1 && m->backend->ops->matmul_add != NULL;
+    /* (Gemma norms a block's output before the add: it needs the product on its own) */
+    const int yes = on && m->plan.tp == 1 && m->backend->ops->matmul_add != NULL && !m->cfg.gemma_norms;
     if (yes && !said) {
         said = 1;
         tp_log(TP_LOG_DEBUG, "the o and down products are added into the residual where they are made (matmul_add)");
@@ -77,8 +78,8 @@ static int residual_add(const tp_model *m)
  * into_x, else into delta (all-reduced over tp), which the next add_rmsnorm adds; *pending
  * says which. */
 static tp_status residual_product(tp_model *m, const tp_tensor *in, const tp_tensor *w, const tp_tensor *bias,
-                                  int into_x, tp_comm *tp, tp_tensor *x, tp_tensor *delta, int *pending,
-                                  unsigned part)
+                                  const tp_tensor *post_norm, int into_x, tp_comm *tp, tp_tensor *x, tp_tensor *delta,
+                                  int *pending, unsigned part)
 {
     tp_backend *b = m->backend;
     if (skip(m, part)) { /* the residual stays; nothing pending */
@@ -94,6 +95,8 @@ static tp_status residual_product(tp_model *m, const tp_tensor *in, const tp_ten
     if (m->plan.tp > 1 && !skip(m, TP_SKIP_ALLREDUCE))
         TP_CHECK(tp_comm_all_reduce_sum(tp, delta->data, delta->data, (size_t)(x->rows * m->dims.d), delta->dtype,
                                         b->stream));
+    if (post_norm) /* Gemma: the block's whole output normed (after the sum) before the residual add */
+        TP_CHECK(b->ops->head_rmsnorm(b, delta, (int32_t)m->dims.d, post_norm, (float)m->cfg.rms_norm_eps));
     *pending = 1;
     return TP_OK;
 }
@@ -148,6 +151,12 @@ static tp_status embed(tp_model *m, tp_step_buffers *buf, int32_t T, tp_comm *tp
     return TP_OK;
 }
 
+/* Layer l of this stage's rope frequencies: Gemma 3's sliding layers have a base of their own */
+static const float *layer_inv_freq(const tp_model *m, int64_t l)
+{
+    return m->inv_freq_local && m->cfg.local_rope[m->plan.layers.begin + l] ? m->inv_freq_local : m->inv_freq;
+}
+
 /* Layer l of this stage's sliding window (0: it attends to the whole context) */
 static int32_t layer_window(const tp_model *m, int64_t l)
 {
@@ -160,7 +169,7 @@ static int32_t layer_window(const tp_model *m, int64_t l)
  * They are gathered into buffers free by then (the residual into delta's, the attention's
  * output into qkv's) and o's product goes to x's: on return *x and *delta are [R, d] views.
  * into_x: o's product may go into the residual (residual_product). */
-static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_layer *cache,
+static tp_status attention_block(tp_model *m, const tp_layer_weights *L, const float *inv_freq, tp_kv_layer *cache,
                                  const tp_attn_batch *ab, tp_step_buffers *buf, int32_t T,
                                  const int32_t *pos, tp_comm *tp, tp_tensor *x, tp_tensor *delta,
                                  int *pending, int into_x, const int32_t *keep, int32_t R)
@@ -186,18 +195,18 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
         /* attn keeps what it held */
     } else if (b->ops->qk_rope_attention) { /* in one pass where the backend can (a decode step on a GPU) */
         TP_CHECK(b->ops->qk_rope_attention(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
-                                           m->inv_freq, cache, ab, (int32_t)d->hq, scale, &attn));
+                                           inv_freq, cache, ab, (int32_t)d->hq, scale, &attn));
     } else {
         if (b->ops->qk_rope_store) {
             TP_CHECK(b->ops->qk_rope_store(b, &q, &k, &v, opt(&L->q_norm), opt(&L->k_norm), eps, (int32_t)d->hd,
-                                           m->inv_freq, cache, ab));
+                                           inv_freq, cache, ab));
         } else {
             if (L->q_norm.data) {
                 TP_CHECK(b->ops->head_rmsnorm(b, &q, (int32_t)d->hd, &L->q_norm, eps));
                 TP_CHECK(b->ops->head_rmsnorm(b, &k, (int32_t)d->hd, &L->k_norm, eps));
             }
-            TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, m->inv_freq));
-            TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, m->inv_freq));
+            TP_CHECK(b->ops->rope(b, &q, (int32_t)d->hd, pos, inv_freq));
+            TP_CHECK(b->ops->rope(b, &k, (int32_t)d->hd, pos, inv_freq));
             TP_CHECK(b->ops->kv_store(b, &k, &v, cache, ab));
         }
         TP_CHECK(b->ops->attention(b, &q, cache, ab, (int32_t)d->hq, scale, &attn));
@@ -215,7 +224,8 @@ static tp_status attention_block(tp_model *m, const tp_layer_weights *L, tp_kv_l
         T = R;
         if (R == 0) return TP_OK; /* no row samples: nothing past the keys and values */
     }
-    return residual_product(m, &attn, &L->o, opt(&L->o_bias), into_x, tp, x, delta, pending, TP_SKIP_O);
+    return residual_product(m, &attn, &L->o, opt(&L->o_bias), opt(&L->post_attn_norm), into_x, tp, x, delta, pending,
+                            TP_SKIP_O);
 }
 
 /* into_x: the down product may go into the residual (residual_product). */
@@ -231,14 +241,16 @@ static tp_status mlp_block(tp_model *m, const tp_layer_weights *L, tp_step_buffe
     *pending = 0;
     if (skip(m, TP_SKIP_GATE_UP)) {
         /* act keeps what it held */
-    } else if (b->ops->matmul_swiglu) {
+    } else if (b->ops->matmul_swiglu && m->cfg.mlp_act == TP_ACT_SILU) {
         TP_CHECK(b->ops->matmul_swiglu(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu, &act));
     } else {
         TP_CHECK(b->ops->matmul(b, &xn, &L->gate_up, opt(&L->gate_up_bias), &gu));
         tp_tensor gate = tp_tensor_cols(&gu, 0, d->m), up = tp_tensor_cols(&gu, d->m, d->m);
-        TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
+        if (m->cfg.mlp_act == TP_ACT_GELU_TANH) TP_CHECK(b->ops->geglu(b, &gate, &up, &act));
+        else TP_CHECK(b->ops->swiglu(b, &gate, &up, &act));
     }
-    return residual_product(m, &act, &L->down, opt(&L->down_bias), into_x, tp, x, delta, pending, TP_SKIP_DOWN);
+    return residual_product(m, &act, &L->down, opt(&L->down_bias), opt(&L->post_mlp_norm), into_x, tp, x, delta,
+                            pending, TP_SKIP_DOWN);
 }
 
 /* Final norm of the rows that sample, this rank's vocab slice of their logits, then the
@@ -447,8 +459,8 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
         const int keep = prune && m->plan.has_lm_head && l == m->dims.n_layers - 1 && L < T;
         tp_attn_batch layer_ab = *ab;
         layer_ab.window = layer_window(m, l);
-        TP_CHECK(attention_block(m, Lw, &kv->layers[l], &layer_ab, buf, T, buf->pos, tp, &x, &delta, &pending,
-                                 in_place, keep ? buf->logit_rows : NULL, L));
+        TP_CHECK(attention_block(m, Lw, layer_inv_freq(m, l), &kv->layers[l], &layer_ab, buf, T, buf->pos, tp, &x,
+                                 &delta, &pending, in_place, keep ? buf->logit_rows : NULL, L));
         if (keep) {
             tp_log(TP_LOG_DEBUG, "the last layer past its attention: %d logit rows of %d tokens", L, T);
             rows = L;

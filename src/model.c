@@ -139,6 +139,10 @@ static tp_status alloc_layer(tp_model *m, tp_layer_weights *L)
     TP_CHECK(alloc_tensor(m, dt, d->d, d->hq * d->hd, &L->o));
     if (c->o_bias && m->plan.tp_rank == 0) TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->o_bias));
     TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->mlp_norm));
+    if (c->gemma_norms) {
+        TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->post_attn_norm));
+        TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->post_mlp_norm));
+    }
     TP_CHECK(alloc_tensor(m, dt, 2 * d->m, d->d, &L->gate_up));
     if (c->mlp_bias) TP_CHECK(alloc_tensor(m, dt, 1, 2 * d->m, &L->gate_up_bias));
     TP_CHECK(alloc_tensor(m, dt, d->d, d->m, &L->down));
@@ -181,6 +185,16 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
                         &L->gate_up, &L->gate_up, &L->down, &L->gate_up_bias, &L->gate_up_bias,
                         &L->down_bias};
     int64_t row0[] = {0, 0, 0, q, q + k, 0, q, q + k, 0, 0, 0, 0, 0, d->m, 0, 0, d->m, 0};
+    if (m->cfg.gemma_norms) { /* Gemma's names: post_attention_layernorm norms the attention's output */
+        static const char *const gemma[] = {"post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+                                            "post_feedforward_layernorm.weight"};
+        tp_tensor *to[] = {&L->post_attn_norm, &L->mlp_norm, &L->post_mlp_norm};
+        for (size_t i = 0; i < TP_ARRAY_LEN(gemma); i++)
+            if (!strcmp(n, gemma[i])) {
+                p->dst = to[i];
+                return TP_OK;
+            }
+    }
     for (size_t i = 0; i < TP_ARRAY_LEN(names); i++)
         if (!strcmp(n, names[i])) {
             p->dst = dst[i];
@@ -190,20 +204,33 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
     return tp_error(TP_ERR_INTERNAL, "no place for weight %s", s->name);
 }
 
-/* Granite's multipliers folded into the weights as they load (each scales a product that is
- * linear in its weights): the embedding's rows by embedding_multiplier, o_proj's and
+/* The embedding's multiplier as the model applies it: Gemma's sqrt(hidden_size) rounded to the
+ * weights' dtype first (Gemma3TextScaledWordEmbedding), Granite's as configured */
+static double embedding_multiplier(const tp_model *m)
+{
+    const double e = m->cfg.embedding_multiplier;
+    if (m->cfg.arch != TP_ARCH_GEMMA3) return e;
+    float f = (float)e, r;
+    char rounded[4];
+    tp_convert(rounded, m->weight_dtype, &f, TP_DTYPE_F32, 1);
+    tp_convert(&r, TP_DTYPE_F32, rounded, m->weight_dtype, 1);
+    return r;
+}
+
+/* Multipliers folded into the weights as they load (each scales a product that is linear in
+ * its weights): the embedding's rows by embedding_multiplier (Granite's, Gemma's), o_proj's and
  * down_proj's weights and biases by residual_multiplier, the LM head by 1 / logits_scaling or,
  * where the head is the embedding itself (tied, one stage), the final norm by
  * 1 / (logits_scaling * embedding_multiplier). 1 for the other architectures. */
 static double fold_factor(const tp_model *m, const tp_weight_slice *s, const placement *p)
 {
     const tp_model_config *c = &m->cfg;
-    if (c->arch != TP_ARCH_GRANITE) return 1.0;
-    if (p->dst == &m->embed) return c->embedding_multiplier;
+    if (c->arch != TP_ARCH_GRANITE && c->arch != TP_ARCH_GEMMA3) return 1.0;
+    if (p->dst == &m->embed) return embedding_multiplier(m);
     if (p->dst == &m->lm_head) return 1.0 / c->logits_scaling;
     if (p->dst == &m->final_norm) {
         const int head_is_embedding = c->tie_word_embeddings && m->plan.has_embedding && m->plan.has_lm_head;
-        return head_is_embedding ? 1.0 / (c->logits_scaling * c->embedding_multiplier) : 1.0;
+        return head_is_embedding ? 1.0 / (c->logits_scaling * embedding_multiplier(m)) : 1.0;
     }
     static const char *const residual[] = {"self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight",
                                            "mlp.down_proj.bias"};
@@ -212,15 +239,29 @@ static double fold_factor(const tp_model *m, const tp_weight_slice *s, const pla
     return 1.0;
 }
 
-/* n elements of dtype dt at p times f, in float32 */
-static void scale_host(void *p, tp_dtype dt, size_t n, double f)
+static int ends_with(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Gemma's norms scale by 1 + weight (in float32, as Gemma3RMSNorm): the 1 is added as they
+ * load, so every RMSNorm op stays weight-times */
+static double norm_shift(const tp_model *m, const tp_weight_slice *s, const placement *p)
+{
+    if (!m->cfg.gemma_norms) return 0;
+    return p->dst == &m->final_norm || ends_with(s->part, "layernorm.weight") || ends_with(s->part, "_norm.weight");
+}
+
+/* n elements of dtype dt at p become (x + shift) * f, in float32 */
+static void scale_host(void *p, tp_dtype dt, size_t n, double shift, double f)
 {
     float chunk[256];
     for (size_t i = 0; i < n; i += 256) {
         const size_t k = n - i < 256 ? n - i : 256;
         char *at = (char *)p + i * tp_dtype_size(dt);
         tp_convert(chunk, TP_DTYPE_F32, at, dt, k);
-        for (size_t j = 0; j < k; j++) chunk[j] = (float)(chunk[j] * f);
+        for (size_t j = 0; j < k; j++) chunk[j] = (float)((float)(chunk[j] + shift) * f);
         tp_convert(at, dt, chunk, TP_DTYPE_F32, k);
     }
 }
@@ -251,7 +292,7 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
     tp_backend *b = m->backend;
     m->weight_bytes += (int64_t)bytes;
     const size_t row_bytes = (size_t)s->ncols * tp_dtype_size(dt);
-    const double fold = fold_factor(m, s, &p);
+    const double fold = fold_factor(m, s, &p), shift = norm_shift(m, s, &p);
     int64_t rows_per = row_bytes ? (int64_t)(staging_chunk() / row_bytes) : s->nrows;
     if (rows_per < 1) rows_per = 1;
     for (int64_t r = 0; r < s->nrows; r += rows_per) {
@@ -261,16 +302,10 @@ static tp_status load_slice(tp_model *m, const tp_weights *w, const tp_weight_sl
         TP_CHECK(b->ops->staging(b, chunk, &host));
         tp_slice part = {s->row0 + r, nr, s->col0, s->ncols};
         TP_CHECK(tp_weights_read_slice(w, s->name, part, dt, host));
-        if (fold != 1.0) scale_host(host, dt, (size_t)(nr * s->ncols), fold);
+        if (fold != 1.0 || shift != 0) scale_host(host, dt, (size_t)(nr * s->ncols), shift, fold);
         TP_CHECK(b->ops->upload_staged(b, dst + (size_t)r * row_bytes, host, chunk));
     }
     return TP_OK;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    const size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
 }
 
 int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w)
@@ -359,6 +394,15 @@ tp_status tp_model_load(tp_model *m, const tp_model_config *cfg, const tp_shard_
     tp_rope_inv_freq(cfg, inv);
     st = model_alloc(m, (size_t)(d->hd / 2) * sizeof(float), (void **)&m->inv_freq);
     if (st == TP_OK) st = b->ops->upload(b, m->inv_freq, inv, (size_t)(d->hd / 2) * sizeof(float));
+    if (st == TP_OK && cfg->rope_local_theta > 0) { /* Gemma 3's sliding layers: their own base, unscaled */
+        tp_model_config local = *cfg;
+        local.rope_theta = cfg->rope_local_theta;
+        memset(&local.rope_scaling, 0, sizeof local.rope_scaling);
+        local.rope_scaling.type = TP_ROPE_DEFAULT;
+        tp_rope_inv_freq(&local, inv);
+        st = model_alloc(m, (size_t)(d->hd / 2) * sizeof(float), (void **)&m->inv_freq_local);
+        if (st == TP_OK) st = b->ops->upload(b, m->inv_freq_local, inv, (size_t)(d->hd / 2) * sizeof(float));
+    }
     free(inv);
     if (st != TP_OK) goto fail;
     TP_CHECK_GOTO(b->ops->synchronize(b), st, fail);

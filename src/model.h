@@ -26,6 +26,8 @@ typedef struct tp_layer_weights {
     tp_tensor o;            /* [d, hq * hd]: columns of this rank's heads */
     tp_tensor o_bias;       /* [1, d] on tp rank 0 only */
     tp_tensor mlp_norm;     /* [1, d] */
+    tp_tensor post_attn_norm; /* [1, d] Gemma: the attention block's output normed before the residual add */
+    tp_tensor post_mlp_norm;  /* [1, d] Gemma: the MLP's likewise; data NULL elsewhere */
     tp_tensor gate_up;      /* [2 m, d]: gate rows, then up rows */
     tp_tensor gate_up_bias; /* [1, 2 m] */
     tp_tensor down;         /* [d, m] */
@@ -53,6 +55,7 @@ typedef struct tp_model {
     tp_tensor lm_head;    /* [V_local, d] last stage (may share embed's memory) */
     tp_layer_weights *layers;
     float *inv_freq;      /* [hd / 2] backend memory */
+    float *inv_freq_local; /* [hd / 2] the layers cfg.local_rope marks (Gemma 3's sliding ones); NULL elsewhere */
     void **allocations;   /* every backend buffer, freed by tp_model_free */
     int n_allocations, cap_allocations;
     int64_t allocated_bytes; /* asked of the backend through them */

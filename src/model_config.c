@@ -39,10 +39,11 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
     {"Phi3ForCausalLM", "phi3", TP_ARCH_PHI3},
     {"GraniteForCausalLM", "granite", TP_ARCH_GRANITE},
+    {"Gemma3ForCausalLM", "gemma3_text", TP_ARCH_GEMMA3},
 };
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
-    "GraniteForCausalLM"
+    "GraniteForCausalLM, Gemma3ForCausalLM"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -81,6 +82,9 @@ void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
     if (cfg->arch == TP_ARCH_GRANITE)
         snprintf(mult, sizeof mult, ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g",
                  cfg->embedding_multiplier, cfg->residual_multiplier, cfg->attention_multiplier, cfg->logits_scaling);
+    else if (cfg->arch == TP_ARCH_GEMMA3)
+        snprintf(mult, sizeof mult, ", rope base %g (%g on the sliding layers), attention scale %g", cfg->rope_theta,
+                 cfg->rope_local_theta, cfg->attention_multiplier);
     snprintf(buf, n, "%" PRId64 " layers%s%s%s", cfg->n_layers, window, rope, mult);
 }
 
@@ -368,8 +372,8 @@ static tp_status parse_shape(const char *what, const json_t *root, tp_model_conf
 
     TP_CHECK(int_key(what, root, NULL, "head_dim", 0, 1, MAX_HEAD_DIM, &cfg->head_dim,
                      &hd_found));
-    if (!hd_found && cfg->arch == TP_ARCH_QWEN3 && !json_object_get(root, "head_dim")) {
-        cfg->head_dim = 128; /* Qwen3Config's default, not hidden / heads */
+    if (!hd_found && (cfg->arch == TP_ARCH_QWEN3 || cfg->arch == TP_ARCH_GEMMA3) && !json_object_get(root, "head_dim")) {
+        cfg->head_dim = cfg->arch == TP_ARCH_QWEN3 ? 128 : 256; /* the configs' defaults, not hidden / heads */
     } else if (!hd_found) {
         if (cfg->hidden_size % cfg->n_heads != 0)
             return tp_error(TP_ERR_FORMAT,
@@ -389,13 +393,17 @@ static tp_status parse_shape(const char *what, const json_t *root, tp_model_conf
     TP_CHECK(int_key(what, root, NULL, "max_position_embeddings", 1, 1, MAX_POSITIONS,
                      &cfg->max_position_embeddings, NULL));
 
-    const char *act;
-    TP_CHECK(str_key(what, root, NULL, "hidden_act", &act));
-    if (act && strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0) {
+    /* Gemma's config names it hidden_activation (gelu_pytorch_tanh, its default) */
+    const int gemma = cfg->arch == TP_ARCH_GEMMA3;
+    const char *act, *key = gemma ? "hidden_activation" : "hidden_act";
+    TP_CHECK(str_key(what, root, NULL, key, &act));
+    cfg->mlp_act = gemma ? TP_ACT_GELU_TANH : TP_ACT_SILU;
+    if (act && (gemma ? strcmp(act, "gelu_pytorch_tanh") != 0
+                      : strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)) {
         char found[128];
-        describe(json_object_get(root, "hidden_act"), found, sizeof found);
-        return tp_error(TP_ERR_UNSUPPORTED, "%s: hidden_act is %s (supported: silu)", what,
-                        found);
+        describe(json_object_get(root, key), found, sizeof found);
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: %s is %s (supported: %s)", what, key, found,
+                        gemma ? "gelu_pytorch_tanh" : "silu");
     }
     return TP_OK;
 }
@@ -406,7 +414,7 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     cfg->rms_norm_eps = 1e-6;
     TP_CHECK(num_key(what, root, NULL, "rms_norm_eps", 0, NUM_POSITIVE, &cfg->rms_norm_eps,
                      NULL));
-    cfg->tie_word_embeddings = 0;
+    cfg->tie_word_embeddings = cfg->arch == TP_ARCH_GEMMA3; /* Gemma3TextConfig's default */
     TP_CHECK(bool_key(what, root, NULL, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL));
 
     /* which projections carry biases follows the HF modeling code of each architecture */
@@ -423,6 +431,10 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
         cfg->attention_bias = cfg->o_bias = attention_bias;
         cfg->qk_norm = 1;
         break;
+    case TP_ARCH_GEMMA3:
+        cfg->attention_bias = cfg->o_bias = attention_bias;
+        cfg->qk_norm = cfg->gemma_norms = 1;
+        break;
     case TP_ARCH_QWEN2:
         cfg->attention_bias = 1; /* q/k/v always, o never, whatever the keys say */
         break;
@@ -432,11 +444,36 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     return TP_OK;
 }
 
+/* Gemma 3: the embedding's output times sqrt(hidden_size) (the loader rounds it to the weights'
+ * dtype, as Gemma3TextScaledWordEmbedding does), the scores' scale query_pre_attn_scalar^-0.5;
+ * what tpinfer does not compute (soft-capping: Gemma 2's; bidirectional attention) refused */
+static tp_status parse_gemma3(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    cfg->embedding_multiplier = sqrt((double)cfg->hidden_size);
+    double scalar = 256; /* Gemma3TextConfig's default */
+    TP_CHECK(num_key(what, root, NULL, "query_pre_attn_scalar", 0, NUM_POSITIVE, &scalar, NULL));
+    cfg->attention_multiplier = 1.0 / sqrt(scalar);
+    static const char *const capping[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(capping); i++) {
+        const json_t *v = json_object_get(root, capping[i]);
+        if (v && !json_is_null(v))
+            return tp_error(TP_ERR_UNSUPPORTED, "%s: %s is set; tpinfer does not soft-cap %s (null: none, as Gemma "
+                            "3's configs have)", what, capping[i], i ? "logits" : "attention scores");
+    }
+    int bidirectional = 0;
+    TP_CHECK(bool_key(what, root, NULL, "use_bidirectional_attention", &bidirectional, NULL));
+    if (bidirectional)
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: use_bidirectional_attention is true; tpinfer decodes causally",
+                        what);
+    return TP_OK;
+}
+
 /* Granite's four multipliers (GraniteConfig's defaults: 1); the other architectures' modeling
  * code reads none of them */
 static tp_status parse_multipliers(const char *what, const json_t *root, tp_model_config *cfg)
 {
     cfg->embedding_multiplier = cfg->residual_multiplier = cfg->attention_multiplier = cfg->logits_scaling = 1.0;
+    if (cfg->arch == TP_ARCH_GEMMA3) return parse_gemma3(what, root, cfg);
     if (cfg->arch != TP_ARCH_GRANITE) {
         cfg->attention_multiplier = 0; /* 1 / sqrt(head_dim) */
         return TP_OK;
@@ -495,8 +532,50 @@ static tp_status parse_yarn(const char *what, const json_t *root, const json_t *
     return TP_OK;
 }
 
+static tp_status parse_scaling(const char *what, const json_t *root, const json_t *rs, const char *parent,
+                               int with_theta, tp_model_config *cfg);
+
+/* Gemma 3's two rope bases: the full layers' rope_theta (default 1e6) with any scaling, the
+ * sliding layers' rope_local_base_freq (default 1e4) unscaled; transformers 5 writes both in
+ * rope_parameters, one object per layer type */
+static tp_status parse_gemma3_rope(const char *what, const json_t *root, tp_model_config *cfg)
+{
+    const json_t *params = json_object_get(root, "rope_parameters"), *full = NULL, *sliding = NULL;
+    if (params && !json_is_null(params)) {
+        if (!json_is_object(params)) return bad_value(what, NULL, "rope_parameters", "an object or null", params);
+        full = json_object_get(params, "full_attention");
+        sliding = json_object_get(params, "sliding_attention");
+        if (!full && !sliding) full = params; /* one flat object: the full layers' */
+        if ((full && !json_is_object(full)) || (sliding && !json_is_object(sliding)))
+            return bad_value(what, NULL, "rope_parameters", "{\"full_attention\": {...}, \"sliding_attention\": {...}}",
+                             params);
+    }
+    cfg->rope_theta = 1e6;
+    cfg->rope_local_theta = 1e4;
+    TP_CHECK(num_key(what, root, NULL, "rope_theta", 0, NUM_POSITIVE, &cfg->rope_theta, NULL));
+    TP_CHECK(num_key(what, root, NULL, "rope_local_base_freq", 0, NUM_POSITIVE, &cfg->rope_local_theta, NULL));
+    if (full) TP_CHECK(num_key(what, full, "rope_parameters.full_attention", "rope_theta", 0, NUM_POSITIVE,
+                               &cfg->rope_theta, NULL));
+    if (sliding) {
+        TP_CHECK(num_key(what, sliding, "rope_parameters.sliding_attention", "rope_theta", 0, NUM_POSITIVE,
+                         &cfg->rope_local_theta, NULL));
+        const char *type;
+        TP_CHECK(str_key(what, sliding, "rope_parameters.sliding_attention", "rope_type", &type));
+        if (type && strcmp(type, "default") != 0)
+            return tp_error(TP_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention.rope_type is '%.32s'; tpinfer "
+                            "scales only the full layers' rope (Gemma 3's sliding layers have none)", what, type);
+    }
+    const json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        if (!json_is_object(rs)) return bad_value(what, NULL, "rope_scaling", "an object or null", rs);
+        return parse_scaling(what, root, rs, "rope_scaling", 0, cfg);
+    }
+    return parse_scaling(what, root, full, "rope_parameters.full_attention", 1, cfg);
+}
+
 static tp_status parse_rope(const char *what, const json_t *root, tp_model_config *cfg)
 {
+    if (cfg->arch == TP_ARCH_GEMMA3) return parse_gemma3_rope(what, root, cfg);
     /* transformers >= 5 may group rope_theta and the scaling in rope_parameters */
     const json_t *params = json_object_get(root, "rope_parameters");
     if (params && json_is_null(params)) params = NULL;
@@ -535,6 +614,14 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
         rs = params;
         parent = "rope_parameters";
     }
+    return parse_scaling(what, root, rs, parent, rs == params, cfg);
+}
+
+/* The rope scaling in rs (rope_scaling, or the rope_parameters that hold rope_theta: with_theta,
+ * where no type means none), named parent in messages; NULL: none */
+static tp_status parse_scaling(const char *what, const json_t *root, const json_t *rs, const char *parent,
+                               int with_theta, tp_model_config *cfg)
+{
     memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
     cfg->rope_scaling.type = TP_ROPE_DEFAULT;
     cfg->rope_scaling.factor = 1.0;
@@ -546,7 +633,7 @@ static tp_status parse_rope(const char *what, const json_t *root, tp_model_confi
     TP_CHECK(str_key(what, rs, parent, "rope_type", &type));
     if (!type) TP_CHECK(str_key(what, rs, parent, "type", &type));
     if (!type) {
-        if (rs == params) return TP_OK; /* rope_parameters with only rope_theta */
+        if (with_theta) return TP_OK; /* rope_parameters with only rope_theta */
         return tp_error(TP_ERR_FORMAT,
                         "%s: rope_scaling has no rope_type (or type); use null for no scaling",
                         what);
@@ -608,11 +695,17 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
                      NULL));
 
     /* Qwen: an explicit layer_types list overrides max_window_layers */
-    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3;
+    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3, gemma = cfg->arch == TP_ARCH_GEMMA3;
     memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
     for (int64_t i = max_window_layers; i < cfg->n_layers; i++) cfg->sliding_layer[i] = 1;
+    if (gemma) { /* Gemma 3: every sliding_window_pattern-th layer (from 1) full, the rest slide */
+        int64_t pattern = 6;
+        TP_CHECK(int_key(what, root, NULL, "sliding_window_pattern", 0, 1, INT64_MAX, &pattern, NULL));
+        for (int64_t i = 0; i < cfg->n_layers; i++) cfg->sliding_layer[i] = (i + 1) % pattern != 0;
+        if (!json_object_get(root, "sliding_window")) window = 4096, has_window = 1; /* its default */
+    }
     const json_t *types = json_object_get(root, "layer_types");
-    if (qwen && types && !json_is_null(types)) {
+    if ((qwen || gemma) && types && !json_is_null(types)) {
         char allowed[128];
         snprintf(allowed, sizeof allowed,
                  "a list of %lld \"full_attention\" or \"sliding_attention\" strings",
@@ -634,6 +727,7 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
         }
     }
 
+    if (gemma) memcpy(cfg->local_rope, cfg->sliding_layer, sizeof cfg->local_rope);
     int used = 0;
     switch (cfg->arch) {
     case TP_ARCH_MISTRAL:
@@ -644,6 +738,9 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     case TP_ARCH_QWEN2:
     case TP_ARCH_QWEN3:
         used = has_window && use; /* HF drops the window unless use_sliding_window */
+        break;
+    case TP_ARCH_GEMMA3:
+        used = has_window;
         break;
     default:
         break;

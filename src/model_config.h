@@ -25,10 +25,16 @@ typedef enum tp_arch {
     TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
     TP_ARCH_PHI3,    /* Phi3ForCausalLM (Phi-3, Phi-4): Llama's layers with q|k|v and gate|up fused */
     TP_ARCH_GRANITE, /* GraniteForCausalLM (IBM Granite 3): Llama's layers with four multipliers */
+    TP_ARCH_GEMMA3,  /* Gemma3ForCausalLM (Gemma 3 1B, 270M): norms of 1 + weight, also around each block's
+                      * output; GeLU; q/k norms; sliding layers with a rope base of their own */
     TP_ARCH_COUNT
 } tp_arch;
 
 typedef enum tp_rope_type { TP_ROPE_DEFAULT, TP_ROPE_LINEAR, TP_ROPE_LLAMA3, TP_ROPE_YARN } tp_rope_type;
+
+/* The MLP's gate activation: SiLU (SwiGLU), or GeLU's tanh form (GeGLU: Gemma's
+ * gelu_pytorch_tanh) */
+typedef enum tp_mlp_act { TP_ACT_SILU, TP_ACT_GELU_TANH } tp_mlp_act;
 
 typedef struct tp_rope_scaling {
     tp_rope_type type;
@@ -59,6 +65,14 @@ typedef struct tp_model_config {
     int o_bias;                /* o_proj bias (Llama attention_bias) */
     int mlp_bias;
     int qk_norm;               /* Qwen3 per-head q/k RMSNorm */
+    tp_mlp_act mlp_act;
+    int gemma_norms;           /* Gemma: every RMSNorm scales by 1 + weight (the loader adds the 1), and
+                                * each block's output is normed before the residual add
+                                * (post_attention_layernorm, post_feedforward_layernorm) */
+    double rope_local_theta;   /* > 0: the rope base, unscaled, of the layers local_rope marks
+                                * (Gemma 3's rope_local_base_freq); 0: every layer's is rope_theta */
+    uint8_t local_rope[TP_MAX_LAYERS]; /* 1: layer i is of Gemma 3's sliding type (its rope base
+                                        * is rope_local_theta, whether a window is set or not) */
     int64_t sliding_window;    /* > 0: a token of a layer sliding_layer marks attends to its last
                                 * sliding_window positions only (itself and the window - 1 before
                                 * it); 0: every layer attends to the whole context */

@@ -192,6 +192,10 @@ static tp_status add_layer(builder *b, const tp_model_config *cfg, const tp_shar
     if (cfg->o_bias && bias_owner)
         TP_CHECK(add_whole(b, LNAME("self_attn.o_proj.bias"), hidden, 1));
     TP_CHECK(add_whole(b, LNAME("post_attention_layernorm.weight"), hidden, 1));
+    if (cfg->gemma_norms) { /* Gemma: post_attention_layernorm norms the attention's output; these the MLP's input and output */
+        TP_CHECK(add_whole(b, LNAME("pre_feedforward_layernorm.weight"), hidden, 1));
+        TP_CHECK(add_whole(b, LNAME("post_feedforward_layernorm.weight"), hidden, 1));
+    }
     if (cfg->arch == TP_ARCH_PHI3) { /* gate_up_proj: gate's rows, then up's */
         TP_CHECK(add_fused(b, LNAME("mlp.gate_up_proj.weight"), "mlp.gate_proj.weight", 2 * inter, hidden, m0, nm));
         TP_CHECK(add_fused(b, LNAME("mlp.gate_up_proj.weight"), "mlp.up_proj.weight", 2 * inter, hidden,

@@ -208,7 +208,7 @@ START_TEST(create_fields)
     const struct tp_backend_ops *o = be->ops;
     ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
     ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
-    ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
+    ck_assert(o->kv_store && o->attention && o->swiglu && o->geglu && o->gather_rows && o->convert && o->destroy);
     ck_assert(o->argmax && o->matmul_swiglu && o->qk_rope_store && o->staging && o->upload_staged);
     ck_assert(o->sample && o->matmul_add);
     ck_assert_int_eq(tp_backend_cpu_create(NULL), TP_ERR_INVALID_ARG);
@@ -671,6 +671,17 @@ START_TEST(swiglu_shapes)
             }
         assert_close("swiglu", got, ref, (size_t)(n * m), 1e-6, 1e-6);
         assert_guards(&out);
+        /* geglu: GeLU's tanh form (PyTorch's gelu(approximate="tanh")) of gate, times up */
+        mat gout = mat_new(TP_DTYPE_F32, n, m, 2, -1, 1);
+        ck_assert_int_eq(be->ops->geglu(be, &g, &u, &gout.t), TP_OK);
+        got = mat_get(&gout);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double gv = gu.ref[i * 2 * m + j], uv = gu.ref[i * 2 * m + m + j];
+                ref[i * m + j] = 0.5 * gv * (1.0 + tanh(sqrt(2.0 / M_PI) * (gv + 0.044715 * gv * gv * gv))) * uv;
+            }
+        assert_close("geglu", got, ref, (size_t)(n * m), 1e-6, 1e-6);
+        assert_guards(&gout);
     }
     /* saturation: silu(-100) is -0 in f32, silu(100) is 100 */
     float gv[2] = {-100.0f, 100.0f}, uv[2] = {1.0f, 1.0f}, ov[2];
@@ -1112,6 +1123,8 @@ START_TEST(other_errors)
     EXPECT_INVALID(be->ops->rope(be, &a.t, 32, pos, inv), "rope: head_dim 32");
     EXPECT_INVALID(be->ops->rope(be, &a.t, 8, NULL, inv), "rope");
     EXPECT_INVALID(be->ops->swiglu(be, &a.t, &b15.t, &b16.t), "swiglu: up is [3, 15]");
+    EXPECT_INVALID(be->ops->geglu(be, &a.t, &b15.t, &b16.t), "geglu: up is [3, 15]");
+    EXPECT_INVALID(be->ops->geglu(be, &a.t, &b16.t, &r4.t), "geglu: out is [4, 16]");
     EXPECT_INVALID(be->ops->swiglu(be, &a.t, &b16.t, &r4.t), "swiglu: out is [4, 16]");
     int32_t rows[2] = {0, 3};
     mat o2 = mat_new(TP_DTYPE_F32, 2, 16, 0, -1, 1), o2b = mat_new(TP_DTYPE_F32, 2, 15, 0, -1, 1);

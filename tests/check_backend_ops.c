@@ -291,7 +291,7 @@ START_TEST(create_fields)
         const struct tp_backend_ops *o = gb->ops;
         ck_assert(o->alloc && o->free && o->upload && o->download && o->memset0 && o->synchronize);
         ck_assert(o->embedding && o->add_rmsnorm && o->head_rmsnorm && o->matmul && o->rope);
-        ck_assert(o->kv_store && o->attention && o->swiglu && o->gather_rows && o->convert && o->destroy);
+        ck_assert(o->kv_store && o->attention && o->swiglu && o->geglu && o->gather_rows && o->convert && o->destroy);
         ck_assert(o->argmax);
         ck_assert(o->sample);
         ck_assert(o->qk_rope_store);
@@ -1708,6 +1708,11 @@ START_TEST(swiglu_shapes)
             snprintf(shape, sizeof shape, "[%lld,%lld] gate|up views", (long long)n, (long long)m);
             compare("swiglu", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * m), ELEMENTWISE, gb->act_dtype);
             pt_guards("swiglu out", &out);
+            /* geglu (Gemma's GeLU, tanh form): the same kernels, the other activation */
+            pt gout = pt_poison(gb->act_dtype, n, m, 2);
+            RUN_BOTH(cpu->ops->geglu(cpu, &gc, &uc, &gout.c), gb->ops->geglu(gb, &gg, &ug, &gout.g));
+            compare("geglu", shape, pt_get(&gout, 1), pt_get(&gout, 0), (size_t)(n * m), ELEMENTWISE, gb->act_dtype);
+            pt_guards("geglu out", &gout);
         }
     }
 }
@@ -2352,6 +2357,7 @@ START_TEST(bad_shapes)
         EXPECT_INVALID(gb->ops->rope(gb, &r16.g, 3, (const int32_t *)w8.g.data, (const float *)w8.g.data), "rope: head_dim 3");
         EXPECT_INVALID(gb->ops->rope(gb, &r16.g, 8, NULL, (const float *)w8.g.data), "rope");
         EXPECT_INVALID(gb->ops->swiglu(gb, &r16.g, &y5.g, &r16.g), "swiglu: up is [4, 5]");
+        EXPECT_INVALID(gb->ops->geglu(gb, &r16.g, &y5.g, &r16.g), "geglu: up is [4, 5]");
         EXPECT_INVALID(gb->ops->gather_rows(gb, &r16.g, NULL, 2, &y.g), "gather_rows: out is [4, 8]");
         EXPECT_INVALID(gb->ops->convert(gb, &r16.g, &y.g), "convert: dst is [4, 8]");
 

@@ -261,6 +261,17 @@ static const char *const phi3_base =
     "\"original_max_position_embeddings\":4096,\"sliding_window\":2047,\"rope_scaling\":null,"
     "\"rope_theta\":10000.0,\"rms_norm_eps\":1e-05,\"pad_token_id\":32000,\"hidden_act\":\"silu\"}";
 
+/* Gemma 3 1B's config.json as downloaded (transformers 4.50's keys), scaled down to 7 layers so
+ * that sliding_window_pattern 6 leaves layer 5 full */
+static const char *const gemma3_base =
+    "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":1152,"
+    "\"intermediate_size\":6912,\"num_hidden_layers\":7,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
+    "\"head_dim\":256,\"vocab_size\":262144,\"max_position_embeddings\":32768,\"hidden_activation\":"
+    "\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-06,\"rope_local_base_freq\":10000,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":512,\"sliding_window_pattern\":6,"
+    "\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null,\"attention_bias\":false,"
+    "\"bos_token_id\":2,\"eos_token_id\":[1,106],\"torch_dtype\":\"bfloat16\"}";
+
 typedef struct cfg_case {
     const char *base; /* base config text (ignored when raw is set) */
     const char *del;  /* a key to delete, or NULL */
@@ -321,6 +332,47 @@ static void check_multipliers(const tp_model_config *c, tp_arch arch, double e, 
 static void check_granite3(const tp_model_config *c) { check_multipliers(c, TP_ARCH_GRANITE, 12, 0.22, 0.0078125, 16); }
 static void check_granite_defaults(const tp_model_config *c) { check_multipliers(c, TP_ARCH_GRANITE, 1, 1, 1, 1); }
 static void check_llama_ignores_multipliers(const tp_model_config *c) { check_multipliers(c, TP_ARCH_LLAMA, 1, 1, 0, 1); }
+/* Gemma 3 1B: GeLU, norms of 1 + weight, q/k norms, tied, sqrt(1152) into the embedding, the
+ * scores scaled by 256^-0.5, layers 0-4 and 6 sliding (512) with base 1e4, layer 5 full with 1e6 */
+static void check_gemma3_layers(const tp_model_config *c, int64_t window, const char *sliding, const char *local)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_GEMMA3);
+    ck_assert(c->mlp_act == TP_ACT_GELU_TANH && c->gemma_norms && c->qk_norm && c->tie_word_embeddings);
+    ck_assert(!c->attention_bias && !c->o_bias && !c->mlp_bias);
+    ck_assert_int_eq(c->head_dim, 256);
+    ck_assert_double_eq_tol(c->embedding_multiplier, sqrt(1152.0), 1e-12);
+    ck_assert_double_eq_tol(c->attention_multiplier, 1.0 / 16, 1e-15);
+    ck_assert_int_eq(c->sliding_window, window);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(c->sliding_layer[i] == sliding[i] - '0', "layer %d slides", i);
+        ck_assert_msg(c->local_rope[i] == local[i] - '0', "layer %d's rope", i);
+    }
+}
+static void check_gemma3(const tp_model_config *c)
+{
+    check_gemma3_layers(c, 512, "1111101", "1111101");
+    ck_assert_double_eq(c->rope_theta, 1e6);
+    ck_assert_double_eq(c->rope_local_theta, 1e4);
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_DEFAULT);
+}
+/* transformers 5's form: the bases in rope_parameters by layer type, the full layers' scaled */
+static void check_gemma3_rope_parameters(const tp_model_config *c)
+{
+    check_gemma3_layers(c, 512, "1011111", "1011111");
+    ck_assert_double_eq(c->rope_theta, 5e5);
+    ck_assert_double_eq(c->rope_local_theta, 2e4);
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_LINEAR);
+    ck_assert_double_eq(c->rope_scaling.factor, 8.0);
+}
+/* no window (sliding_window null): no layer slides, the sliding type's rope base stays */
+static void check_gemma3_no_window(const tp_model_config *c) { check_gemma3_layers(c, 0, "0000000", "1111101"); }
+/* Gemma3TextConfig's defaults: head_dim 256, window 4096, bases 1e6 / 1e4, tied */
+static void check_gemma3_defaults(const tp_model_config *c)
+{
+    check_gemma3_layers(c, 4096, "1111101", "1111101");
+    ck_assert_double_eq(c->rope_theta, 1e6);
+    ck_assert_double_eq(c->rope_local_theta, 1e4);
+}
 static void check_llama_biases(const tp_model_config *c)
 {
     ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
@@ -476,7 +528,7 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
      "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-     "GraniteForCausalLM)",
+     "GraniteForCausalLM, Gemma3ForCausalLM)",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -667,6 +719,33 @@ static const cfg_case cfg_cases[] = {
      TP_ERR_FORMAT, "logits_scaling must be a finite number > 0, found the string \"16\"", NULL},
     {llama_base, NULL, "{\"architectures\":[\"GraniteForCausalLM\"],\"attention_bias\":true,\"mlp_bias\":true}",
      NULL, TP_OK, NULL, check_llama_biases},
+    /* Gemma 3 (Gemma3ForCausalLM) */
+    {gemma3_base, NULL, NULL, NULL, TP_OK, NULL, check_gemma3},
+    {gemma3_base, "architectures", NULL, NULL, TP_OK, NULL, check_gemma3},
+    {gemma3_base, "rope_theta",
+     "{\"rope_local_base_freq\":null,\"sliding_window_pattern\":null,\"layer_types\":[\"sliding_attention\","
+     "\"full_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\","
+     "\"sliding_attention\"],\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":8.0,"
+     "\"rope_theta\":500000},\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":20000}}}",
+     NULL, TP_OK, NULL, check_gemma3_rope_parameters},
+    {gemma3_base, NULL, "{\"sliding_window\":null}", NULL, TP_OK, NULL, check_gemma3_no_window},
+    {NULL, NULL, NULL,
+     "{\"architectures\":[\"Gemma3ForCausalLM\"],\"hidden_size\":1152,\"intermediate_size\":6912,"
+     "\"num_hidden_layers\":7,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"vocab_size\":262144,"
+     "\"max_position_embeddings\":32768}", TP_OK, NULL, check_gemma3_defaults},
+    {gemma3_base, NULL, "{\"attn_logit_softcapping\":50.0}", NULL, TP_ERR_UNSUPPORTED,
+     "attn_logit_softcapping is set; tpinfer does not soft-cap attention scores", NULL},
+    {gemma3_base, NULL, "{\"final_logit_softcapping\":30.0}", NULL, TP_ERR_UNSUPPORTED,
+     "final_logit_softcapping is set; tpinfer does not soft-cap logits", NULL},
+    {gemma3_base, NULL, "{\"use_bidirectional_attention\":true}", NULL, TP_ERR_UNSUPPORTED,
+     "use_bidirectional_attention is true", NULL},
+    {gemma3_base, NULL, "{\"hidden_activation\":\"gelu\"}", NULL, TP_ERR_UNSUPPORTED,
+     "hidden_activation is the string \"gelu\" (supported: gelu_pytorch_tanh)", NULL},
+    {gemma3_base, NULL, "{\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}}",
+     NULL, TP_ERR_UNSUPPORTED, "rope_parameters.sliding_attention.rope_type is 'linear'", NULL},
+    {gemma3_base, NULL, "{\"query_pre_attn_scalar\":0}", NULL, TP_ERR_FORMAT,
+     "query_pre_attn_scalar must be a finite number > 0", NULL},
+    {gemma3_base, NULL, "{\"sliding_window_pattern\":0}", NULL, TP_ERR_FORMAT, "sliding_window_pattern", NULL},
     /* biases */
     {llama_base, NULL, "{\"attention_bias\":true,\"mlp_bias\":true}", NULL, TP_OK, NULL,
      check_llama_biases},

@@ -53,6 +53,12 @@ VARIANTS = {
     "granite-mistral": ("tiny-mistral", {"architectures": ["GraniteForCausalLM"], "model_type": "granite",
                                          "embedding_multiplier": 6.0, "residual_multiplier": 0.5,
                                          "attention_multiplier": 0.2, "logits_scaling": 4.0}),
+    # Gemma 3 (tiny-qwen3 converted by tests/gemma_checkpoint.py): norms of 1 + weight around
+    # each block, GeLU, the embedding times sqrt(hidden) and tied, a sliding layer each side of
+    # a full one, each with its rope base, the scores scaled by query_pre_attn_scalar 24
+    "gemma3-window8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
+                                      "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+                       "gemma3"),
 }
 
 
@@ -83,20 +89,22 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     shared, outdir = sys.argv[1:3]
     os.makedirs(outdir, exist_ok=True)
-    for name, (base, overrides) in VARIANTS.items():
+    for name, (base, overrides, *convert) in VARIANTS.items():
+        convert = convert[0] if convert else None
         src = os.path.join(shared, base)
         with safe_open(os.path.join(src, "reference", "logits.safetensors"), "pt") as f:
             ids = [int(x) for x in f.get_tensor("input_ids_2")[:PROMPT_LEN]]
         tmp = tempfile.mkdtemp()
         try:
             d = os.path.join(tmp, base)
-            make_dir(src, overrides, d)
+            make_dir(src, overrides, d, convert)
             prefill, out, glogits, cache_d = run(load(d), ids)
             plain, plain_out, _, _ = run(load(src), ids)
         finally:
             shutil.rmtree(tmp)
         meta = {
             "model": base, "config_overrides": json.dumps(overrides),
+            **({"convert": convert} if convert else {}),
             "made_by": "tests/gen_variant_reference.py", "torch": torch.__version__,
             "transformers": transformers.__version__,
             "prompt": "the first %d ids of reference prompt 2" % PROMPT_LEN,

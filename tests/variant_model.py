@@ -3,21 +3,30 @@
 
 The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
 tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
-in MODELS (the reference's metadata names it) and config.json with the reference's overrides.
-Prints the base model's directory. gen_variant_reference.py makes its directories with
-make_dir."""
+in MODELS (the reference's metadata names it) and config.json with the reference's overrides;
+where the metadata names a conversion ("gemma3": tests/gemma_checkpoint.py), OUT is the base
+model converted, then overridden. Prints the base model's directory. gen_variant_reference.py
+makes its directories with make_dir."""
 import json
 import os
 import struct
 import sys
 
 
-def make_dir(src, overrides, out):
-    """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES"""
-    os.makedirs(out)
-    for name in os.listdir(src):
-        if name != "config.json" and os.path.isfile(os.path.join(src, name)):
-            os.symlink(os.path.join(src, name), os.path.join(out, name))
+def make_dir(src, overrides, out, convert=None):
+    """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES; with
+    CONVERT ("gemma3"), SRC converted (gemma_checkpoint.py), then its config.json updated"""
+    if convert == "gemma3":
+        from gemma_checkpoint import convert as to_gemma
+        to_gemma(src, out)
+        src = out
+    elif convert:
+        sys.exit("variant_model.py: unknown conversion %r" % convert)
+    else:
+        os.makedirs(out)
+        for name in os.listdir(src):
+            if name != "config.json" and os.path.isfile(os.path.join(src, name)):
+                os.symlink(os.path.join(src, name), os.path.join(out, name))
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     cfg.update(overrides)
@@ -30,7 +39,7 @@ def main():
     with open(ref, "rb") as f:
         meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
     src = os.path.join(models, meta["model"])
-    make_dir(src, json.loads(meta["config_overrides"]), out)
+    make_dir(src, json.loads(meta["config_overrides"]), out, meta.get("convert"))
     print(src)
 
 
