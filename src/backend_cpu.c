@@ -725,51 +725,41 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
 
 /* ---- element-wise, gathers, conversions ---------------------------------------------- */
 
-/* GeLU's tanh form as PyTorch computes it in float32: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) */
-static float gelu_tanh(float g)
+/* out = act(gate) * up, in float32: SiLU, silu(g) = g / (1 + exp(-g)) (PyTorch's formula),
+ * or (gelu) GeLU's tanh form, 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) (PyTorch's
+ * gelu(approximate="tanh")). out may alias gate or up. */
+static tp_status cpu_gated(const char *op, int gelu, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
 {
+    TP_CHECK(check_tensor(op, "gate", gate, ACT));
+    TP_CHECK(check_tensor(op, "up", up, ACT));
+    TP_CHECK(check_tensor(op, "out", out, ACT));
+    TP_CHECK(tp_check_shape(op, "up", up, gate->rows, gate->cols));
+    TP_CHECK(tp_check_shape(op, "out", out, gate->rows, gate->cols));
+    const int64_t n = gate->rows, m = gate->cols;
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+
+#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
+    for (int64_t i = 0; i < n; i++) {
+        const float *g = row_f32(gate, i), *u = row_f32(up, i);
+        float *o = row_f32(out, i);
+        if (gelu)
+            for (int64_t j = 0; j < m; j++) o[j] = 0.5f * g[j] * (1.0f + tanhf(k * (g[j] + 0.044715f * g[j] * g[j] * g[j]))) * u[j];
+        else
+            for (int64_t j = 0; j < m; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    return TP_OK;
 }
 
-/* out = gelu(gate) * up (tanh form). out may alias gate or up. */
+static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
+{
+    (void)b;
+    return cpu_gated("swiglu", 0, gate, up, out);
+}
+
 static tp_status cpu_geglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
 {
     (void)b;
-    TP_CHECK(check_tensor("geglu", "gate", gate, ACT));
-    TP_CHECK(check_tensor("geglu", "up", up, ACT));
-    TP_CHECK(check_tensor("geglu", "out", out, ACT));
-    TP_CHECK(tp_check_shape("geglu", "up", up, gate->rows, gate->cols));
-    TP_CHECK(tp_check_shape("geglu", "out", out, gate->rows, gate->cols));
-    const int64_t n = gate->rows, m = gate->cols;
-
-#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
-    for (int64_t i = 0; i < n; i++) {
-        const float *g = row_f32(gate, i), *u = row_f32(up, i);
-        float *o = row_f32(out, i);
-        for (int64_t j = 0; j < m; j++) o[j] = gelu_tanh(g[j]) * u[j];
-    }
-    return TP_OK;
-}
-
-/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (PyTorch's formula). out may alias
- * gate or up. */
-static tp_status cpu_swiglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out)
-{
-    TP_CHECK(check_tensor("swiglu", "gate", gate, ACT));
-    TP_CHECK(check_tensor("swiglu", "up", up, ACT));
-    TP_CHECK(check_tensor("swiglu", "out", out, ACT));
-    TP_CHECK(tp_check_shape("swiglu", "up", up, gate->rows, gate->cols));
-    TP_CHECK(tp_check_shape("swiglu", "out", out, gate->rows, gate->cols));
-    const int64_t n = gate->rows, m = gate->cols;
-
-#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
-    for (int64_t i = 0; i < n; i++) {
-        const float *g = row_f32(gate, i), *u = row_f32(up, i);
-        float *o = row_f32(out, i);
-        for (int64_t j = 0; j < m; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    }
-    return TP_OK;
+    return cpu_gated("geglu", 1, gate, up, out);
 }
 
 /* backend.h: the host's merge, and the CPU backend's argmax_merge */
