@@ -311,7 +311,7 @@ int main(int argc, char **argv)
         double med[4];
         for (int k = 0; k < 4; k++) { /* simple, flash (tight max_pos), flash (loose max_pos), flash + prefill */
             /* a decode step's batch: one token per sequence (the kernel's early loads) */
-            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx, 1, 0};
+            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, k == 2 ? LOOSE_MAX_POS : ctx, 1, 0, 0};
             tp_cuda_attention_force_simple(k == 0);
             tp_cuda_attention_force_prefill(k == 3 ? 1 : 0);
             med[k] = time_attention(b, &q, &cache, &ab, &out[k == 0 ? 0 : 1], flush, runs, times);
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
         tp_cuda_attention_force_simple(0);
         tp_cuda_attention_force_prefill(-1);
         if (getenv("GPU_ATTN_TRACE")) { /* the tight flash kernel's blocks, one call after an L2 flush */
-            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 1, 0};
+            tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 1, 0, 0};
             tp_cuda_attention_force_prefill(0);
             trace_call(b, &q, &cache, &ab, &out[1], flush, n, ctx);
             tp_cuda_attention_force_prefill(-1);
@@ -359,7 +359,7 @@ int main(int argc, char **argv)
         tp_tensor q = tp_tensor_make(st.q, TP_DTYPE_BF16, n, QH * HD);
         tp_tensor out[2] = {tp_tensor_make(st.out[0], TP_DTYPE_BF16, n, QH * HD),
                             tp_tensor_make(st.out[1], TP_DTYPE_BF16, n, QH * HD)};
-        tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 0, 0};
+        tp_attn_batch ab = {n, st.seq, st.pos, st.slot, st.table, max_blocks, ctx, 0, 0, 0};
         double med[2];
         for (int k = 0; k < 2; k++) { /* the flash kernel alone, the prefill kernel */
             tp_cuda_attention_force_prefill(k);

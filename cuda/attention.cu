@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             dot = warp_sum(dot);
             if (lane == 0) {
                 row_s[c] = row;
-                p_s[c] = scale * dot;
+                const float s = scale * dot;
+                p_s[c] = batch.softcap > 0.0f ? batch.softcap * tanhf(s / batch.softcap) : s;
             }
         }
         __syncthreads();
@@ -1825,7 +1826,7 @@ extern "C" int tp_cuda_attention_rope_fits(tp_tensor q, tp_tensor k, tp_tensor v
     static int env = -1;
     if (env < 0) env = env_int("TPINFER_ROPE_ATTENTION", 1, 0, 1);
     int vpl = 1;
-    if (!env || !batch.one_per_seq || force_simple || flash_lanes_log2(cache, &vpl) < 0) return 0;
+    if (!env || !batch.one_per_seq || force_simple || batch.softcap > 0 || flash_lanes_log2(cache, &vpl) < 0) return 0;
     if (k.dtype != cache.dtype || v.dtype != cache.dtype || q_heads % cache.n_kv_heads != 0) return 0;
     return decode_tc_wanted(q, cache, q_heads / cache.n_kv_heads);
 }
@@ -1853,7 +1854,8 @@ extern "C" tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_b
     if (!is_float_dtype(q.dtype) || !is_float_dtype(cache.dtype) || !is_float_dtype(out.dtype))
         return TP_CUDA_BAD_DTYPE("attention");
     int vpl = 1;
-    const int lp_log2 = force_simple ? -1 : flash_lanes_log2(cache, &vpl);
+    /* soft-capped scores (Gemma 2) only in the simple kernel, for now */
+    const int lp_log2 = force_simple || batch.softcap > 0 ? -1 : flash_lanes_log2(cache, &vpl);
     if (lp_log2 < 0) return attention_simple(q, cache, batch, q_heads, scale, out, fault, stream);
     /* prefill chunks on tensor cores first; the flash kernel then does the tokens it left */
     const int pf = prefill_wanted(q, cache, batch, q_heads, stream);

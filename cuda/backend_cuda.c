@@ -438,6 +438,13 @@ static tp_status cuda_geglu(tp_backend *b, const tp_tensor *gate, const tp_tenso
     return cuda_gated(b, "geglu", 1, gate, up, out);
 }
 
+static tp_status cuda_softcap(tp_backend *b, tp_tensor *x, float cap)
+{
+    TP_CHECK(check_tensor("softcap", "x", x));
+    if (!(cap > 0)) return tp_error(TP_ERR_INVALID_ARG, "softcap: cap %g must be > 0", cap);
+    return tp_cuda_softcap(*x, cap, ctx_of(b)->stream);
+}
+
 static tp_status cuda_argmax_merge(tp_backend *b, const int32_t *pairs, int n_tp, int32_t L, int32_t n,
                                    int64_t vocab_pad, int32_t *ids)
 {
@@ -782,6 +789,7 @@ static const struct tp_backend_ops cuda_ops = {
     /* .attention    = */ cuda_attention,
     /* .swiglu       = */ cuda_swiglu,
     /* .geglu        = */ cuda_geglu,
+    /* .softcap      = */ cuda_softcap,
     /* .gather_rows  = */ cuda_gather_rows,
     /* .convert      = */ cuda_convert,
     /* .argmax       = */ cuda_argmax,

@@ -131,6 +131,8 @@ tp_status tp_cuda_attention_trace(int on, unsigned long long *host, int blocks);
 tp_status tp_cuda_swiglu(tp_tensor gate, tp_tensor up, tp_tensor out, cudaStream_t stream);
 /* out = act(gate) * up: SiLU (gelu 0, swiglu's) or GeLU's tanh form (gelu 1, Gemma's) */
 tp_status tp_cuda_gated(tp_tensor gate, tp_tensor up, tp_tensor out, int gelu, cudaStream_t stream);
+/* x = cap tanh(x / cap) in place (softcap.cu) */
+tp_status tp_cuda_softcap(tp_tensor x, float cap, cudaStream_t stream);
 
 /* out[i] = x[rows[i]] */
 tp_status tp_cuda_gather_rows(tp_tensor x, const int32_t *rows, int32_t n, tp_tensor out,

@@ -155,6 +155,10 @@ static tp_status p_geglu(tp_backend *b, const tp_tensor *gate, const tp_tensor *
 {
     TIMED(inner->geglu(b, gate, up, out), "geglu");
 }
+static tp_status p_softcap(tp_backend *b, tp_tensor *x, float cap)
+{
+    TIMED(inner->softcap(b, x, cap), "softcap");
+}
 static tp_status p_gather_rows(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n, tp_tensor *out)
 {
     TIMED(inner->gather_rows(b, x, rows, n, out), "gather_rows");
@@ -246,6 +250,7 @@ void tp_cuda_op_profile_wrap(tp_backend *b)
     outer.attention = p_attention;
     outer.swiglu = p_swiglu;
     outer.geglu = p_geglu;
+    outer.softcap = p_softcap;
     outer.gather_rows = p_gather_rows;
     outer.convert = p_convert;
     outer.argmax = p_argmax;

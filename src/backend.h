@@ -80,6 +80,8 @@ typedef struct tp_attn_batch {
                                  * below its position (no shared blocks; padding has slot -1). */
     int32_t window;             /* > 0: a sliding window, the layer's (the forward sets it per
                                  * layer): token i attends to its last window positions only */
+    float softcap;              /* > 0: each scaled score s becomes softcap tanh(s / softcap)
+                                 * before the softmax (Gemma 2's attn_logit_softcapping) */
 } tp_attn_batch;
 
 /* The first position a token at pos attends to (HF's sliding mask: pos - key < window) */
@@ -173,6 +175,8 @@ struct tp_backend_ops {
     /* out = gelu(gate) * up, GeLU's tanh form (PyTorch's gelu(approximate="tanh"), Gemma's
      * gelu_pytorch_tanh): gate, up, out [n, m]; out may alias gate or up */
     tp_status (*geglu)(tp_backend *b, const tp_tensor *gate, const tp_tensor *up, tp_tensor *out);
+    /* x = cap tanh(x / cap) in place, cap > 0 (Gemma 2's final_logit_softcapping): x [n, m] */
+    tp_status (*softcap)(tp_backend *b, tp_tensor *x, float cap);
     /* out[i] = x[rows[i]]: rows [n] int32 in backend memory, out [n, d] */
     tp_status (*gather_rows)(tp_backend *b, const tp_tensor *x, const int32_t *rows, int32_t n,
                              tp_tensor *out);

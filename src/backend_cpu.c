@@ -618,6 +618,7 @@ static tp_status check_attn_batch(const tp_kv_layer *c, const tp_attn_batch *ab)
         return tp_error(TP_ERR_INVALID_ARG, "attention: batch has max_blocks %d, max_pos %d; both "
                         "must be > 0", ab->max_blocks, ab->max_pos);
     if (ab->window < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has window %d", ab->window);
+    if (!(ab->softcap >= 0)) return tp_error(TP_ERR_INVALID_ARG, "attention: batch has softcap %g", ab->softcap);
     for (int32_t i = 0; i < ab->n_tokens; i++) {
         int32_t s = ab->seq[i], p = ab->pos[i];
         if (s < 0) return tp_error(TP_ERR_INVALID_ARG, "attention: token %d has sequence %d", i, s);
@@ -692,6 +693,7 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
     float *scratch = scratch_get(b->ctx, per * (size_t)nt);
     if (!scratch) return tp_error(TP_ERR_OOM, "attention: out of memory for scratch");
     const int64_t group = q_heads / kvh, tasks = n * q_heads;
+    const float cap = batch->softcap;
 
 #pragma omp parallel num_threads(nt) if (tasks > 1 && (double)tasks * batch->max_pos * hd > PAR_WORK)
     {
@@ -706,6 +708,7 @@ static tp_status cpu_attention(tp_backend *b, const tp_tensor *q, const tp_kv_la
             float mx = -INFINITY;
             for (int32_t p = lo; p < np; p++) {
                 float s = scale * dot(qv, cache_row(cache, cache->k, bt, p, kh, kbuf), hd);
+                if (cap > 0) s = cap * tanhf(s / cap);
                 scores[p] = s;
                 if (s > mx) mx = s;
             }
@@ -746,6 +749,21 @@ static tp_status cpu_gated(const char *op, int gelu, const tp_tensor *gate, cons
             for (int64_t j = 0; j < m; j++) o[j] = 0.5f * g[j] * (1.0f + tanhf(k * (g[j] + 0.044715f * g[j] * g[j] * g[j]))) * u[j];
         else
             for (int64_t j = 0; j < m; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    return TP_OK;
+}
+
+/* x = cap tanh(x / cap) in place */
+static tp_status cpu_softcap(tp_backend *b, tp_tensor *x, float cap)
+{
+    (void)b;
+    TP_CHECK(check_tensor("softcap", "x", x, ACT));
+    if (!(cap > 0)) return tp_error(TP_ERR_INVALID_ARG, "softcap: cap %g must be > 0", cap);
+    const int64_t n = x->rows, m = x->cols;
+#pragma omp parallel for schedule(static) if ((double)n * m > PAR_WORK / 4)
+    for (int64_t i = 0; i < n; i++) {
+        float *v = row_f32(x, i);
+        for (int64_t j = 0; j < m; j++) v[j] = cap * tanhf(v[j] / cap);
     }
     return TP_OK;
 }
@@ -1210,6 +1228,7 @@ static const struct tp_backend_ops cpu_ops = {
     /* .attention    = */ cpu_attention,
     /* .swiglu       = */ cpu_swiglu,
     /* .geglu        = */ cpu_geglu,
+    /* .softcap      = */ cpu_softcap,
     /* .gather_rows  = */ cpu_gather_rows,
     /* .convert      = */ cpu_convert,
     /* .argmax       = */ cpu_argmax,

@@ -422,7 +422,7 @@ static tp_dtype compute_dtype(const engine *e)
 static tp_dtype weight_dtype(const engine *e)
 {
     const tp_dtype dt = compute_dtype(e);
-    const int folds = e->cfg.arch == TP_ARCH_GRANITE || e->cfg.arch == TP_ARCH_GEMMA3;
+    const int folds = e->cfg.arch == TP_ARCH_GRANITE || e->cfg.gemma_norms;
     return folds && !strcmp(e->backend->name, "cpu") ? TP_DTYPE_F32 : dt;
 }
 

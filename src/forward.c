@@ -275,6 +275,7 @@ static tp_status logits_enqueue(tp_model *m, tp_step_buffers *buf, int32_t T, in
     if (d->vocab > 0 && !skip(m, TP_SKIP_LM_HEAD)) {
         tp_tensor part = tp_tensor_cols(&lg, 0, d->vocab);
         TP_CHECK(b->ops->matmul(b, &rows, &m->lm_head, NULL, &part));
+        if (m->cfg.final_softcap > 0) TP_CHECK(b->ops->softcap(b, &part, (float)m->cfg.final_softcap));
     }
     if (out == OUT_IDS) {
         /* each rank's winner of its slice and its value, [L ids | L values]; over tp the
@@ -459,6 +460,7 @@ static tp_status enqueue_step(tp_model *m, tp_kv_cache *kv, tp_step_buffers *buf
         const int keep = prune && m->plan.has_lm_head && l == m->dims.n_layers - 1 && L < T;
         tp_attn_batch layer_ab = *ab;
         layer_ab.window = layer_window(m, l);
+        layer_ab.softcap = (float)m->cfg.attn_softcap;
         TP_CHECK(attention_block(m, Lw, layer_inv_freq(m, l), &kv->layers[l], &layer_ab, buf, T, buf->pos, tp, &x,
                                  &delta, &pending, in_place, keep ? buf->logit_rows : NULL, L));
         if (keep) {
@@ -620,14 +622,14 @@ static tp_status forward_enqueue(tp_model *m, tp_kv_cache *kv, tp_step_buffers *
         TP_CHECK(upload_step(m, buf, &padded));
         /* positions bounded by the table's capacity, so one recording serves every step */
         tp_attn_batch ab = {B, buf->seq, buf->pos, buf->slot, buf->block_table, padded.max_blocks,
-                            padded.max_blocks * kv->block_size, 1, 0};
+                            padded.max_blocks * kv->block_size, 1, 0, 0};
         TP_CHECK(run_graph(m, kv, buf, &ab, bucket, tp, out));
         L = B;
     } else {
         if (out == OUT_SAMPLE) TP_CHECK(sample_prepare(m, buf, L, L, sample));
         TP_CHECK(upload_step(m, buf, s));
         tp_attn_batch ab = {T, buf->seq, buf->pos, buf->slot, buf->block_table, s->max_blocks, s->max_pos,
-                            one_per_seq(s), 0};
+                            one_per_seq(s), 0, 0};
         int in_order = 1;
         for (int32_t i = 0; i < L && in_order; i++) in_order = s->logit_rows[i] == i;
         TP_CHECK(enqueue_step(m, kv, buf, &ab, L, tp, in_x, in_delta, out, in_order, buf->prune_last));

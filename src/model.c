@@ -209,7 +209,7 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
 static double embedding_multiplier(const tp_model *m)
 {
     const double e = m->cfg.embedding_multiplier;
-    if (m->cfg.arch != TP_ARCH_GEMMA3) return e;
+    if (!m->cfg.gemma_norms) return e;
     float f = (float)e, r;
     char rounded[4];
     tp_convert(rounded, m->weight_dtype, &f, TP_DTYPE_F32, 1);
@@ -225,7 +225,7 @@ static double embedding_multiplier(const tp_model *m)
 static double fold_factor(const tp_model *m, const tp_weight_slice *s, const placement *p)
 {
     const tp_model_config *c = &m->cfg;
-    if (c->arch != TP_ARCH_GRANITE && c->arch != TP_ARCH_GEMMA3) return 1.0;
+    if (c->arch != TP_ARCH_GRANITE && !c->gemma_norms) return 1.0;
     if (p->dst == &m->embed) return embedding_multiplier(m);
     if (p->dst == &m->lm_head) return 1.0 / c->logits_scaling;
     if (p->dst == &m->final_norm) {

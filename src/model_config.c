@@ -39,11 +39,14 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
     {"Phi3ForCausalLM", "phi3", TP_ARCH_PHI3},
     {"GraniteForCausalLM", "granite", TP_ARCH_GRANITE},
+    {"Gemma2ForCausalLM", "gemma2", TP_ARCH_GEMMA2},
     {"Gemma3ForCausalLM", "gemma3_text", TP_ARCH_GEMMA3},
 };
+
+static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
-    "GraniteForCausalLM, Gemma3ForCausalLM"
+    "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -85,6 +88,9 @@ void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
     else if (cfg->arch == TP_ARCH_GEMMA3)
         snprintf(mult, sizeof mult, ", rope base %g (%g on the sliding layers), attention scale %g", cfg->rope_theta,
                  cfg->rope_local_theta, cfg->attention_multiplier);
+    else if (cfg->arch == TP_ARCH_GEMMA2)
+        snprintf(mult, sizeof mult, ", attention scale %g, soft-capping: attention %g, logits %g",
+                 cfg->attention_multiplier, cfg->attn_softcap, cfg->final_softcap);
     snprintf(buf, n, "%" PRId64 " layers%s%s%s", cfg->n_layers, window, rope, mult);
 }
 
@@ -372,7 +378,7 @@ static tp_status parse_shape(const char *what, const json_t *root, tp_model_conf
 
     TP_CHECK(int_key(what, root, NULL, "head_dim", 0, 1, MAX_HEAD_DIM, &cfg->head_dim,
                      &hd_found));
-    if (!hd_found && (cfg->arch == TP_ARCH_QWEN3 || cfg->arch == TP_ARCH_GEMMA3) && !json_object_get(root, "head_dim")) {
+    if (!hd_found && (cfg->arch == TP_ARCH_QWEN3 || is_gemma(cfg->arch)) && !json_object_get(root, "head_dim")) {
         cfg->head_dim = cfg->arch == TP_ARCH_QWEN3 ? 128 : 256; /* the configs' defaults, not hidden / heads */
     } else if (!hd_found) {
         if (cfg->hidden_size % cfg->n_heads != 0)
@@ -394,7 +400,7 @@ static tp_status parse_shape(const char *what, const json_t *root, tp_model_conf
                      &cfg->max_position_embeddings, NULL));
 
     /* Gemma's config names it hidden_activation (gelu_pytorch_tanh, its default) */
-    const int gemma = cfg->arch == TP_ARCH_GEMMA3;
+    const int gemma = is_gemma(cfg->arch);
     const char *act, *key = gemma ? "hidden_activation" : "hidden_act";
     TP_CHECK(str_key(what, root, NULL, key, &act));
     cfg->mlp_act = gemma ? TP_ACT_GELU_TANH : TP_ACT_SILU;
@@ -414,7 +420,7 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     cfg->rms_norm_eps = 1e-6;
     TP_CHECK(num_key(what, root, NULL, "rms_norm_eps", 0, NUM_POSITIVE, &cfg->rms_norm_eps,
                      NULL));
-    cfg->tie_word_embeddings = cfg->arch == TP_ARCH_GEMMA3; /* Gemma3TextConfig's default */
+    cfg->tie_word_embeddings = is_gemma(cfg->arch); /* Gemma2Config's and Gemma3TextConfig's default */
     TP_CHECK(bool_key(what, root, NULL, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL));
 
     /* which projections carry biases follows the HF modeling code of each architecture */
@@ -431,9 +437,11 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
         cfg->attention_bias = cfg->o_bias = attention_bias;
         cfg->qk_norm = 1;
         break;
+    case TP_ARCH_GEMMA2:
     case TP_ARCH_GEMMA3:
         cfg->attention_bias = cfg->o_bias = attention_bias;
-        cfg->qk_norm = cfg->gemma_norms = 1;
+        cfg->gemma_norms = 1;
+        cfg->qk_norm = cfg->arch == TP_ARCH_GEMMA3;
         break;
     case TP_ARCH_QWEN2:
         cfg->attention_bias = 1; /* q/k/v always, o never, whatever the keys say */
@@ -444,22 +452,23 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     return TP_OK;
 }
 
-/* Gemma 3: the embedding's output times sqrt(hidden_size) (the loader rounds it to the weights'
- * dtype, as Gemma3TextScaledWordEmbedding does), the scores' scale query_pre_attn_scalar^-0.5;
- * what tpinfer does not compute (soft-capping: Gemma 2's; bidirectional attention) refused */
-static tp_status parse_gemma3(const char *what, const json_t *root, tp_model_config *cfg)
+/* Gemma 2 and 3: the embedding's output times sqrt(hidden_size) (the loader rounds it to the
+ * weights' dtype, as Gemma's scaled embedding does), the scores' scale
+ * query_pre_attn_scalar^-0.5, the scores' and the logits' soft-capping (Gemma 2's defaults 50
+ * and 30; Gemma 3's none; null: none); bidirectional attention refused */
+static tp_status parse_gemma(const char *what, const json_t *root, tp_model_config *cfg)
 {
     cfg->embedding_multiplier = sqrt((double)cfg->hidden_size);
-    double scalar = 256; /* Gemma3TextConfig's default */
+    double scalar = 256; /* the configs' default */
     TP_CHECK(num_key(what, root, NULL, "query_pre_attn_scalar", 0, NUM_POSITIVE, &scalar, NULL));
     cfg->attention_multiplier = 1.0 / sqrt(scalar);
-    static const char *const capping[] = {"attn_logit_softcapping", "final_logit_softcapping"};
-    for (size_t i = 0; i < TP_ARRAY_LEN(capping); i++) {
-        const json_t *v = json_object_get(root, capping[i]);
-        if (v && !json_is_null(v))
-            return tp_error(TP_ERR_UNSUPPORTED, "%s: %s is set; tpinfer does not soft-cap %s (null: none, as Gemma "
-                            "3's configs have)", what, capping[i], i ? "logits" : "attention scores");
-    }
+    const int two = cfg->arch == TP_ARCH_GEMMA2;
+    cfg->attn_softcap = two ? 50 : 0;
+    cfg->final_softcap = two ? 30 : 0;
+    TP_CHECK(num_key(what, root, NULL, "attn_logit_softcapping", 0, NUM_POSITIVE, &cfg->attn_softcap, NULL));
+    TP_CHECK(num_key(what, root, NULL, "final_logit_softcapping", 0, NUM_POSITIVE, &cfg->final_softcap, NULL));
+    if (json_is_null(json_object_get(root, "attn_logit_softcapping"))) cfg->attn_softcap = 0;
+    if (json_is_null(json_object_get(root, "final_logit_softcapping"))) cfg->final_softcap = 0;
     int bidirectional = 0;
     TP_CHECK(bool_key(what, root, NULL, "use_bidirectional_attention", &bidirectional, NULL));
     if (bidirectional)
@@ -473,7 +482,7 @@ static tp_status parse_gemma3(const char *what, const json_t *root, tp_model_con
 static tp_status parse_multipliers(const char *what, const json_t *root, tp_model_config *cfg)
 {
     cfg->embedding_multiplier = cfg->residual_multiplier = cfg->attention_multiplier = cfg->logits_scaling = 1.0;
-    if (cfg->arch == TP_ARCH_GEMMA3) return parse_gemma3(what, root, cfg);
+    if (is_gemma(cfg->arch)) return parse_gemma(what, root, cfg);
     if (cfg->arch != TP_ARCH_GRANITE) {
         cfg->attention_multiplier = 0; /* 1 / sqrt(head_dim) */
         return TP_OK;
@@ -695,11 +704,12 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
                      NULL));
 
     /* Qwen: an explicit layer_types list overrides max_window_layers */
-    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3, gemma = cfg->arch == TP_ARCH_GEMMA3;
+    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3, gemma = is_gemma(cfg->arch);
     memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
     for (int64_t i = max_window_layers; i < cfg->n_layers; i++) cfg->sliding_layer[i] = 1;
-    if (gemma) { /* Gemma 3: every sliding_window_pattern-th layer (from 1) full, the rest slide */
-        int64_t pattern = 6;
+    if (gemma) { /* every sliding_window_pattern-th layer (from 1) full, the rest slide: Gemma 3's 6,
+                  * Gemma 2's every other */
+        int64_t pattern = cfg->arch == TP_ARCH_GEMMA3 ? 6 : 2;
         TP_CHECK(int_key(what, root, NULL, "sliding_window_pattern", 0, 1, INT64_MAX, &pattern, NULL));
         for (int64_t i = 0; i < cfg->n_layers; i++) cfg->sliding_layer[i] = (i + 1) % pattern != 0;
         if (!json_object_get(root, "sliding_window")) window = 4096, has_window = 1; /* its default */
@@ -727,7 +737,7 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
         }
     }
 
-    if (gemma) memcpy(cfg->local_rope, cfg->sliding_layer, sizeof cfg->local_rope);
+    if (cfg->arch == TP_ARCH_GEMMA3) memcpy(cfg->local_rope, cfg->sliding_layer, sizeof cfg->local_rope);
     int used = 0;
     switch (cfg->arch) {
     case TP_ARCH_MISTRAL:
@@ -739,6 +749,7 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     case TP_ARCH_QWEN3:
         used = has_window && use; /* HF drops the window unless use_sliding_window */
         break;
+    case TP_ARCH_GEMMA2:
     case TP_ARCH_GEMMA3:
         used = has_window;
         break;

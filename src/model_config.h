@@ -25,8 +25,10 @@ typedef enum tp_arch {
     TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
     TP_ARCH_PHI3,    /* Phi3ForCausalLM (Phi-3, Phi-4): Llama's layers with q|k|v and gate|up fused */
     TP_ARCH_GRANITE, /* GraniteForCausalLM (IBM Granite 3): Llama's layers with four multipliers */
-    TP_ARCH_GEMMA3,  /* Gemma3ForCausalLM (Gemma 3 1B, 270M): norms of 1 + weight, also around each block's
-                      * output; GeLU; q/k norms; sliding layers with a rope base of their own */
+    TP_ARCH_GEMMA2,  /* Gemma2ForCausalLM: norms of 1 + weight, also around each block's output; GeLU;
+                      * every other layer sliding; scores and logits soft-capped */
+    TP_ARCH_GEMMA3,  /* Gemma3ForCausalLM (Gemma 3 1B, 270M): Gemma 2's layers with q/k norms, no
+                      * soft-capping, sliding layers with a rope base of their own */
     TP_ARCH_COUNT
 } tp_arch;
 
@@ -68,7 +70,11 @@ typedef struct tp_model_config {
     tp_mlp_act mlp_act;
     int gemma_norms;           /* Gemma: every RMSNorm scales by 1 + weight (the loader adds the 1), and
                                 * each block's output is normed before the residual add
-                                * (post_attention_layernorm, post_feedforward_layernorm) */
+                                * (post_attention_layernorm, post_feedforward_layernorm); the
+                                * embedding's output times sqrt(hidden_size) */
+    double attn_softcap;       /* > 0: every attention score s becomes c tanh(s / c) (Gemma 2's
+                                * attn_logit_softcapping); 0: none */
+    double final_softcap;      /* > 0: every logit likewise (final_logit_softcapping); 0: none */
     double rope_local_theta;   /* > 0: the rope base, unscaled, of the layers local_rope marks
                                 * (Gemma 3's rope_local_base_freq); 0: every layer's is rope_theta */
     uint8_t local_rope[TP_MAX_LAYERS]; /* 1: layer i is of Gemma 3's sliding type (its rope base

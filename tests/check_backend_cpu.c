@@ -434,6 +434,7 @@ typedef struct attn_case {
     int kvh, ratio, hd, bs, n_seqs;
     int hist[4], chunk[4];
     int window;
+    float softcap; /* > 0: scores s become softcap tanh(s / softcap) (Gemma 2) */
 } attn_case;
 
 typedef struct attn_state {
@@ -508,7 +509,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
                 }
             }
         tp_attn_batch hb = {nh, dev_copy(seq, (size_t)nh * 4), dev_copy(pos, (size_t)nh * 4),
-                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20, 0, 0};
+                            dev_copy(slot, (size_t)nh * 4), dtable, max_blocks, 1 << 20, 0, 0, 0};
         ck_assert_int_eq(be->ops->kv_store(be, &hk.t, &hv.t, &st->cache, &hb), TP_OK);
     }
 
@@ -540,7 +541,8 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
             vref[st->seq[i]][st->pos[i] * width + e] = round_to(c->cache_dt, (float)row[width + e]);
         }
     st->batch = (tp_attn_batch){n, dev_copy(st->seq, (size_t)n * 4), dev_copy(st->pos, (size_t)n * 4),
-                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos, 0, c->window};
+                                dev_copy(slot, (size_t)n * 4), dtable, max_blocks, max_pos, 0, c->window,
+                                c->softcap};
     st->out = mat_new(TP_DTYPE_F32, n, qh * hd, 3, -1, 1);
     st->scale = 1.0f / sqrtf((float)hd);
     tp_error_clear();
@@ -581,6 +583,7 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
                 double d = 0.0;
                 for (int e = 0; e < hd; e++) d += qv[e] * kref[sq][p * width + kh * hd + e];
                 w[p] = d * st->scale;
+                if (c->softcap > 0) w[p] = c->softcap * tanh(w[p] / c->softcap);
                 if (w[p] > mx) mx = w[p];
             }
             for (int p = lo; p < np; p++) sum += w[p] = exp(w[p] - mx);
@@ -591,8 +594,8 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
             }
         }
     char what[128];
-    snprintf(what, sizeof what, "attention %s kvh=%d ratio=%d hd=%d bs=%d window=%d", tp_dtype_name(c->cache_dt),
-             kvh, c->ratio, hd, bs, c->window);
+    snprintf(what, sizeof what, "attention %s kvh=%d ratio=%d hd=%d bs=%d window=%d softcap=%g",
+             tp_dtype_name(c->cache_dt), kvh, c->ratio, hd, bs, c->window, c->softcap);
     assert_close(what, got, ref, (size_t)(n * qh * hd), 2e-6, 2e-5);
     ck_assert_msg(nmse(got, ref, (size_t)(n * qh * hd)) <= NMSE_F32, "%s: nmse %g", what,
                   nmse(got, ref, (size_t)(n * qh * hd)));
@@ -602,22 +605,25 @@ static void attention_run(const attn_case *c, uint64_t s, attn_state *st)
 
 static const attn_case attn_cases[] = {
     /* one sequence, a prefill chunk from scratch: later tokens see earlier ones */
-    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 0},
+    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 0, 0},
     /* three sequences: a chunk after history, a decode step, a first token; GQA 2 */
-    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0},
+    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0, 0},
     /* GQA 4, block size 1, bf16 cache */
-    {TP_DTYPE_BF16, 2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 0},
+    {TP_DTYPE_BF16, 2, 4, 3, 1, 3, {5, 0, 20}, {3, 7, 1}, 0, 0},
     /* f16 cache, positions over many blocks */
-    {TP_DTYPE_F16, 1, 4, 64, 8, 2, {70, 40}, {2, 30}, 0},
+    {TP_DTYPE_F16, 1, 4, 64, 8, 2, {70, 40}, {2, 30}, 0, 0},
     /* head dim 130, block size 16, GQA 1 across four sequences */
-    {TP_DTYPE_F32, 3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 0},
+    {TP_DTYPE_F32, 3, 1, 130, 16, 4, {0, 1, 15, 16}, {1, 16, 2, 17}, 0, 0},
     /* decode only */
-    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 0},
+    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 0, 0},
     /* sliding windows: a chunk after history, decode steps past and within the window, a
      * first token; a window of 1 (a token sees itself only) */
-    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 8},
-    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 48},
-    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 1},
+    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 8, 0},
+    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 48, 0},
+    {TP_DTYPE_F32, 1, 1, 17, 4, 1, {0}, {13}, 1, 0},
+    /* soft-capped scores (Gemma 2's attn_logit_softcapping): a cap that bites, with a window */
+    {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 1, 1}, 0, 0.5f},
+    {TP_DTYPE_BF16, 4, 2, 64, 16, 4, {100, 3, 47, 64}, {1, 1, 1, 1}, 48, 2.0f},
 };
 
 START_TEST(attention_cases)
@@ -638,7 +644,7 @@ START_TEST(kv_store_padding_slot)
     ck_assert_int_eq(be->ops->memset0(be, cache.v, 256), TP_OK);
     mat k = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2), v = mat_new(TP_DTYPE_F32, 2, 8, 0, 1, 2);
     int32_t slot[2] = {-1, 5};
-    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0, 0, 0};
+    tp_attn_batch b = {2, NULL, NULL, dev_copy(slot, 8), NULL, 0, 0, 0, 0, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     float kc[64];
     ck_assert_int_eq(be->ops->download(be, kc, cache.k, sizeof kc), TP_OK);
@@ -692,6 +698,21 @@ START_TEST(swiglu_shapes)
     ck_assert_int_eq(be->ops->download(be, ov, o.data, 8), TP_OK);
     ck_assert(fabsf(ov[0]) < 1e-30f && !isnan(ov[0]));
     ck_assert_float_eq(ov[1], 100.0f);
+}
+END_TEST
+
+/* softcap: x = cap tanh(x / cap) in place (Gemma 2's logits); a cap of 0 refused */
+START_TEST(softcap_cases)
+{
+    seed(9);
+    mat x = mat_new(TP_DTYPE_F32, 3, 37, 2, -80.0f, 80.0f);
+    ck_assert_int_eq(be->ops->softcap(be, &x.t, 30.0f), TP_OK);
+    float *got = mat_get(&x);
+    double *ref = host_alloc(3 * 37 * sizeof(double));
+    for (int i = 0; i < 3 * 37; i++) ref[i] = 30.0 * tanh(x.ref[i] / 30.0);
+    assert_close("softcap", got, ref, 3 * 37, 1e-6, 1e-6);
+    assert_guards(&x);
+    EXPECT_INVALID(be->ops->softcap(be, &x.t, 0.0f), "softcap: cap 0 must be > 0");
 }
 END_TEST
 
@@ -1020,8 +1041,8 @@ END_TEST
 START_TEST(attention_batch_invariant)
 {
     static const attn_case cases[] = {
-        {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 5, 1}, 0},
-        {TP_DTYPE_BF16, 1, 4, 17, 4, 3, {3, 40, 7}, {4, 1, 9}, 0},
+        {TP_DTYPE_F32, 2, 2, 64, 16, 3, {10, 33, 0}, {10, 5, 1}, 0, 0},
+        {TP_DTYPE_BF16, 1, 4, 17, 4, 3, {3, 40, 7}, {4, 1, 9}, 0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         attn_state st;
@@ -1159,7 +1180,7 @@ START_TEST(cache_errors)
     mat k15 = mat_new(TP_DTYPE_F32, 2, width - 1, 0, -1, 1);
     mat k3 = mat_new(TP_DTYPE_F32, 3, width, 0, -1, 1);
     int32_t seq[2] = {0, 0}, pos[2] = {0, 5}, slot[2] = {0, 5}, table[2] = {2, 1};
-    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8, 0, 0};
+    tp_attn_batch b = {2, seq, pos, slot, table, 2, 8, 0, 0, 0};
     ck_assert_int_eq(be->ops->kv_store(be, &k.t, &v.t, &cache, &b), TP_OK);
     EXPECT_INVALID(be->ops->kv_store(be, &k15.t, &v.t, &cache, &b),
                    "kv_store: k is [2, 15], expected [2, 16]");
@@ -1521,7 +1542,7 @@ START_TEST(fused_ops)
     int32_t pos[3] = {0, 5, 9}, slot[3] = {3, -1, 6};
     const float *dinv = dev_copy(inv, sizeof inv);
     const int32_t *dpos = dev_copy(pos, sizeof pos), *dslot = dev_copy(slot, sizeof slot);
-    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0, 0, 0};
+    tp_attn_batch b = {T, NULL, dpos, dslot, NULL, 0, 0, 0, 0, 0};
     mat qn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f), kn = mat_new(TP_DTYPE_F32, 1, hd, 0, 0.5f, 1.5f);
     mat qkv[2];
     tp_kv_layer cache[2];
@@ -1589,7 +1610,7 @@ int main(void)
         {"norms", {add_rmsnorm_shapes, head_rmsnorm_shapes}},
         {"rope", {rope_shapes}},
         {"attention", {attention_cases, kv_store_padding_slot}},
-        {"elementwise", {swiglu_shapes, gather_rows_cases, embedding_cases, convert_cases}},
+        {"elementwise", {swiglu_shapes, softcap_cases, gather_rows_cases, embedding_cases, convert_cases}},
         {"fused", {fused_ops}},
         {"argmax", {argmax_cases, argmax_limits, argmax_errors, argmax_merge_over_slices}},
         {"sample", {sample_matches_sampler, sample_errors, sample_thread_invariant}},

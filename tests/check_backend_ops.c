@@ -1009,6 +1009,8 @@ static const attn_case attn_cases[] = {
 /* qodt: the dtype of q and out (the activation dtype in the engine). both_paths: the GPU
  * runs twice against the one CPU result, the prefill kernel forced on, then off. window: the
  * attention's sliding window (0: none). */
+static float case_softcap; /* attention_case's soft-capping (Gemma 2's), 0 but in attention_cases' last round */
+
 static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s, int both_paths, int window)
 {
     seed(s);
@@ -1055,7 +1057,7 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
         ints_both(seq, nh, &sc, &sg);
         ints_both(pos, nh, &pc, &pg);
         ints_both(slot, nh, &lc, &lg);
-        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20, 0, 0}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20, 0, 0};
+        tp_attn_batch bc = {nh, sc, pc, lc, tc, max_blocks, 1 << 20, 0, 0, 0}, bg = {nh, sg, pg, lg, tg, max_blocks, 1 << 20, 0, 0, 0};
         RUN_BOTH(cpu->ops->kv_store(cpu, &hk.c, &hv.c, &kc, &bc), gb->ops->kv_store(gb, &hk.g, &hv.g, &kg, &bg));
     }
 
@@ -1087,13 +1089,14 @@ static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint
     ints_both(seq, n, &sc, &sg);
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 0, 0}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 0, 0};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 0, 0, 0}, bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 0, 0, 0};
     /* a token per sequence, token i of sequence i (a decode step's layout): the CUDA decode
      * kernel asks for the keys before pos ahead of its wait for the previous kernel */
     int one = n == c->n_seqs;
     for (int i = 0; i < n; i++) one = one && seq[i] == i;
     bc.one_per_seq = bg.one_per_seq = one;
     bc.window = bg.window = window;
+    bc.softcap = bg.softcap = case_softcap;
     pt qkv = pt_rand(A, ACT, n, (qh + 2 * kvh) * hd, 5, -1, 1);
     tp_tensor qc = tp_tensor_cols(&qkv.c, 0, qh * hd), qg = tp_tensor_cols(&qkv.g, 0, qh * hd);
     tp_tensor k_c = tp_tensor_cols(&qkv.c, qh * hd, width), k_g = tp_tensor_cols(&qkv.g, qh * hd, width);
@@ -1165,6 +1168,11 @@ START_TEST(attention_cases)
             attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i, 0, 0);
             if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i, 0, 0);
         }
+        /* soft-capped scores (Gemma 2; the simple kernel takes them), a window too */
+        case_softcap = 0.7f;
+        for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++)
+            attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 300 + i, 0, i % 2 ? 5 : 0);
+        case_softcap = 0;
     }
 }
 END_TEST
@@ -1399,7 +1407,7 @@ static void qk_rope_store_case(int hd, int hq, int hk, int n, int norm, tp_dtype
     ints_both(pos, n, &pc, &pg);
     ints_both(slot, n, &sc, &sg);
     /* only pos and slot are the op's: seq and block_table stay NULL */
-    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000, 0, 0}, bg = {n, NULL, pg, sg, NULL, 1, 100000, 0, 0};
+    tp_attn_batch bc = {n, NULL, pc, sc, NULL, 1, 100000, 0, 0, 0}, bg = {n, NULL, pg, sg, NULL, 1, 100000, 0, 0, 0};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const size_t ce = tp_dtype_size(cdt), cache_n = (size_t)n_slots * (size_t)kw, cache_bytes = cache_n * ce;
@@ -1556,8 +1564,8 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
     ints_both(hist, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
     const int max_pos = c->bad_pos ? hist[0] : max_blocks * bs; /* a bound, as a graph's */
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1, c->window};
-    tp_attn_batch bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1, c->window};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1, c->window, 0};
+    tp_attn_batch bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1, c->window, 0};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const tp_dtype cdt = A;
@@ -1708,6 +1716,11 @@ START_TEST(swiglu_shapes)
             snprintf(shape, sizeof shape, "[%lld,%lld] gate|up views", (long long)n, (long long)m);
             compare("swiglu", shape, pt_get(&out, 1), pt_get(&out, 0), (size_t)(n * m), ELEMENTWISE, gb->act_dtype);
             pt_guards("swiglu out", &out);
+            /* softcap (Gemma 2's logits) on the gate half, in place */
+            pt caps = pt_rand(TP_DTYPE_F32, ACT, n, m, 4, -60.0f, 60.0f);
+            RUN_BOTH(cpu->ops->softcap(cpu, &caps.c, 30.0f), gb->ops->softcap(gb, &caps.g, 30.0f));
+            compare("softcap", shape, pt_get(&caps, 1), pt_get(&caps, 0), (size_t)(n * m), ELEMENTWISE, TP_DTYPE_F32);
+            pt_guards("softcap x", &caps);
             /* geglu (Gemma's GeLU, tanh form): the same kernels, the other activation */
             pt gout = pt_poison(gb->act_dtype, n, m, 2);
             RUN_BOTH(cpu->ops->geglu(cpu, &gc, &uc, &gout.c), gb->ops->geglu(gb, &gg, &ug, &gout.g));
@@ -2367,7 +2380,7 @@ START_TEST(bad_shapes)
         pt k = pt_rand(A, ACT, 2, width, 0, -1, 1), k15 = pt_rand(A, ACT, 2, width - 1, 0, -1, 1);
         pt q = pt_rand(A, ACT, 2, 4 * hd, 0, -1, 1), q3 = pt_rand(A, ACT, 2, 3 * hd, 0, -1, 1);
         int32_t hb[2] = {0, 0}, *dseq = dev_copy(gb, hb, sizeof hb);
-        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8, 0, 0};
+        tp_attn_batch b2 = {2, dseq, dseq, dseq, dseq, 1, 8, 0, 0, 0};
         EXPECT_INVALID(gb->ops->kv_store(gb, &k15.g, &k.g, &cache, &b2), "kv_store: k is [2, 15], expected [2, 16]");
         tp_kv_layer badc = cache;
         badc.block_size = 0;
@@ -2466,7 +2479,7 @@ START_TEST(device_faults)
         int32_t seq[2] = {0, 0}, pos[2] = {0, 1}, slot[2] = {1, nb * bsz}, table[2] = {1, 0};
         int32_t *dseq = dev_copy(gb, seq, 8), *dpos = dev_copy(gb, pos, 8), *dslot = dev_copy(gb, slot, 8);
         int32_t *dtable = dev_copy(gb, table, 8);
-        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8, 0, 0};
+        tp_attn_batch ab = {2, dseq, dpos, dslot, dtable, 2, 8, 0, 0, 0};
         EXPECT_DEVICE_FAULT(gb, gb->ops->kv_store(gb, &k.g, &k.g, &cache, &ab),
                             "kv_store: token 1 has slot 8, past the cache's 8 slots");
 
@@ -2479,7 +2492,7 @@ START_TEST(device_faults)
         const float finv[4] = {1.0f, 0.3f, 0.1f, 0.01f};
         const float *fic = dev_copy(cpu, finv, sizeof finv), *fig = dev_copy(gb, finv, sizeof finv);
         tp_kv_layer ccache = {dev_alloc(cpu, cb), dev_alloc(cpu, cb), TP_DTYPE_F32, nb, bsz, kvh, hd};
-        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8, 0, 0};
+        tp_attn_batch cab = {2, NULL, dev_copy(cpu, pos, 8), dev_copy(cpu, slot, 8), NULL, 2, 8, 0, 0, 0};
         EXPECT_INVALID(cpu->ops->qk_rope_store(cpu, &fqc, &fkc, &fvc, &fw.c, &fw.c, 1e-6f, hd, fic, &ccache, &cab),
                        "kv_store: token 1 has slot 8");
         ck_assert_int_eq(gb->ops->qk_rope_store(gb, &fqg, &fkg, &fvg, &fw.g, &fw.g, 1e-6f, hd, fig, &cache, &ab), TP_OK);
@@ -2590,7 +2603,7 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     ints_both(slot, 2, &lc, &lg);
     ints_both(table, 2 * max_blocks, &tc, &tg);
     pt q = pt_rand(A, ACT, 2, qh * hd, 3, -2, 2), ref = pt_poison(A, 2, qh * hd, 0);
-    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1, 0, 0};
+    tp_attn_batch bc = {2, sc, pc, lc, tc, max_blocks, long_pos + 1, 0, 0, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2630,7 +2643,7 @@ static void attention_fault_case(int hd, int simple, int warps, int kind)
     }
     /* a decode layout (token i of sequence i) but for kind 1 */
     tp_attn_batch bg = {2, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1, 0};
+                        dev_copy(gb, table, sizeof table), max_blocks, bmax_pos, kind != 1, 0, 0};
     pt out = pt_poison(A, 2, qh * hd, 3);
     force_simple_attention(simple);
     force_decode_warps(warps);
@@ -2678,7 +2691,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
     ints_both(slot, N, &lc, &lg);
     ints_both(table, MAX_BLOCKS, &tc, &tg);
     pt q = pt_rand(C, ACT, N, qh * hd, 3, -2, 2), ref = pt_poison(C, N, qh * hd, 0);
-    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N, 0, 0};
+    tp_attn_batch bc = {N, sc, pc, lc, tc, MAX_BLOCKS, N, 0, 0, 0};
     ck_assert_msg(cpu->ops->attention(cpu, &q.c, &kc, &bc, qh, scale, &ref.c) == TP_OK, "%s", tp_error_message());
     const float *want = pt_get(&ref, 0);
 
@@ -2705,7 +2718,7 @@ static void attention_prefill_fault_case(int kind, int prefill)
         break;
     }
     tp_attn_batch bg = {N, dev_copy(gb, seq, sizeof seq), dev_copy(gb, pos, sizeof pos), lg,
-                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0, 0};
+                        dev_copy(gb, table, sizeof table), MAX_BLOCKS, max_pos, 0, 0, 0};
     pt out = pt_poison(C, N, qh * hd, 3);
     force_prefill_attention(prefill);
     const tp_status st = gb->ops->attention(gb, &q.g, &kg, &bg, qh, scale, &out.g);

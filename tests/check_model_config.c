@@ -373,6 +373,31 @@ static void check_gemma3_defaults(const tp_model_config *c)
     ck_assert_double_eq(c->rope_theta, 1e6);
     ck_assert_double_eq(c->rope_local_theta, 1e4);
 }
+static void check_gemma3_caps(const tp_model_config *c)
+{
+    check_gemma3(c);
+    ck_assert_double_eq(c->attn_softcap, 50);
+    ck_assert_double_eq(c->final_softcap, 30);
+}
+/* Gemma 2 on Gemma 3's shape: its layers, every other one sliding from layer 0, one base */
+static void check_gemma2(const tp_model_config *c, double attn_cap, double final_cap)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_GEMMA2);
+    ck_assert(c->mlp_act == TP_ACT_GELU_TANH && c->gemma_norms && !c->qk_norm && c->tie_word_embeddings);
+    ck_assert_double_eq_tol(c->embedding_multiplier, sqrt(1152.0), 1e-12);
+    ck_assert_double_eq_tol(c->attention_multiplier, 1.0 / 16, 1e-15);
+    ck_assert_int_eq(c->sliding_window, 512);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(c->sliding_layer[i] == (i % 2 == 0), "layer %d slides", i);
+        ck_assert_int_eq(c->local_rope[i], 0);
+    }
+    ck_assert_double_eq(c->rope_theta, 10000);
+    ck_assert_double_eq(c->rope_local_theta, 0);
+    ck_assert_double_eq(c->attn_softcap, attn_cap);
+    ck_assert_double_eq(c->final_softcap, final_cap);
+}
+static void check_gemma2_no_caps(const tp_model_config *c) { check_gemma2(c, 0, 0); }
+static void check_gemma2_default_attn_cap(const tp_model_config *c) { check_gemma2(c, 50, 0); }
 static void check_llama_biases(const tp_model_config *c)
 {
     ck_assert(c->attention_bias && c->o_bias && c->mlp_bias && !c->qk_norm);
@@ -528,7 +553,7 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
      "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-     "GraniteForCausalLM, Gemma3ForCausalLM)",
+     "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -733,10 +758,19 @@ static const cfg_case cfg_cases[] = {
      "{\"architectures\":[\"Gemma3ForCausalLM\"],\"hidden_size\":1152,\"intermediate_size\":6912,"
      "\"num_hidden_layers\":7,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"vocab_size\":262144,"
      "\"max_position_embeddings\":32768}", TP_OK, NULL, check_gemma3_defaults},
-    {gemma3_base, NULL, "{\"attn_logit_softcapping\":50.0}", NULL, TP_ERR_UNSUPPORTED,
-     "attn_logit_softcapping is set; tpinfer does not soft-cap attention scores", NULL},
-    {gemma3_base, NULL, "{\"final_logit_softcapping\":30.0}", NULL, TP_ERR_UNSUPPORTED,
-     "final_logit_softcapping is set; tpinfer does not soft-cap logits", NULL},
+    {gemma3_base, NULL, "{\"attn_logit_softcapping\":50.0,\"final_logit_softcapping\":30.0}", NULL, TP_OK, NULL,
+     check_gemma3_caps},
+    {gemma3_base, NULL, "{\"final_logit_softcapping\":-1}", NULL, TP_ERR_FORMAT,
+     "final_logit_softcapping must be a finite number > 0", NULL},
+    /* Gemma 2 (Gemma2ForCausalLM): no q/k norms, every other layer sliding, one rope base,
+     * soft-capping 50 and 30 by default, none where null */
+    {gemma3_base, "rope_local_base_freq",
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"sliding_window_pattern\":null,"
+     "\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null,\"rope_theta\":10000}", NULL, TP_OK, NULL,
+     check_gemma2_no_caps},
+    {gemma3_base, "attn_logit_softcapping",
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"sliding_window_pattern\":null,\"final_logit_softcapping\":null,"
+     "\"rope_theta\":10000}", NULL, TP_OK, NULL, check_gemma2_default_attn_cap},
     {gemma3_base, NULL, "{\"use_bidirectional_attention\":true}", NULL, TP_ERR_UNSUPPORTED,
      "use_bidirectional_attention is true", NULL},
     {gemma3_base, NULL, "{\"hidden_activation\":\"gelu\"}", NULL, TP_ERR_UNSUPPORTED,

@@ -3,8 +3,8 @@
 # tests/data/variants (made by tests/gen_variant_reference.py) is a model of ../shared/models
 # with settings added to its config.json (the overrides are in the reference's metadata):
 # sliding-window attention (Mistral's on every layer, Qwen2's on some), YaRN rope scaling,
-# Granite's multipliers (tied embeddings and not), and Gemma 3 (tiny-qwen3 converted by
-# tests/gemma_checkpoint.py: the reference's metadata says "convert").
+# Granite's multipliers (tied embeddings and not), Gemma 3 and Gemma 2 with soft-capping
+# (tiny-qwen3 converted by tests/gemma_checkpoint.py: the reference's metadata says "convert").
 # Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
 # and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,
 # some out of the window) and with two prompts that share a prefix (the second reads the
@@ -27,18 +27,22 @@ for ref in "$top_srcdir"/tests/data/variants/*.safetensors; do
     said=$(grep -o 'layers *\[[0-9], [0-9])[^(]*(1 of them a sliding window of [0-9]*)' "$TMP/dry" |
            sed 's/layers *\[\([0-9]\).*window of \([0-9]*\))/\1:\2 /' | tr -d '\n')
     want=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); w = c.get("sliding_window")
-gemma = c["model_type"] == "gemma3_text"
+gemma = c["model_type"] in ("gemma2", "gemma3_text")
 on = w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or c.get("use_sliding_window") or gemma)
 first = 0 if c["model_type"] == "mistral" else c.get("max_window_layers", 28)
-slides = lambda i: c["layer_types"][i] == "sliding_attention" if gemma else i >= first
+every = 2 if c["model_type"] == "gemma2" else c.get("sliding_window_pattern", 6)
+types = c.get("layer_types") or ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(99)]
+slides = lambda i: types[i] == "sliding_attention" if gemma else i >= first
 print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and slides(i)))' "$dir/config.json")
     [ "$said" = "$want" ] || { cat "$TMP/dry"; fail "$name: --dry-run names the sliding layers $said, want $want"; }
     # and the model's description (the load's info line, the dry run's total) says what differs
     described=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); L = c["num_hidden_layers"]
 w = c.get("sliding_window"); r = c.get("rope_scaling") or {}
+every = 2 if c["model_type"] == "gemma2" else c.get("sliding_window_pattern", 6)
+types = c.get("layer_types") or ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(L)]
 on = [i for i in range(L) if w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or
       (c.get("use_sliding_window") and i >= c.get("max_window_layers", 28)) or
-      (c["model_type"] == "gemma3_text" and c["layer_types"][i] == "sliding_attention"))]
+      (c["model_type"] in ("gemma2", "gemma3_text") and types[i] == "sliding_attention"))]
 d = "%s, %d layers" % (c["architectures"][0], L)
 d += " (all with a sliding window of %d)" % w if len(on) == L else " (%d with a sliding window of %d)" % (len(on), w) if on else ""
 if r.get("rope_type") == "yarn":
@@ -49,6 +53,9 @@ if c["model_type"] == "granite":
 if c["model_type"] == "gemma3_text":
     d += ", rope base %g (%g on the sliding layers), attention scale %g" % (c["rope_theta"], c["rope_local_base_freq"],
                                                                           c["query_pre_attn_scalar"] ** -0.5)
+if c["model_type"] == "gemma2":
+    d += ", attention scale %g, soft-capping: attention %g, logits %g" % (
+        c["query_pre_attn_scalar"] ** -0.5, c["attn_logit_softcapping"], c["final_logit_softcapping"])
 print(d)' "$dir/config.json")
     for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5"; do
         set -- $run

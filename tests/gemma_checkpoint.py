@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""usage: gemma_checkpoint.py SRC OUT
+"""usage: gemma_checkpoint.py SRC OUT [gemma3|gemma2]
 
-A Gemma3ForCausalLM checkpoint in OUT made of the Qwen3 model in SRC (one model.safetensors
+A Gemma3ForCausalLM (or Gemma2ForCausalLM: no q/k norms) checkpoint in OUT made of the Qwen3
+model in SRC (one model.safetensors
 in bfloat16, q/k norms, untied): Gemma's RMSNorms scale by 1 + weight, so each norm's weight
 is stored less one (bfloat16 rounded: 1 + it is then SRC's norm again, up to that rounding);
 Qwen's post_attention_layernorm (the MLP's input norm) becomes pre_feedforward_layernorm, and
 the two norms Gemma adds around each block's output (post_attention_layernorm,
 post_feedforward_layernorm) are the layer's input and MLP norms reversed; the LM head is
-dropped (tied to the embedding, Gemma's default). config.json: Gemma 3's keys over SRC's
-shape (tests/gen_variant_reference.py's overrides then set the windows and rope bases). The
+dropped (tied to the embedding, Gemma's default). config.json: Gemma's keys over SRC's shape
+(tests/gen_variant_reference.py's overrides then set the windows, rope bases and caps). The
 tokenizer files are linked. Plain Python, so that tests rebuild it without torch."""
 import json
 import os
@@ -33,7 +34,8 @@ def bf16_bytes(values):
     return bytes(out)
 
 
-def convert(src, out):
+def convert(src, out, kind="gemma3"):
+    assert kind in ("gemma2", "gemma3"), kind
     with open(os.path.join(src, "model.safetensors"), "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -66,7 +68,8 @@ def convert(src, out):
             tensors[m.group(1) + "pre_feedforward_layernorm.weight"] = (shape, less_one(name))
             tensors[m.group(1) + "post_feedforward_layernorm.weight"] = (shape, less_one(name, True))
         elif m.group(2) in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
-            tensors[name] = (shape, less_one(name))
+            if kind == "gemma3":  # Gemma 2 has none
+                tensors[name] = (shape, less_one(name))
         else:
             tensors[name] = (shape, raw(name))
 
@@ -87,10 +90,14 @@ def convert(src, out):
         cfg = json.load(f)
     for k in ("hidden_act", "use_sliding_window", "max_window_layers", "sliding_window", "rope_scaling"):
         cfg.pop(k, None)
-    cfg.update({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-                "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+    cfg.update({"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
                 "query_pre_attn_scalar": cfg["head_dim"], "attn_logit_softcapping": None,
-                "final_logit_softcapping": None, "rope_local_base_freq": 10000.0})
+                "final_logit_softcapping": None})
+    if kind == "gemma3":
+        cfg.update({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                    "rope_local_base_freq": 10000.0})
+    else:
+        cfg.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     for name in os.listdir(src):
@@ -99,4 +106,4 @@ def convert(src, out):
 
 
 if __name__ == "__main__":
-    convert(*sys.argv[1:3])
+    convert(*sys.argv[1:4])

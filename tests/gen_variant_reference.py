@@ -59,6 +59,11 @@ VARIANTS = {
     "gemma3-window8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
                                       "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
                        "gemma3"),
+    # Gemma 2 (the same, without q/k norms): every other layer sliding, one rope base, the
+    # scores soft-capped at 0.5 and the logits at 20 (both bite on these weights)
+    "gemma2-window8-caps": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
+                                           "attn_logit_softcapping": 0.5, "final_logit_softcapping": 20.0},
+                            "gemma2"),
 }
 
 
