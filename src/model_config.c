@@ -707,10 +707,13 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
     int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3, gemma = is_gemma(cfg->arch);
     memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
     for (int64_t i = max_window_layers; i < cfg->n_layers; i++) cfg->sliding_layer[i] = 1;
-    if (gemma) { /* every sliding_window_pattern-th layer (from 1) full, the rest slide: Gemma 3's 6,
-                  * Gemma 2's every other */
-        int64_t pattern = cfg->arch == TP_ARCH_GEMMA3 ? 6 : 2;
-        TP_CHECK(int_key(what, root, NULL, "sliding_window_pattern", 0, 1, INT64_MAX, &pattern, NULL));
+    if (gemma) { /* Gemma 3: every sliding_window_pattern-th layer (from 1) full, the rest slide;
+                  * Gemma 2 (which reads no such key): every other */
+        int64_t pattern = 2;
+        if (cfg->arch == TP_ARCH_GEMMA3) {
+            pattern = 6;
+            TP_CHECK(int_key(what, root, NULL, "sliding_window_pattern", 0, 1, INT64_MAX, &pattern, NULL));
+        }
         for (int64_t i = 0; i < cfg->n_layers; i++) cfg->sliding_layer[i] = (i + 1) % pattern != 0;
         if (!json_object_get(root, "sliding_window")) window = 4096, has_window = 1; /* its default */
     }

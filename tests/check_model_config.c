@@ -762,10 +762,10 @@ static const cfg_case cfg_cases[] = {
      check_gemma3_caps},
     {gemma3_base, NULL, "{\"final_logit_softcapping\":-1}", NULL, TP_ERR_FORMAT,
      "final_logit_softcapping must be a finite number > 0", NULL},
-    /* Gemma 2 (Gemma2ForCausalLM): no q/k norms, every other layer sliding, one rope base,
-     * soft-capping 50 and 30 by default, none where null */
+    /* Gemma 2 (Gemma2ForCausalLM): no q/k norms, every other layer sliding (Gemma2Config reads
+     * no sliding_window_pattern), one rope base, soft-capping 50 and 30 by default, none where null */
     {gemma3_base, "rope_local_base_freq",
-     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"sliding_window_pattern\":null,"
+     "{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"sliding_window_pattern\":6,"
      "\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null,\"rope_theta\":10000}", NULL, TP_OK, NULL,
      check_gemma2_no_caps},
     {gemma3_base, "attn_logit_softcapping",
