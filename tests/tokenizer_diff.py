@@ -188,6 +188,12 @@ def variants(tj):
         v("metaspace_digits", normalizer=None, pre_tokenizer={"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": True},
             {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}]})
+        # Gemma's: spaces made "▁" by the normalizer, a Split on " " (then a no-op), no prefix
+        gemma_decoder = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
+        v("gemma_style", normalizer={"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+          pre_tokenizer={"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+          decoder=gemma_decoder)
         m = copy.deepcopy(tj["model"])
         m["byte_fallback"] = False
         m["fuse_unk"] = False
