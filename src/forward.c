@@ -66,7 +66,7 @@ static int residual_add(const tp_model *m)
         on = !(v && !strcmp(v, "0"));
     }
     /* (Gemma norms a block's output before the add: it needs the product on its own) */
-    const int yes = on && m->plan.tp == 1 && m->backend->ops->matmul_add != NULL && !m->cfg.gemma_norms;
+    const int yes = on && m->plan.tp == 1 && m->backend->ops->matmul_add != NULL && !m->cfg.block_output_norms;
     if (yes && !said) {
         said = 1;
         tp_log(TP_LOG_DEBUG, "the o and down products are added into the residual where they are made (matmul_add)");

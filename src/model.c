@@ -139,7 +139,7 @@ static tp_status alloc_layer(tp_model *m, tp_layer_weights *L)
     TP_CHECK(alloc_tensor(m, dt, d->d, d->hq * d->hd, &L->o));
     if (c->o_bias && m->plan.tp_rank == 0) TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->o_bias));
     TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->mlp_norm));
-    if (c->gemma_norms) {
+    if (c->block_output_norms) {
         TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->post_attn_norm));
         TP_CHECK(alloc_tensor(m, dt, 1, d->d, &L->post_mlp_norm));
     }
@@ -185,7 +185,7 @@ static tp_status place(tp_model *m, const tp_weight_slice *s, placement *p, int 
                         &L->gate_up, &L->gate_up, &L->down, &L->gate_up_bias, &L->gate_up_bias,
                         &L->down_bias};
     int64_t row0[] = {0, 0, 0, q, q + k, 0, q, q + k, 0, 0, 0, 0, 0, d->m, 0, 0, d->m, 0};
-    if (m->cfg.gemma_norms) { /* Gemma's names: post_attention_layernorm norms the attention's output */
+    if (m->cfg.block_output_norms) { /* Gemma 2's and 3's names: post_attention_layernorm norms the attention's output */
         static const char *const gemma[] = {"post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
                                             "post_feedforward_layernorm.weight"};
         tp_tensor *to[] = {&L->post_attn_norm, &L->mlp_norm, &L->post_mlp_norm};

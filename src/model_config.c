@@ -39,14 +39,15 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
     {"Phi3ForCausalLM", "phi3", TP_ARCH_PHI3},
     {"GraniteForCausalLM", "granite", TP_ARCH_GRANITE},
+    {"GemmaForCausalLM", "gemma", TP_ARCH_GEMMA},
     {"Gemma2ForCausalLM", "gemma2", TP_ARCH_GEMMA2},
     {"Gemma3ForCausalLM", "gemma3_text", TP_ARCH_GEMMA3},
 };
 
-static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
+static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA || a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
-    "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM"
+    "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -399,12 +400,13 @@ static tp_status parse_shape(const char *what, const json_t *root, tp_model_conf
     TP_CHECK(int_key(what, root, NULL, "max_position_embeddings", 1, 1, MAX_POSITIONS,
                      &cfg->max_position_embeddings, NULL));
 
-    /* Gemma's config names it hidden_activation (gelu_pytorch_tanh, its default) */
-    const int gemma = is_gemma(cfg->arch);
-    const char *act, *key = gemma ? "hidden_activation" : "hidden_act";
+    /* Gemma 2's and 3's config names it hidden_activation (gelu_pytorch_tanh, their default);
+     * Gemma 1's hidden_act "gelu" is a legacy name for the same (GemmaConfig says so) */
+    const int gemma = is_gemma(cfg->arch), legacy = cfg->arch == TP_ARCH_GEMMA;
+    const char *act, *key = gemma && !legacy ? "hidden_activation" : "hidden_act";
     TP_CHECK(str_key(what, root, NULL, key, &act));
     cfg->mlp_act = gemma ? TP_ACT_GELU_TANH : TP_ACT_SILU;
-    if (act && (gemma ? strcmp(act, "gelu_pytorch_tanh") != 0
+    if (act && (gemma ? strcmp(act, "gelu_pytorch_tanh") != 0 && !(legacy && strcmp(act, "gelu") == 0)
                       : strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)) {
         char found[128];
         describe(json_object_get(root, key), found, sizeof found);
@@ -437,10 +439,12 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
         cfg->attention_bias = cfg->o_bias = attention_bias;
         cfg->qk_norm = 1;
         break;
+    case TP_ARCH_GEMMA:
     case TP_ARCH_GEMMA2:
     case TP_ARCH_GEMMA3:
         cfg->attention_bias = cfg->o_bias = attention_bias;
         cfg->gemma_norms = 1;
+        cfg->block_output_norms = cfg->arch != TP_ARCH_GEMMA;
         cfg->qk_norm = cfg->arch == TP_ARCH_GEMMA3;
         break;
     case TP_ARCH_QWEN2:
@@ -452,13 +456,17 @@ static tp_status parse_norm_and_bias(const char *what, const json_t *root,
     return TP_OK;
 }
 
-/* Gemma 2 and 3: the embedding's output times sqrt(hidden_size) (the loader rounds it to the
+/* Gemma 1, 2 and 3: the embedding's output times sqrt(hidden_size) (the loader rounds it to the
  * weights' dtype, as Gemma's scaled embedding does), the scores' scale
  * query_pre_attn_scalar^-0.5, the scores' and the logits' soft-capping (Gemma 2's defaults 50
  * and 30; Gemma 3's none; null: none); bidirectional attention refused */
 static tp_status parse_gemma(const char *what, const json_t *root, tp_model_config *cfg)
 {
     cfg->embedding_multiplier = sqrt((double)cfg->hidden_size);
+    if (cfg->arch == TP_ARCH_GEMMA) { /* Gemma 1: the scores by head_dim^-1/2, no caps */
+        cfg->attention_multiplier = 0;
+        return TP_OK;
+    }
     double scalar = 256; /* the configs' default */
     TP_CHECK(num_key(what, root, NULL, "query_pre_attn_scalar", 0, NUM_POSITIVE, &scalar, NULL));
     cfg->attention_multiplier = 1.0 / sqrt(scalar);
@@ -704,7 +712,8 @@ static tp_status parse_sliding_window(const char *what, const json_t *root,
                      NULL));
 
     /* Qwen: an explicit layer_types list overrides max_window_layers */
-    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3, gemma = is_gemma(cfg->arch);
+    int qwen = cfg->arch == TP_ARCH_QWEN2 || cfg->arch == TP_ARCH_QWEN3;
+    int gemma = cfg->arch == TP_ARCH_GEMMA2 || cfg->arch == TP_ARCH_GEMMA3; /* Gemma 1 reads no window */
     memset(cfg->sliding_layer, 0, sizeof cfg->sliding_layer);
     for (int64_t i = max_window_layers; i < cfg->n_layers; i++) cfg->sliding_layer[i] = 1;
     if (gemma) { /* Gemma 3: every sliding_window_pattern-th layer (from 1) full, the rest slide;

@@ -25,6 +25,8 @@ typedef enum tp_arch {
     TP_ARCH_QWEN3,   /* Qwen3ForCausalLM */
     TP_ARCH_PHI3,    /* Phi3ForCausalLM (Phi-3, Phi-4): Llama's layers with q|k|v and gate|up fused */
     TP_ARCH_GRANITE, /* GraniteForCausalLM (IBM Granite 3): Llama's layers with four multipliers */
+    TP_ARCH_GEMMA,   /* GemmaForCausalLM (Gemma 1, CodeGemma): Llama's layers with norms of 1 + weight,
+                      * GeLU, the embedding times sqrt(hidden_size), tied */
     TP_ARCH_GEMMA2,  /* Gemma2ForCausalLM: norms of 1 + weight, also around each block's output; GeLU;
                       * every other layer sliding; scores and logits soft-capped */
     TP_ARCH_GEMMA3,  /* Gemma3ForCausalLM (Gemma 3 1B, 270M): Gemma 2's layers with q/k norms, no
@@ -68,10 +70,11 @@ typedef struct tp_model_config {
     int mlp_bias;
     int qk_norm;               /* Qwen3 per-head q/k RMSNorm */
     tp_mlp_act mlp_act;
-    int gemma_norms;           /* Gemma: every RMSNorm scales by 1 + weight (the loader adds the 1), and
-                                * each block's output is normed before the residual add
-                                * (post_attention_layernorm, post_feedforward_layernorm); the
+    int gemma_norms;           /* Gemma: every RMSNorm scales by 1 + weight (the loader adds the 1); the
                                 * embedding's output times sqrt(hidden_size) */
+    int block_output_norms;    /* Gemma 2 and 3: each block's output is normed before the residual add
+                                * (post_attention_layernorm, post_feedforward_layernorm; the MLP's
+                                * input norm is then pre_feedforward_layernorm) */
     double attn_softcap;       /* > 0: every attention score s becomes c tanh(s / c) (Gemma 2's
                                 * attn_logit_softcapping); 0: none */
     double final_softcap;      /* > 0: every logit likewise (final_logit_softcapping); 0: none */

@@ -192,7 +192,8 @@ static tp_status add_layer(builder *b, const tp_model_config *cfg, const tp_shar
     if (cfg->o_bias && bias_owner)
         TP_CHECK(add_whole(b, LNAME("self_attn.o_proj.bias"), hidden, 1));
     TP_CHECK(add_whole(b, LNAME("post_attention_layernorm.weight"), hidden, 1));
-    if (cfg->gemma_norms) { /* Gemma: post_attention_layernorm norms the attention's output; these the MLP's input and output */
+    if (cfg->block_output_norms) { /* Gemma 2, 3: post_attention_layernorm norms the attention's output; these the
+                                    * MLP's input and output */
         TP_CHECK(add_whole(b, LNAME("pre_feedforward_layernorm.weight"), hidden, 1));
         TP_CHECK(add_whole(b, LNAME("post_feedforward_layernorm.weight"), hidden, 1));
     }

@@ -396,6 +396,19 @@ static void check_gemma2(const tp_model_config *c, double attn_cap, double final
     ck_assert_double_eq(c->attn_softcap, attn_cap);
     ck_assert_double_eq(c->final_softcap, final_cap);
 }
+/* Gemma 1 on Gemma 3's shape: Llama's layers with norms of 1 + weight (none around the blocks'
+ * outputs), GeLU from the legacy "gelu", the scores by head_dim^-1/2, no window (GemmaConfig
+ * reads none), tied */
+static void check_gemma1(const tp_model_config *c)
+{
+    ck_assert_int_eq(c->arch, TP_ARCH_GEMMA);
+    ck_assert(c->mlp_act == TP_ACT_GELU_TANH && c->gemma_norms && !c->block_output_norms && !c->qk_norm);
+    ck_assert(c->tie_word_embeddings);
+    ck_assert_double_eq_tol(c->embedding_multiplier, sqrt(1152.0), 1e-12);
+    ck_assert_double_eq(c->attention_multiplier, 0);
+    ck_assert_double_eq(c->attn_softcap, 0);
+    check_window(c, 0, "000");
+}
 static void check_gemma2_no_caps(const tp_model_config *c) { check_gemma2(c, 0, 0); }
 static void check_gemma2_default_attn_cap(const tp_model_config *c) { check_gemma2(c, 50, 0); }
 static void check_llama_biases(const tp_model_config *c)
@@ -553,7 +566,7 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
      "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-     "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
+     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -762,6 +775,13 @@ static const cfg_case cfg_cases[] = {
      check_gemma3_caps},
     {gemma3_base, NULL, "{\"final_logit_softcapping\":-1}", NULL, TP_ERR_FORMAT,
      "final_logit_softcapping must be a finite number > 0", NULL},
+    /* Gemma 1 (GemmaForCausalLM): its config's hidden_act, "gelu" meaning the tanh form */
+    {gemma3_base, "model_type", "{\"architectures\":[\"GemmaForCausalLM\"],\"hidden_act\":\"gelu\",\"num_hidden_layers\":3}",
+     NULL, TP_OK, NULL, check_gemma1},
+    {gemma3_base, "architectures", "{\"model_type\":\"gemma\",\"hidden_act\":\"gelu_pytorch_tanh\",\"num_hidden_layers\":3}",
+     NULL, TP_OK, NULL, check_gemma1},
+    {gemma3_base, "model_type", "{\"architectures\":[\"GemmaForCausalLM\"],\"hidden_act\":\"relu\"}", NULL,
+     TP_ERR_UNSUPPORTED, "hidden_act is the string \"relu\" (supported: gelu_pytorch_tanh)", NULL},
     /* Gemma 2 (Gemma2ForCausalLM): no q/k norms, every other layer sliding (Gemma2Config reads
      * no sliding_window_pattern), one rope base, soft-capping 50 and 30 by default, none where null */
     {gemma3_base, "rope_local_base_freq",

@@ -3,7 +3,7 @@
 # tests/data/variants (made by tests/gen_variant_reference.py) is a model of ../shared/models
 # with settings added to its config.json (the overrides are in the reference's metadata):
 # sliding-window attention (Mistral's on every layer, Qwen2's on some), YaRN rope scaling,
-# Granite's multipliers (tied embeddings and not), Gemma 3 and Gemma 2 with soft-capping
+# Granite's multipliers (tied embeddings and not), Gemma 3, Gemma 2 with soft-capping and Gemma 1
 # (tiny-qwen3 converted by tests/gemma_checkpoint.py: the reference's metadata says "convert").
 # Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
 # and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""usage: gemma_checkpoint.py SRC OUT [gemma3|gemma2]
+"""usage: gemma_checkpoint.py SRC OUT [gemma3|gemma2|gemma]
 
-A Gemma3ForCausalLM (or Gemma2ForCausalLM: no q/k norms) checkpoint in OUT made of the Qwen3
-model in SRC (one model.safetensors
+A Gemma3ForCausalLM (or Gemma2ForCausalLM: no q/k norms; or GemmaForCausalLM, Gemma 1: neither
+q/k norms nor norms around the blocks' outputs, Llama's layout) checkpoint in OUT made of the
+Qwen3 model in SRC (one model.safetensors
 in bfloat16, q/k norms, untied): Gemma's RMSNorms scale by 1 + weight, so each norm's weight
 is stored less one (bfloat16 rounded: 1 + it is then SRC's norm again, up to that rounding);
 Qwen's post_attention_layernorm (the MLP's input norm) becomes pre_feedforward_layernorm, and
@@ -35,7 +36,7 @@ def bf16_bytes(values):
 
 
 def convert(src, out, kind="gemma3"):
-    assert kind in ("gemma2", "gemma3"), kind
+    assert kind in ("gemma", "gemma2", "gemma3"), kind
     with open(os.path.join(src, "model.safetensors"), "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -63,7 +64,10 @@ def convert(src, out, kind="gemma3"):
             tensors[name] = (shape, raw(name))
         elif m.group(2) == "input_layernorm.weight":
             tensors[name] = (shape, less_one(name))
-            tensors[m.group(1) + "post_attention_layernorm.weight"] = (shape, less_one(name, True))
+            if kind != "gemma":
+                tensors[m.group(1) + "post_attention_layernorm.weight"] = (shape, less_one(name, True))
+        elif m.group(2) == "post_attention_layernorm.weight" and kind == "gemma":  # the MLP's input norm
+            tensors[name] = (shape, less_one(name))
         elif m.group(2) == "post_attention_layernorm.weight":
             tensors[m.group(1) + "pre_feedforward_layernorm.weight"] = (shape, less_one(name))
             tensors[m.group(1) + "post_feedforward_layernorm.weight"] = (shape, less_one(name, True))
@@ -90,13 +94,16 @@ def convert(src, out, kind="gemma3"):
         cfg = json.load(f)
     for k in ("hidden_act", "use_sliding_window", "max_window_layers", "sliding_window", "rope_scaling"):
         cfg.pop(k, None)
-    cfg.update({"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
-                "query_pre_attn_scalar": cfg["head_dim"], "attn_logit_softcapping": None,
-                "final_logit_softcapping": None})
+    cfg["tie_word_embeddings"] = True
+    if kind == "gemma":  # "gelu": the legacy name GemmaConfig maps to the tanh form
+        cfg.update({"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_act": "gelu"})
+    else:
+        cfg.update({"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": cfg["head_dim"],
+                    "attn_logit_softcapping": None, "final_logit_softcapping": None})
     if kind == "gemma3":
         cfg.update({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
                     "rope_local_base_freq": 10000.0})
-    else:
+    elif kind == "gemma2":
         cfg.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)

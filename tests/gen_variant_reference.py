@@ -64,6 +64,8 @@ VARIANTS = {
     "gemma2-window8-caps": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
                                            "attn_logit_softcapping": 0.5, "final_logit_softcapping": 20.0},
                             "gemma2"),
+    # Gemma 1 (the same, Llama's layout): norms of 1 + weight, GeLU by its legacy name "gelu"
+    "gemma1": ("tiny-qwen3", {}, "gemma"),
 }
 
 

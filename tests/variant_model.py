@@ -4,7 +4,7 @@
 The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
 tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
 in MODELS (the reference's metadata names it) and config.json with the reference's overrides;
-where the metadata names a conversion ("gemma2", "gemma3": tests/gemma_checkpoint.py), OUT
+where the metadata names a conversion ("gemma", "gemma2", "gemma3": tests/gemma_checkpoint.py), OUT
 is the base model converted, then overridden. Prints the base model's directory. gen_variant_reference.py
 makes its directories with make_dir."""
 import json
@@ -15,8 +15,9 @@ import sys
 
 def make_dir(src, overrides, out, convert=None):
     """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES; with
-    CONVERT ("gemma2", "gemma3"), SRC converted (gemma_checkpoint.py), then its config.json updated"""
-    if convert in ("gemma2", "gemma3"):
+    CONVERT ("gemma", "gemma2", "gemma3"), SRC converted (gemma_checkpoint.py), then its config.json
+    updated"""
+    if convert in ("gemma", "gemma2", "gemma3"):
         from gemma_checkpoint import convert as to_gemma
         to_gemma(src, out, convert)
         src = out
