@@ -520,6 +520,7 @@ static int32_t logit_rows(const engine *e, int32_t T)
  * backend reads it); a model with some full-attention layer keeps every block. */
 static tp_sched_config sched_config(const engine *e)
 {
+    /* a dump holds every prompt token's logits: every one is computed, none taken from the cache */
     tp_sched_config sc = {(int32_t)e->o->kv_block_size, 0, e->max_seqs, e->max_batched, e->max_model_len,
                           e->o->prefix_caching && !e->o->dump_logits, 0, e->backend->window_align};
     const int64_t window = tp_model_config_window_of_all(&e->cfg);
@@ -760,7 +761,6 @@ static tp_status make_schedulers(engine *e, int32_t n_blocks)
     e->inflight = calloc((size_t)e->P, sizeof *e->inflight);
     e->entered = calloc((size_t)e->P, sizeof *e->entered);
     if (!e->S || !e->B || !e->inflight || !e->entered) return tp_error(TP_ERR_OOM, "out of memory");
-    /* (a dump holds every prompt token's logits: every one is computed, sched_config) */
     sc.n_blocks = e->blocks_per_engine;
     for (int p = 0; p < e->P; p++) TP_CHECK(tp_scheduler_create(&sc, &e->S[p]));
     TP_CHECK(add_sequences(e));
@@ -1137,6 +1137,10 @@ tp_status tp_generate(const tp_options *o, tp_mpi_world *w, const tp_device_info
             tp_log(TP_LOG_INFO, "replica %d: %" PRId64 " prompt tokens read from the prefix cache instead of "
                    "computed (of %" PRId64 " prompt tokens; a sequence preempted and admitted again counts again)",
                    replica, cached, e.prompt_tokens);
+        if (e.is_sampler && e.guide_dead_ends > 0) /* the sampler met them: the last stage's */
+            tp_log(TP_LOG_WARN, "replica %d: %" PRId64 " guided choice(s) reached a point where their guide allowed no "
+                   "next token and ended there, unfinished, as \"stop\" (the first ones named above)",
+                   replica, e.guide_dead_ends);
         /* what the loop spends outside forward steps (scheduling, sampling, output) is time
          * the GPU waits: per step, so a change to the host path shows in any run */
         const double *h = e.host_s, per = e.forward_steps > 0 ? 1e3 / (double)e.forward_steps : 0;

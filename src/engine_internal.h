@@ -173,6 +173,7 @@ typedef struct engine {
     int32_t n_extra;
     uint8_t *finish;
     int64_t generated_tokens, prompt_tokens;
+    int64_t guide_dead_ends; /* choices guided decoding left with no next token (the first few are named) */
     double t0;
     double forward_seconds; /* the waiting loop's forward steps, GPU wait included (with steps
                              * ahead: host_s' enqueue and wait) */

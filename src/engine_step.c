@@ -140,6 +140,8 @@ static int has_logit_edits(const req *r)
  * may come (inside a string), the few ids that may not (*negated), which is what the sampler
  * is sent, unless the row bans ids of its own (negate 0). Made on first use: the tokenizer's
  * pieces take a while. */
+#define GUIDE_DEAD_ENDS_NAMED 5
+
 static tp_status guided_ids(engine *e, req *r, int32_t choice, const int32_t *out, int32_t n_out, int negate,
                             const int32_t **ids, int32_t *n, int *negated)
 {
@@ -172,10 +174,12 @@ static tp_status guided_ids(engine *e, req *r, int32_t choice, const int32_t *ou
         TP_CHECK(tp_guide_allowed(e->guide, p->choices, p->n_choices, out, n_out, e->guided, n));
     }
     if (*n == 0) { /* a dead end: no token writes what the guide wants next */
-        tp_log(TP_LOG_WARN, "request %s (choice %d): after %d generated tokens its guided decoding (schema, regex or "
-               "choices) allows no next token (a string whose pattern and lengths leave none, or text this "
-               "vocabulary cannot write); the text ends there, unfinished, with finish_reason \"stop\"",
-               r->in->id, (int)choice, (int)n_out);
+        if (++e->guide_dead_ends <= GUIDE_DEAD_ENDS_NAMED) /* a million alike would drown the log: the rest counted */
+            tp_log(TP_LOG_WARN, "request %s (choice %d): after %d generated tokens its guided decoding (schema, regex "
+                   "or choices) allows no next token (a string whose pattern and lengths leave none, or text this "
+                   "vocabulary cannot write); the text ends there, unfinished, with finish_reason \"stop\"%s",
+                   r->in->id, (int)choice, (int)n_out,
+                   e->guide_dead_ends == GUIDE_DEAD_ENDS_NAMED ? " (later ones are counted at the end, not named)" : "");
         memcpy(e->guided, e->eos, (size_t)e->n_eos * sizeof *e->guided);
         *ids = e->guided;
         *n = e->n_eos;

@@ -325,10 +325,10 @@ static tp_status compile_type(compiler *c, const json_t *v, const char *type, in
             tp_error_clear(); /* the message again, with where in the schema */
             return refuse(c, "", why);
         }
-        if (re && hi >= 0 && tp_regex_min_length(re) > hi) { /* no string would do: refused, not a dead end */
+        const int32_t least = re ? tp_regex_min_length(re) : 0;
+        if (hi >= 0 && least > hi) { /* no string would do: refused, not a dead end */
             char what[96];
             snprintf(what, sizeof what, "maxLength %d", (int)hi);
-            const int32_t least = tp_regex_min_length(re);
             tp_regex_free(re);
             char why[96];
             snprintf(why, sizeof why, " is less than the %d characters its pattern needs at least", (int)least);

@@ -1222,6 +1222,9 @@ START_TEST(cache_errors)
     ab.block_table = table_bad;
     EXPECT_INVALID(be->ops->attention(be, &q.t, &cache, &ab, qh, 0.3f, &out.t), "physical block 3");
     ab = b;
+    ab.softcap = -1.0f;
+    EXPECT_INVALID(be->ops->attention(be, &q.t, &cache, &ab, qh, 0.3f, &out.t), "attention: batch has softcap -1");
+    ab = b;
     int32_t seq_bad[2] = {0, -1};
     ab.seq = seq_bad;
     EXPECT_INVALID(be->ops->attention(be, &q.t, &cache, &ab, qh, 0.3f, &out.t),

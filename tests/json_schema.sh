@@ -64,6 +64,13 @@ print("json_schema: %d completions ended, each valid" % ended)' "$TMP/out-0.json
     fail "a completion breaks its schema: $(cat "$TMP/out-0.jsonl")"
 grep -q 'request g (choice 0): after [0-9]* generated tokens its guided decoding (schema, regex or choices) allows no next token' \
     "$TMP/out-0.err" || fail "the dead end of request g was not said: $(cat "$TMP/out-0.err")"
+# seven such choices: five named, then one count at the end (a million would drown the log)
+printf '{"id": "h", "prompt": "Once", "n": 7, "max_tokens": 40, "temperature": 0, "guided_json": %s}\n' "$dead" >"$TMP/dead.in"
+"$TPINFER" --model "$m" --backend cpu --input "$TMP/dead.in" --output "$TMP/dead.jsonl" 2>"$TMP/dead.err" ||
+    { cat "$TMP/dead.err"; fail "seven dead ends: tpinfer failed"; }
+named=$(grep -c 'request h (choice [0-6]): after' "$TMP/dead.err")
+[ "$named" = 5 ] && grep -q 'replica 0: 7 guided choice(s) reached a point where their guide allowed no next token' "$TMP/dead.err" ||
+    fail "seven dead ends: $named named, and the count: $(grep -i 'guide' "$TMP/dead.err")"
 # a named tool choice (tiny-llama3's chat template): one call to it, its arguments held to the
 # tool's parameters ("\"" is 1 and "}" 92 in its vocabulary: biased up, the object ends)
 m="$MODELS/tiny-llama3"
