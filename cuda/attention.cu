@@ -342,6 +342,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 // ----------------------------------------------------------------------------
 // the flash kernels
 
+/* Gemma 2's soft cap in the log2 domain: with x = s log2(e) and C = cap log2(e),
+ * C tanh(x / C) = log2(e) cap tanh(s / cap). cap 0: none (a uniform branch). */
+__device__ __forceinline__ float log2_softcap(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+
+/* The kernels' cap from the batch's softcap (0: none). */
+static float log2_cap(float softcap) { return softcap > 0.0f ? softcap * 1.4426950408889634f : 0.0f; }
+
 /* What the host decided, passed by value. */
 struct fa_params {
     int32_t q_heads, group; /* q heads in all; per KV head */
@@ -350,6 +357,7 @@ struct fa_params {
     int32_t min_split;      /* positions: no split of a token is shorter */
     int32_t lp_log2;        /* lanes per position: 1 << lp_log2 */
     float qscale;           /* scale * log2(e): scores in the log2 domain */
+    float cap;              /* > 0: scores soft-capped, cap = softcap * log2(e) (log2_softcap) */
     int32_t pf_skip;        /* the prefill kernel ran: skip the tokens it took (pf_took) */
     int32_t bs_shift;       /* log2(block_size) when it is a power of two, else -1 (a division) */
     int32_t tile_in_block;  /* the decode kernel may read a tile's rows from one block-table entry
@@ -544,6 +552,11 @@ __global__ void __launch_bounds__(FA_THREADS, GMAX >= 8 ? 2 : 4)
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int g = 0; g < GMAX; g++) sc[r][g] += __shfl_xor_sync(0xffffffffu, sc[r][g], o);
+        if (P.cap > 0.0f)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int g = 0; g < GMAX; g++) sc[r][g] = log2_softcap(sc[r][g], P.cap);
         /* online softmax: sc becomes p = exp2(score - m_new) */
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
@@ -693,6 +706,7 @@ struct pf_params {
     int32_t n_tiles;  /* gridDim.y: CEIL_DIV(n_tokens, PF_BM) */
     int32_t bs_shift; /* log2(block_size) when it is a power of two, else -1 (a division) */
     float qscale;     /* scale * log2(e): scores in the log2 domain */
+    float cap;        /* > 0: scores soft-capped, cap = softcap * log2(e) (log2_softcap) */
 };
 
 /* 16 bytes global -> shared without the registers; src_bytes 0 writes zeros (src unread) */
@@ -1045,7 +1059,7 @@ __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS)
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float x = s[n][e] * P.qscale;
+                        float x = log2_softcap(s[n][e] * P.qscale, P.cap);
                         const int key = k0 + n * 8 + 2 * tig + (e & 1), pr = e < 2 ? pa : pb;
                         if ((mask && key > pr) || (wmask && pr - key >= W)) x = -INFINITY;
                         s[n][e] = x;
@@ -1347,7 +1361,7 @@ __device__ __forceinline__ void decode_tc_item(const tp_tensor &q, const tp_kv_l
             for (int n = 0; n < 2; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float x = sc[n][e] * P.qscale;
+                    float x = log2_softcap(sc[n][e] * P.qscale, P.cap);
                     const int key = k0 + n * 8 + 2 * tig + (e & 1);
                     if (key >= b1 || key < lo) x = -INFINITY;
                     sc[n][e] = x;
@@ -1658,6 +1672,7 @@ static tp_status attention_flash(tp_tensor q, tp_kv_layer cache, tp_attn_batch b
     P.min_split = min_split;
     P.lp_log2 = lp_log2;
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
+    P.cap = log2_cap(batch.softcap);
     P.pf_skip = pf_skip;
     P.bs_shift = block_shift(cache.block_size);
     static int tile_env = -1;
@@ -1788,6 +1803,7 @@ static tp_status attention_prefill(tp_tensor q, tp_kv_layer cache, tp_attn_batch
     const int bs = cache.block_size;
     P.bs_shift = block_shift(bs);
     P.qscale = scale * 1.4426950408889634f; /* log2(e) */
+    P.cap = log2_cap(batch.softcap);
     /* q heads fastest: the heads of one KV head run together and share its K/V through L2 */
     const dim3 grid((unsigned)q_heads, (unsigned)P.n_tiles);
     const bool bf = cache.dtype == TP_DTYPE_BF16;
@@ -1826,7 +1842,7 @@ extern "C" int tp_cuda_attention_rope_fits(tp_tensor q, tp_tensor k, tp_tensor v
     static int env = -1;
     if (env < 0) env = env_int("TPINFER_ROPE_ATTENTION", 1, 0, 1);
     int vpl = 1;
-    if (!env || !batch.one_per_seq || force_simple || batch.softcap > 0 || flash_lanes_log2(cache, &vpl) < 0) return 0;
+    if (!env || !batch.one_per_seq || force_simple || flash_lanes_log2(cache, &vpl) < 0) return 0;
     if (k.dtype != cache.dtype || v.dtype != cache.dtype || q_heads % cache.n_kv_heads != 0) return 0;
     return decode_tc_wanted(q, cache, q_heads / cache.n_kv_heads);
 }
@@ -1854,8 +1870,7 @@ extern "C" tp_status tp_cuda_attention(tp_tensor q, tp_kv_layer cache, tp_attn_b
     if (!is_float_dtype(q.dtype) || !is_float_dtype(cache.dtype) || !is_float_dtype(out.dtype))
         return TP_CUDA_BAD_DTYPE("attention");
     int vpl = 1;
-    /* soft-capped scores (Gemma 2) only in the simple kernel, for now */
-    const int lp_log2 = force_simple || batch.softcap > 0 ? -1 : flash_lanes_log2(cache, &vpl);
+    const int lp_log2 = force_simple ? -1 : flash_lanes_log2(cache, &vpl);
     if (lp_log2 < 0) return attention_simple(q, cache, batch, q_heads, scale, out, fault, stream);
     /* prefill chunks on tensor cores first; the flash kernel then does the tokens it left */
     const int pf = prefill_wanted(q, cache, batch, q_heads, stream);

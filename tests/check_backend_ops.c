@@ -1009,7 +1009,7 @@ static const attn_case attn_cases[] = {
 /* qodt: the dtype of q and out (the activation dtype in the engine). both_paths: the GPU
  * runs twice against the one CPU result, the prefill kernel forced on, then off. window: the
  * attention's sliding window (0: none). */
-static float case_softcap; /* attention_case's soft-capping (Gemma 2's), 0 but in attention_cases' last round */
+static float case_softcap; /* attention_case's soft-capping (Gemma 2's), 0 but in the soft-capped rounds */
 
 static void attention_case(const attn_case *c, tp_dtype cdt, tp_dtype qodt, uint64_t s, int both_paths, int window)
 {
@@ -1168,7 +1168,7 @@ START_TEST(attention_cases)
             attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 100 + i, 0, 0);
             if (gb->act_dtype != TP_DTYPE_F32) attention_case(&attn_cases[i], TP_DTYPE_F32, gb->act_dtype, 200 + i, 0, 0);
         }
-        /* soft-capped scores (Gemma 2; the simple kernel takes them), a window too */
+        /* soft-capped scores (Gemma 2), a window too */
         case_softcap = 0.7f;
         for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++)
             attention_case(&attn_cases[i], gb->act_dtype, gb->act_dtype, 300 + i, 0, i % 2 ? 5 : 0);
@@ -1318,6 +1318,40 @@ START_TEST(attention_window)
             attention_case(&attn_window_prefill_cases[i].c, C, C, 900 + i, 1, attn_window_prefill_cases[i].window);
             teardown();
         }
+    }
+}
+END_TEST
+
+/* Gemma 2's soft-capped scores in the fast kernels (each caps where it scales a score to the
+ * log2 domain): the flash decode kernel's splits, GQA 1 to 16, head dims 8 to 256 and every
+ * cache dtype (the tensor-core decode kernel at 64 and 128); the prefill kernel forced on and
+ * off; a window with it. A cap of 0.7 bites (the scaled scores of these random rows spread
+ * about ±0.33 and pass 1). */
+START_TEST(attention_softcap)
+{
+    static const size_t long_ones[] = {0, 1, 2, 4, 5, 6, 7, 9, 13, 14, 16};
+    static const size_t prefill_ones[] = {0, 1, 4, 6, 8};
+    FOR_EACH_GPU {
+        const tp_dtype A = gb->act_dtype, C = A == TP_DTYPE_F32 ? TP_DTYPE_BF16 : A;
+        case_softcap = 0.7f;
+        for (size_t k = 0; k < sizeof long_ones / sizeof long_ones[0]; k++) {
+            ck_assert_uint_lt(long_ones[k], sizeof attn_long_cases / sizeof attn_long_cases[0]);
+            attention_case(&attn_long_cases[long_ones[k]], float_dtypes[k % 3], A, 1000 + k, 0, 0);
+            teardown();
+        }
+        for (size_t k = 0; k < sizeof prefill_ones / sizeof prefill_ones[0]; k++) {
+            ck_assert_uint_lt(prefill_ones[k], sizeof attn_prefill_cases / sizeof attn_prefill_cases[0]);
+            attention_case(&attn_prefill_cases[prefill_ones[k]], C, C, 1100 + k, 1, 0);
+            teardown();
+        }
+        attention_case(&attn_window_cases[0].c, A, A, 1200, 0, attn_window_cases[0].window);
+        teardown();
+        attention_case(&attn_window_prefill_cases[2].c, C, C, 1201, 1, attn_window_prefill_cases[2].window);
+        teardown();
+        case_softcap = 50.0f; /* Gemma 2's own: it rarely bites, the results as without */
+        attention_case(&attn_long_cases[1], A, A, 1202, 0, 0);
+        teardown();
+        case_softcap = 0;
     }
 }
 END_TEST
@@ -1517,7 +1551,8 @@ typedef struct rope_attn_case {
     int kvh, ratio, hd, n;
     int hist[8]; /* token i is sequence i's new one, at position hist[i] (n > 8: random) */
     int pad_last, graph, bad_slot, bad_pos;
-    int window; /* the attention's sliding window, 0: none */
+    int window;    /* the attention's sliding window, 0: none */
+    float softcap; /* > 0: soft-capped scores (Gemma 2) */
 } rope_attn_case;
 
 static void force_decode_warps(int w);
@@ -1564,8 +1599,8 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
     ints_both(hist, n, &pc, &pg);
     ints_both(slot, n, &lc, &lg);
     const int max_pos = c->bad_pos ? hist[0] : max_blocks * bs; /* a bound, as a graph's */
-    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1, c->window, 0};
-    tp_attn_batch bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1, c->window, 0};
+    tp_attn_batch bc = {n, sc, pc, lc, tc, max_blocks, max_pos, 1, c->window, c->softcap};
+    tp_attn_batch bg = {n, sg, pg, lg, tg, max_blocks, max_pos, 1, c->window, c->softcap};
 
     /* the caches: the same random rows on the CPU and in both GPU caches */
     const tp_dtype cdt = A;
@@ -1610,9 +1645,9 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
 #ifdef HAVE_CUDA
     fused = tp_cuda_attention_rope_fits(qg, kg, vg, cg, bg, qh);
 #endif
-    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s warps %d%s window %d", kvh, c->ratio, hd, n,
-             c->pad_last ? " padded" : "", c->graph ? " graph" : "", c->bad_slot ? " bad slot" : "",
-             c->bad_pos ? " bad pos" : "", warps, fused ? " fused" : " two ops", c->window);
+    snprintf(shape, sizeof shape, "kvh %d gqa %d hd %d tokens %d%s%s%s%s warps %d%s window %d softcap %g", kvh,
+             c->ratio, hd, n, c->pad_last ? " padded" : "", c->graph ? " graph" : "", c->bad_slot ? " bad slot" : "",
+             c->bad_pos ? " bad pos" : "", warps, fused ? " fused" : " two ops", c->window, c->softcap);
     ck_assert_msg(fused == (A != TP_DTYPE_F32), "qk_rope_attention [%s]: the fused kernel %s the batch", shape,
                   fused ? "takes" : "does not take");
 
@@ -1676,18 +1711,21 @@ static void qk_rope_attention_case(const rope_attn_case *c, int warps, uint64_t 
 START_TEST(qk_rope_attention_cases)
 {
     static const rope_attn_case cases[] = {
-        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot, bad_pos, window */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 0}, /* Llama 3's heads; a first position; padding */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0, 0, 0},         /* head_dim 64; a position starting a tile */
-        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0, 0, 0},   /* 16 q heads a KV head */
-        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 0},         /* few long items: splits */
-        {4, 8, 64, 130, {0}, 0, 0, 0, 0, 0},                /* many items: no splits */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 0}, /* recorded as a graph */
-        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1, 0, 0},         /* a slot past the cache */
-        {2, 2, 64, 3, {64, 31, 16}, 0, 0, 0, 1, 0},         /* token 0 at max_pos */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 30}, /* sliding windows: one that starts past 0 */
-        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 129},       /* ... splits over a window not on a tile */
-        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 8}, /* ... recorded as a graph */
+        /* kvh, ratio, hd, n, hist, pad_last, graph, bad_slot, bad_pos, window, softcap */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 0, 0},     /* Llama 3's heads; a first position; padding */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 0, 0, 0, 0},             /* head_dim 64; a position starting a tile */
+        {1, 16, 128, 4, {5, 100, 17, 48}, 0, 0, 0, 0, 0, 0},       /* 16 q heads a KV head */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 0, 0},             /* few long items: splits */
+        {4, 8, 64, 130, {0}, 0, 0, 0, 0, 0, 0},                    /* many items: no splits */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 0, 0},     /* recorded as a graph */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 0, 1, 0, 0, 0},             /* a slot past the cache */
+        {2, 2, 64, 3, {64, 31, 16}, 0, 0, 0, 1, 0, 0},             /* token 0 at max_pos */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 30, 0},    /* sliding windows: one that starts past 0 */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 129, 0},           /* ... splits over a window not on a tile */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 1, 0, 0, 8, 0},     /* ... recorded as a graph */
+        {8, 4, 128, 5, {0, 7, 40, 200, 15}, 1, 0, 0, 0, 30, 0.7f}, /* soft-capped scores, a window */
+        {2, 4, 128, 2, {300, 1000}, 0, 0, 0, 0, 0, 0.7f},          /* ... splits */
+        {2, 2, 64, 3, {16, 31, 64}, 0, 1, 0, 0, 0, 0.7f},          /* ... head_dim 64, as a graph */
     };
     static const int warps[] = {0, 1, 2, 4};
     FOR_EACH_GPU {
@@ -2838,13 +2876,13 @@ static Suite *make_suite(void)
     Suite *s = suite_create("backend_ops");
     struct {
         const char *name;
-        const TTest *tests[6];
+        const TTest *tests[8];
     } groups[] = {
         {"memory", {create_fields, memory}},
         {"matmul", {matmul_shapes, matmul_empty, matmul_add_cases, matmul_gemv, matmul_swiglu_cases, matmul_tuned}},
         {"norms", {embedding_cases, add_rmsnorm_shapes, head_rmsnorm_shapes, rope_shapes}},
         {"attention", {attention_cases, qk_rope_store_cases, qk_rope_attention_cases, attention_long, attention_prefill,
-                       attention_window}},
+                       attention_window, attention_softcap}},
         {"elementwise", {swiglu_shapes, gather_rows_cases, convert_cases, take_ids_cases}},
         {"argmax", {argmax_cases, argmax_merge_cases}},
         {"sample", {sample_cases, sample_draw_frequencies, sample_faults}},

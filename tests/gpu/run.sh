@@ -130,16 +130,19 @@ done
 # (a margin of 0.05 failed on ids that parted at margins the bf16 error reaches).
 # GPU_TC=0 skips (and the sanitizer runs on the head_dim 128 model below). "128 window 40": the
 # head_dim 128 model as a Mistral with a sliding window of 40 keys (every layer; the prompts
-# are longer, so prefill tiles, decode splits and chunks start inside the window).
+# are longer, so prefill tiles, decode splits and chunks start inside the window). "128 gemma2":
+# it converted to Gemma 2's layout (tests/gemma_checkpoint.py) with caps that bite (scores at
+# 2, logits at 10) and its first layer sliding over 40 keys: the soft cap in every fast kernel.
 tc_model=
-for hd in 64 128 "128 window 40"; do
+for hd in 64 128 "128 window 40" "128 gemma2"; do
     [ "${GPU_TC:-1}" = 1 ] || break
     window=${hd#* window }; [ "$window" = "$hd" ] && window=
+    gemma=; [ "${hd#* }" = gemma2 ] && gemma=1
     hd=${hd%% *}
-    m=$W/tc-hd$hd${window:+-w$window}
-    rm -rf "$m" "$m-cpu" "$m-cpu.jsonl"* "$m-ref.safetensors"
-    if ! python3 "$root/tests/gen_tiny_model.py" "$m" --dtype bfloat16 --hidden $((4 * hd)) --heads 4 --kv-heads 2 \
-        --layers 2 --intermediate 1024 --prompts "$m.jsonl" >"$m-gen.log" 2>&1; then
+    m=$W/tc-hd$hd${window:+-w$window}${gemma:+-gemma2}
+    rm -rf "$m" "$m-src" "$m-cpu" "$m-cpu.jsonl"* "$m-ref.safetensors"
+    if ! python3 "$root/tests/gen_tiny_model.py" "${gemma:+$m-src}${gemma:-$m}" --dtype bfloat16 --hidden $((4 * hd)) \
+        --heads 4 --kv-heads 2 --layers 2 --intermediate 1024 --prompts "$m.jsonl" >"$m-gen.log" 2>&1; then
         record "tensor-core attention, head_dim $hd $G" FAIL "gen_tiny_model.py: $(tail -1 "$m-gen.log")"; continue
     fi
     if [ -n "$window" ]; then
@@ -147,6 +150,18 @@ for hd in 64 128 "128 window 40"; do
 c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=int(sys.argv[2]))
 json.dump(c, open(p, "w"))' "$m/config.json" "$window"
         hd="$hd, window $window"
+    fi
+    if [ -n "$gemma" ]; then
+        if ! python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p))
+c.setdefault("head_dim", c["hidden_size"] // c["num_attention_heads"])
+json.dump(c, open(p, "w"))' "$m-src/config.json" ||
+            ! python3 "$root/tests/gemma_checkpoint.py" "$m-src" "$m" gemma2 >>"$m-gen.log" 2>&1 ||
+            ! python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p))
+c.update(attn_logit_softcapping=2.0, final_logit_softcapping=10.0, sliding_window=40, layer_types=["sliding_attention", "full_attention"])
+json.dump(c, open(p, "w"))' "$m/config.json"; then
+            record "tensor-core attention, head_dim $hd, Gemma 2 $G" FAIL "gemma_checkpoint.py: $(tail -1 "$m-gen.log")"; continue
+        fi
+        hd="$hd, Gemma 2 caps and window"
     fi
     if ! launch "$B/tpinfer" --model "$m" --dry-run --tp "$TP" --pp "$PP" >/dev/null 2>&1; then
         record "tensor-core attention, head_dim $hd $G" SKIP "4 heads, 2 KV heads, 2 layers do not split"; continue
