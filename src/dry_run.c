@@ -144,7 +144,7 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     tp_format_bytes(kv * held_tokens * seqs, kf, sizeof kf);
     char described[320];
     tp_model_config_describe(cfg, described, sizeof described);
-    fprintf(out, "total: %s %s, %s, world %d = dp %d x pp %d x tp %d\n", tp_arch_name(cfg->arch), o->model,
+    fprintf(out, "total: %s %s, %s, world %d = dp %d x pp %d x tp %d\n", tp_model_config_arch_name(cfg), o->model,
             described, g->world, g->dp, g->pp, g->tp);
     fprintf(out, "  weights read by all ranks: %s (%" PRId64 " bytes); the files hold %s in %zu tensors, %zu file(s)\n",
             tb, total, fb, w->n_refs, w->n_shards);

@@ -56,7 +56,7 @@ static tp_status report_load(engine *e)
         tp_format_bytes((int64_t)bytes, size, sizeof size);
         tp_model_config_describe(&e->cfg, described, sizeof described);
         tp_log_info0("loaded %s of weights (%s, %s) on %d rank(s) in %.3f s (%.2f GB/s; slowest rank %d)", size,
-                     tp_arch_name(e->cfg.arch), described, n, slowest, slowest > 0 ? bytes / 1e9 / slowest : 0.0,
+                     tp_model_config_arch_name(&e->cfg), described, n, slowest, slowest > 0 ? bytes / 1e9 / slowest : 0.0,
                      who);
     }
     free(all);

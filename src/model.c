@@ -329,11 +329,11 @@ int tp_model_warn_unused(const tp_model_config *cfg, const tp_weights *w)
     int unused = 0;
     const char *first = NULL;
     for (size_t i = 0; i < w->n_refs; i++) {
-        const char *name = w->refs[i].tensor->name;
-        if (is_used[i] || ends_with(name, "rotary_emb.inv_freq") ||
+        const char *name = w->refs[i].name;
+        if (is_used[i] || w->refs[i].other_part || ends_with(name, "rotary_emb.inv_freq") ||
             (cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight")))
             continue;
-        if (!unused++) first = name;
+        if (!unused++) first = w->refs[i].tensor->name;
     }
     free(is_used);
     if (unused)

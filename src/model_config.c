@@ -44,16 +44,34 @@ static const struct {
     {"Gemma3ForCausalLM", "gemma3_text", TP_ARCH_GEMMA3},
 };
 
+/* Multimodal checkpoints whose text model tpinfer runs: config.json's text_config is that
+ * model's config, the text architecture's (the weights' names: weights.c) */
+static const struct {
+    const char *hf, *model_type;
+    tp_arch text_arch;
+} multimodal_archs[] = {
+    {"Gemma3ForConditionalGeneration", "gemma3", TP_ARCH_GEMMA3},
+};
+
 static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA || a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
-    "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM"
+    "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "                 \
+    "Gemma3ForConditionalGeneration (its text model)"
 
 const char *tp_arch_name(tp_arch arch)
 {
     for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
         if (archs[i].arch == arch) return archs[i].hf;
     return "unknown";
+}
+
+const char *tp_model_config_arch_name(const tp_model_config *cfg)
+{
+    if (cfg->multimodal)
+        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
+            if (multimodal_archs[i].text_arch == cfg->arch) return multimodal_archs[i].hf;
+    return tp_arch_name(cfg->arch);
 }
 
 int64_t tp_model_config_window_of_all(const tp_model_config *cfg)
@@ -329,6 +347,12 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
                 cfg->arch = archs[i].arch;
                 return TP_OK;
             }
+        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
+            if (strcmp(name, multimodal_archs[i].hf) == 0) {
+                cfg->arch = multimodal_archs[i].text_arch;
+                cfg->multimodal = 1;
+                return TP_OK;
+            }
     } else {
         key = "model_type";
         TP_CHECK(str_key(what, root, NULL, "model_type", &name));
@@ -339,6 +363,12 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
         for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
             if (strcmp(name, archs[i].model_type) == 0) {
                 cfg->arch = archs[i].arch;
+                return TP_OK;
+            }
+        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
+            if (strcmp(name, multimodal_archs[i].model_type) == 0) {
+                cfg->arch = multimodal_archs[i].text_arch;
+                cfg->multimodal = 1;
                 return TP_OK;
             }
     }
@@ -836,6 +866,52 @@ static tp_status parse_token_ids(const char *what, const json_t *root, tp_model_
                      cfg->eos_token_ids, &cfg->n_eos);
 }
 
+/* The config the text model reads, in place of *root: a multimodal checkpoint's text_config,
+ * with the top level's dtype, token ids and tying where it gives none (Gemma3Config keeps them
+ * there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
+ * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). A new reference. */
+static tp_status text_model_config(const char *what, const tp_model_config *cfg, json_t **root)
+{
+    json_t *text = *root;
+    if (cfg->multimodal) {
+        const json_t *t = json_object_get(*root, "text_config");
+        if (!json_is_object(t)) {
+            char found[128];
+            describe(t, found, sizeof found);
+            return tp_error(TP_ERR_FORMAT, "%s: %s has no text_config object (found %s): the text model's config "
+                            "goes there", what, tp_model_config_arch_name(cfg), found);
+        }
+        text = json_deep_copy(t);
+        static const char *const inherited[] = {"torch_dtype", "dtype", "bos_token_id", "eos_token_id",
+                                                "tie_word_embeddings"};
+        for (size_t i = 0; text && i < TP_ARRAY_LEN(inherited); i++) {
+            json_t *v = json_object_get(*root, inherited[i]);
+            if (v && !json_object_get(text, inherited[i]) && json_object_set(text, inherited[i], v)) {
+                json_decref(text);
+                text = NULL;
+            }
+        }
+    } else {
+        json_incref(text);
+    }
+    if (text && cfg->arch == TP_ARCH_GEMMA3) {
+        json_t *defaults = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:i}", "vocab_size", 262208,
+                                     "hidden_size", 2304, "intermediate_size", 9216, "num_hidden_layers", 26,
+                                     "num_attention_heads", 8, "num_key_value_heads", 4, "head_dim", 256,
+                                     "max_position_embeddings", 131072, "rms_norm_eps", 1e-6, "bos_token_id", 2,
+                                     "eos_token_id", 1);
+        if (!defaults || json_object_update_missing(text, defaults)) {
+            json_decref(text);
+            text = NULL;
+        }
+        json_decref(defaults);
+    }
+    if (!text) return tp_error(TP_ERR_OOM, "%s: out of memory reading the text model's config", what);
+    json_decref(*root);
+    *root = text;
+    return TP_OK;
+}
+
 // ----------------------------------------------------------------------------
 // public entry points
 
@@ -849,6 +925,7 @@ tp_status tp_model_config_parse(const char *json_text, size_t len, const char *w
     memset(&c, 0, sizeof c);
     tp_status st;
     TP_CHECK_GOTO(parse_arch(what, root, &c), st, done);
+    TP_CHECK_GOTO(text_model_config(what, &c, &root), st, done);
     TP_CHECK_GOTO(parse_shape(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_norm_and_bias(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_multipliers(what, root, &c), st, done);

@@ -53,6 +53,8 @@ typedef struct tp_rope_scaling {
 
 typedef struct tp_model_config {
     tp_arch arch;
+    int multimodal;            /* 1: the text model of a multimodal checkpoint (Gemma3ForConditionalGeneration:
+                                * config.json's text_config; the vision tower is not read) */
     int64_t hidden_size;       /* d_model */
     int64_t intermediate_size; /* MLP inner dim */
     int64_t n_layers;
@@ -109,6 +111,8 @@ typedef struct tp_generation_config {
 } tp_generation_config;
 
 const char *tp_arch_name(tp_arch arch); /* the HF architectures[] string */
+/* config.json's architecture: tp_arch_name, or the multimodal one whose text model runs */
+const char *tp_model_config_arch_name(const tp_model_config *cfg);
 /* "3 layers (2 with a sliding window of 8), yarn rope x4 over 256 positions": the layer count
  * and what differs from plain Llama (windows, rope scaling, Granite's multipliers), for logs
  * and --dry-run */

@@ -184,8 +184,7 @@ static const char *shard_name(const tp_st_file *f)
 
 static int ref_cmp(const void *a, const void *b)
 {
-    return strcmp(((const tp_weight_ref *)a)->tensor->name,
-                  ((const tp_weight_ref *)b)->tensor->name);
+    return strcmp(((const tp_weight_ref *)a)->name, ((const tp_weight_ref *)b)->name);
 }
 
 /* Every tensor of every shard, sorted; a name in two shards is an error. */
@@ -197,7 +196,8 @@ static tp_status build_refs(tp_weights *w)
     if (!w->refs) return tp_error(TP_ERR_OOM, "out of memory");
     for (size_t i = 0; i < w->n_shards; i++)
         for (size_t j = 0; j < w->shards[i].n_tensors; j++)
-            w->refs[w->n_refs++] = (tp_weight_ref){&w->shards[i], &w->shards[i].tensors[j]};
+            w->refs[w->n_refs++] = (tp_weight_ref){&w->shards[i], &w->shards[i].tensors[j],
+                                                   w->shards[i].tensors[j].name, 0};
     qsort(w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
     for (size_t i = 1; i < w->n_refs; i++) {
         if (!strcmp(w->refs[i].tensor->name, w->refs[i - 1].tensor->name))
@@ -230,6 +230,47 @@ static tp_status match_index(const tp_weights *w, json_t *map)
                             "but that shard has no such tensor", w->dir, tensor,
                             json_string_value(v));
     }
+    return TP_OK;
+}
+
+/* Where a multimodal checkpoint keeps its text model: transformers before 4.52 saved
+ * Gemma3ForConditionalGeneration's as "language_model.model.X" and "language_model.lm_head.weight"
+ * (the Hub's files), later ones as "model.language_model.X" (its conversion mapping). */
+static const struct {
+    const char *from, *to;
+} text_prefixes[] = {
+    {"language_model.model.", "model."},
+    {"model.language_model.", "model."},
+    {"language_model.lm_head.", "lm_head."},
+};
+
+/* The text model's tensors renamed to the text-only names and sorted again; where any was, the
+ * tensors left (the vision tower's, the projector's) are another part's. Two tensors of one name
+ * then (a checkpoint holding both layouts) are an error naming both. */
+static tp_status map_text_model(tp_weights *w)
+{
+    for (size_t i = 0; i < w->n_refs; i++)
+        for (size_t k = 0; k < TP_ARRAY_LEN(text_prefixes); k++) {
+            const char *name = w->refs[i].tensor->name, *from = text_prefixes[k].from;
+            if (strncmp(name, from, strlen(from)) != 0) continue;
+            char *to = malloc(strlen(text_prefixes[k].to) + strlen(name + strlen(from)) + 1);
+            if (!to) return tp_error(TP_ERR_OOM, "out of memory");
+            strcpy(to, text_prefixes[k].to);
+            strcat(to, name + strlen(from));
+            w->refs[i].name = to;
+            w->multimodal = 1;
+            break;
+        }
+    if (!w->multimodal) return TP_OK;
+    for (size_t i = 0; i < w->n_refs; i++)
+        w->refs[i].other_part = w->refs[i].name == w->refs[i].tensor->name && strcmp(w->refs[i].name, "lm_head.weight");
+    qsort(w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
+    for (size_t i = 1; i < w->n_refs; i++)
+        if (!strcmp(w->refs[i].name, w->refs[i - 1].name))
+            return tp_error(TP_ERR_FORMAT, "%s: tensors \"%.200s\" (%s) and \"%.200s\" (%s) are both the text "
+                            "model's %s: the checkpoint holds two layouts of it", w->dir, w->refs[i - 1].tensor->name,
+                            shard_name(w->refs[i - 1].file), w->refs[i].tensor->name, shard_name(w->refs[i].file),
+                            w->refs[i].name);
     return TP_OK;
 }
 
@@ -276,6 +317,7 @@ static tp_status open_index(tp_weights *w)
     if (st == TP_OK) st = build_refs(w);
     if (st == TP_OK) st = match_index(w, json_object_get(root, "weight_map"));
     if (st == TP_OK) check_total_size(w, root);
+    if (st == TP_OK) st = map_text_model(w);
     free_names(names, n);
     json_decref(root);
     return st;
@@ -296,6 +338,7 @@ tp_status tp_weights_open(const char *model_dir, tp_weights *w)
         char *names[] = {SINGLE_NAME};
         st = open_shards(w, names, 1);
         if (st == TP_OK) st = build_refs(w);
+        if (st == TP_OK) st = map_text_model(w);
     } else {
         st = tp_error(TP_ERR_IO, "%s: no weights: neither " SINGLE_NAME " nor " INDEX_NAME
                       " exists there", model_dir);
@@ -307,6 +350,8 @@ tp_status tp_weights_open(const char *model_dir, tp_weights *w)
 void tp_weights_free(tp_weights *w)
 {
     if (!w) return;
+    for (size_t i = 0; i < w->n_refs; i++)
+        if (w->refs[i].name != w->refs[i].tensor->name) free((char *)w->refs[i].name);
     for (size_t i = 0; i < w->n_shards; i++) tp_st_free(&w->shards[i]);
     free(w->shards);
     free(w->refs);
@@ -351,9 +396,7 @@ tp_status tp_weights_fingerprint(const tp_weights *w, uint64_t *fingerprint)
 const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name)
 {
     if (!w->n_refs) return NULL;
-    tp_weight_ref key_ref;
-    tp_st_tensor key = {.name = (char *)name};
-    key_ref.tensor = &key;
+    tp_weight_ref key_ref = {.name = name};
     return bsearch(&key_ref, w->refs, w->n_refs, sizeof *w->refs, ref_cmp);
 }
 
@@ -378,7 +421,7 @@ tp_status tp_weights_check(const tp_weights *w, const char *name, int64_t full_r
     tp_dtype dt;
     if (!tp_st_dtype_to_dtype(ref->tensor->dtype, &dt) || dt == TP_DTYPE_I32)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; tpinfer loads F32, F16 and BF16 weights",
-                        ref->file->path, name, tp_st_dtype_name(ref->tensor->dtype));
+                        ref->file->path, ref->tensor->name, tp_st_dtype_name(ref->tensor->dtype));
     int64_t rows, cols;
     view_2d(ref->tensor, &rows, &cols);
     const int want_rank = full_cols == 1 ? 1 : 2;
@@ -386,7 +429,8 @@ tp_status tp_weights_check(const tp_weights *w, const char *name, int64_t full_r
         return tp_error(TP_ERR_FORMAT,
                         "%s: tensor %s has %d-D shape %" PRId64 " x %" PRId64 " but config.json implies %d-D %" PRId64
                         " x %" PRId64 " (does config.json belong to these weights?)",
-                        ref->file->path, name, ref->tensor->rank, rows, cols, want_rank, full_rows, full_cols);
+                        ref->file->path, ref->tensor->name, ref->tensor->rank, rows, cols, want_rank, full_rows,
+                        full_cols);
     if (dtype) *dtype = dt;
     return TP_OK;
 }

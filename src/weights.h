@@ -1,7 +1,8 @@
 /*
  * weights.h: a Hugging Face model directory's weights: one model.safetensors, or the
  * shards that model.safetensors.index.json names. Shard names are checked to stay inside
- * the directory, and every tensor must be found exactly once.
+ * the directory, and every tensor must be found exactly once. A multimodal checkpoint's
+ * text model (Gemma3ForConditionalGeneration's) is found under the text-only names.
  */
 #ifndef TP_WEIGHTS_H
 #define TP_WEIGHTS_H
@@ -15,6 +16,9 @@ extern "C" {
 typedef struct tp_weight_ref {
     const tp_st_file *file;
     const tp_st_tensor *tensor;
+    const char *name; /* what tpinfer finds it by: tensor->name, less a multimodal checkpoint's
+                       * text-model prefix ("language_model.model.X" is "model.X") */
+    int other_part;   /* a multimodal checkpoint's vision tower or projector: never read */
 } tp_weight_ref;
 
 typedef struct tp_weights {
@@ -24,6 +28,7 @@ typedef struct tp_weights {
     tp_weight_ref *refs; /* every tensor of every shard, sorted by name */
     size_t n_refs;
     int from_index;      /* 1 when model.safetensors.index.json was used */
+    int multimodal;      /* 1 when the text model's tensors carry a multimodal checkpoint's prefix */
 } tp_weights;
 
 /* Precedence: the index when present (a warning if model.safetensors is there too),
@@ -41,7 +46,7 @@ tp_status tp_weights_parse_index(const char *json_text, size_t len, const char *
  * of 4 KiB spread over its data (another checkpoint of the same shapes differs in each). */
 tp_status tp_weights_fingerprint(const tp_weights *w, uint64_t *fingerprint);
 
-/* NULL if absent. */
+/* By its text-only name (tp_weight_ref.name); NULL if absent. */
 const tp_weight_ref *tp_weights_find(const tp_weights *w, const char *name);
 
 /* Whether the named tensor is there with a dtype tpinfer loads (F32, F16, BF16) and the

@@ -263,6 +263,16 @@ static const char *const phi3_base =
 
 /* Gemma 3 1B's config.json as downloaded (transformers 4.50's keys), scaled down to 7 layers so
  * that sliding_window_pattern 6 leaves layer 5 full */
+#define GEMMA3_4B                                                                                                  \
+    "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"boi_token_index\":255999,\"eoi_token_index\":256000," \
+    "\"eos_token_id\":[1,106],\"image_token_index\":262144,\"initializer_range\":0.02,\"mm_tokens_per_image\":256,"    \
+    "\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":2560,\"intermediate_size\":10240,"                   \
+    "\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,\"rope_scaling\":{\"factor\":8.0,\"rope_type\":"       \
+    "\"linear\"},\"sliding_window\":1024},\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.50.0.dev0\","   \
+    "\"vision_config\":{\"hidden_size\":1152,\"image_size\":896,\"intermediate_size\":4304,\"model_type\":"         \
+    "\"siglip_vision_model\",\"num_attention_heads\":16,\"num_hidden_layers\":27,\"patch_size\":14,"                 \
+    "\"vision_use_head\":false}}"
+
 static const char *const gemma3_base =
     "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":1152,"
     "\"intermediate_size\":6912,\"num_hidden_layers\":7,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
@@ -408,6 +418,39 @@ static void check_gemma1(const tp_model_config *c)
     ck_assert_double_eq(c->attention_multiplier, 0);
     ck_assert_double_eq(c->attn_softcap, 0);
     check_window(c, 0, "000");
+}
+/* google/gemma-3-4b-it's config.json: Gemma3ForConditionalGeneration, whose text_config gives only
+ * what differs from Gemma3TextConfig's defaults; the dtype and eos ids at the top level */
+static void check_gemma3_4b(const tp_model_config *c)
+{
+    ck_assert(c->arch == TP_ARCH_GEMMA3 && c->multimodal);
+    ck_assert_str_eq(tp_model_config_arch_name(c), "Gemma3ForConditionalGeneration");
+    ck_assert(c->hidden_size == 2560 && c->intermediate_size == 10240 && c->n_layers == 34);
+    ck_assert(c->n_heads == 8 && c->n_kv_heads == 4 && c->head_dim == 256);
+    ck_assert(c->vocab_size == 262208 && c->max_position_embeddings == 131072);
+    ck_assert_double_eq(c->rms_norm_eps, 1e-6);
+    ck_assert_double_eq_tol(c->attention_multiplier, 1.0 / 16, 1e-15);
+    ck_assert_double_eq_tol(c->embedding_multiplier, sqrt(2560.0), 1e-12);
+    ck_assert(c->tie_word_embeddings && c->qk_norm && c->gemma_norms && c->block_output_norms);
+    ck_assert_int_eq(c->sliding_window, 1024);
+    for (int i = 0; i < 34; i++) {
+        ck_assert_msg(c->sliding_layer[i] == ((i + 1) % 6 != 0), "layer %d slides", i);
+        ck_assert_int_eq(c->local_rope[i], c->sliding_layer[i]);
+    }
+    ck_assert_double_eq(c->rope_theta, 1e6);
+    ck_assert_double_eq(c->rope_local_theta, 1e4);
+    ck_assert_int_eq(c->rope_scaling.type, TP_ROPE_LINEAR);
+    ck_assert_double_eq(c->rope_scaling.factor, 8.0);
+    ck_assert_int_eq(c->torch_dtype, TP_DTYPE_BF16);
+    ck_assert_int_eq(c->bos_token_id, 2);
+    ck_assert_int_eq(c->n_eos, 2);
+    ck_assert(c->eos_token_ids[0] == 1 && c->eos_token_ids[1] == 106);
+}
+/* the text_config's own values win over the top level's */
+static void check_gemma3_mm_own(const tp_model_config *c)
+{
+    ck_assert(c->multimodal && c->torch_dtype == TP_DTYPE_F32 && c->n_eos == 1 && c->eos_token_ids[0] == 7);
+    ck_assert(!c->tie_word_embeddings);
 }
 static void check_gemma2_no_caps(const tp_model_config *c) { check_gemma2(c, 0, 0); }
 static void check_gemma2_default_attn_cap(const tp_model_config *c) { check_gemma2(c, 50, 0); }
@@ -566,7 +609,7 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
      "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
+     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its text model))",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -775,6 +818,21 @@ static const cfg_case cfg_cases[] = {
      check_gemma3_caps},
     {gemma3_base, NULL, "{\"final_logit_softcapping\":-1}", NULL, TP_ERR_FORMAT,
      "final_logit_softcapping must be a finite number > 0", NULL},
+    /* Gemma 3's text model in Gemma3ForConditionalGeneration (the Hub's 4B, 12B, 27B) */
+    {NULL, NULL, NULL, GEMMA3_4B, TP_OK, NULL, check_gemma3_4b},
+    {NULL, NULL, NULL,
+     "{\"model_type\":\"gemma3\",\"torch_dtype\":\"bfloat16\",\"eos_token_id\":[1,106],\"tie_word_embeddings\":true,"
+     "\"text_config\":{\"torch_dtype\":\"float32\",\"eos_token_id\":7,\"tie_word_embeddings\":false}}", TP_OK, NULL,
+     check_gemma3_mm_own},
+    {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\"}",
+     TP_ERR_FORMAT, "Gemma3ForConditionalGeneration has no text_config object (found nothing): the text model's config "
+     "goes there", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"text_config\":[1]}",
+     TP_ERR_FORMAT, "has no text_config object (found an array)", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"text_config\":{\"head_dim\":7}}",
+     TP_ERR_FORMAT, "head_dim 7 must be even", NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"text_config\":{}}",
+     TP_ERR_UNSUPPORTED, "Gemma3ForConditionalGeneration (its text model))", NULL},
     /* Gemma 1 (GemmaForCausalLM): its config's hidden_act, "gelu" meaning the tanh form */
     {gemma3_base, "model_type", "{\"architectures\":[\"GemmaForCausalLM\"],\"hidden_act\":\"gelu\",\"num_hidden_layers\":3}",
      NULL, TP_OK, NULL, check_gemma1},

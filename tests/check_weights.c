@@ -234,8 +234,11 @@ static void check_ok(const dir_case *c, const tp_weights *w, const char *dir)
     ck_assert_uint_eq(w->n_shards, c->n_shards);
     ck_assert_uint_eq(w->n_refs, c->n_refs);
     ck_assert_int_eq(w->from_index, c->index != NULL);
+    ck_assert_int_eq(w->multimodal, 0);
     for (size_t i = 0; i < w->n_refs; i++) {
         const char *name = w->refs[i].tensor->name;
+        ck_assert_ptr_eq(w->refs[i].name, name); /* found by the stored name */
+        ck_assert_int_eq(w->refs[i].other_part, 0);
         ck_assert_ptr_eq(tp_weights_find(w, name), &w->refs[i]);
         if (i) ck_assert_int_lt(strcmp(w->refs[i - 1].tensor->name, name), 0);
         float v[2];
@@ -285,6 +288,76 @@ START_TEST(test_dir_case)
     free(out);
     stb_rmtree(dir);
     free(dir);
+}
+END_TEST
+
+/* Open dir's weights, expecting st (and, for an error, msg in its message). */
+static void open_expect(const char *dir, tp_weights *w, tp_status st, const char *msg)
+{
+    tp_error_clear();
+    tp_status got = tp_weights_open(dir, w);
+    ck_assert_msg(got == st, "status %s, want %s (%s)", tp_status_str(got), tp_status_str(st), tp_error_message());
+    if (msg) ck_assert_msg(strstr(tp_error_message(), msg), "message lacks \"%s\": %s", msg, tp_error_message());
+}
+
+/* A multimodal checkpoint's text model (Gemma3ForConditionalGeneration's) is found under the
+ * text-only names, in the Hub's layout (language_model.model.X, language_model.lm_head) and in
+ * transformers >= 4.52's (model.language_model.X); the vision tower's and projector's tensors
+ * are another part's; a checkpoint holding the text model in both layouts is refused. */
+START_TEST(test_multimodal_names)
+{
+    static const struct {
+        const char *stored, *found; /* found NULL: another part's, found by its stored name */
+    } hub[] = {{"language_model.model.embed_tokens.weight", "model.embed_tokens.weight"},
+               {"language_model.model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.down_proj.weight"},
+               {"language_model.lm_head.weight", "lm_head.weight"},
+               {"vision_tower.vision_model.post_layernorm.weight", NULL},
+               {"multi_modal_projector.mm_input_projection_weight", NULL}},
+      newer[] = {{"model.language_model.norm.weight", "model.norm.weight"},
+                 {"lm_head.weight", "lm_head.weight"},
+                 {"model.vision_tower.vision_model.post_layernorm.weight", NULL}};
+    char *dir = stb_tmpdir();
+    write_shards(dir, "s1.safetensors=language_model.model.embed_tokens.weight,"
+                      "language_model.model.layers.0.mlp.down_proj.weight,vision_tower.vision_model.post_layernorm.weight;"
+                      "s2.safetensors=multi_modal_projector.mm_input_projection_weight,language_model.lm_head.weight");
+    write_index(dir, "{'weight_map':{'language_model.model.embed_tokens.weight':'s1.safetensors',"
+                     "'language_model.model.layers.0.mlp.down_proj.weight':'s1.safetensors',"
+                     "'vision_tower.vision_model.post_layernorm.weight':'s1.safetensors',"
+                     "'multi_modal_projector.mm_input_projection_weight':'s2.safetensors',"
+                     "'language_model.lm_head.weight':'s2.safetensors'}}");
+    char *single = stb_tmpdir();
+    write_shard(single, "model.safetensors",
+                "model.language_model.norm.weight,lm_head.weight,model.vision_tower.vision_model.post_layernorm.weight");
+    for (int layout = 0; layout < 2; layout++) {
+        tp_weights w;
+        open_expect(layout ? single : dir, &w, TP_OK, NULL);
+        ck_assert_int_eq(w.multimodal, 1);
+        const size_t n = layout ? sizeof newer / sizeof newer[0] : sizeof hub / sizeof hub[0];
+        ck_assert_uint_eq(w.n_refs, n);
+        for (size_t i = 1; i < w.n_refs; i++) ck_assert_int_lt(strcmp(w.refs[i - 1].name, w.refs[i].name), 0);
+        for (size_t i = 0; i < n; i++) {
+            const char *stored = layout ? newer[i].stored : hub[i].stored, *found = layout ? newer[i].found : hub[i].found;
+            const tp_weight_ref *r = tp_weights_find(&w, found ? found : stored);
+            ck_assert_msg(r && !strcmp(r->tensor->name, stored), "%s is not found as %s", stored, found ? found : stored);
+            ck_assert_int_eq(r->other_part, found == NULL);
+            if (found && strcmp(found, stored)) ck_assert_ptr_null(tp_weights_find(&w, stored));
+            float v[2];
+            ck_assert_int_eq(tp_weights_read_slice(&w, found ? found : stored, (tp_slice){0, 2, 0, 1}, TP_DTYPE_F32, v),
+                             TP_OK);
+            ck_assert_float_eq(v[1], tensor_value(stored, 1));
+        }
+        tp_weights_free(&w);
+    }
+    stb_rmtree(dir);
+    stb_rmtree(single);
+    ck_assert_int_eq(mkdir(single, 0700), 0);
+    write_shard(single, "model.safetensors", "language_model.model.norm.weight,model.language_model.norm.weight");
+    tp_weights w;
+    open_expect(single, &w, TP_ERR_FORMAT, "tensors \"language_model.model.norm.weight\" (model.safetensors) and "
+                "\"model.language_model.norm.weight\" (model.safetensors) are both the text model's model.norm.weight");
+    stb_rmtree(single);
+    free(dir);
+    free(single);
 }
 END_TEST
 
@@ -451,6 +524,7 @@ static Suite *weights_suite(void)
     tcase_add_loop_test(tc, test_dir_case, 0, (int)(sizeof dir_cases / sizeof dir_cases[0]));
     tcase_add_test(tc, test_parse_index);
     tcase_add_test(tc, test_hub_cache_snapshot);
+    tcase_add_test(tc, test_multimodal_names);
     tcase_add_test(tc, test_missing_dir);
     suite_add_tcase(s, tc);
     tc = tcase_create("shared");

@@ -4,7 +4,8 @@
 # with settings added to its config.json (the overrides are in the reference's metadata):
 # sliding-window attention (Mistral's on every layer, Qwen2's on some), YaRN rope scaling,
 # Granite's multipliers (tied embeddings and not), Gemma 3, Gemma 2 with soft-capping and Gemma 1
-# (tiny-qwen3 converted by tests/gemma_checkpoint.py: the reference's metadata says "convert").
+# (tiny-qwen3 converted by tests/gemma_checkpoint.py: the reference's metadata says "convert"),
+# and Gemma 3 as the text model of a Gemma3ForConditionalGeneration checkpoint (both layouts).
 # Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
 # and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,
 # some out of the window) and with two prompts that share a prefix (the second reads the
@@ -26,7 +27,7 @@ for ref in "$top_srcdir"/tests/data/variants/*.safetensors; do
     mpi 3 "$TPINFER" --model "$dir" --pp 3 --dry-run >"$TMP/dry" 2>&1 || { cat "$TMP/dry"; fail "$name: --dry-run"; }
     said=$(grep -o 'layers *\[[0-9], [0-9])[^(]*(1 of them a sliding window of [0-9]*)' "$TMP/dry" |
            sed 's/layers *\[\([0-9]\).*window of \([0-9]*\))/\1:\2 /' | tr -d '\n')
-    want=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); w = c.get("sliding_window")
+    want=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); c = c.get("text_config", c); w = c.get("sliding_window")
 gemma = c["model_type"] in ("gemma2", "gemma3_text")
 on = w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or c.get("use_sliding_window") or gemma)
 first = 0 if c["model_type"] == "mistral" else c.get("max_window_layers", 28)
@@ -36,14 +37,15 @@ slides = lambda i: types[i] == "sliding_attention" if gemma else i >= first
 print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and slides(i)))' "$dir/config.json")
     [ "$said" = "$want" ] || { cat "$TMP/dry"; fail "$name: --dry-run names the sliding layers $said, want $want"; }
     # and the model's description (the load's info line, the dry run's total) says what differs
-    described=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); L = c["num_hidden_layers"]
+    described=$("$PYTHON3" -c 'import json, sys; top = json.load(open(sys.argv[1])); c = top.get("text_config", top)
+L = c["num_hidden_layers"]
 w = c.get("sliding_window"); r = c.get("rope_scaling") or {}
 every = 2 if c["model_type"] == "gemma2" else c.get("sliding_window_pattern", 6)
 types = c.get("layer_types") or ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(L)]
 on = [i for i in range(L) if w and w < c["max_position_embeddings"] and (c["model_type"] == "mistral" or
       (c.get("use_sliding_window") and i >= c.get("max_window_layers", 28)) or
       (c["model_type"] in ("gemma2", "gemma3_text") and types[i] == "sliding_attention"))]
-d = "%s, %d layers" % (c["architectures"][0], L)
+d = "%s, %d layers" % (top["architectures"][0], L)
 d += " (all with a sliding window of %d)" % w if len(on) == L else " (%d with a sliding window of %d)" % (len(on), w) if on else ""
 if r.get("rope_type") == "yarn":
     d += ", yarn rope x%g over %d positions" % (r["factor"], r["original_max_position_embeddings"])
@@ -51,20 +53,30 @@ if c["model_type"] == "granite":
     d += ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g" % tuple(c.get(k, 1.0) for k in
          ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"))
 if c["model_type"] == "gemma3_text":
-    d += ", rope base %g (%g on the sliding layers), attention scale %g" % (c["rope_theta"], c["rope_local_base_freq"],
-                                                                          c["query_pre_attn_scalar"] ** -0.5)
+    d += ", rope base %g (%g on the sliding layers), attention scale %g" % (
+        c.get("rope_theta", 1e6), c.get("rope_local_base_freq", 1e4), c["query_pre_attn_scalar"] ** -0.5)
 if c["model_type"] == "gemma2":
     d += ", attention scale %g, soft-capping: attention %g, logits %g" % (
         c["query_pre_attn_scalar"] ** -0.5, c["attn_logit_softcapping"], c["final_logit_softcapping"])
 print(d)' "$dir/config.json")
-    for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5"; do
+    # a multimodal checkpoint's text model: the same in transformers >= 4.52's layout too
+    # (model.language_model.X) at one grid
+    layouts=
+    if grep -q '"gemma3-mm"' "$ref"; then
+        "$PYTHON3" "$top_srcdir/tests/variant_model.py" "$ref" "$MODELS" "$TMP/$name-mm5" gemma3-mm5 >/dev/null ||
+            fail "$name: making its model directory in the newer layout"
+        layouts="mm5:2:3"
+    fi
+    for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5" $layouts; do
+        model=$dir
+        case $run in mm5:*) model=$TMP/$name-mm5 run=$(echo "${run#mm5:}" | tr : ' ') ;; esac
         set -- $run
         tp=$1 pp=$2; shift 2
-        out="$TMP/$name-$tp-$pp-$#"
-        mpi $((tp * pp)) "$TPINFER" --model "$dir" --tp "$tp" --pp "$pp" --backend cpu "$@" \
+        out="$TMP/$name-$tp-$pp-$#${model#"$dir"}"
+        mpi $((tp * pp)) "$TPINFER" --model "$model" --tp "$tp" --pp "$pp" --backend cpu "$@" \
             --input "$TMP/$name.jsonl" --output "$out.jsonl" --dump-logits "$out" 2>"$TMP/err" ||
             { cat "$TMP/err"; fail "$name tp $tp pp $pp $*: tpinfer exited non-zero"; }
-        echo "== $name tp $tp pp $pp $*"
+        echo "== $name tp $tp pp $pp $*${model#"$dir"}"
         grep -qF "of weights ($described)" "$TMP/err" ||
             { grep loaded "$TMP/err"; fail "$name: the load's info line does not say ($described)"; }
         "$cmp" "$ref" "$out" || fail "$name tp $tp pp $pp $*: logits or ids differ from Hugging Face"

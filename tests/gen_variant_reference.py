@@ -66,11 +66,19 @@ VARIANTS = {
                             "gemma2"),
     # Gemma 1 (the same, Llama's layout): norms of 1 + weight, GeLU by its legacy name "gelu"
     "gemma1": ("tiny-qwen3", {}, "gemma"),
+    # gemma3-window8 as the text model of a Gemma3ForConditionalGeneration checkpoint (the Hub's
+    # layout, a tiny vision tower beside it), run by that class on text alone
+    "gemma3-mm-window8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
+                                         "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+                          "gemma3-mm"),
 }
 
 
 def load(d):
-    m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    with open(os.path.join(d, "config.json")) as f:
+        multimodal = "text_config" in json.load(f)
+    cls = transformers.Gemma3ForConditionalGeneration if multimodal else transformers.AutoModelForCausalLM
+    m = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
     return m.eval()
 
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""usage: variant_model.py REF MODELS OUT
+"""usage: variant_model.py REF MODELS OUT [CONVERT]
 
 The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
 tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
 in MODELS (the reference's metadata names it) and config.json with the reference's overrides;
-where the metadata names a conversion ("gemma", "gemma2", "gemma3": tests/gemma_checkpoint.py), OUT
-is the base model converted, then overridden. Prints the base model's directory. gen_variant_reference.py
+where the metadata names a conversion ("gemma", "gemma2", "gemma3", "gemma3-mm":
+tests/gemma_checkpoint.py), OUT is the base model converted, then overridden (a multimodal
+config.json's text_config). Prints the base model's directory. gen_variant_reference.py
 makes its directories with make_dir."""
 import json
 import os
@@ -15,9 +16,9 @@ import sys
 
 def make_dir(src, overrides, out, convert=None):
     """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES; with
-    CONVERT ("gemma", "gemma2", "gemma3"), SRC converted (gemma_checkpoint.py), then its config.json
+    CONVERT ("gemma", "gemma2", "gemma3", "gemma3-mm", "gemma3-mm5"), SRC converted (gemma_checkpoint.py), then its config.json
     updated"""
-    if convert in ("gemma", "gemma2", "gemma3"):
+    if convert in ("gemma", "gemma2", "gemma3", "gemma3-mm", "gemma3-mm5"):
         from gemma_checkpoint import convert as to_gemma
         to_gemma(src, out, convert)
         src = out
@@ -30,7 +31,7 @@ def make_dir(src, overrides, out, convert=None):
                 os.symlink(os.path.join(src, name), os.path.join(out, name))
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    cfg.update(overrides)
+    cfg.get("text_config", cfg).update(overrides)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f)
 
@@ -40,7 +41,10 @@ def main():
     with open(ref, "rb") as f:
         meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
     src = os.path.join(models, meta["model"])
-    make_dir(src, json.loads(meta["config_overrides"]), out, meta.get("convert"))
+    convert = meta.get("convert")
+    if len(sys.argv) > 4:  # the same model in another conversion's layout (gemma3-mm5 for gemma3-mm)
+        convert = sys.argv[4]
+    make_dir(src, json.loads(meta["config_overrides"]), out, convert)
     print(src)
 
 
