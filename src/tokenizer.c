@@ -677,7 +677,7 @@ tp_status tp_tokenizer_load(const char *model_dir, tp_tokenizer **out)
 {
     *out = NULL;
     char *tpath = tp_path_join(model_dir, "tokenizer.json");
-    char *cpath = tp_path_join(model_dir, "tokenizer_config.json");
+    char *cpath = tp_path_join(model_dir, "tokenizer_config.json"), *jpath = NULL;
     char *tj = NULL, *cj = NULL;
     size_t tl = 0, cl = 0;
     tp_status st = TP_OK;
@@ -694,9 +694,30 @@ tp_status tp_tokenizer_load(const char *model_dir, tp_tokenizer **out)
     TP_CHECK_GOTO(tp_read_file(tpath, MAX_TOKENIZER_JSON, &tj, &tl), st, done);
     if (stat(cpath, &sb) == 0) TP_CHECK_GOTO(tp_read_file(cpath, MAX_CONFIG_JSON, &cj, &cl), st, done);
     st = tp_tokenizer_load_json(tj, tl, cj, cl, out);
+    /* transformers >= 4.52 saves the template as chat_template.jinja, no longer in
+     * tokenizer_config.json; where that file is, its template wins, as transformers reads it */
+    if (st == TP_OK && !(jpath = tp_path_join(model_dir, "chat_template.jinja"))) st = tp_error(TP_ERR_OOM, "out of memory");
+    if (st == TP_OK && stat(jpath, &sb) == 0) {
+        char *jinja = NULL;
+        size_t jl;
+        st = tp_read_file(jpath, MAX_CONFIG_JSON, &jinja, &jl);
+        if (st == TP_OK && strlen(jinja) != jl)
+            st = tp_error(TP_ERR_FORMAT, "%s: a NUL byte at offset %zu: a chat template is text", jpath, strlen(jinja));
+        if (st == TP_OK) {
+            free((*out)->chat_template);
+            (*out)->chat_template = jinja;
+            jinja = NULL;
+        }
+        free(jinja);
+        if (st != TP_OK) {
+            tp_tokenizer_destroy(*out);
+            *out = NULL;
+        }
+    }
 done:
     free(tpath);
     free(cpath);
+    free(jpath);
     free(tj);
     free(cj);
     return st;

@@ -56,6 +56,35 @@ ref = json.load(open(sys.argv[1]))["chat"]
 out = json.loads(open(sys.argv[2]).readline())
 assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
 PY
+# the template as transformers >= 4.52 saves it: chat_template.jinja (none in tokenizer_config.json)
+# renders the same; where both are, the file's wins (as transformers reads them); neither: the
+# request's error record says so
+for how in jinja both none; do
+    m=$TMP/qw-$how
+    mkdir -p "$m"
+    for f in "$qw"/*; do [ "$(basename "$f")" = tokenizer_config.json ] || ln -sf "$f" "$m/"; done
+    py "$qw/tokenizer_config.json" "$m" "$how" <<'PY'
+import json, os, sys
+cfg = json.load(open(sys.argv[1]))
+template = cfg.pop("chat_template") if sys.argv[3] != "both" else "{{ 'Zebra zebra zebra' }}" + cfg["chat_template"]
+json.dump(cfg, open(os.path.join(sys.argv[2], "tokenizer_config.json"), "w"))
+if sys.argv[3] != "none":
+    open(os.path.join(sys.argv[2], "chat_template.jinja"), "w").write(template)
+PY
+    "$TPINFER" --model "$m" --input "$TMP/chat.jsonl" --output "$TMP/chat-$how.out" 2>"$TMP/err" ||
+        [ $how = none ] || { cat "$TMP/err"; fail "chat ($how)"; }
+    py "$qw/reference/tokens.json" "$TMP/chat-$how.out" "$how" <<'PY' || fail "chat_template.jinja ($how): $(cat "$TMP/chat-$how.out")"
+import json, sys
+ref = json.load(open(sys.argv[1]))["chat"]
+out = json.loads(open(sys.argv[2]).readline())
+if sys.argv[3] == "none":
+    assert "neither chat_template.jinja nor tokenizer_config.json's chat_template" in out["message"], out
+elif sys.argv[3] == "both":
+    assert out["usage"]["prompt_tokens"] > len(ref["ids"]), (out["usage"], len(ref["ids"]))
+else:
+    assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
+PY
+done
 
 # 3. JSONL on stories260K: stop strings, stop_token_ids, n, prompt_logprobs, TRT-LLM lines
 cat >"$TMP/jsonl.jsonl" <<'EOF2'
