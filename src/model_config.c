@@ -45,19 +45,23 @@ static const struct {
 };
 
 /* Multimodal checkpoints whose text model tpinfer runs: config.json's text_config is that
- * model's config, the text architecture's (the weights' names: weights.c) */
+ * model's config, of the architecture its model_type names (text_arch where it names none; the
+ * weights' names: weights.c). Not those whose text model reads images' positions or attends both
+ * ways over the prompt (Qwen2-VL's M-RoPE, PaliGemma's prefix). */
 static const struct {
     const char *hf, *model_type;
     tp_arch text_arch;
 } multimodal_archs[] = {
     {"Gemma3ForConditionalGeneration", "gemma3", TP_ARCH_GEMMA3},
+    {"Mistral3ForConditionalGeneration", "mistral3", TP_ARCH_MISTRAL},
 };
 
 static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA || a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
+#define SUPPORTED_TEXT_TYPES "llama, mistral, qwen2, qwen3, phi3, granite, gemma, gemma2, gemma3_text"
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "                 \
-    "Gemma3ForConditionalGeneration (its text model)"
+    "Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their text models)"
 
 const char *tp_arch_name(tp_arch arch)
 {
@@ -68,9 +72,8 @@ const char *tp_arch_name(tp_arch arch)
 
 const char *tp_model_config_arch_name(const tp_model_config *cfg)
 {
-    if (cfg->multimodal)
-        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
-            if (multimodal_archs[i].text_arch == cfg->arch) return multimodal_archs[i].hf;
+    if (cfg->multimodal > 0 && (size_t)cfg->multimodal <= TP_ARRAY_LEN(multimodal_archs))
+        return multimodal_archs[cfg->multimodal - 1].hf;
     return tp_arch_name(cfg->arch);
 }
 
@@ -350,7 +353,7 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
         for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
             if (strcmp(name, multimodal_archs[i].hf) == 0) {
                 cfg->arch = multimodal_archs[i].text_arch;
-                cfg->multimodal = 1;
+                cfg->multimodal = (int)i + 1;
                 return TP_OK;
             }
     } else {
@@ -368,7 +371,7 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
         for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
             if (strcmp(name, multimodal_archs[i].model_type) == 0) {
                 cfg->arch = multimodal_archs[i].text_arch;
-                cfg->multimodal = 1;
+                cfg->multimodal = (int)i + 1;
                 return TP_OK;
             }
     }
@@ -870,7 +873,7 @@ static tp_status parse_token_ids(const char *what, const json_t *root, tp_model_
  * with the top level's dtype, token ids and tying where it gives none (Gemma3Config keeps them
  * there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
  * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). A new reference. */
-static tp_status text_model_config(const char *what, const tp_model_config *cfg, json_t **root)
+static tp_status text_model_config(const char *what, tp_model_config *cfg, json_t **root)
 {
     json_t *text = *root;
     if (cfg->multimodal) {
@@ -880,6 +883,17 @@ static tp_status text_model_config(const char *what, const tp_model_config *cfg,
             describe(t, found, sizeof found);
             return tp_error(TP_ERR_FORMAT, "%s: %s has no text_config object (found %s): the text model's config "
                             "goes there", what, tp_model_config_arch_name(cfg), found);
+        }
+        const char *type;
+        TP_CHECK(str_key(what, t, "text_config", "model_type", &type));
+        if (type) {
+            size_t i = 0;
+            while (i < TP_ARRAY_LEN(archs) && strcmp(type, archs[i].model_type) != 0) i++;
+            if (i == TP_ARRAY_LEN(archs))
+                return tp_error(TP_ERR_UNSUPPORTED, "%s: text_config.model_type is \"%.64s\", which tpinfer does not run "
+                                "as %s's text model (supported: " SUPPORTED_TEXT_TYPES ")", what, type,
+                                tp_model_config_arch_name(cfg));
+            cfg->arch = archs[i].arch;
         }
         text = json_deep_copy(t);
         static const char *const inherited[] = {"torch_dtype", "dtype", "bos_token_id", "eos_token_id",

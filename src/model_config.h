@@ -53,8 +53,9 @@ typedef struct tp_rope_scaling {
 
 typedef struct tp_model_config {
     tp_arch arch;
-    int multimodal;            /* 1: the text model of a multimodal checkpoint (Gemma3ForConditionalGeneration:
-                                * config.json's text_config; the vision tower is not read) */
+    int multimodal;            /* > 0: the text model of a multimodal checkpoint (Gemma3ForConditionalGeneration,
+                                * Mistral3ForConditionalGeneration: config.json's text_config; the vision
+                                * tower is not read); which one, for tp_model_config_arch_name */
     int64_t hidden_size;       /* d_model */
     int64_t intermediate_size; /* MLP inner dim */
     int64_t n_layers;

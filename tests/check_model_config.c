@@ -273,6 +273,18 @@ static const char *const phi3_base =
     "\"siglip_vision_model\",\"num_attention_heads\":16,\"num_hidden_layers\":27,\"patch_size\":14,"                 \
     "\"vision_use_head\":false}}"
 
+#define MISTRAL_SMALL_31                                                                                           \
+    "{\"architectures\":[\"Mistral3ForConditionalGeneration\"],\"image_token_index\":10,\"model_type\":\"mistral3\"," \
+    "\"multimodal_projector_bias\":false,\"projector_hidden_act\":\"gelu\",\"spatial_merge_size\":2,"                 \
+    "\"text_config\":{\"attention_dropout\":0.0,\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":5120,"     \
+    "\"initializer_range\":0.02,\"intermediate_size\":32768,\"max_position_embeddings\":131072,\"model_type\":"       \
+    "\"mistral\",\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,\"rms_norm_eps\":"   \
+    "1e-05,\"rope_theta\":1000000000.0,\"sliding_window\":null,\"use_cache\":true,\"vocab_size\":131072},"           \
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.50.0.dev0\",\"vision_config\":{\"head_dim\":64,"     \
+    "\"hidden_act\":\"silu\",\"hidden_size\":1024,\"image_size\":1540,\"intermediate_size\":4096,\"model_type\":"   \
+    "\"pixtral\",\"num_attention_heads\":16,\"num_hidden_layers\":24,\"patch_size\":14,\"rope_theta\":10000.0},"    \
+    "\"vision_feature_layer\":-1}"
+
 static const char *const gemma3_base =
     "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":1152,"
     "\"intermediate_size\":6912,\"num_hidden_layers\":7,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
@@ -446,6 +458,26 @@ static void check_gemma3_4b(const tp_model_config *c)
     ck_assert_int_eq(c->n_eos, 2);
     ck_assert(c->eos_token_ids[0] == 1 && c->eos_token_ids[1] == 106);
 }
+/* mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json: Mistral3ForConditionalGeneration,
+ * its text model a Mistral with a rope base of 1e9, untied, no window */
+static void check_mistral3(const tp_model_config *c)
+{
+    ck_assert(c->arch == TP_ARCH_MISTRAL && c->multimodal);
+    ck_assert_str_eq(tp_model_config_arch_name(c), "Mistral3ForConditionalGeneration");
+    ck_assert(c->hidden_size == 5120 && c->intermediate_size == 32768 && c->n_layers == 40);
+    ck_assert(c->n_heads == 32 && c->n_kv_heads == 8 && c->head_dim == 128 && c->vocab_size == 131072);
+    ck_assert_double_eq(c->rope_theta, 1e9);
+    ck_assert_double_eq(c->rms_norm_eps, 1e-5);
+    ck_assert(!c->tie_word_embeddings && !c->gemma_norms && c->sliding_window == 0 && c->mlp_act == TP_ACT_SILU);
+    ck_assert_int_eq(c->torch_dtype, TP_DTYPE_BF16);
+    ck_assert_int_eq(c->n_eos, 0);
+}
+/* a text_config of another supported type: that architecture */
+static void check_mistral3_llama(const tp_model_config *c)
+{
+    ck_assert(c->arch == TP_ARCH_LLAMA && c->multimodal);
+    ck_assert_str_eq(tp_model_config_arch_name(c), "Mistral3ForConditionalGeneration");
+}
 /* the text_config's own values win over the top level's */
 static void check_gemma3_mm_own(const tp_model_config *c)
 {
@@ -609,7 +641,7 @@ static const cfg_case cfg_cases[] = {
     {llama_base, NULL, "{\"architectures\":[\"GPT2LMHeadModel\"]}", NULL, TP_ERR_UNSUPPORTED,
      "architectures[0] is the string \"GPT2LMHeadModel\", which tpinfer does not run "
      "(supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its text model))",
+     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their text models))",
      NULL},
     {llama_base, NULL, "{\"architectures\":[\"Qwen3MoeForCausalLM\"]}", NULL, TP_ERR_UNSUPPORTED,
      "Qwen3MoeForCausalLM", NULL},
@@ -824,6 +856,16 @@ static const cfg_case cfg_cases[] = {
      "{\"model_type\":\"gemma3\",\"torch_dtype\":\"bfloat16\",\"eos_token_id\":[1,106],\"tie_word_embeddings\":true,"
      "\"text_config\":{\"torch_dtype\":\"float32\",\"eos_token_id\":7,\"tie_word_embeddings\":false}}", TP_OK, NULL,
      check_gemma3_mm_own},
+    /* Mistral 3's (Mistral Small 3.1 and 3.2) */
+    {NULL, NULL, NULL, MISTRAL_SMALL_31, TP_OK, NULL, check_mistral3},
+    {NULL, NULL, NULL,
+     "{\"model_type\":\"mistral3\",\"text_config\":{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":"
+     "128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":64}}",
+     TP_OK, NULL, check_mistral3_llama},
+    {NULL, NULL, NULL, "{\"architectures\":[\"Mistral3ForConditionalGeneration\"],\"text_config\":{\"model_type\":"
+     "\"llama4_text\"}}", TP_ERR_UNSUPPORTED, "text_config.model_type is \"llama4_text\", which tpinfer does not run as "
+     "Mistral3ForConditionalGeneration's text model (supported: llama, mistral, qwen2, qwen3, phi3, granite, gemma, "
+     "gemma2, gemma3_text)", NULL},
     {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\"}",
      TP_ERR_FORMAT, "Gemma3ForConditionalGeneration has no text_config object (found nothing): the text model's config "
      "goes there", NULL},
@@ -832,7 +874,7 @@ static const cfg_case cfg_cases[] = {
     {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"text_config\":{\"head_dim\":7}}",
      TP_ERR_FORMAT, "head_dim 7 must be even", NULL},
     {NULL, NULL, NULL, "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"text_config\":{}}",
-     TP_ERR_UNSUPPORTED, "Gemma3ForConditionalGeneration (its text model))", NULL},
+     TP_ERR_UNSUPPORTED, "Mistral3ForConditionalGeneration (their text models))", NULL},
     /* Gemma 1 (GemmaForCausalLM): its config's hidden_act, "gelu" meaning the tanh form */
     {gemma3_base, "model_type", "{\"architectures\":[\"GemmaForCausalLM\"],\"hidden_act\":\"gelu\",\"num_hidden_layers\":3}",
      NULL, TP_OK, NULL, check_gemma1},

@@ -5,7 +5,8 @@
 # sliding-window attention (Mistral's on every layer, Qwen2's on some), YaRN rope scaling,
 # Granite's multipliers (tied embeddings and not), Gemma 3, Gemma 2 with soft-capping and Gemma 1
 # (tiny-qwen3 converted by tests/gemma_checkpoint.py: the reference's metadata says "convert"),
-# and Gemma 3 as the text model of a Gemma3ForConditionalGeneration checkpoint (both layouts).
+# and the text models of Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration
+# checkpoints (both layouts: tests/multimodal_checkpoint.py).
 # Prefill and greedy-step logits within 1e-3, greedy ids equal, at grids that put the sliding
 # and full layers on different pipeline stages, with prefill in chunks (keys of earlier chunks,
 # some out of the window) and with two prompts that share a prefix (the second reads the
@@ -62,14 +63,14 @@ print(d)' "$dir/config.json")
     # a multimodal checkpoint's text model: the same in transformers >= 4.52's layout too
     # (model.language_model.X) at one grid
     layouts=
-    if grep -q '"gemma3-mm"' "$ref"; then
-        "$PYTHON3" "$top_srcdir/tests/variant_model.py" "$ref" "$MODELS" "$TMP/$name-mm5" gemma3-mm5 >/dev/null ||
+    if grep -q '"convert":"\(gemma3-mm\|mistral3\)"' "$ref"; then
+        "$PYTHON3" "$top_srcdir/tests/variant_model.py" "$ref" "$MODELS" "$TMP/$name-new" new >/dev/null ||
             fail "$name: making its model directory in the newer layout"
-        layouts="mm5:2:3"
+        layouts="new:2:3"
     fi
     for run in "1 1" "1 3" "2 1" "2 3" "1 1 --max-num-batched-tokens 5" $layouts; do
         model=$dir
-        case $run in mm5:*) model=$TMP/$name-mm5 run=$(echo "${run#mm5:}" | tr : ' ') ;; esac
+        case $run in new:*) model=$TMP/$name-new run=$(echo "${run#new:}" | tr : ' ') ;; esac
         set -- $run
         tp=$1 pp=$2; shift 2
         out="$TMP/$name-$tp-$pp-$#${model#"$dir"}"

@@ -12,11 +12,8 @@ post_feedforward_layernorm) are the layer's input and MLP norms reversed; the LM
 dropped (tied to the embedding, Gemma's default). config.json: Gemma's keys over SRC's shape
 (tests/gen_variant_reference.py's overrides then set the windows, rope bases and caps). The
 tokenizer files are linked. gemma3-mm: the Gemma 3 model as the text model of a
-Gemma3ForConditionalGeneration checkpoint as the Hub has them (transformers < 4.52's names:
-language_model.model.X; config.json's text_config giving only what differs from
-Gemma3TextConfig's defaults, the dtype and token ids at the top level) with a few tensors of a
-tiny vision tower and projector; gemma3-mm5: the same under transformers >= 4.52's names
-(model.language_model.X, model.vision_tower.X). Plain Python, so that tests rebuild it without
+Gemma3ForConditionalGeneration checkpoint as the Hub has them (multimodal_checkpoint.py);
+gemma3-mm5: under transformers >= 4.52's names. Plain Python, so that tests rebuild it without
 torch."""
 import json
 import os
@@ -39,57 +36,6 @@ def bf16_bytes(values):
         u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
         out += struct.pack("<H", u)
     return bytes(out)
-
-
-# a tiny SigLIP tower (two 14-pixel patches a side) and Gemma 3's projector: some of their
-# tensors, the shapes Gemma3ForConditionalGeneration expects (the rest it initialises)
-VISION_CONFIG = {"model_type": "siglip_vision_model", "hidden_size": 16, "intermediate_size": 32,
-                 "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
-                 "vision_use_head": False}
-# Gemma3TextConfig's defaults: a multimodal config.json's text_config leaves out these values
-TEXT_DEFAULTS = {"rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-                 "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False, "rope_scaling": None}
-
-
-def vision_tensors(hidden):
-    v = VISION_CONFIG["hidden_size"]
-    shapes = {"vision_tower.vision_model.embeddings.patch_embedding.weight": [v, 3, 14, 14],
-              "vision_tower.vision_model.embeddings.patch_embedding.bias": [v],
-              "vision_tower.vision_model.embeddings.position_embedding.weight": [4, v],
-              "vision_tower.vision_model.post_layernorm.weight": [v],
-              "vision_tower.vision_model.post_layernorm.bias": [v],
-              "multi_modal_projector.mm_input_projection_weight": [v, hidden],
-              "multi_modal_projector.mm_soft_emb_norm.weight": [v]}
-    out = {}
-    for name, shape in shapes.items():
-        n = 1
-        for d in shape:
-            n *= d
-        out[name] = (shape, bf16_bytes([((i * 37) % 17 - 8) / 64.0 for i in range(n)]))
-    return out
-
-
-def multimodal(tensors, cfg, new_names):
-    """the Gemma 3 tensors and config as a Gemma3ForConditionalGeneration checkpoint's"""
-    renamed = {}
-    for name, t in tensors.items():
-        assert name.startswith("model."), name
-        renamed[("model.language_model." if new_names else "language_model.model.") + name[6:]] = t
-    for name, t in vision_tensors(cfg["hidden_size"]).items():
-        renamed[("model." if new_names else "") + name] = t
-    top = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-           "mm_tokens_per_image": 4, "vision_config": VISION_CONFIG}
-    for k in ("torch_dtype", "bos_token_id", "eos_token_id"):
-        if k in cfg:
-            top[k] = cfg.pop(k)
-    for k in ("architectures", "tie_word_embeddings", "transformers_version"):
-        cfg.pop(k, None)
-    for k, v in TEXT_DEFAULTS.items():
-        if k in cfg and cfg[k] == v:
-            del cfg[k]
-    cfg["model_type"] = "gemma3_text"
-    top["text_config"] = cfg
-    return renamed, top
 
 
 def convert(src, out, kind="gemma3"):
@@ -152,7 +98,10 @@ def convert(src, out, kind="gemma3"):
     elif kind == "gemma2":
         cfg.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"})
     if wrap:
-        tensors, cfg = multimodal(tensors, cfg, wrap == "gemma3-mm5")
+        from multimodal_checkpoint import wrap as to_multimodal
+        tensors = {name: (shape, "BF16", blob) for name, (shape, blob) in tensors.items()}
+        tensors, cfg = to_multimodal(tensors, cfg, "gemma3", wrap == "gemma3-mm5")
+        tensors = {name: (shape, blob) for name, (shape, _, blob) in tensors.items()}
 
     os.makedirs(out)
     new_header, offset = {}, 0

@@ -71,13 +71,17 @@ VARIANTS = {
     "gemma3-mm-window8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
                                          "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
                           "gemma3-mm"),
+    # tiny-mistral as the text model of a Mistral3ForConditionalGeneration checkpoint (Mistral Small
+    # 3.1's layout and its rope base of 1e9), run by that class on text alone
+    "mistral3-theta1e9": ("tiny-mistral", {"rope_theta": 1000000000.0}, "mistral3"),
 }
 
 
 def load(d):
     with open(os.path.join(d, "config.json")) as f:
-        multimodal = "text_config" in json.load(f)
-    cls = transformers.Gemma3ForConditionalGeneration if multimodal else transformers.AutoModelForCausalLM
+        cfg = json.load(f)
+    # a multimodal checkpoint by its own class (its text model on text alone)
+    cls = getattr(transformers, cfg["architectures"][0]) if "text_config" in cfg else transformers.AutoModelForCausalLM
     m = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
     return m.eval()
 

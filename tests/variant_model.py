@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""usage: variant_model.py REF MODELS OUT [CONVERT]
+"""usage: variant_model.py REF MODELS OUT [new]
 
 The model directory a config-variant reference (tests/data/variants/*.safetensors, made by
 tests/gen_variant_reference.py) was computed on: OUT gets links to the files of its base model
 in MODELS (the reference's metadata names it) and config.json with the reference's overrides;
 where the metadata names a conversion ("gemma", "gemma2", "gemma3", "gemma3-mm":
-tests/gemma_checkpoint.py), OUT is the base model converted, then overridden (a multimodal
-config.json's text_config). Prints the base model's directory. gen_variant_reference.py
+tests/gemma_checkpoint.py; "mistral3": tests/multimodal_checkpoint.py), OUT is the base model
+converted, then overridden (a multimodal config.json's text_config); "new": a multimodal
+checkpoint in transformers >= 4.52's layout. Prints the base model's directory. gen_variant_reference.py
 makes its directories with make_dir."""
 import json
 import os
@@ -14,13 +15,17 @@ import struct
 import sys
 
 
-def make_dir(src, overrides, out, convert=None):
+def make_dir(src, overrides, out, convert=None, new_names=False):
     """OUT: links to SRC's files but config.json, which is SRC's updated with OVERRIDES; with
-    CONVERT ("gemma", "gemma2", "gemma3", "gemma3-mm", "gemma3-mm5"), SRC converted (gemma_checkpoint.py), then its config.json
-    updated"""
-    if convert in ("gemma", "gemma2", "gemma3", "gemma3-mm", "gemma3-mm5"):
+    CONVERT ("gemma", "gemma2", "gemma3", "gemma3-mm": gemma_checkpoint.py; "mistral3":
+    multimodal_checkpoint.py), SRC converted, then its config.json updated"""
+    if convert in ("gemma", "gemma2", "gemma3", "gemma3-mm"):
         from gemma_checkpoint import convert as to_gemma
-        to_gemma(src, out, convert)
+        to_gemma(src, out, convert + ("5" if new_names and convert == "gemma3-mm" else ""))
+        src = out
+    elif convert == "mistral3":
+        from multimodal_checkpoint import convert as to_multimodal
+        to_multimodal(src, out, convert, new_names)
         src = out
     elif convert:
         sys.exit("variant_model.py: unknown conversion %r" % convert)
@@ -41,10 +46,7 @@ def main():
     with open(ref, "rb") as f:
         meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
     src = os.path.join(models, meta["model"])
-    convert = meta.get("convert")
-    if len(sys.argv) > 4:  # the same model in another conversion's layout (gemma3-mm5 for gemma3-mm)
-        convert = sys.argv[4]
-    make_dir(src, json.loads(meta["config_overrides"]), out, convert)
+    make_dir(src, json.loads(meta["config_overrides"]), out, meta.get("convert"), sys.argv[4:5] == ["new"])
     print(src)
 
 

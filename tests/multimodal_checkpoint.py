@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""usage: multimodal_checkpoint.py SRC OUT gemma3|mistral3 [new]
+
+A text model (SRC: one model.safetensors, a Gemma3ForCausalLM or MistralForCausalLM directory)
+as the text model of a multimodal checkpoint, as the Hub has them: Gemma3ForConditionalGeneration
+or Mistral3ForConditionalGeneration with transformers < 4.52's names (language_model.model.X,
+language_model.lm_head.weight) or, with "new", later ones' (model.language_model.X, lm_head);
+config.json's text_config holds the text model's config (Gemma 3's giving only what differs
+from Gemma3TextConfig's defaults), the dtype and token ids at the top level; beside it a few
+tensors of a tiny vision tower and projector, of the shapes the class expects (it initialises
+the rest). The tokenizer files are linked. Plain Python, so that tests rebuild it without
+torch; gemma_checkpoint.py and variant_model.py call wrap()."""
+import json
+import os
+import struct
+import sys
+
+from gemma_checkpoint import bf16_bytes
+
+# a tiny vision tower each (two 14-pixel patches a side) and the names of some of its and its
+# projector's tensors, with their shapes (v: the tower's width)
+KINDS = {
+    "gemma3": {
+        "architecture": "Gemma3ForConditionalGeneration", "model_type": "gemma3", "text_model_type": "gemma3_text",
+        "extra": {"mm_tokens_per_image": 4},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16, "intermediate_size": 32,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                          "vision_use_head": False},
+        "vision": {"vision_tower.vision_model.embeddings.patch_embedding.weight": ["v", 3, 14, 14],
+                   "vision_tower.vision_model.embeddings.patch_embedding.bias": ["v"],
+                   "vision_tower.vision_model.embeddings.position_embedding.weight": [4, "v"],
+                   "vision_tower.vision_model.post_layernorm.weight": ["v"],
+                   "vision_tower.vision_model.post_layernorm.bias": ["v"],
+                   "multi_modal_projector.mm_input_projection_weight": ["v", "hidden"],
+                   "multi_modal_projector.mm_soft_emb_norm.weight": ["v"]},
+        # Gemma3TextConfig's defaults: the Hub's text_config leaves these values out
+        "defaults": {"rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                     "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False, "rope_scaling": None},
+    },
+    "mistral3": {
+        "architecture": "Mistral3ForConditionalGeneration", "model_type": "mistral3", "text_model_type": "mistral",
+        "extra": {"spatial_merge_size": 2, "image_token_index": 10},
+        "vision_config": {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8, "image_size": 28,
+                          "patch_size": 14},
+        "vision": {"vision_tower.ln_pre.weight": ["v"], "multi_modal_projector.norm.weight": ["v"]},
+        "defaults": {},
+    },
+}
+
+
+def vision_tensors(kind, hidden):
+    k = KINDS[kind]
+    out = {}
+    for name, shape in k["vision"].items():
+        shape = [k["vision_config"]["hidden_size"] if d == "v" else hidden if d == "hidden" else d for d in shape]
+        n = 1
+        for d in shape:
+            n *= d
+        out[name] = (shape, "BF16", bf16_bytes([((i * 37) % 17 - 8) / 64.0 for i in range(n)]))
+    return out
+
+
+def wrap(tensors, cfg, kind, new_names=False):
+    """(tensors {name: (shape, dtype, bytes)}, config) of a text model -> the multimodal checkpoint's"""
+    k = KINDS[kind]
+    renamed = {}
+    for name, t in tensors.items():
+        if name == "lm_head.weight":
+            renamed[name if new_names else "language_model.lm_head.weight"] = t
+        else:
+            assert name.startswith("model."), name
+            renamed[("model.language_model." if new_names else "language_model.model.") + name[6:]] = t
+    for name, t in vision_tensors(kind, cfg["hidden_size"]).items():
+        renamed[("model." if new_names else "") + name] = t
+    top = {"architectures": [k["architecture"]], "model_type": k["model_type"], **k["extra"],
+           "vision_config": k["vision_config"]}
+    text = dict(cfg)
+    for key in ("torch_dtype", "bos_token_id", "eos_token_id"):
+        if key in text:
+            top[key] = text.pop(key)
+    for key in ("architectures", "transformers_version"):
+        text.pop(key, None)
+    if kind == "gemma3":  # tied, as Gemma3Config is by default
+        text.pop("tie_word_embeddings", None)
+    for key, v in k["defaults"].items():
+        if key in text and text[key] == v:
+            del text[key]
+    text["model_type"] = k["text_model_type"]
+    top["text_config"] = text
+    return renamed, top
+
+
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {name: (h["shape"], h["dtype"], data[h["data_offsets"][0]:h["data_offsets"][1]])
+            for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])}
+
+
+def write(tensors, cfg, src, out):
+    """tensors and config.json into OUT, SRC's other files linked"""
+    os.makedirs(out, exist_ok=True)
+    header, offset = {}, 0
+    for name, (shape, dtype, blob) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for _, _, blob in tensors.values():
+            f.write(blob)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    for name in os.listdir(src):
+        dst = os.path.join(out, name)
+        if name not in ("config.json", "model.safetensors") and os.path.isfile(os.path.join(src, name)) \
+                and not os.path.lexists(dst):
+            os.symlink(os.path.realpath(os.path.join(src, name)), dst)
+
+
+def convert(src, out, kind, new_names=False):
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    tensors, top = wrap(read(os.path.join(src, "model.safetensors")), cfg, kind, new_names)
+    write(tensors, top, src, out)
+
+
+if __name__ == "__main__":
+    convert(sys.argv[1], sys.argv[2], sys.argv[3], len(sys.argv) > 4 and sys.argv[4] == "new")
