@@ -71,8 +71,8 @@ static tp_status render_chat(engine *e, req *r, tp_ids *ids)
 {
     if (!e->tpl)
         return tp_error(TP_ERR_INVALID_ARG, "line %lld: a \"messages\" request needs a chat template: the model "
-                        "has none (neither chat_template.jinja nor tokenizer_config.json's chat_template); give "
-                        "--chat-template FILE", (long long)r->in->line);
+                        "has none (no chat_template.jinja, tokenizer_config.json's chat_template or chat_template.json); "
+                        "give --chat-template FILE", (long long)r->in->line);
     if (r->in->parse_tool_calls && !e->o->tool_call_parser) {
         const tp_tool_parser hint = e->tool_parser_hint;
         return tp_error(TP_ERR_INVALID_ARG, "line %lld: tools with \"tool_choice\" \"auto\" (the default with tools) ask "

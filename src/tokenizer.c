@@ -673,11 +673,59 @@ tp_status tp_tokenizer_load_json(const char *tokenizer_json, size_t len, const c
     return TP_OK;
 }
 
+/* The chat template from the model directory's own files, as transformers and vLLM find it:
+ * chat_template.jinja (transformers >= 4.52 saves it there, no longer in tokenizer_config.json)
+ * wins over tokenizer_config.json's; a multimodal model's processor keeps it in
+ * chat_template.json ({"chat_template": "..."}), which vLLM reads where the tokenizer has none. */
+static tp_status file_chat_template(const char *model_dir, tp_tokenizer *tok)
+{
+    static const char *const files[] = {"chat_template.jinja", "chat_template.json"};
+    for (size_t f = 0; f < TP_ARRAY_LEN(files); f++) {
+        if (f == 1 && tok->chat_template) break;
+        char *path = tp_path_join(model_dir, files[f]), *text = NULL, *tpl = NULL;
+        if (!path) return tp_error(TP_ERR_OOM, "out of memory");
+        struct stat sb;
+        size_t len;
+        tp_status st = stat(path, &sb) == 0 ? tp_read_file(path, MAX_CONFIG_JSON, &text, &len) : TP_OK;
+        if (st == TP_OK && text && f == 0) {
+            if (strlen(text) != len)
+                st = tp_error(TP_ERR_FORMAT, "%s: a NUL byte at offset %zu (a chat template is text)", path,
+                              strlen(text));
+            tpl = text;
+            text = NULL;
+        } else if (st == TP_OK && text) {
+            json_error_t err;
+            json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+            const json_t *ct = json_object_get(j, "chat_template");
+            if (!j)
+                st = tp_error(TP_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, err.line, err.column,
+                              err.text);
+            else if (!json_is_string(ct))
+                st = tp_error(TP_ERR_FORMAT, "%s: \"chat_template\" must be a string (the processor's template)",
+                              path);
+            else if (!(tpl = strdup(json_string_value(ct))))
+                st = tp_error(TP_ERR_OOM, "out of memory");
+            json_decref(j);
+        }
+        free(text);
+        free(path);
+        if (st != TP_OK) {
+            free(tpl);
+            return st;
+        }
+        if (tpl) {
+            free(tok->chat_template);
+            tok->chat_template = tpl;
+        }
+    }
+    return TP_OK;
+}
+
 tp_status tp_tokenizer_load(const char *model_dir, tp_tokenizer **out)
 {
     *out = NULL;
     char *tpath = tp_path_join(model_dir, "tokenizer.json");
-    char *cpath = tp_path_join(model_dir, "tokenizer_config.json"), *jpath = NULL;
+    char *cpath = tp_path_join(model_dir, "tokenizer_config.json");
     char *tj = NULL, *cj = NULL;
     size_t tl = 0, cl = 0;
     tp_status st = TP_OK;
@@ -694,30 +742,13 @@ tp_status tp_tokenizer_load(const char *model_dir, tp_tokenizer **out)
     TP_CHECK_GOTO(tp_read_file(tpath, MAX_TOKENIZER_JSON, &tj, &tl), st, done);
     if (stat(cpath, &sb) == 0) TP_CHECK_GOTO(tp_read_file(cpath, MAX_CONFIG_JSON, &cj, &cl), st, done);
     st = tp_tokenizer_load_json(tj, tl, cj, cl, out);
-    /* transformers >= 4.52 saves the template as chat_template.jinja, no longer in
-     * tokenizer_config.json; where that file is, its template wins, as transformers reads it */
-    if (st == TP_OK && !(jpath = tp_path_join(model_dir, "chat_template.jinja"))) st = tp_error(TP_ERR_OOM, "out of memory");
-    if (st == TP_OK && stat(jpath, &sb) == 0) {
-        char *jinja = NULL;
-        size_t jl;
-        st = tp_read_file(jpath, MAX_CONFIG_JSON, &jinja, &jl);
-        if (st == TP_OK && strlen(jinja) != jl)
-            st = tp_error(TP_ERR_FORMAT, "%s: a NUL byte at offset %zu: a chat template is text", jpath, strlen(jinja));
-        if (st == TP_OK) {
-            free((*out)->chat_template);
-            (*out)->chat_template = jinja;
-            jinja = NULL;
-        }
-        free(jinja);
-        if (st != TP_OK) {
-            tp_tokenizer_destroy(*out);
-            *out = NULL;
-        }
+    if (st == TP_OK && (st = file_chat_template(model_dir, *out)) != TP_OK) {
+        tp_tokenizer_destroy(*out);
+        *out = NULL;
     }
 done:
     free(tpath);
     free(cpath);
-    free(jpath);
     free(tj);
     free(cj);
     return st;

@@ -57,9 +57,10 @@ out = json.loads(open(sys.argv[2]).readline())
 assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
 PY
 # the template as transformers >= 4.52 saves it: chat_template.jinja (none in tokenizer_config.json)
-# renders the same; where both are, the file's wins (as transformers reads them); neither: the
-# request's error record says so
-for how in jinja both none; do
+# renders the same; where both are, the file's wins (as transformers reads them); a multimodal
+# model's processor's chat_template.json where the tokenizer has none (as vLLM reads it); none:
+# the request's error record says so; a chat_template.json that is not JSON: the load says where
+for how in jinja both processor none; do
     m=$TMP/qw-$how
     mkdir -p "$m"
     for f in "$qw"/*; do [ "$(basename "$f")" = tokenizer_config.json ] || ln -sf "$f" "$m/"; done
@@ -68,7 +69,9 @@ import json, os, sys
 cfg = json.load(open(sys.argv[1]))
 template = cfg.pop("chat_template") if sys.argv[3] != "both" else "{{ 'Zebra zebra zebra' }}" + cfg["chat_template"]
 json.dump(cfg, open(os.path.join(sys.argv[2], "tokenizer_config.json"), "w"))
-if sys.argv[3] != "none":
+if sys.argv[3] == "processor":
+    json.dump({"chat_template": template}, open(os.path.join(sys.argv[2], "chat_template.json"), "w"))
+elif sys.argv[3] != "none":
     open(os.path.join(sys.argv[2], "chat_template.jinja"), "w").write(template)
 PY
     "$TPINFER" --model "$m" --input "$TMP/chat.jsonl" --output "$TMP/chat-$how.out" 2>"$TMP/err" ||
@@ -78,13 +81,17 @@ import json, sys
 ref = json.load(open(sys.argv[1]))["chat"]
 out = json.loads(open(sys.argv[2]).readline())
 if sys.argv[3] == "none":
-    assert "neither chat_template.jinja nor tokenizer_config.json's chat_template" in out["message"], out
+    assert "no chat_template.jinja, tokenizer_config.json's chat_template or chat_template.json" in out["message"], out
 elif sys.argv[3] == "both":
     assert out["usage"]["prompt_tokens"] > len(ref["ids"]), (out["usage"], len(ref["ids"]))
 else:
     assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
 PY
 done
+printf '{"chat_template": ' >"$TMP/qw-none/chat_template.json"
+"$TPINFER" --model "$TMP/qw-none" --input "$TMP/chat.jsonl" --output "$TMP/chat-bad.out" 2>"$TMP/err" &&
+    fail "a chat_template.json that is not JSON was taken"
+grep -q "qw-none/chat_template.json: invalid JSON at line 1" "$TMP/err" || { cat "$TMP/err"; fail "chat_template.json not JSON"; }
 
 # 3. JSONL on stories260K: stop strings, stop_token_ids, n, prompt_logprobs, TRT-LLM lines
 cat >"$TMP/jsonl.jsonl" <<'EOF2'
