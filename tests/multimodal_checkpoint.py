@@ -9,13 +9,12 @@ config.json's text_config holds the text model's config (Gemma 3's giving only w
 from Gemma3TextConfig's defaults), the dtype and token ids at the top level; beside it a few
 tensors of a tiny vision tower and projector, of the shapes the class expects (it initialises
 the rest). The tokenizer files are linked. Plain Python, so that tests rebuild it without
-torch; gemma_checkpoint.py and variant_model.py call wrap()."""
+torch (checkpoint_io.py); gemma_checkpoint.py calls wrap(), variant_model.py convert()."""
 import json
 import os
-import struct
 import sys
 
-from gemma_checkpoint import bf16_bytes
+from checkpoint_io import bf16_bytes, read, write
 
 # a tiny vision tower each (two 14-pixel patches a side) and the names of some of its and its
 # projector's tensors, with their shapes (v: the tower's width)
@@ -91,44 +90,11 @@ def wrap(tensors, cfg, kind, new_names=False):
     return renamed, top
 
 
-def read(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {name: (h["shape"], h["dtype"], data[h["data_offsets"][0]:h["data_offsets"][1]])
-            for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])}
-
-
-def write(tensors, cfg, src, out):
-    """tensors and config.json into OUT, SRC's other files linked"""
-    os.makedirs(out, exist_ok=True)
-    header, offset = {}, 0
-    for name, (shape, dtype, blob) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    with open(os.path.join(out, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for _, _, blob in tensors.values():
-            f.write(blob)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    for name in os.listdir(src):
-        dst = os.path.join(out, name)
-        if name not in ("config.json", "model.safetensors") and os.path.isfile(os.path.join(src, name)) \
-                and not os.path.lexists(dst):
-            os.symlink(os.path.realpath(os.path.join(src, name)), dst)
-
-
 def convert(src, out, kind, new_names=False):
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    tensors, top = wrap(read(os.path.join(src, "model.safetensors")), cfg, kind, new_names)
-    write(tensors, top, src, out)
+    tensors, top = wrap(read(os.path.join(src, "model.safetensors"))[0], cfg, kind, new_names)
+    write(out, tensors, top, src)
 
 
 if __name__ == "__main__":
