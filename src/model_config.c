@@ -103,6 +103,8 @@ void tp_model_config_describe(const tp_model_config *cfg, char *buf, size_t n)
     else if (r->type != TP_ROPE_DEFAULT)
         snprintf(rope, sizeof rope, ", %s rope x%g over %" PRId64 " positions", kinds[r->type], r->factor,
                  r->original_max_position);
+    if (r->type != TP_ROPE_DEFAULT && cfg->rope_local_theta > 0) /* Gemma 3's sliding layers' rope is unscaled */
+        snprintf(rope + strlen(rope), sizeof rope - strlen(rope), " on the full layers");
     char mult[160] = "";
     if (cfg->arch == TP_ARCH_GRANITE)
         snprintf(mult, sizeof mult, ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g",

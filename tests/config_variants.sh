@@ -50,6 +50,8 @@ d = "%s, %d layers" % (top["architectures"][0], L)
 d += " (all with a sliding window of %d)" % w if len(on) == L else " (%d with a sliding window of %d)" % (len(on), w) if on else ""
 if r.get("rope_type") == "yarn":
     d += ", yarn rope x%g over %d positions" % (r["factor"], r["original_max_position_embeddings"])
+if r.get("rope_type") == "linear":
+    d += ", linear rope x%g" % r["factor"] + (" on the full layers" if c["model_type"] == "gemma3_text" else "")
 if c["model_type"] == "granite":
     d += ", multipliers: embedding %g, residual %g, attention %g, logits 1/%g" % tuple(c.get(k, 1.0) for k in
          ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"))

@@ -67,10 +67,13 @@ VARIANTS = {
     # Gemma 1 (the same, Llama's layout): norms of 1 + weight, GeLU by its legacy name "gelu"
     "gemma1": ("tiny-qwen3", {}, "gemma"),
     # gemma3-window8 as the text model of a Gemma3ForConditionalGeneration checkpoint (the Hub's
-    # layout, a tiny vision tower beside it), run by that class on text alone
-    "gemma3-mm-window8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
-                                         "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
-                          "gemma3-mm"),
+    # layout, a tiny vision tower beside it), run by that class on text alone, with the 4B-27B
+    # models' linear rope scaling of 8 (the full layers' rope only)
+    "gemma3-mm-window8-linear8": ("tiny-qwen3", {"sliding_window": 8, "query_pre_attn_scalar": 24,
+                                                 "layer_types": ["sliding_attention", "full_attention",
+                                                                 "sliding_attention"],
+                                                 "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+                                  "gemma3-mm"),
     # tiny-mistral as the text model of a Mistral3ForConditionalGeneration checkpoint (Mistral Small
     # 3.1's layout and its rope base of 1e9), run by that class on text alone
     "mistral3-theta1e9": ("tiny-mistral", {"rope_theta": 1000000000.0}, "mistral3"),
