@@ -871,6 +871,26 @@ static tp_status parse_token_ids(const char *what, const json_t *root, tp_model_
                      cfg->eos_token_ids, &cfg->n_eos);
 }
 
+/* A quantized checkpoint (AWQ, GPTQ, FP8, bitsandbytes...: its config.json's quantization_config,
+ * or compression_config as compressed-tensors first wrote it) holds packed or 8-bit tensors with
+ * scales beside them, which tpinfer does not read: refused here, naming the method, rather than
+ * later as a missing or mistyped tensor. */
+static tp_status refuse_quantized(const char *what, const json_t *root)
+{
+    static const char *const keys[] = {"quantization_config", "compression_config"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(keys); i++) {
+        const json_t *q = json_object_get(root, keys[i]);
+        if (!q || json_is_null(q)) continue;
+        const char *method = json_string_value(json_object_get(q, "quant_method"));
+        char name[64] = "";
+        if (method) sanitize(method, strlen(method), name, sizeof name);
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: %s%s%s%s: the checkpoint is quantized, and tpinfer runs float32, "
+                        "float16 and bfloat16 weights only; give the unquantized model", what, keys[i],
+                        method ? " (quant_method \"" : "", name, method ? "\")" : "");
+    }
+    return TP_OK;
+}
+
 /* The config the text model reads, in place of *root: a multimodal checkpoint's text_config,
  * with the top level's dtype, token ids and tying where it gives none (Gemma3Config keeps them
  * there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
@@ -941,7 +961,9 @@ tp_status tp_model_config_parse(const char *json_text, size_t len, const char *w
     memset(&c, 0, sizeof c);
     tp_status st;
     TP_CHECK_GOTO(parse_arch(what, root, &c), st, done);
+    TP_CHECK_GOTO(refuse_quantized(what, root), st, done);
     TP_CHECK_GOTO(text_model_config(what, &c, &root), st, done);
+    TP_CHECK_GOTO(refuse_quantized(what, root), st, done);
     TP_CHECK_GOTO(parse_shape(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_norm_and_bias(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_multipliers(what, root, &c), st, done);

@@ -856,6 +856,15 @@ static const cfg_case cfg_cases[] = {
      "{\"model_type\":\"gemma3\",\"torch_dtype\":\"bfloat16\",\"eos_token_id\":[1,106],\"tie_word_embeddings\":true,"
      "\"text_config\":{\"torch_dtype\":\"float32\",\"eos_token_id\":7,\"tie_word_embeddings\":false}}", TP_OK, NULL,
      check_gemma3_mm_own},
+    /* quantized checkpoints: refused naming the method (at the top level or in a text_config) */
+    {llama_base, NULL, "{\"quantization_config\":{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":128}}", NULL,
+     TP_ERR_UNSUPPORTED, "quantization_config (quant_method \"awq\"): the checkpoint is quantized, and tpinfer runs "
+     "float32, float16 and bfloat16 weights only; give the unquantized model", NULL},
+    {llama_base, NULL, "{\"compression_config\":{\"format\":\"float-quantized\"}}", NULL, TP_ERR_UNSUPPORTED,
+     "config.json: compression_config: the checkpoint is quantized", NULL},
+    {llama_base, NULL, "{\"quantization_config\":null}", NULL, TP_OK, NULL, NULL},
+    {NULL, NULL, NULL, "{\"architectures\":[\"Mistral3ForConditionalGeneration\"],\"text_config\":{\"quantization_config\":"
+     "{\"quant_method\":\"fp8\"}}}", TP_ERR_UNSUPPORTED, "quantization_config (quant_method \"fp8\")", NULL},
     /* Mistral 3's (Mistral Small 3.1 and 3.2) */
     {NULL, NULL, NULL, MISTRAL_SMALL_31, TP_OK, NULL, check_mistral3},
     {NULL, NULL, NULL,
