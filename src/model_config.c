@@ -894,7 +894,8 @@ static tp_status refuse_quantized(const char *what, const json_t *root)
 /* The config the text model reads, in place of *root: a multimodal checkpoint's text_config,
  * with the top level's dtype, token ids and tying where it gives none (Gemma3Config keeps them
  * there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
- * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). A new reference. */
+ * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). *root's reference is released
+ * for the new object's. */
 static tp_status text_model_config(const char *what, tp_model_config *cfg, json_t **root)
 {
     json_t *text = *root;
