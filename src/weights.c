@@ -414,10 +414,11 @@ tp_status tp_weights_check(const tp_weights *w, const char *name, int64_t full_r
     const tp_weight_ref *ref = tp_weights_find(w, name);
     if (!ref)
         return tp_error(TP_ERR_FORMAT,
-                        "%s: the model has no tensor \"%.200s\", which config.json's architecture needs: a shard "
+                        "%s: the model has no tensor \"%.200s\"%s, which config.json's architecture needs: a shard "
                         "missing or cut short in the download (model.safetensors.index.json lists them), or "
                         "weights of another model",
-                        w->dir, name);
+                        w->dir, name, w->multimodal ? " (its text model's: language_model.model. or "
+                                                      "model.language_model. in place of model.)" : "");
     tp_dtype dt;
     if (!tp_st_dtype_to_dtype(ref->tensor->dtype, &dt) || dt == TP_DTYPE_I32)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; tpinfer loads F32, F16 and BF16 weights",

@@ -346,6 +346,11 @@ START_TEST(test_multimodal_names)
                              TP_OK);
             ck_assert_float_eq(v[1], tensor_value(stored, 1));
         }
+        /* a text tensor missing is named as found, with where such names are stored */
+        tp_error_clear();
+        ck_assert_int_eq(tp_weights_check(&w, "model.layers.1.mlp.up_proj.weight", 2, 1, NULL), TP_ERR_FORMAT);
+        ck_assert_ptr_nonnull(strstr(tp_error_message(), "has no tensor \"model.layers.1.mlp.up_proj.weight\" (its "
+                                     "text model's: language_model.model. or model.language_model. in place of model.)"));
         tp_weights_free(&w);
     }
     stb_rmtree(dir);
