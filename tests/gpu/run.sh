@@ -141,7 +141,8 @@ for hd in 64 128 "128 window 40" "128 gemma2"; do
     hd=${hd%% *}
     m=$W/tc-hd$hd${window:+-w$window}${gemma:+-gemma2}
     rm -rf "$m" "$m-src" "$m-cpu" "$m-cpu.jsonl"* "$m-ref.safetensors"
-    if ! python3 "$root/tests/gen_tiny_model.py" "${gemma:+$m-src}${gemma:-$m}" --dtype bfloat16 --hidden $((4 * hd)) \
+    gen=$m; [ -n "$gemma" ] && gen=$m-src # Gemma's: converted from it below
+    if ! python3 "$root/tests/gen_tiny_model.py" "$gen" --dtype bfloat16 --hidden $((4 * hd)) \
         --heads 4 --kv-heads 2 --layers 2 --intermediate 1024 --prompts "$m.jsonl" >"$m-gen.log" 2>&1; then
         record "tensor-core attention, head_dim $hd $G" FAIL "gen_tiny_model.py: $(tail -1 "$m-gen.log")"; continue
     fi
