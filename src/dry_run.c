@@ -138,9 +138,11 @@ static void print_totals(FILE *out, const tp_options *o, const tp_grid *g,
     /* where every layer slides, a sequence holds about its window's blocks (the scheduler) */
     const int64_t window = tp_model_config_window_of_all(cfg);
     const int64_t held_tokens = window > 0 && window < ctx ? window : ctx;
-    char held[96] = "";
+    char held[128] = "";
     if (held_tokens < ctx)
         snprintf(held, sizeof held, " (each holding about the %" PRId64 " tokens of its sliding window)", window);
+    else if (cfg->sliding_window > 0 && cfg->sliding_window < ctx) /* some layers slide, not all */
+        snprintf(held, sizeof held, " (whole contexts in every layer: a sliding layer gives blocks back only where all do)");
     tp_format_bytes(kv * held_tokens * seqs, kf, sizeof kf);
     char described[320];
     tp_model_config_describe(cfg, described, sizeof described);

@@ -37,6 +37,12 @@ types = c.get("layer_types") or ["sliding_attention" if (i + 1) % every else "fu
 slides = lambda i: types[i] == "sliding_attention" if gemma else i >= first
 print("".join("%d:%d " % (i, w) for i in range(c["num_hidden_layers"]) if on and slides(i)))' "$dir/config.json")
     [ "$said" = "$want" ] || { cat "$TMP/dry"; fail "$name: --dry-run names the sliding layers $said, want $want"; }
+    # where some layers slide and some do not, its KV total says every layer keeps whole contexts
+    layers=$("$PYTHON3" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_hidden_layers"])' "$dir/config.json")
+    if [ -n "$want" ] && [ "$(echo $want | wc -w)" -lt "$layers" ]; then
+        grep -q "(whole contexts in every layer: a sliding layer gives blocks back only where all do)" "$TMP/dry" ||
+            { cat "$TMP/dry"; fail "$name: --dry-run's KV total does not say the sliding layers keep whole contexts"; }
+    fi
     # and the model's description (the load's info line, the dry run's total) says what differs
     described=$("$PYTHON3" -c 'import json, sys; top = json.load(open(sys.argv[1])); c = top.get("text_config", top)
 L = c["num_hidden_layers"]
