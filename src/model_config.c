@@ -964,7 +964,7 @@ tp_status tp_model_config_parse(const char *json_text, size_t len, const char *w
     TP_CHECK_GOTO(parse_arch(what, root, &c), st, done);
     TP_CHECK_GOTO(refuse_quantized(what, root), st, done);
     TP_CHECK_GOTO(text_model_config(what, &c, &root), st, done);
-    TP_CHECK_GOTO(refuse_quantized(what, root), st, done);
+    if (c.multimodal) TP_CHECK_GOTO(refuse_quantized(what, root), st, done); /* its text_config's */
     TP_CHECK_GOTO(parse_shape(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_norm_and_bias(what, root, &c), st, done);
     TP_CHECK_GOTO(parse_multipliers(what, root, &c), st, done);
