@@ -892,8 +892,7 @@ static tp_status refuse_quantized(const char *what, const json_t *root)
 }
 
 /* The config the text model reads, in place of *root: a multimodal checkpoint's text_config,
- * with the top level's dtype, token ids and tying where it gives none (Gemma3Config keeps them
- * there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
+ * with the top level's dtype and token ids where it gives none (Gemma3Config keeps them there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
  * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). *root's reference is released
  * for the new object's. */
 static tp_status text_model_config(const char *what, tp_model_config *cfg, json_t **root)
@@ -919,8 +918,8 @@ static tp_status text_model_config(const char *what, tp_model_config *cfg, json_
             cfg->arch = archs[i].arch;
         }
         text = json_deep_copy(t);
-        static const char *const inherited[] = {"torch_dtype", "dtype", "bos_token_id", "eos_token_id",
-                                                "tie_word_embeddings"};
+        /* not tie_word_embeddings: the text model ties by its own config's (or its default) */
+        static const char *const inherited[] = {"torch_dtype", "dtype", "bos_token_id", "eos_token_id"};
         for (size_t i = 0; text && i < TP_ARRAY_LEN(inherited); i++) {
             json_t *v = json_object_get(*root, inherited[i]);
             if (v && !json_object_get(text, inherited[i]) && json_object_set(text, inherited[i], v)) {

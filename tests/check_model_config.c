@@ -484,6 +484,9 @@ static void check_gemma3_mm_own(const tp_model_config *c)
     ck_assert(c->multimodal && c->torch_dtype == TP_DTYPE_F32 && c->n_eos == 1 && c->eos_token_ids[0] == 7);
     ck_assert(!c->tie_word_embeddings);
 }
+/* the text model ties by its own config: the top level's tie_word_embeddings is not its */
+static void check_mistral3_untied(const tp_model_config *c) { ck_assert(c->multimodal && !c->tie_word_embeddings); }
+static void check_gemma3_mm_tied(const tp_model_config *c) { ck_assert(c->multimodal && c->tie_word_embeddings); }
 static void check_gemma2_no_caps(const tp_model_config *c) { check_gemma2(c, 0, 0); }
 static void check_gemma2_default_attn_cap(const tp_model_config *c) { check_gemma2(c, 50, 0); }
 static void check_llama_biases(const tp_model_config *c)
@@ -871,6 +874,12 @@ static const cfg_case cfg_cases[] = {
      "{\"model_type\":\"mistral3\",\"text_config\":{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":"
      "128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":64}}",
      TP_OK, NULL, check_mistral3_llama},
+    {NULL, NULL, NULL,
+     "{\"model_type\":\"mistral3\",\"tie_word_embeddings\":true,\"text_config\":{\"hidden_size\":64,\"intermediate_size\":"
+     "128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":64}}",
+     TP_OK, NULL, check_mistral3_untied},
+    {NULL, NULL, NULL, "{\"model_type\":\"gemma3\",\"tie_word_embeddings\":false,\"text_config\":{}}", TP_OK, NULL,
+     check_gemma3_mm_tied},
     {NULL, NULL, NULL, "{\"architectures\":[\"Mistral3ForConditionalGeneration\"],\"text_config\":{\"model_type\":"
      "\"llama4_text\"}}", TP_ERR_UNSUPPORTED, "text_config.model_type is \"llama4_text\", which tpinfer does not run as "
      "Mistral3ForConditionalGeneration's text model (supported: llama, mistral, qwen2, qwen3, phi3, granite, gemma, "
