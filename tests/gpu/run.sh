@@ -77,11 +77,13 @@ else
     record "backend ops vs CPU (f32, bf16, f16)" FAIL "see ops.log"; tail -20 "$OUTDIR/ops.log"
 fi
 
-# ---- 2. models against Hugging Face (GPU_MODELS=0 skips); then the config variants
-# (tests/data/variants: shared models with sliding windows, YaRN or Granite's multipliers,
+# ---- 2. models against Hugging Face (GPU_MODELS=0 skips; GPU_MODELS=variants runs the last
+# two kinds alone); then the config variants (tests/data/variants: shared models with sliding
+# windows, YaRN, Granite's multipliers, Gemma's layouts, multimodal checkpoints' text models;
 # tests/variant_model.py) and tiny-mistral in Phi-3's fused layout (tests/fuse_checkpoint.py)
 for dir in "$MODELS"/*/ "$root"/tests/data/variants/*.safetensors phi3-of-tiny-mistral; do
-    [ "${GPU_MODELS:-1}" = 1 ] || break
+    [ "${GPU_MODELS:-1}" != 0 ] || break
+    [ "${GPU_MODELS:-1}" = variants ] && [ "${dir%/}" != "$dir" ] && continue
     ref=$dir/reference/logits.safetensors
     if [ "${dir%.safetensors}" != "$dir" ]; then
         ref=$dir
