@@ -173,6 +173,13 @@ int32_t tp_block_alloc_lookup(const tp_block_alloc *a, uint64_t parent, const in
     return b;
 }
 
+void tp_block_alloc_touch(tp_block_alloc *a, int32_t block)
+{
+    if (!a->id || block < 0 || block >= a->n_blocks || !a->id[block] || a->holds[block]) return;
+    lru_remove(a, block);
+    lru_push_back(a, block);
+}
+
 void tp_block_alloc_hold(tp_block_alloc *a, int32_t block)
 {
     if (!a->holds[block]) lru_remove(a, block);

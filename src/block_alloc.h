@@ -53,6 +53,12 @@ uint64_t tp_block_prefix_hash(uint64_t parent, const int32_t *tokens, int32_t n)
  * its id in *id; -1 when there is none. Takes no hold: tp_block_alloc_hold does. */
 int32_t tp_block_alloc_lookup(const tp_block_alloc *a, uint64_t parent, const int32_t *tokens, uint64_t *id);
 
+/* An evictable block (registered, held by none) becomes the one let go last, evicted after
+ * every other; any other block is left as it is. A sequence touches the prefix blocks its
+ * sliding window gave back early when it lets go of the rest, so that the prefix's head, which
+ * every later hit needs, outlasts its tail. */
+void tp_block_alloc_touch(tp_block_alloc *a, int32_t block);
+
 /* Hold a registered block once more (an evictable one stops being evictable). */
 void tp_block_alloc_hold(tp_block_alloc *a, int32_t block);
 

@@ -27,7 +27,8 @@ typedef struct seq {
     int no_hits;         /* TP_SCHED_NO_PREFIX_HITS */
     int32_t *blocks;     /* physical block of positions [i * block_size, (i+1) * block_size) */
     int32_t n_blocks, cap_blocks;
-    int32_t n_dropped;   /* leading blocks given back behind a sliding window (entries 0 now) */
+    int32_t n_dropped;   /* leading blocks given back behind a sliding window (their entries keep
+                          * the ids, for release_blocks; the batch's table has 0 there) */
     int state;
     int64_t step_mark;   /* == the scheduler's step_id once placed in the step being built */
     struct seq *prev, *next;
@@ -130,10 +131,7 @@ static int32_t first_kept(const tp_scheduler *s, int32_t pos)
 static void drop_behind_window(tp_scheduler *s, seq *sq)
 {
     const int32_t upto = min32(first_kept(s, sq->n_computed) / s->cfg.block_size, sq->n_blocks);
-    for (; sq->n_dropped < upto; sq->n_dropped++) {
-        (void)tp_block_alloc_put(s->alloc, sq->blocks[sq->n_dropped]);
-        sq->blocks[sq->n_dropped] = 0; /* a table entry no kernel reads: kept in range */
-    }
+    for (; sq->n_dropped < upto; sq->n_dropped++) (void)tp_block_alloc_put(s->alloc, sq->blocks[sq->n_dropped]);
 }
 
 /* realloc array p to n elements, or jump to label on failure (p then unchanged) */
@@ -478,9 +476,11 @@ tp_status tp_scheduler_add(tp_scheduler *s, int64_t key, const int32_t *prompt, 
 
 static void release_blocks(tp_scheduler *s, seq *sq)
 {
-    if (s->cfg.prefix_caching) /* last block first: a prefix's tail is evicted before its head */
+    if (s->cfg.prefix_caching) { /* last block first: a prefix's tail is evicted before its head */
         for (int32_t i = sq->n_blocks - 1; i >= sq->n_dropped; i--) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
-    else
+        /* and the head its window gave back earlier after all of them, if still cached */
+        for (int32_t i = sq->n_dropped - 1; i >= 0; i--) tp_block_alloc_touch(s->alloc, sq->blocks[i]);
+    } else
         for (int32_t i = sq->n_dropped; i < sq->n_blocks; i++) (void)tp_block_alloc_put(s->alloc, sq->blocks[i]);
     sq->n_blocks = 0;
     sq->n_dropped = 0;
@@ -655,6 +655,7 @@ static void fill_batch(tp_scheduler *s, tp_sched_batch *b, int32_t n_tokens)
         s->seq_len[r] = row->len;
         int32_t *bt = s->block_table + (size_t)r * (size_t)mb;
         memcpy(bt, sq->blocks, (size_t)sq->n_blocks * sizeof *bt);
+        memset(bt, 0, (size_t)sq->n_dropped * sizeof *bt); /* given back: entries no kernel reads, in range */
         memset(bt + sq->n_blocks, 0, (size_t)(mb - sq->n_blocks) * sizeof *bt);
         for (int32_t j = 0; j < row->len; j++, t++) {
             int32_t p = sq->n_computed + j;

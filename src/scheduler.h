@@ -21,7 +21,8 @@
  * Sliding window (cfg.window, where every layer slides): a sequence gives back its leading
  * blocks once no token it has still to compute reads them (vLLM's sliding-window manager),
  * so it holds about window tokens' blocks however long it runs; a prefix block given back
- * stays in the prefix cache like any other let go.
+ * stays in the prefix cache like any other let go, and when the sequence lets go of the rest
+ * it is made the last of them to be evicted (the head of a prefix, which every hit needs).
  */
 #ifndef TP_SCHEDULER_H
 #define TP_SCHEDULER_H

@@ -1495,6 +1495,49 @@ START_TEST(window_gives_back_blocks)
 }
 END_TEST
 
+/* Run s until nothing is left, every sampled token 5. */
+static void run_to_idle(tp_scheduler *s)
+{
+    const int32_t five[64] = {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+                              5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+    tp_sched_batch b;
+    int64_t key;
+    const int32_t *gen;
+    int32_t n_gen;
+    for (int guard = 0; !tp_scheduler_idle(s); guard++) {
+        ck_assert_int_lt(guard, 1000);
+        ck_assert_int_eq(tp_scheduler_schedule(s, &b), TP_OK);
+        ck_assert_int_le(b.n_logits, 64);
+        ck_assert_int_eq(tp_scheduler_commit(s, &b, five, NULL), TP_OK);
+        while (tp_scheduler_pop_finished(s, &key, &gen, &n_gen)) {}
+    }
+}
+
+/* A prompt's head given back behind a sliding window while its sequence ran is evicted after
+ * the rest of the prefix: A (12 prompt tokens, 3 blocks of 4, window 4) lets its prompt blocks
+ * go one by one as it decodes; B then takes every free block and one evictable one; C, A's
+ * prompt again, still finds A's first two blocks (the most it may take: its last token is
+ * computed). Evicted oldest first, B took A's first block and C found nothing. */
+START_TEST(window_keeps_the_prefix_head_longest)
+{
+    tp_scheduler *s = NULL;
+    ck_assert_int_eq(tp_scheduler_create(&(tp_sched_config){4, 8, 1, 64, 64, 1, 4, 1}, &s), TP_OK);
+    int32_t a[12], b[24];
+    for (int i = 0; i < 12; i++) a[i] = 10 + i;
+    for (int i = 0; i < 24; i++) b[i] = 100 + i;
+    ck_assert_int_eq(tp_scheduler_add(s, 1, a, 12, 9, 0), TP_OK);
+    run_to_idle(s);
+    ck_assert_int_eq(tp_scheduler_add(s, 2, b, 24, 1, 0), TP_OK);
+    run_to_idle(s);
+    ck_assert_int_eq(tp_scheduler_add(s, 3, a, 12, 1, 0), TP_OK);
+    tp_sched_batch bt;
+    ck_assert_int_eq(tp_scheduler_schedule(s, &bt), TP_OK);
+    ck_assert_int_eq(tp_scheduler_cached_tokens(s, 3), 8);
+    ck_assert_int_eq(bt.n_tokens, 4);
+    tp_scheduler_destroy(s);
+}
+END_TEST
+
 START_TEST(stress)
 {
     const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
@@ -1565,6 +1608,7 @@ int main(void)
     tcase_add_test(tc, peek_first_is_the_first_step);
     tcase_add_test(tc, determinism);
     tcase_add_test(tc, window_gives_back_blocks);
+    tcase_add_test(tc, window_keeps_the_prefix_head_longest);
     tcase_add_test(tc, stress);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
