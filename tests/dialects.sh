@@ -92,6 +92,14 @@ printf '{"chat_template": ' >"$TMP/qw-none/chat_template.json"
 "$TPINFER" --model "$TMP/qw-none" --input "$TMP/chat.jsonl" --output "$TMP/chat-bad.out" 2>"$TMP/err" &&
     fail "a chat_template.json that is not JSON was taken"
 grep -q "qw-none/chat_template.json: invalid JSON at line 1" "$TMP/err" || { cat "$TMP/err"; fail "chat_template.json not JSON"; }
+printf '{"chat_template": 5}' >"$TMP/qw-none/chat_template.json"
+"$TPINFER" --model "$TMP/qw-none" --input "$TMP/chat.jsonl" --output "$TMP/chat-bad.out" 2>"$TMP/err" &&
+    fail "a chat_template.json whose chat_template is a number was taken"
+grep -q 'qw-none/chat_template.json: "chat_template" must be a string' "$TMP/err" || { cat "$TMP/err"; fail "chat_template.json's number"; }
+printf 'a\000b' >"$TMP/qw-none/chat_template.jinja"
+"$TPINFER" --model "$TMP/qw-none" --input "$TMP/chat.jsonl" --output "$TMP/chat-bad.out" 2>"$TMP/err" &&
+    fail "a chat_template.jinja with a NUL byte was taken"
+grep -q "qw-none/chat_template.jinja: a NUL byte at offset 1" "$TMP/err" || { cat "$TMP/err"; fail "chat_template.jinja's NUL"; }
 
 # 3. JSONL on stories260K: stop strings, stop_token_ids, n, prompt_logprobs, TRT-LLM lines
 cat >"$TMP/jsonl.jsonl" <<'EOF2'
