@@ -188,9 +188,11 @@ static tp_status hash_model_files(const char *dir, const char *const *names, uin
 static tp_status same_model(engine *e)
 {
     static const char *const configs[] = {"config.json", "generation_config.json", NULL},
-                             *const tokenizer[] = {"tokenizer.json", "tokenizer_config.json", NULL},
+                             *const tokenizer[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                                   "chat_template.json", NULL},
                              *const parts[] = {"config.json / generation_config.json",
-                                               "tokenizer.json / tokenizer_config.json", "weights (safetensors)"};
+                                               "tokenizer.json / tokenizer_config.json / chat templates",
+                                               "weights (safetensors)"};
     uint64_t mine[3], rank0[3];
     TP_CHECK(hash_model_files(e->o->model, configs, &mine[0]));
     TP_CHECK(hash_model_files(e->o->model, tokenizer, &mine[1]));

@@ -18,8 +18,8 @@
 
 static int model_file_wanted(const char *name)
 {
-    static const char *const exact[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
-                                        "generation_config.json"};
+    static const char *const exact[] = {"config.json",         "tokenizer.json",     "tokenizer_config.json",
+                                        "chat_template.jinja", "chat_template.json", "generation_config.json"};
     for (size_t i = 0; i < TP_ARRAY_LEN(exact); i++)
         if (!strcmp(name, exact[i])) return 1;
     size_t n = strlen(name);

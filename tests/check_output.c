@@ -102,6 +102,8 @@ static void setup(void)
     put_str(p, "0123456789");
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", modeldir);
     put_str(p, "01234");
+    snprintf(p, sizeof p, "%s/chat_template.jinja", modeldir); /* renders the prompts: part of it */
+    put_str(p, "{{ x }}");
     snprintf(p, sizeof p, "%s/notes.txt", modeldir);
     put_str(p, "not part of the model");
     tp_error_clear();
@@ -617,11 +619,11 @@ START_TEST(manifest_fields)
     ck_assert_str_eq(json_string_value(json_object_get(j, "tpinfer_version")), "0.1.0");
     ck_assert_str_eq(json_string_value(json_object_get(j, "model_dir")), modeldir);
     json_t *files = json_object_get(j, "model_files");
-    ck_assert_uint_eq(json_array_size(files), 4);
-    const char *names[] = {"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                           "tokenizer.json"};
-    const long long sizes[] = {20, 5, 10, 14};
-    for (size_t i = 0; i < 4; i++) {
+    ck_assert_uint_eq(json_array_size(files), 5);
+    const char *names[] = {"chat_template.jinja", "config.json", "model-00001-of-00002.safetensors",
+                           "model-00002-of-00002.safetensors", "tokenizer.json"};
+    const long long sizes[] = {7, 20, 5, 10, 14};
+    for (size_t i = 0; i < 5; i++) {
         json_t *f = json_array_get(files, i);
         ck_assert_str_eq(json_string_value(json_object_get(f, "name")), names[i]);
         ck_assert_int_eq(json_integer_value(json_object_get(f, "size")), sizes[i]);

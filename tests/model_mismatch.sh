@@ -129,7 +129,8 @@ done
 # any output; copies alike in another directory run
 [ -n "${MPIRUN:-}" ] && [ "$MPIRUN" != no ] || exit 0
 "$PYTHON3" "$top_srcdir/tests/gen_tiny_model.py" "$TMP/r0" || fail "gen_tiny_model.py"
-for v in same weights config tokenizer; do cp -r "$TMP/r0" "$TMP/r$v"; done
+for v in same weights config tokenizer template; do cp -r "$TMP/r0" "$TMP/r$v"; done
+printf '{{ messages }}' >"$TMP/rtemplate/chat_template.jinja" # a chat template the other copy lacks
 "$PYTHON3" - "$TMP" <<'PY' || fail "making the differing copies"
 import json, struct, sys
 t = sys.argv[1]
@@ -155,7 +156,8 @@ pair() {
 }
 pair same || { cat "$TMP/err"; fail "two ranks on copies alike"; }
 for v in weights:"weights (safetensors)" config:"config.json / generation_config.json" \
-    tokenizer:"tokenizer.json / tokenizer_config.json"; do
+    tokenizer:"tokenizer.json / tokenizer_config.json / chat templates" \
+    template:"tokenizer.json / tokenizer_config.json / chat templates"; do
     rc=0
     pair "${v%%:*}" || rc=$?
     [ $rc -eq 2 ] || { cat "$TMP/err"; fail "copies of other ${v%%:*}: exit $rc, wanted 2"; }
