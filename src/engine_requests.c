@@ -144,8 +144,8 @@ static tp_status encode_input(engine *e, tp_request *in)
                                      : tp_tokenizer_encode(e->tok, in->prompt, in->prompt_len, 1, ids);
     if (st == TP_OK && in->messages_json && ids->n == 0) /* nothing for the model to go on */
         st = tp_error(TP_ERR_INVALID_ARG, "line %lld: the chat template (%s%s) renders these messages as no text",
-                      (long long)in->line, e->o->chat_template ? "--chat-template " : "the model's",
-                      e->o->chat_template ? e->o->chat_template : "");
+                      (long long)in->line, e->o->chat_template ? "--chat-template " : "the model's ",
+                      e->o->chat_template ? e->o->chat_template : tp_tokenizer_chat_template_file(e->tok));
     /* past vocab_size the embedding reads zeros */
     for (size_t i = 0; st == TP_OK && i < ids->n; i++)
         if (ids->v[i] < 0 || ids->v[i] >= e->cfg.vocab_size)
@@ -279,8 +279,8 @@ tp_status eng_load_chat_template(engine *e)
     } else if (src) {
         st = tp_chat_template_create(src, strlen(src), &e->tpl);
         if (st == TP_ERR_UNSUPPORTED) {
-            tp_log_info0("the model's chat template is not supported (%s); \"messages\" requests need "
-                         "--chat-template FILE", tp_error_message());
+            tp_log_info0("the model's chat template (its %s) is not supported (%s); \"messages\" requests need "
+                         "--chat-template FILE", tp_tokenizer_chat_template_file(e->tok), tp_error_message());
             tp_error_clear();
             st = TP_OK;
         }

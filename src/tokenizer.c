@@ -574,6 +574,7 @@ static tp_status config_parse(tp_tokenizer *tok, const char *js, size_t len)
             goto done;
         }
         tok->chat_template = strdup(json_string_value(ct));
+        tok->chat_template_file = "tokenizer_config.json";
         if (!tok->chat_template) st = tp_error(TP_ERR_OOM, "out of memory");
     }
     if (st == TP_OK && tok->bos_token && tp_tokenizer_bos_id(tok) < 0)
@@ -716,6 +717,7 @@ static tp_status file_chat_template(const char *model_dir, tp_tokenizer *tok)
         if (tpl) {
             free(tok->chat_template);
             tok->chat_template = tpl;
+            tok->chat_template_file = files[f];
         }
     }
     return TP_OK;
@@ -813,6 +815,10 @@ int tp_tokenizer_is_special(const tp_tokenizer *tok, int32_t id)
 const char *tp_tokenizer_bos_token(const tp_tokenizer *tok) { return tok->bos_token; }
 const char *tp_tokenizer_eos_token(const tp_tokenizer *tok) { return tok->eos_token; }
 const char *tp_tokenizer_chat_template(const tp_tokenizer *tok) { return tok->chat_template; }
+const char *tp_tokenizer_chat_template_file(const tp_tokenizer *tok)
+{
+    return tok->chat_template ? tok->chat_template_file : NULL;
+}
 
 int32_t tp_tokenizer_bos_id(const tp_tokenizer *tok)
 {

@@ -63,6 +63,9 @@ int tp_tokenizer_is_special(const tp_tokenizer *tok, int32_t id);
 const char *tp_tokenizer_bos_token(const tp_tokenizer *tok);
 const char *tp_tokenizer_eos_token(const tp_tokenizer *tok);
 const char *tp_tokenizer_chat_template(const tp_tokenizer *tok);
+/* The file the chat template came from: "chat_template.jinja", "tokenizer_config.json" or
+ * "chat_template.json"; NULL with no template. */
+const char *tp_tokenizer_chat_template_file(const tp_tokenizer *tok);
 int32_t tp_tokenizer_bos_id(const tp_tokenizer *tok);
 int32_t tp_tokenizer_eos_id(const tp_tokenizer *tok);
 

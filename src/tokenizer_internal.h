@@ -220,6 +220,7 @@ struct tp_tokenizer {
     tk_decoder *decoder;
     /* tokenizer_config.json */
     char *bos_token, *eos_token, *chat_template;
+    const char *chat_template_file; /* where chat_template came from (a static name) */
 };
 
 /* tokenizer_bpe.c */

@@ -88,6 +88,11 @@ else:
     assert out["usage"]["prompt_tokens"] == len(ref["ids"]), (out["usage"], len(ref["ids"]))
 PY
 done
+# an error naming the template names the file it came from
+printf '{%% if false %%}x{%% endif %%}' >"$TMP/qw-jinja/chat_template.jinja"
+"$TPINFER" --model "$TMP/qw-jinja" --input "$TMP/chat.jsonl" --output "$TMP/chat-empty.out" 2>"$TMP/err"
+grep -q "the chat template (the model's chat_template.jinja) renders these messages as no text" "$TMP/chat-empty.out" ||
+    { cat "$TMP/chat-empty.out" "$TMP/err"; fail "an empty rendering does not name chat_template.jinja"; }
 printf '{"chat_template": ' >"$TMP/qw-none/chat_template.json"
 "$TPINFER" --model "$TMP/qw-none" --input "$TMP/chat.jsonl" --output "$TMP/chat-bad.out" 2>"$TMP/err" &&
     fail "a chat_template.json that is not JSON was taken"
