@@ -1289,10 +1289,28 @@ START_TEST(block_alloc_prefix_cache)
     ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab2, ef, &id), b1);
     ck_assert(id == id_abef);
     ck_assert_int_eq(tp_block_alloc_lookup(a, id_ab, ef, NULL), -1);
+    /* touched: an evictable block becomes the one let go last; a held or plain one is left */
+    ck_assert_int_eq(tp_block_alloc_put(a, b0), TP_OK);
+    ck_assert_int_eq(tp_block_alloc_put(a, b1), TP_OK); /* evictable, oldest first: b0, b1 */
+    tp_block_alloc_touch(a, b0);                          /* b1, b0 */
+    tp_block_alloc_touch(a, g1);                          /* held: nothing */
+    tp_block_alloc_touch(a, -1);
+    tp_block_alloc_touch(a, 4);
+    ck_assert_int_eq(tp_block_alloc_n_free(a), 2);
+    ck_assert_int_eq(tp_block_alloc_get(a), b1);
+    ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), b0);
+    tp_block_alloc_touch(a, b1); /* held again, unregistered: nothing */
+    ck_assert_int_eq(tp_block_alloc_put(a, b1), TP_OK); /* plain now: the free list */
+    tp_block_alloc_touch(a, b1);
+    ck_assert_int_eq(tp_block_alloc_get(a), b1);
+    ck_assert_int_eq(tp_block_alloc_get(a), b0);
+    ck_assert_int_eq(tp_block_alloc_get(a), -1);
     tp_block_alloc_destroy(a);
-    /* without prefix caching nothing is ever found */
+    /* without prefix caching nothing is ever found (and nothing is touched) */
     ck_assert_int_eq(tp_block_alloc_create(2, 0, &a), TP_OK);
     ck_assert_int_eq(tp_block_alloc_lookup(a, 0, ab, NULL), -1);
+    tp_block_alloc_touch(a, 0);
+    ck_assert_int_eq(tp_block_alloc_get(a), 0);
     tp_block_alloc_destroy(a);
     ck_assert_int_eq(tp_block_alloc_create(2, -1, &a), TP_ERR_INVALID_ARG);
 }
