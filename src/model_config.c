@@ -56,8 +56,25 @@ static const struct {
     {"Mistral3ForConditionalGeneration", "mistral3", TP_ARCH_MISTRAL},
 };
 
+/* The architecture named (architectures[0], or model_type with by_type): 1 and cfg->arch set
+ * (and cfg->multimodal, for a multimodal one where multimodal_too), or 0 when none is. */
+static int find_arch(const char *name, int by_type, int multimodal_too, tp_model_config *cfg)
+{
+    for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
+        if (strcmp(name, by_type ? archs[i].model_type : archs[i].hf) == 0) {
+            cfg->arch = archs[i].arch;
+            return 1;
+        }
+    for (size_t i = 0; multimodal_too && i < TP_ARRAY_LEN(multimodal_archs); i++)
+        if (strcmp(name, by_type ? multimodal_archs[i].model_type : multimodal_archs[i].hf) == 0) {
+            cfg->arch = multimodal_archs[i].text_arch;
+            cfg->multimodal = (int)i + 1;
+            return 1;
+        }
+    return 0;
+}
+
 static int is_gemma(tp_arch a) { return a == TP_ARCH_GEMMA || a == TP_ARCH_GEMMA2 || a == TP_ARCH_GEMMA3; }
-#define SUPPORTED_TEXT_TYPES "llama, mistral, qwen2, qwen3, phi3, granite, gemma, gemma2, gemma3_text"
 #define SUPPORTED_ARCHS                                                                            \
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, " \
     "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "                 \
@@ -347,17 +364,7 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
             return bad_value(what, NULL, "architectures",
                              "a non-empty list of architecture names", a);
         name = json_string_value(json_array_get(a, 0));
-        for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
-            if (strcmp(name, archs[i].hf) == 0) {
-                cfg->arch = archs[i].arch;
-                return TP_OK;
-            }
-        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
-            if (strcmp(name, multimodal_archs[i].hf) == 0) {
-                cfg->arch = multimodal_archs[i].text_arch;
-                cfg->multimodal = (int)i + 1;
-                return TP_OK;
-            }
+        if (find_arch(name, 0, 1, cfg)) return TP_OK;
     } else {
         key = "model_type";
         TP_CHECK(str_key(what, root, NULL, "model_type", &name));
@@ -365,17 +372,7 @@ static tp_status parse_arch(const char *what, const json_t *root, tp_model_confi
             return tp_error(TP_ERR_FORMAT,
                             "%s: neither architectures nor model_type is given (supported: "
                             SUPPORTED_ARCHS ")", what);
-        for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
-            if (strcmp(name, archs[i].model_type) == 0) {
-                cfg->arch = archs[i].arch;
-                return TP_OK;
-            }
-        for (size_t i = 0; i < TP_ARRAY_LEN(multimodal_archs); i++)
-            if (strcmp(name, multimodal_archs[i].model_type) == 0) {
-                cfg->arch = multimodal_archs[i].text_arch;
-                cfg->multimodal = (int)i + 1;
-                return TP_OK;
-            }
+        if (find_arch(name, 1, 1, cfg)) return TP_OK;
     }
     char found[128];
     describe(a && !json_is_null(a) ? json_array_get(a, 0) : json_object_get(root, key), found,
@@ -892,8 +889,9 @@ static tp_status refuse_quantized(const char *what, const json_t *root)
 }
 
 /* The config the text model reads, in place of *root: a multimodal checkpoint's text_config,
- * with the top level's dtype and token ids where it gives none (Gemma3Config keeps them there); for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the
- * Hub's Gemma 3 4B, 12B and 27B give only what differs from them). *root's reference is released
+ * with the top level's dtype and token ids where it gives none (Gemma3Config keeps them there);
+ * for Gemma 3, either way, Gemma3TextConfig's defaults for the keys it leaves out (the Hub's
+ * Gemma 3 4B, 12B and 27B give only what differs from them). *root's reference is released
  * for the new object's. */
 static tp_status text_model_config(const char *what, tp_model_config *cfg, json_t **root)
 {
@@ -908,14 +906,13 @@ static tp_status text_model_config(const char *what, tp_model_config *cfg, json_
         }
         const char *type;
         TP_CHECK(str_key(what, t, "text_config", "model_type", &type));
-        if (type) {
-            size_t i = 0;
-            while (i < TP_ARRAY_LEN(archs) && strcmp(type, archs[i].model_type) != 0) i++;
-            if (i == TP_ARRAY_LEN(archs))
-                return tp_error(TP_ERR_UNSUPPORTED, "%s: text_config.model_type is \"%.64s\", which tpinfer does not run "
-                                "as %s's text model (supported: " SUPPORTED_TEXT_TYPES ")", what, type,
-                                tp_model_config_arch_name(cfg));
-            cfg->arch = archs[i].arch;
+        if (type && !find_arch(type, 1, 0, cfg)) {
+            char types[256] = ""; /* archs' model_types, as the table has them */
+            for (size_t i = 0; i < TP_ARRAY_LEN(archs); i++)
+                snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? ", " : "",
+                         archs[i].model_type);
+            return tp_error(TP_ERR_UNSUPPORTED, "%s: text_config.model_type is \"%.64s\", which tpinfer does not run "
+                            "as %s's text model (supported: %s)", what, type, tp_model_config_arch_name(cfg), types);
         }
         text = json_deep_copy(t);
         /* not tie_word_embeddings: the text model ties by its own config's (or its default) */

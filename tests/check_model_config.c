@@ -884,6 +884,8 @@ static const cfg_case cfg_cases[] = {
      "\"llama4_text\"}}", TP_ERR_UNSUPPORTED, "text_config.model_type is \"llama4_text\", which tpinfer does not run as "
      "Mistral3ForConditionalGeneration's text model (supported: llama, mistral, qwen2, qwen3, phi3, granite, gemma, "
      "gemma2, gemma3_text)", NULL},
+    {NULL, NULL, NULL, "{\"model_type\":\"mistral3\",\"text_config\":{\"model_type\":5}}", TP_ERR_FORMAT,
+     "text_config.model_type must be", NULL},
     {NULL, NULL, NULL, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\"}",
      TP_ERR_FORMAT, "Gemma3ForConditionalGeneration has no text_config object (found nothing): the text model's config "
      "goes there", NULL},
